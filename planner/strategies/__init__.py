@@ -1,0 +1,1 @@
+"""Strategy families. Each module offers candidates implementing :class:`planner.strategies.base.Candidate`."""
