@@ -1,0 +1,552 @@
+"""Partition selection: which GROUP BY keys with no public domain may appear in a release
+(MATH.md §6, seed 001).
+
+Every primitive keeps a partition holding ``n`` distinct privacy units with probability
+``π(n)``, ``π(0) = 0``, independently across partitions. Three primitives:
+
+* :func:`optimal` — the optimal (ε, δ) primitive of seed 001 (closed form; the recurrence is
+  :func:`optimal_keep_probabilities_by_recurrence`). It dominates every (ε, δ)-DP primitive.
+* :func:`laplace_threshold` — keep when ``n + Z ≥ T`` with ``Z`` discrete Laplace.
+* :func:`gaussian_threshold` — keep when ``n + Z ≥ T`` with ``Z`` discrete Gaussian.
+
+The two thresholding primitives use integer noise, so their noisy count may be released as the
+partition's count (no floating-point noise ever leaves the engine). Because ``n + Z`` is an
+integer, a fixed threshold would waste part of δ; instead a key with ``n + Z = T − 1`` is kept with
+probability ``q`` chosen so the tail at ``n = 1`` spends exactly its share of δ.
+
+A unit may touch up to ``k = max_groups`` partitions. The optimal primitive is then run with
+``(ε/k, δ/k)`` per partition; Laplace thresholding uses scale ``k/ε`` and a per-partition tail ``p``
+with ``1 − (1 − p)^k = δ``; Gaussian thresholding uses L2 sensitivity ``√k`` (see
+:class:`GaussianThresholding` for the exact δ accounting). :func:`choose` picks the primitive
+with the lowest midpoint.
+
+>>> primitive = optimal(epsilon=1.0, delta=1e-5)
+>>> round(primitive.midpoint(), 2), primitive.always_kept()
+(11.37, 23)
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import optimize, signal
+
+# Probabilities below this are treated as zero when truncating a noise distribution's support.
+_NEGLIGIBLE_MASS = 1e-60
+
+
+class PartitionSelectionImpossibleError(ValueError):
+    """Raised when no key can ever be released: pure ε-DP (δ = 0) admits no partition selection."""
+
+
+def require_selection_possible(delta: float) -> None:
+    """Raise :class:`PartitionSelectionImpossibleError` when δ = 0 makes selection impossible."""
+    if delta == 0:
+        raise PartitionSelectionImpossibleError(
+            "partition selection is impossible with delta = 0: under pure epsilon-DP every key with no "
+            "public domain must be suppressed. Set delta > 0 (for example 1e-6), or declare the "
+            "column's domain (its list of possible values) in the schema."
+        )
+
+
+def _validate(epsilon: float, delta: float, max_groups: int) -> None:
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if epsilon < 0:
+        raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
+    if not 0 <= delta < 1:
+        raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
+    if isinstance(max_groups, bool) or not isinstance(max_groups, (int, np.integer)) or max_groups < 1:
+        raise ValueError(f"max_groups (partitions one unit may touch) must be an integer >= 1, got {max_groups!r}")
+
+
+def _counts_array(n: ArrayLike) -> np.ndarray:
+    counts = np.asarray(n)
+    if counts.dtype.kind not in "iu" and not (
+        counts.dtype.kind == "f" and np.all(np.isfinite(counts)) and np.all(counts == np.round(counts))
+    ):
+        raise ValueError(f"unit counts must be non-negative integers, got {n!r}")
+    counts = counts.astype(np.int64)
+    if np.any(counts < 0):
+        raise ValueError(f"unit counts must be non-negative integers, got {n!r}")
+    return counts
+
+
+def _default_rng(rng: np.random.Generator | None) -> np.random.Generator:
+    """The caller's generator (tests), or a fresh one seeded with 128 bits of OS entropy."""
+    return rng if rng is not None else np.random.default_rng(secrets.randbits(128))
+
+
+def _real_n_reaching(probability_of_keep: Callable[[np.ndarray], np.ndarray], target: float, limit: int) -> float:
+    """Real-valued ``n`` where a non-decreasing ``π`` first reaches ``target``, by linear
+    interpolation between consecutive integers; ``limit`` must satisfy ``π(limit) >= target``."""
+    if target <= 0:
+        return 0.0
+    low, high = 0, limit  # invariant: π(low) < target <= π(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if probability_of_keep(np.array(middle)) >= target:
+            high = middle
+        else:
+            low = middle
+    below, above = float(probability_of_keep(np.array(low))), float(probability_of_keep(np.array(high)))
+    return low + (target - below) / (above - below)
+
+
+class PartitionSelection(ABC):
+    """A partition selection primitive: ``π(n)``, its midpoint, and a vectorized sampler."""
+
+    name: ClassVar[str]
+    reuses_noisy_count: ClassVar[bool]
+    epsilon: float
+    delta: float
+    max_groups: int
+
+    @abstractmethod
+    def probability_of_keep(self, n: ArrayLike) -> float | np.ndarray:
+        """``π(n)``: probability that a partition with ``n`` distinct units is released."""
+
+    @abstractmethod
+    def always_kept(self) -> float:
+        """Smallest ``n`` with ``π(n) = 1`` exactly (``math.inf`` if there is none); counting the
+        distinct units of a partition can stop there."""
+
+    @abstractmethod
+    def keep(self, counts: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Sample the release decision for every partition: ``(mask, noisy_counts)``;
+        ``noisy_counts`` is ``None`` unless the primitive produces a releasable noisy count."""
+
+    @property
+    @abstractmethod
+    def noise_scale(self) -> float | None:
+        """Scale of the noise added to counts (``None`` for the optimal primitive)."""
+
+    @abstractmethod
+    def _search_limit(self) -> int:
+        """An integer ``n`` with ``π(n)`` at least any target below 1."""
+
+    @abstractmethod
+    def _parameters(self) -> str:
+        """The primitive's own parameters, for :meth:`describe`."""
+
+    def n_reaching(self, probability: float) -> float:
+        """Real-valued ``n`` where ``π`` reaches ``probability`` (linear interpolation between integers)."""
+        if not 0 <= probability <= 1:
+            raise ValueError(f"probability must lie in [0, 1], got {probability!r}")
+        if probability == 1:
+            return self.always_kept()
+        if self.delta == 0:
+            return 0.0 if probability == 0 else math.inf
+        return _real_n_reaching(lambda n: np.asarray(self.probability_of_keep(n)), probability, self._search_limit())
+
+    def midpoint(self) -> float:
+        """Real-valued ``n`` where ``P[keep] = 1/2`` (``math.inf`` when selection is impossible)."""
+        return self.n_reaching(0.5)
+
+    def describe(self) -> str:
+        """One line for EXPLAIN: primitive, parameters, midpoint and where keys are always kept."""
+        always = self.always_kept()
+        always_text = f"always kept from n = {always}" if math.isfinite(always) else "never certain to be kept"
+        count_text = "; its noisy count is released as the count" if self.reuses_noisy_count else ""
+        return (
+            f"{self.name} partition selection (epsilon={self.epsilon:g}, delta={self.delta:g}, "
+            f"max_groups={self.max_groups}; {self._parameters()}): P[keep] = 1/2 at n = {self.midpoint():.2f}, "
+            f"{always_text}{count_text}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The optimal primitive (seed 001, Theorems 13 and 14)
+
+
+@dataclass(frozen=True)
+class _OptimalPhases:
+    """Constants of the closed form for ε > 0, 0 < δ < 1 (MATH.md §6)."""
+
+    epsilon: float
+    delta: float
+    crossover: int  # n₁: π(n) = δ(e^{nε} − 1)/(e^ε − 1) for n <= n₁
+    at_crossover: float  # π(n₁)
+    fixed_point: float  # p* = 1 + δ/(e^ε − 1)
+    always_kept: int  # first n with π(n) = 1
+
+    @classmethod
+    def of(cls, epsilon: float, delta: float) -> _OptimalPhases:
+        expm1_epsilon = math.expm1(epsilon)
+
+        def geometric_phase(n: int) -> float:
+            return delta * math.expm1(n * epsilon) / expm1_epsilon
+
+        # The first argument of the min is active while π(n−1) <= (1 − δ)/(1 + e^ε).
+        switch = (1 - delta) / (1 + math.exp(epsilon))
+        last_below = math.floor(math.log1p(switch * expm1_epsilon / delta) / epsilon)
+        while geometric_phase(last_below + 1) <= switch:
+            last_below += 1
+        while last_below > 0 and geometric_phase(last_below) > switch:
+            last_below -= 1
+        crossover = last_below + 1
+        at_crossover = geometric_phase(crossover)
+        fixed_point = 1 + delta / expm1_epsilon
+        # p* − e^{−(n−n₁)ε}(p* − π(n₁)) >= 1  ⇔  n − n₁ >= ln((p* − π(n₁)) / (p* − 1)) / ε.
+        steps = math.log1p((1 - at_crossover) * expm1_epsilon / delta) / epsilon
+        return cls(epsilon, delta, crossover, at_crossover, fixed_point, crossover + max(1, math.ceil(steps)))
+
+    def probability(self, counts: np.ndarray) -> np.ndarray:
+        epsilon, delta = self.epsilon, self.delta
+        geometric = delta * np.expm1(np.minimum(counts, self.crossover) * epsilon) / math.expm1(epsilon)
+        beyond = np.maximum(counts - self.crossover, 0)
+        approach = self.fixed_point - np.exp(-beyond * epsilon) * (self.fixed_point - self.at_crossover)
+        probability = np.where(counts <= self.crossover, geometric, np.minimum(approach, 1.0))
+        return np.where(counts >= self.always_kept, 1.0, probability)
+
+
+def optimal_keep_probabilities_by_recurrence(epsilon: float, delta: float, n_max: int) -> np.ndarray:
+    """``π(0), …, π(n_max)`` of the optimal primitive from seed 001's recurrence
+    ``π(n) = min(e^ε π(n−1) + δ, 1 + e^{−ε}(π(n−1) + δ − 1), 1)`` (a check on the closed form)."""
+    _validate(epsilon, delta, 1)
+    growth, shrink = math.exp(epsilon), math.exp(-epsilon)
+    probabilities = [0.0]
+    for _ in range(n_max):
+        previous = probabilities[-1]
+        probabilities.append(min(growth * previous + delta, 1 + shrink * (previous + delta - 1), 1.0))
+    return np.array(probabilities)
+
+
+@dataclass(frozen=True)
+class OptimalSelection(PartitionSelection):
+    """The optimal (ε, δ) primitive, run with ``(ε/k, δ/k)`` per partition for ``k = max_groups``.
+
+    ``δ = 0`` gives ``π ≡ 0`` (selection impossible, see :func:`require_selection_possible`);
+    ``ε = 0`` gives ``π(n) = min(n δ, 1)``.
+    """
+
+    epsilon: float
+    delta: float
+    max_groups: int = 1
+    name: ClassVar[str] = "optimal"
+    reuses_noisy_count: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        _validate(self.epsilon, self.delta, self.max_groups)
+
+    @property
+    def partition_epsilon(self) -> float:
+        return self.epsilon / self.max_groups
+
+    @property
+    def partition_delta(self) -> float:
+        return self.delta / self.max_groups
+
+    @property
+    def noise_scale(self) -> None:
+        return None
+
+    @cached_property
+    def _phases(self) -> _OptimalPhases | None:
+        if self.delta == 0 or self.epsilon == 0:
+            return None
+        return _OptimalPhases.of(self.partition_epsilon, self.partition_delta)
+
+    def probability_of_keep(self, n: ArrayLike) -> float | np.ndarray:
+        counts = _counts_array(n)
+        if self.delta == 0:
+            probability = np.zeros(counts.shape)
+        elif self.epsilon == 0:
+            probability = np.minimum(counts * self.partition_delta, 1.0)
+        else:
+            probability = self._phases.probability(counts)
+        return float(probability) if probability.ndim == 0 else probability
+
+    def always_kept(self) -> float:
+        if self.delta == 0:
+            return math.inf
+        if self.epsilon == 0:
+            steps = math.ceil(1 / self.partition_delta)
+            return steps - 1 if (steps - 1) * self.partition_delta >= 1 else steps
+        return self._phases.always_kept
+
+    def _search_limit(self) -> int:
+        return int(self.always_kept())
+
+    def keep(self, counts: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, None]:
+        probability = np.asarray(self.probability_of_keep(counts))
+        return _default_rng(rng).random(probability.shape) < probability, None
+
+    def _parameters(self) -> str:
+        return f"per partition epsilon={self.partition_epsilon:g}, delta={self.partition_delta:g}"
+
+
+def optimal(epsilon: float, delta: float, max_groups: int = 1) -> OptimalSelection:
+    """The optimal primitive. ``optimal(1, 1e-5).midpoint()`` is about 11.37."""
+    return OptimalSelection(epsilon, delta, max_groups)
+
+
+# --------------------------------------------------------------------------------------------
+# Thresholding with integer noise
+
+
+class _SymmetricIntegerNoise(ABC):
+    """A symmetric distribution on the integers."""
+
+    @property
+    @abstractmethod
+    def scale(self) -> float:
+        """The distribution's scale parameter (Laplace ``b``, Gaussian ``σ``)."""
+
+    @property
+    @abstractmethod
+    def support_bound(self) -> int:
+        """``P[|Z| > support_bound]`` is negligible (below 1e-60)."""
+
+    @abstractmethod
+    def pmf(self, values: np.ndarray) -> np.ndarray:
+        """``P[Z = z]``."""
+
+    @abstractmethod
+    def survival(self, values: np.ndarray) -> np.ndarray:
+        """``P[Z >= z]``."""
+
+    @abstractmethod
+    def sample(self, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+        """Independent integer draws."""
+
+
+def _sample_discrete_laplace(scale: float, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """``P[Z = z] ∝ exp(−|z|/scale)``: the difference of two i.i.d. geometric variables."""
+    success = -math.expm1(-1 / scale)
+    return rng.geometric(success, size).astype(np.int64) - rng.geometric(success, size).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _DiscreteLaplace(_SymmetricIntegerNoise):
+    """``P[Z = z] = (1 − t)/(1 + t) t^{|z|}`` with ``t = e^{−1/b}``."""
+
+    laplace_scale: float
+
+    @property
+    def scale(self) -> float:
+        return self.laplace_scale
+
+    @property
+    def _ratio(self) -> float:
+        return math.exp(-1 / self.laplace_scale)
+
+    @property
+    def support_bound(self) -> int:
+        return math.ceil(math.log(_NEGLIGIBLE_MASS) / math.log(self._ratio)) + 1
+
+    def pmf(self, values: np.ndarray) -> np.ndarray:
+        t = self._ratio
+        return (1 - t) / (1 + t) * t ** np.abs(values)
+
+    def survival(self, values: np.ndarray) -> np.ndarray:
+        t = self._ratio
+        upper_tail = t ** np.maximum(values, 1) / (1 + t)  # P[Z >= z] for z >= 1
+        lower_tail = t ** np.maximum(1 - values, 1) / (1 + t)  # P[Z <= z − 1] for z <= 0
+        return np.where(values >= 1, upper_tail, 1 - lower_tail)
+
+    def sample(self, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+        return _sample_discrete_laplace(self.laplace_scale, size, rng)
+
+
+@dataclass(frozen=True)
+class _DiscreteGaussian(_SymmetricIntegerNoise):
+    """``P[Z = z] ∝ exp(−z²/(2σ²))`` (Canonne, Kamath, Steinke 2020), tabulated on its support."""
+
+    sigma: float
+
+    @property
+    def scale(self) -> float:
+        return self.sigma
+
+    @property
+    def support_bound(self) -> int:
+        return math.ceil(self.sigma * math.sqrt(-2 * math.log(_NEGLIGIBLE_MASS))) + 1
+
+    @cached_property
+    def _table(self) -> tuple[np.ndarray, np.ndarray]:
+        """pmf and ``P[Z >= z]`` on ``−support_bound … support_bound``."""
+        values = np.arange(-self.support_bound, self.support_bound + 1)
+        weights = np.exp(-(values.astype(float) ** 2) / (2 * self.sigma**2))
+        pmf = weights / weights.sum()
+        return pmf, np.cumsum(pmf[::-1])[::-1]
+
+    def pmf(self, values: np.ndarray) -> np.ndarray:
+        pmf, _ = self._table
+        index = np.asarray(values) + self.support_bound
+        inside = (index >= 0) & (index < pmf.size)
+        return np.where(inside, pmf[np.clip(index, 0, pmf.size - 1)], 0.0)
+
+    def survival(self, values: np.ndarray) -> np.ndarray:
+        _, survival = self._table
+        index = np.asarray(values) + self.support_bound
+        return np.where(index < 0, 1.0, np.where(index >= survival.size, 0.0, survival[np.clip(index, 0, survival.size - 1)]))
+
+    def sample(self, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+        """Rejection from a discrete Laplace of scale ``⌊σ⌋ + 1`` (CKS 2020, Algorithm 3)."""
+        proposal_scale = math.floor(self.sigma) + 1
+        result = np.empty(size, dtype=np.int64).reshape(-1)
+        pending = np.arange(result.size)
+        while pending.size:
+            proposal = _sample_discrete_laplace(proposal_scale, pending.size, rng)
+            exponent = (np.abs(proposal) - self.sigma**2 / proposal_scale) ** 2 / (2 * self.sigma**2)
+            accepted = rng.random(pending.size) < np.exp(-exponent)
+            result[pending[accepted]] = proposal[accepted]
+            pending = pending[~accepted]
+        return result.reshape(size)
+
+    def sum_survival(self, terms: int) -> tuple[int, np.ndarray]:
+        """``(low, tail)`` with ``tail[i] = P[Z₁ + … + Z_terms >= low + i]`` for i.i.d. copies."""
+        pmf, _ = self._table
+        total = np.array([1.0])
+        power, remaining = pmf, terms
+        while remaining:  # convolution power by repeated squaring
+            if remaining & 1:
+                total = np.clip(signal.fftconvolve(total, power), 0, None) if total.size > 1 else power
+            remaining >>= 1
+            if remaining:
+                power = np.clip(signal.fftconvolve(power, power), 0, None)
+        total = total / total.sum()
+        return -terms * self.support_bound, np.cumsum(total[::-1])[::-1]
+
+    def privacy_delta(self, epsilon: float, shifted_coordinates: int) -> float:
+        """Exact δ(ε) of adding i.i.d. discrete Gaussians to an integer vector whose neighbour
+        differs by 1 in ``shifted_coordinates`` coordinates (L2 sensitivity ``√j``).
+
+        With ``S`` the sum of ``j`` copies, the privacy loss is ``(j − 2S)/(2σ²)`` and
+        ``δ = P[S > εσ² − j/2] − e^ε P[S > εσ² + j/2]`` (CKS 2020, Theorem 7 for ``j = 1``).
+        """
+        low, tail = self.sum_survival(shifted_coordinates)
+
+        def strictly_above(x: float) -> float:
+            index = math.floor(x) + 1 - low
+            return 1.0 if index <= 0 else (0.0 if index >= tail.size else float(tail[index]))
+
+        boundary = epsilon * self.sigma**2
+        half_shift = shifted_coordinates / 2
+        return max(0.0, strictly_above(boundary - half_shift) - math.exp(epsilon) * strictly_above(boundary + half_shift))
+
+
+@dataclass(frozen=True)
+class _Threshold:
+    """Keep when ``n + Z >= T``, or when ``n + Z = T − 1`` with probability ``q``."""
+
+    noise: _SymmetricIntegerNoise
+    threshold: int
+    tie_probability: float
+
+    @classmethod
+    def with_tail(cls, noise: _SymmetricIntegerNoise, tail: float) -> _Threshold:
+        """The lowest threshold whose keep probability at ``n = 1`` equals ``tail`` exactly."""
+        # smallest m = T − 1 with P[Z >= m] <= tail (P[Z >= m] is non-increasing in m)
+        low, high = -noise.support_bound - 1, noise.support_bound + 1
+        while high - low > 1:
+            middle = (low + high) // 2
+            if noise.survival(np.array(middle)) <= tail:
+                high = middle
+            else:
+                low = middle
+        spent = float(noise.survival(np.array(high)))
+        tie_mass = float(noise.pmf(np.array(high - 1)))
+        tie = min(1.0, max(0.0, (tail - spent) / tie_mass)) if tie_mass > 0 else 0.0
+        return cls(noise, high + 1, tie)
+
+    def probability(self, counts: np.ndarray) -> np.ndarray:
+        distance = self.threshold - counts
+        probability = self.noise.survival(distance) + self.tie_probability * self.noise.pmf(distance - 1)
+        return np.where(counts > 0, np.minimum(probability, 1.0), 0.0)
+
+    def keep(self, counts: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        counts = np.asarray(counts, dtype=np.int64)
+        noisy = counts + self.noise.sample(counts.shape, rng)
+        tie_kept = (noisy == self.threshold - 1) & (rng.random(counts.shape) < self.tie_probability)
+        return (counts > 0) & ((noisy >= self.threshold) | tie_kept), noisy
+
+    def midpoint(self) -> float:
+        return _real_n_reaching(self.probability, 0.5, self.threshold + self.noise.support_bound + 1)
+
+
+class _ThresholdingSelection(PartitionSelection):
+    """Shared behaviour of the thresholding primitives (their noisy counts are releasable)."""
+
+    reuses_noisy_count: ClassVar[bool] = True
+
+    @property
+    @abstractmethod
+    def _rule(self) -> _Threshold: ...
+
+    @property
+    def noise_scale(self) -> float:
+        return self._rule.noise.scale
+
+    @property
+    def threshold(self) -> int:
+        """Integer threshold ``T``: keep when ``n + Z >= T`` (or ``= T − 1`` with :attr:`tie_probability`)."""
+        return self._rule.threshold
+
+    @property
+    def tie_probability(self) -> float:
+        return self._rule.tie_probability
+
+    def probability_of_keep(self, n: ArrayLike) -> float | np.ndarray:
+        probability = self._rule.probability(_counts_array(n))
+        return float(probability) if probability.ndim == 0 else probability
+
+    def always_kept(self) -> float:
+        """Noise with unbounded support never keeps a key with certainty: ``math.inf``."""
+        return math.inf
+
+    def _search_limit(self) -> int:
+        return self._rule.threshold + self._rule.noise.support_bound + 1
+
+    def keep(self, counts: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return self._rule.keep(counts, _default_rng(rng))
+
+
+def _require_thresholding_possible(name: str, epsilon: float, delta: float, max_groups: int) -> None:
+    _validate(epsilon, delta, max_groups)
+    require_selection_possible(delta)
+    if epsilon == 0:
+        raise ValueError(f"{name} thresholding needs epsilon > 0; with epsilon = 0 use the optimal primitive")
+
+
+def _union_tail(delta_tail: float, max_groups: int) -> float:
+    """Per-partition keep probability ``p`` at ``n = 1`` with ``1 − (1 − p)^k = δ_tail``."""
+    return -math.expm1(math.log1p(-delta_tail) / max_groups)
+
+
+@dataclass(frozen=True)
+class LaplaceThresholding(_ThresholdingSelection):
+    """``n + Z`` with ``Z`` discrete Laplace of scale ``k/ε`` is ε-DP for ``k`` partitions (L1
+    sensitivity ``k``); the keep probability ``p`` at ``n = 1`` satisfies ``1 − (1 − p)^k = δ``
+    (``p = δ`` for ``k = 1``), which bounds the chance that any new key of a unit is released."""
+
+    epsilon: float
+    delta: float
+    max_groups: int = 1
+    name: ClassVar[str] = "Laplace thresholding"
+
+    def __post_init__(self) -> None:
+        _require_thresholding_possible("Laplace", self.epsilon, self.delta, self.max_groups)
+
+    @cached_property
+    def _rule(self) -> _Threshold:
+        noise = _DiscreteLaplace(self.max_groups / self.epsilon)
+        return _Threshold.with_tail(noise, _union_tail(self.delta, self.max_groups))
+
+    def _parameters(self) -> str:
+        return f"discrete Laplace scale {self.noise_scale:g}, threshold {self.threshold}, tie keep {self.tie_probability:.3f}"
+
+
+def laplace_threshold(epsilon: float, delta: float, max_groups: int = 1) -> LaplaceThresholding:
+    """Laplace thresholding with discrete Laplace noise; ``laplace_threshold(1, 1e-5).midpoint()`` ≈ 11.7."""
+    return LaplaceThresholding(epsilon, delta, max_groups)
