@@ -1,0 +1,424 @@
+"""Exact discrete Laplace and discrete Gaussian noise, drawn from OS entropy by default.
+
+Why integer noise: Mironov (2012, "On significance of the least significant bits for differential
+privacy") showed that textbook floating-point Laplace noise leaks the true value through the set of
+doubles it can produce. dpsql therefore adds only *integer* noise to integer-valued measurements, and
+samples it *exactly*: every accept/reject decision compares uniformly random integers with integers,
+never floats. The samplers follow Canonne, Kamath & Steinke, "The Discrete Gaussian for Differential
+Privacy" (NeurIPS 2020):
+
+* Bernoulli(exp(-gamma)) for rational gamma by the alternating-series method (their Algorithm 1),
+* the discrete Laplace, P[Z=z] ∝ exp(-|z|/b), for a rational scale b = t/s (their Algorithm 2),
+* the discrete Gaussian, P[Z=z] ∝ exp(-z²/(2σ²)), by rejection from a discrete Laplace of scale
+  ⌊σ⌋+1 (their Algorithm 3).
+
+Rational parameters. A requested scale b or variance parameter σ² is replaced by the smallest number
+``m·2^-k`` at or above it with ``m ≤ 2^21`` (21 significant bits) and ``k ≤ 40``, so its denominator is a
+power of two at most 2^40. Rounding *up* only adds noise, so privacy is never weakened; the relative
+increase is below 2^-20 (absolute below 2^-40 for values under 2^-20). `laplace_scale_used` and
+`gaussian_sigma2_used` return the value actually used (exactly representable as a float), and
+`discrete_laplace_variance` / `discrete_gaussian_variance` report the variance at that value.
+
+Arithmetic. The samplers are vectorized: each step draws for a batch of pending candidates, masks
+out the decided ones and loops until none is left. Integers are numpy int64; where an intermediate
+could leave int64 (the discrete Gaussian's acceptance test for σ² ≳ 2^30, or far-tail candidates)
+those entries run through the same code on Python integers (numpy object arrays).
+
+Randomness. `RandomSource` turns random bytes into unbiased bounded integers by masking and rejection
+(no modulo bias). Bytes come from ``os.urandom`` (the kernel CSPRNG) unless a seed or a numpy
+Generator is given, which is for tests only.
+
+Example::
+
+    >>> noise = discrete_laplace(2.0, size=5)              # OS entropy
+    >>> noise = discrete_gaussian(9.0, size=(2, 3), rng=7)  # reproducible, for tests
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TypeAlias
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+SIGNIFICANT_BITS = 21
+"""A rounded parameter is m·2^-k with m ≤ 2^SIGNIFICANT_BITS."""
+MAX_DENOMINATOR_EXPONENT = 40
+"""A rounded parameter's denominator is at most 2^MAX_DENOMINATOR_EXPONENT."""
+MAX_LAPLACE_SCALE = 2.0**40
+MAX_GAUSSIAN_SIGMA2 = 2.0**60
+
+IntArray: TypeAlias = NDArray[np.int64]
+Size: TypeAlias = int | tuple[int, ...] | None
+_WORD_TYPES = (np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+class NoiseParameterError(ValueError):
+    """A noise scale, variance, bound or size that no sampler can use; the message says why."""
+
+
+class RandomSource:
+    """Uniform random integers and floats from OS entropy or, for tests, a numpy Generator.
+
+    Both kinds of source only supply random words; the conversion to bounded integers (mask to the
+    smallest covering power of two, reject values at or above the bound) is shared, so seeded tests
+    exercise exactly the code that runs on OS entropy.
+    """
+
+    def __init__(self, generator: np.random.Generator | None = None) -> None:
+        self._generator = generator
+
+    @property
+    def uses_os_entropy(self) -> bool:
+        return self._generator is None
+
+    def __repr__(self) -> str:
+        return "RandomSource(os.urandom)" if self.uses_os_entropy else f"RandomSource({self._generator!r})"
+
+    def integers(self, upper: ArrayLike, size: Size = None) -> NDArray:
+        """Independent uniform integers on ``[0, upper)``, elementwise, without bias.
+
+        ``upper`` is an integer or integer array (broadcast to ``size`` if given), every entry ≥ 1. Bounds
+        up to 2^63 - 1 give int64; an object array of Python ints may hold any bound and gives Python ints.
+        """
+        bounds = np.asarray(upper)
+        if size is not None:
+            bounds = np.broadcast_to(bounds, size)
+        if bounds.dtype == object:
+            flat = [int(bound) for bound in bounds.ravel()]
+            _check_bounds(min(flat, default=1))
+            return np.array([self._below(bound) for bound in flat], dtype=object).reshape(bounds.shape)
+        if not np.issubdtype(bounds.dtype, np.integer):
+            raise NoiseParameterError(f"upper bounds must be integers, got dtype {bounds.dtype}")
+        if bounds.size:
+            _check_bounds(int(bounds.min()))
+        flat_bounds = bounds.astype(np.uint64).ravel()
+        masks = _covering_masks(flat_bounds - np.uint64(1))
+        result = np.zeros(flat_bounds.size, dtype=np.uint64)
+        pending = np.flatnonzero(flat_bounds > 1)
+        while pending.size:
+            pending_masks = masks[pending]
+            candidates = self._words(pending.size, _narrowest_word(int(pending_masks.max())))
+            candidates = candidates.astype(np.uint64) & pending_masks
+            accepted = candidates < flat_bounds[pending]
+            result[pending[accepted]] = candidates[accepted]
+            pending = pending[~accepted]
+        return result.astype(np.int64).reshape(bounds.shape)
+
+    def uniform(self, size: Size = None) -> NDArray[np.float64]:
+        """Uniform floats on [0, 1) with 53 random bits each (for coin flips and shuffles, not noise)."""
+        count = math.prod(_as_shape(size))
+        words = self._words(count, np.uint64) >> np.uint64(11)
+        return np.ldexp(words.astype(np.float64), -53).reshape(_as_shape(size))
+
+    def _below(self, bound: int) -> int:
+        """One uniform Python int on [0, bound), for bounds beyond int64."""
+        bits = (bound - 1).bit_length()
+        while True:
+            raw = int.from_bytes(self._words((bits + 7) // 8, np.uint8).tobytes(), "little")
+            candidate = raw & ((1 << bits) - 1)
+            if candidate < bound:
+                return candidate
+
+    def _words(self, count: int, word_type: type[np.unsignedinteger]) -> NDArray[np.unsignedinteger]:
+        if self._generator is None:
+            return np.frombuffer(os.urandom(count * np.dtype(word_type).itemsize), dtype=word_type)
+        top = int(np.iinfo(word_type).max)
+        return self._generator.integers(0, top, size=count, dtype=word_type, endpoint=True)
+
+
+RandomLike: TypeAlias = RandomSource | np.random.Generator | int | None
+
+
+def secure_rng() -> RandomSource:
+    """A source backed by the operating system's CSPRNG; the default for everything released."""
+    return RandomSource()
+
+
+def as_source(rng: RandomLike = None) -> RandomSource:
+    """None → OS entropy; an int → a seeded source (tests only); a Generator → wrapped; a source → itself."""
+    if rng is None:
+        return secure_rng()
+    if isinstance(rng, RandomSource):
+        return rng
+    if isinstance(rng, np.random.Generator):
+        return RandomSource(rng)
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return RandomSource(np.random.default_rng(int(rng)))
+    raise TypeError(
+        f"rng must be None (OS entropy), an int seed, a numpy Generator or a RandomSource, not {type(rng).__name__}"
+    )
+
+
+def laplace_scale_used(scale: ArrayLike) -> float | NDArray[np.float64]:
+    """The scale `discrete_laplace` really uses for ``scale``: rounded up to 21 significant bits."""
+    return _like(scale, _dyadic_value(_checked(scale, "discrete Laplace scale", MAX_LAPLACE_SCALE)))
+
+
+def gaussian_sigma2_used(sigma2: ArrayLike) -> float | NDArray[np.float64]:
+    """The σ² `discrete_gaussian` really uses for ``sigma2``: rounded up to 21 significant bits."""
+    return _like(sigma2, _dyadic_value(_checked(sigma2, "discrete Gaussian sigma2", MAX_GAUSSIAN_SIGMA2)))
+
+
+def discrete_laplace_variance(scale: ArrayLike) -> float | NDArray[np.float64]:
+    """Exact variance 2e^(-1/b)/(1-e^(-1/b))² of the discrete Laplace actually sampled (b rounded up)."""
+    used = np.asarray(laplace_scale_used(scale))
+    decay = np.exp(-1.0 / used)
+    return _like(scale, 2.0 * decay / np.expm1(-1.0 / used) ** 2)
+
+
+def discrete_gaussian_variance(sigma2: ArrayLike) -> float | NDArray[np.float64]:
+    """Exact variance (≤ σ²) of the discrete Gaussian actually sampled (σ² rounded up).
+
+    For σ² ≤ 1 the pmf is summed directly; above, the Poisson-summation dual of the same series,
+    Var = σ² - 8π²σ⁴ Σ_{k≥1} k² e^(-2π²σ²k²) / (1 + 2 Σ_{k≥1} e^(-2π²σ²k²)), which converges in a few terms.
+    Both sums run until their terms underflow.
+    """
+    used = np.asarray(gaussian_sigma2_used(sigma2))
+    return _like(sigma2, np.vectorize(_gaussian_variance, otypes=[np.float64])(used))
+
+
+def discrete_laplace(scale: ArrayLike, size: Size = None, rng: RandomLike = None) -> IntArray:
+    """Integers with P[Z=z] ∝ exp(-|z|/b); ``scale`` b (scalar or array) is broadcast to ``size``.
+
+    Adding this noise to an integer query of L1 sensitivity Δ with b = Δ/ε is ε-DP.
+    """
+    scales = _checked(scale, "discrete Laplace scale", MAX_LAPLACE_SCALE)
+    shape = _output_shape(scales.shape, size)
+    numerator, denominator = (np.broadcast_to(part, shape).ravel() for part in _round_up_dyadic(scales))
+    return _discrete_laplace_rational(numerator, denominator, as_source(rng)).reshape(shape)
+
+
+def discrete_gaussian(sigma2: ArrayLike, size: Size = None, rng: RandomLike = None) -> IntArray:
+    """Integers with P[Z=z] ∝ exp(-z²/(2σ²)); ``sigma2`` (scalar or array) is broadcast to ``size``.
+
+    Adding this noise to an integer query of L2 sensitivity Δ is Δ²/(2σ²)-zCDP.
+    """
+    variances = _checked(sigma2, "discrete Gaussian sigma2", MAX_GAUSSIAN_SIGMA2)
+    shape = _output_shape(variances.shape, size)
+    numerator, denominator = _round_up_dyadic(variances)
+    laplace_scale = _integer_sqrt(numerator // denominator) + 1  # ⌊σ⌋ + 1, exactly
+    p, q, t = (np.broadcast_to(part, shape).ravel() for part in (numerator, denominator, laplace_scale))
+    return _discrete_gaussian_rational(p, q, t, as_source(rng)).reshape(shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact samplers (Canonne, Kamath & Steinke 2020). Arguments are flat arrays, one entry per sample.
+
+
+def _bernoulli(numerator: NDArray, denominator: NDArray, source: RandomSource) -> NDArray[np.bool_]:
+    """Bernoulli(numerator/denominator), elementwise: is a uniform integer below the numerator?"""
+    return np.asarray(source.integers(denominator) < numerator, dtype=bool)
+
+
+def _bernoulli_exp_at_most_one(numerator: NDArray, denominator: NDArray, source: RandomSource) -> NDArray[np.bool_]:
+    """Bernoulli(exp(-γ)) for γ = numerator/denominator ∈ [0, 1] (Algorithm 1, alternating series).
+
+    Draw A_k ~ Bernoulli(γ/k) for k = 1, 2, … until one fails; exp(-γ) is the probability that the
+    first failure has odd k. Each A_k is drawn as Bernoulli(1/k) ∧ Bernoulli(γ), so no product
+    denominator·k is ever formed.
+    """
+    outcome = np.empty(numerator.size, dtype=bool)
+    active = np.arange(numerator.size)
+    k = 1
+    while active.size:
+        success = source.integers(k, size=active.size) == 0
+        candidates = active[success]
+        success[success] = _bernoulli(numerator[candidates], denominator[candidates], source)
+        outcome[active[~success]] = k % 2 == 1
+        active = active[success]
+        k += 1
+    return outcome
+
+
+def _bernoulli_exp_minus_one(count: int, source: RandomSource) -> NDArray[np.bool_]:
+    ones = np.ones(count, dtype=np.int64)
+    return _bernoulli_exp_at_most_one(ones, ones, source)
+
+
+def _bernoulli_exp(numerator: NDArray, denominator: NDArray, source: RandomSource) -> NDArray[np.bool_]:
+    """Bernoulli(exp(-γ)) for any γ = numerator/denominator ≥ 0 (Algorithm 1).
+
+    exp(-γ) = exp(-1)^⌊γ⌋ · exp(-(γ - ⌊γ⌋)): ⌊γ⌋ independent Bernoulli(exp(-1)) trials and one more for the
+    fractional part must all succeed. Trials stop at the first failure, so large γ costs little.
+    """
+    whole, fraction = numerator // denominator, numerator % denominator
+    alive = np.ones(numerator.size, dtype=bool)
+    remaining = whole.copy()
+    active = np.flatnonzero(np.asarray(remaining > 0, dtype=bool))
+    while active.size:
+        success = _bernoulli_exp_minus_one(active.size, source)
+        alive[active[~success]] = False
+        remaining[active] -= 1
+        active = active[success]
+        active = active[np.asarray(remaining[active] > 0, dtype=bool)]
+    survivors = np.flatnonzero(alive)
+    alive[survivors] = _bernoulli_exp_at_most_one(fraction[survivors], denominator[survivors], source)
+    return alive
+
+
+def _successes_of_exp_minus_one(count: int, source: RandomSource) -> IntArray:
+    """Number of Bernoulli(exp(-1)) successes before the first failure: geometric, P[V ≥ v] = e^(-v)."""
+    successes = np.zeros(count, dtype=np.int64)
+    active = np.arange(count)
+    while active.size:
+        active = active[_bernoulli_exp_minus_one(active.size, source)]
+        successes[active] += 1
+    return successes
+
+
+def _discrete_laplace_rational(t: IntArray, s: IntArray, source: RandomSource) -> IntArray:
+    """Discrete Laplace with scale t/s, elementwise (Algorithm 2).
+
+    U ~ Uniform{0..t-1} kept with probability exp(-U/t), plus t·V with V geometric, is geometric with
+    ratio e^(-1/t); ⌊(U + tV)/s⌋ is geometric with ratio e^(-s/t); a random sign, rejecting "-0", gives
+    the two-sided law. With t ≤ 2^41, U + tV leaves int64 only if V ≥ 2^21, an event of probability
+    e^(-2^21).
+    """
+    result = np.empty(t.size, dtype=np.int64)
+    pending = np.arange(t.size)
+    while pending.size:
+        scale_numerators = t[pending]
+        uniform = source.integers(scale_numerators)
+        kept = _bernoulli_exp_at_most_one(uniform, scale_numerators, source)
+        drawn = pending[kept]
+        geometric = uniform[kept] + scale_numerators[kept] * _successes_of_exp_minus_one(drawn.size, source)
+        magnitude = geometric // s[drawn]
+        negative = source.integers(2, size=drawn.size) == 1
+        accepted = ~(negative & (magnitude == 0))
+        result[drawn[accepted]] = np.where(negative, -magnitude, magnitude)[accepted]
+        pending = np.concatenate((pending[~kept], drawn[~accepted]))
+    return result
+
+
+def _discrete_gaussian_rational(p: IntArray, q: IntArray, t: IntArray, source: RandomSource) -> IntArray:
+    """Discrete Gaussian with σ² = p/q, elementwise, from discrete Laplace candidates of scale t = ⌊σ⌋+1.
+
+    Algorithm 3: a candidate Y is accepted with probability exp(-(|Y| - σ²/t)²/(2σ²)), which in
+    integers is exp(-(|Y|·t·q - p)² / (2·p·q·t²)).
+    """
+    result = np.empty(p.size, dtype=np.int64)
+    pending = np.arange(p.size)
+    while pending.size:
+        scale_numerators = t[pending]
+        candidates = _discrete_laplace_rational(scale_numerators, np.ones_like(scale_numerators), source)
+        accepted = _gaussian_acceptance(np.abs(candidates), p[pending], q[pending], scale_numerators, source)
+        result[pending[accepted]] = candidates[accepted]
+        pending = pending[~accepted]
+    return result
+
+
+def _gaussian_acceptance(
+    magnitude: IntArray, p: IntArray, q: IntArray, t: IntArray, source: RandomSource
+) -> NDArray[np.bool_]:
+    # Floats only choose the arithmetic: where |Y|·t·q and p are below 2^31 (so the squared offset is
+    # below 2^62) and 2pqt² is below 2^61 (a margin far beyond float rounding) int64 is exact; the
+    # other entries use Python ints.
+    t_q = t.astype(np.float64) * q
+    in_int64 = (magnitude * t_q < 2.0**31) & (p < 2**31) & (2.0 * p * t_q * t < 2.0**61)
+    accepted = np.empty(magnitude.size, dtype=bool)
+    for rows, dtype in ((np.flatnonzero(in_int64), np.int64), (np.flatnonzero(~in_int64), object)):
+        y, p_rows, q_rows, t_rows = (part[rows].astype(dtype) for part in (magnitude, p, q, t))
+        offset = y * t_rows * q_rows - p_rows
+        accepted[rows] = _bernoulli_exp(offset * offset, 2 * p_rows * q_rows * t_rows * t_rows, source)
+    return accepted
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters, shapes, variances.
+
+
+def _checked(values: ArrayLike, name: str, maximum: float) -> NDArray[np.float64]:
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise NoiseParameterError(f"{name} must be a positive number or array of them, got {values!r}") from error
+    valid = (array > 0) & (array <= maximum)  # False for NaN
+    if not valid.all():
+        bad = array[~valid].flat[0]
+        raise NoiseParameterError(
+            f"{name} must be positive and at most {maximum:g}, got {bad!r}"
+            " (a zero, negative or NaN value usually means ε, ρ or a sensitivity was not set)"
+        )
+    return array
+
+
+def _round_up_dyadic(values: NDArray[np.float64]) -> tuple[IntArray, IntArray]:
+    """Reduced (numerator, denominator) of the smallest m·2^-k ≥ value with m ≤ 2^21, k ≤ 40.
+
+    Exact: frexp, ldexp (scaling by a power of two) and ceil introduce no rounding error.
+    """
+    _, exponent = np.frexp(values)  # value = f·2^exponent with f in [0.5, 1)
+    shift = np.minimum(SIGNIFICANT_BITS - exponent, MAX_DENOMINATOR_EXPONENT)
+    mantissa = np.ceil(np.ldexp(values, shift))
+    numerator = np.ldexp(mantissa, np.maximum(-shift, 0)).astype(np.int64)
+    denominator = np.ldexp(1.0, np.maximum(shift, 0)).astype(np.int64)
+    common = np.gcd(numerator, denominator)
+    return numerator // common, denominator // common
+
+
+def _dyadic_value(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    numerator, denominator = _round_up_dyadic(values)
+    return numerator / denominator  # exact: a 21-bit numerator over a power of two
+
+
+def _integer_sqrt(values: IntArray) -> IntArray:
+    """⌊√n⌋ elementwise for 0 ≤ n < 2^62: a float estimate (off by at most one) corrected in integers."""
+    root = np.floor(np.sqrt(values.astype(np.float64))).astype(np.int64)
+    root -= root * root > values
+    root += (root + 1) * (root + 1) <= values
+    return root
+
+
+def _gaussian_variance(sigma2: float) -> float:
+    if sigma2 <= 1.0:
+        z = np.arange(1.0, math.ceil(40.0 * math.sqrt(sigma2)) + 2.0)
+        weights = np.exp(-z * z / (2.0 * sigma2))
+        return float(2.0 * np.sum(z * z * weights) / (1.0 + 2.0 * np.sum(weights)))
+    rate = 2.0 * math.pi**2 * sigma2
+    k = np.arange(1.0, math.ceil(math.sqrt(800.0 / rate)) + 2.0)
+    weights = np.exp(-rate * k * k)
+    return float(sigma2 - 4.0 * rate * sigma2 * np.sum(k * k * weights) / (1.0 + 2.0 * np.sum(weights)))
+
+
+def _check_bounds(smallest: int) -> None:
+    if smallest < 1:
+        raise NoiseParameterError(f"upper bounds must be at least 1 (the range is [0, upper)), got {smallest}")
+
+
+def _covering_masks(values: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """Smallest 2^j - 1 ≥ value, elementwise."""
+    masks = values.copy()
+    for shift in (1, 2, 4, 8, 16, 32):
+        masks |= masks >> np.uint64(shift)
+    return masks
+
+
+def _narrowest_word(mask: int) -> type[np.unsignedinteger]:
+    return next(word for word in _WORD_TYPES if mask <= np.iinfo(word).max)
+
+
+def _as_shape(size: Size) -> tuple[int, ...]:
+    if size is None:
+        return ()
+    return (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+
+
+def _output_shape(parameter_shape: tuple[int, ...], size: Size) -> tuple[int, ...]:
+    if size is None:
+        return parameter_shape
+    shape = _as_shape(size)
+    try:
+        broadcast = np.broadcast_shapes(parameter_shape, shape)
+    except ValueError as error:
+        raise NoiseParameterError(f"parameter of shape {parameter_shape} cannot be broadcast to size {shape}") from error
+    if broadcast != shape:
+        raise NoiseParameterError(f"parameter of shape {parameter_shape} cannot be broadcast to size {shape}")
+    return shape
+
+
+def _like(template: ArrayLike, values: NDArray[np.float64]) -> float | NDArray[np.float64]:
+    """A float for a scalar template, else the array."""
+    return float(values) if np.ndim(template) == 0 else values
