@@ -607,7 +607,8 @@ class GaussianThresholding(_ThresholdingSelection):
 
     @cached_property
     def noise_delta_fraction(self) -> float:
-        """Fraction of δ spent by the Gaussian noise (the rest bounds the release of new keys)."""
+        """Fraction of δ spent by the Gaussian noise (for k > 1 the rest bounds the release of new
+        keys; for k = 1 both parts may use all of δ)."""
         if self.max_groups == 1:
             return 1.0
 
@@ -621,6 +622,16 @@ class GaussianThresholding(_ThresholdingSelection):
             options={"xatol": 1e-3},
         )
         return float(refined.x)
+
+    @property
+    def noise_delta(self) -> float:
+        """δ spent by the Gaussian noise on keys present in both neighbours."""
+        return self.noise_delta_fraction * self.delta
+
+    @property
+    def new_key_delta(self) -> float:
+        """Bound on the probability that any of a unit's new keys (count 1) is released."""
+        return self.delta if self.max_groups == 1 else (1 - self.noise_delta_fraction) * self.delta
 
     def _rule_for(self, fraction: float) -> _Threshold:
         if self.max_groups == 1:
