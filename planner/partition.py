@@ -407,11 +407,11 @@ class _DiscreteGaussian(_SymmetricIntegerNoise):
     def sum_survival(self, terms: int) -> tuple[int, np.ndarray]:
         """``(low, tail)`` with ``tail[i] = P[Z₁ + … + Z_terms >= low + i]`` for i.i.d. copies."""
         pmf, _ = self._table
-        total = np.array([1.0])
+        total: np.ndarray | None = None
         power, remaining = pmf, terms
         while remaining:  # convolution power by repeated squaring
             if remaining & 1:
-                total = np.clip(signal.fftconvolve(total, power), 0, None) if total.size > 1 else power
+                total = power if total is None else np.clip(signal.fftconvolve(total, power), 0, None)
             remaining >>= 1
             if remaining:
                 power = np.clip(signal.fftconvolve(power, power), 0, None)

@@ -187,6 +187,45 @@ def test_gaussian_sigma_matches_the_analytic_gaussian() -> None:
     assert gaussian.noise_scale == pytest.approx(3.73, rel=0.01)
 
 
+def release_distribution(primitive: PartitionSelection, n: int) -> np.ndarray:
+    """Exact law of one partition's output under a thresholding primitive: index 0 is "absent",
+    index 1 + i is "released with noisy count low + i" (the noisy count is part of the release)."""
+    noise = primitive._rule.noise
+    low = -noise.support_bound - 2
+    values = np.arange(low, primitive._search_limit() + noise.support_bound + 3)
+    kept_weight = np.where(values >= primitive.threshold, 1.0, 0.0)
+    kept_weight[values == primitive.threshold - 1] = primitive.tie_probability
+    released = noise.pmf(values - n) * kept_weight if n > 0 else np.zeros(values.size)
+    return np.concatenate([[1 - released.sum()], released])
+
+
+@pytest.mark.parametrize(
+    "primitive",
+    [laplace_threshold(1.0, 1e-3), gaussian_threshold(1.0, 1e-3), laplace_threshold(1.0, 1e-3, 2), gaussian_threshold(1.0, 1e-3, 2)],
+    ids=lambda p: f"{p.name}-{p.max_groups}",
+)
+def test_thresholding_releases_with_noisy_counts_are_dp_exactly(primitive: PartitionSelection) -> None:
+    """Hockey-stick divergence between the exact output laws (keys present and their noisy counts)
+    of neighbouring datasets, both directions, for every way one unit can change k = 1 or 2 keys."""
+    epsilon, delta, k = primitive.epsilon, primitive.delta, primitive.max_groups
+    for n in (1, 2, primitive.threshold - 1, primitive.threshold + 3):
+        before_after = [(release_distribution(primitive, n), release_distribution(primitive, n + 1)),
+                        (release_distribution(primitive, 0), release_distribution(primitive, 1))]
+        if k == 1:
+            cases = before_after
+        else:  # the unit touches two keys: both existing, one new, or both new
+            (old, old_plus), (empty, new) = before_after
+            cases = [(np.outer(old, old), np.outer(old_plus, old_plus)), (np.outer(old, empty), np.outer(old_plus, new)),
+                     (np.outer(empty, empty), np.outer(new, new))]
+        for without_unit, with_unit in cases:
+            assert hockey_stick(with_unit, without_unit, epsilon) <= delta * (1 + 1e-9)
+            assert hockey_stick(without_unit, with_unit, epsilon) <= delta * (1 + 1e-9)
+    # the bound is used, not wasted: the new-key case spends (close to) the whole δ for k = 1
+    if k == 1:
+        empty, new = release_distribution(primitive, 0), release_distribution(primitive, 1)
+        assert hockey_stick(new, empty, epsilon) == pytest.approx(delta, rel=1e-9)
+
+
 # ---------------------------------------------------------------- sampling
 
 
