@@ -67,8 +67,9 @@ def main() -> None:
     for k in (1, 2, 3, 5, 10, 20):
         chosen = choose(1.0, 1e-5, k)
         for make in PRIMITIVES:
-            result = row(make(1.0, 1e-5, k), counts, None, rng)
-            result["primitive"] += " (chosen)" if make(1.0, 1e-5, k).name == chosen.name else ""
+            primitive = make(1.0, 1e-5, k)
+            result = row(primitive, counts, None, rng)
+            result["primitive"] += " (chosen)" if primitive.name == chosen.name else ""
             rows.append(result)
 
     header = f"{'eps':>5} {'delta':>7} {'k':>3}  {'primitive':<32} {'midpoint':>9} {'ref':>6} {'always':>7} {'E[kept]':>8} {'kept':>8} {'rows kept':>9}"

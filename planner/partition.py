@@ -28,7 +28,6 @@ with the lowest midpoint.
 from __future__ import annotations
 
 import math
-import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +37,16 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize, signal
+
+from planner.noise import (
+    RandomLike,
+    RandomSource,
+    as_source,
+    discrete_gaussian,
+    discrete_laplace,
+    gaussian_sigma2_used,
+    laplace_scale_used,
+)
 
 # Probabilities below this are treated as zero when truncating a noise distribution's support.
 _NEGLIGIBLE_MASS = 1e-60
@@ -81,11 +90,6 @@ def _counts_array(n: ArrayLike) -> np.ndarray:
     return counts
 
 
-def _default_rng(rng: np.random.Generator | None) -> np.random.Generator:
-    """The caller's generator (tests), or a fresh one seeded with 128 bits of OS entropy."""
-    return rng if rng is not None else np.random.default_rng(secrets.randbits(128))
-
-
 def _real_n_reaching(probability_of_keep: Callable[[np.ndarray], np.ndarray], target: float, limit: int) -> float:
     """Real-valued ``n`` where a non-decreasing ``π`` first reaches ``target``, by linear
     interpolation between consecutive integers; ``limit`` must satisfy ``π(limit) >= target``."""
@@ -121,9 +125,11 @@ class PartitionSelection(ABC):
         distinct units of a partition can stop there."""
 
     @abstractmethod
-    def keep(self, counts: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    def keep(self, counts: np.ndarray, rng: RandomLike = None) -> tuple[np.ndarray, np.ndarray | None]:
         """Sample the release decision for every partition: ``(mask, noisy_counts)``;
-        ``noisy_counts`` is ``None`` unless the primitive produces a releasable noisy count."""
+        ``noisy_counts`` is ``None`` unless the primitive produces a releasable noisy count.
+        ``rng`` (a numpy Generator, seed or :class:`planner.noise.RandomSource`) is for tests; by
+        default randomness comes from the OS CSPRNG (:func:`planner.noise.secure_rng`)."""
 
     @property
     @abstractmethod
@@ -277,9 +283,9 @@ class OptimalSelection(PartitionSelection):
     def _search_limit(self) -> int:
         return int(self.always_kept())
 
-    def keep(self, counts: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, None]:
+    def keep(self, counts: np.ndarray, rng: RandomLike = None) -> tuple[np.ndarray, None]:
         probability = np.asarray(self.probability_of_keep(counts))
-        return _default_rng(rng).random(probability.shape) < probability, None
+        return as_source(rng).uniform(probability.shape) < probability, None
 
     def _parameters(self) -> str:
         return f"per partition epsilon={self.partition_epsilon:g}, delta={self.partition_delta:g}"
@@ -316,19 +322,14 @@ class _SymmetricIntegerNoise(ABC):
         """``P[Z >= z]``."""
 
     @abstractmethod
-    def sample(self, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-        """Independent integer draws."""
-
-
-def _sample_discrete_laplace(scale: float, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """``P[Z = z] ∝ exp(−|z|/scale)``: the difference of two i.i.d. geometric variables."""
-    success = -math.expm1(-1 / scale)
-    return rng.geometric(success, size).astype(np.int64) - rng.geometric(success, size).astype(np.int64)
+    def sample(self, size: int | tuple[int, ...], source: RandomSource) -> np.ndarray:
+        """Independent exact integer draws (:mod:`planner.noise`)."""
 
 
 @dataclass(frozen=True)
 class _DiscreteLaplace(_SymmetricIntegerNoise):
-    """``P[Z = z] = (1 − t)/(1 + t) t^{|z|}`` with ``t = e^{−1/b}``."""
+    """``P[Z = z] = (1 − t)/(1 + t) t^{|z|}`` with ``t = e^{−1/b}``; ``b`` must be a scale the exact
+    sampler uses as is (see :func:`planner.noise.laplace_scale_used`)."""
 
     laplace_scale: float
 
@@ -354,15 +355,20 @@ class _DiscreteLaplace(_SymmetricIntegerNoise):
         lower_tail = t ** np.maximum(1 - values, 1) / (1 + t)  # P[Z <= z − 1] for z <= 0
         return np.where(values >= 1, upper_tail, 1 - lower_tail)
 
-    def sample(self, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-        return _sample_discrete_laplace(self.laplace_scale, size, rng)
+    def sample(self, size: int | tuple[int, ...], source: RandomSource) -> np.ndarray:
+        return discrete_laplace(self.laplace_scale, size, rng=source)
 
 
 @dataclass(frozen=True)
 class _DiscreteGaussian(_SymmetricIntegerNoise):
-    """``P[Z = z] ∝ exp(−z²/(2σ²))`` (Canonne, Kamath, Steinke 2020), tabulated on its support."""
+    """``P[Z = z] ∝ exp(−z²/(2σ²))`` (Canonne, Kamath, Steinke 2020), tabulated on its support;
+    ``σ²`` must be a value the exact sampler uses as is (see :func:`planner.noise.gaussian_sigma2_used`)."""
 
-    sigma: float
+    sigma2: float
+
+    @property
+    def sigma(self) -> float:
+        return math.sqrt(self.sigma2)
 
     @property
     def scale(self) -> float:
@@ -376,7 +382,7 @@ class _DiscreteGaussian(_SymmetricIntegerNoise):
     def _table(self) -> tuple[np.ndarray, np.ndarray]:
         """pmf and ``P[Z >= z]`` on ``−support_bound … support_bound``."""
         values = np.arange(-self.support_bound, self.support_bound + 1)
-        weights = np.exp(-(values.astype(float) ** 2) / (2 * self.sigma**2))
+        weights = np.exp(-(values.astype(float) ** 2) / (2 * self.sigma2))
         pmf = weights / weights.sum()
         return pmf, np.cumsum(pmf[::-1])[::-1]
 
@@ -391,18 +397,8 @@ class _DiscreteGaussian(_SymmetricIntegerNoise):
         index = np.asarray(values) + self.support_bound
         return np.where(index < 0, 1.0, np.where(index >= survival.size, 0.0, survival[np.clip(index, 0, survival.size - 1)]))
 
-    def sample(self, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-        """Rejection from a discrete Laplace of scale ``⌊σ⌋ + 1`` (CKS 2020, Algorithm 3)."""
-        proposal_scale = math.floor(self.sigma) + 1
-        result = np.empty(size, dtype=np.int64).reshape(-1)
-        pending = np.arange(result.size)
-        while pending.size:
-            proposal = _sample_discrete_laplace(proposal_scale, pending.size, rng)
-            exponent = (np.abs(proposal) - self.sigma**2 / proposal_scale) ** 2 / (2 * self.sigma**2)
-            accepted = rng.random(pending.size) < np.exp(-exponent)
-            result[pending[accepted]] = proposal[accepted]
-            pending = pending[~accepted]
-        return result.reshape(size)
+    def sample(self, size: int | tuple[int, ...], source: RandomSource) -> np.ndarray:
+        return discrete_gaussian(self.sigma2, size, rng=source)
 
     def sum_survival(self, terms: int) -> tuple[int, np.ndarray]:
         """``(low, tail)`` with ``tail[i] = P[Z₁ + … + Z_terms >= low + i]`` for i.i.d. copies."""
@@ -431,7 +427,7 @@ class _DiscreteGaussian(_SymmetricIntegerNoise):
             index = math.floor(x) + 1 - low
             return 1.0 if index <= 0 else (0.0 if index >= tail.size else float(tail[index]))
 
-        boundary = epsilon * self.sigma**2
+        boundary = epsilon * self.sigma2
         half_shift = shifted_coordinates / 2
         return max(0.0, strictly_above(boundary - half_shift) - math.exp(epsilon) * strictly_above(boundary + half_shift))
 
@@ -465,10 +461,10 @@ class _Threshold:
         probability = self.noise.survival(distance) + self.tie_probability * self.noise.pmf(distance - 1)
         return np.where(counts > 0, np.minimum(probability, 1.0), 0.0)
 
-    def keep(self, counts: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def keep(self, counts: np.ndarray, source: RandomSource) -> tuple[np.ndarray, np.ndarray]:
         counts = np.asarray(counts, dtype=np.int64)
-        noisy = counts + self.noise.sample(counts.shape, rng)
-        tie_kept = (noisy == self.threshold - 1) & (rng.random(counts.shape) < self.tie_probability)
+        noisy = counts + self.noise.sample(counts.shape, source)
+        tie_kept = (noisy == self.threshold - 1) & (source.uniform(counts.shape) < self.tie_probability)
         return (counts > 0) & ((noisy >= self.threshold) | tie_kept), noisy
 
     def midpoint(self) -> float:
@@ -508,8 +504,8 @@ class _ThresholdingSelection(PartitionSelection):
     def _search_limit(self) -> int:
         return self._rule.threshold + self._rule.noise.support_bound + 1
 
-    def keep(self, counts: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
-        return self._rule.keep(counts, _default_rng(rng))
+    def keep(self, counts: np.ndarray, rng: RandomLike = None) -> tuple[np.ndarray, np.ndarray]:
+        return self._rule.keep(counts, as_source(rng))
 
 
 def _require_thresholding_possible(name: str, epsilon: float, delta: float, max_groups: int) -> None:
@@ -540,7 +536,7 @@ class LaplaceThresholding(_ThresholdingSelection):
 
     @cached_property
     def _rule(self) -> _Threshold:
-        noise = _DiscreteLaplace(self.max_groups / self.epsilon)
+        noise = _DiscreteLaplace(float(laplace_scale_used(self.max_groups / self.epsilon)))
         return _Threshold.with_tail(noise, _union_tail(self.delta, self.max_groups))
 
     def _parameters(self) -> str:
@@ -557,7 +553,7 @@ def _smallest_sigma(epsilon: float, delta_noise: float, coordinates: int) -> flo
     sensitivity ``√coordinates`` (unit shifts), by bisection on the exact δ(ε)."""
 
     def private_enough(sigma: float) -> bool:
-        return _DiscreteGaussian(sigma).privacy_delta(epsilon, coordinates) <= delta_noise
+        return _DiscreteGaussian(sigma**2).privacy_delta(epsilon, coordinates) <= delta_noise
 
     high = math.sqrt(coordinates * 2 * math.log(1.25 / delta_noise)) / epsilon  # classic bound as a start
     while not private_enough(high):
@@ -575,7 +571,8 @@ def _smallest_sigma(epsilon: float, delta_noise: float, coordinates: int) -> flo
 
 
 def _gaussian_rule(epsilon: float, delta_noise: float, delta_tail: float, max_groups: int) -> _Threshold:
-    noise = _DiscreteGaussian(_smallest_sigma(epsilon, delta_noise, max_groups))
+    # rounding σ² up to what the exact sampler uses only lowers δ_noise; the tail is computed for it
+    noise = _DiscreteGaussian(float(gaussian_sigma2_used(_smallest_sigma(epsilon, delta_noise, max_groups) ** 2)))
     return _Threshold.with_tail(noise, _union_tail(delta_tail, max_groups))
 
 
