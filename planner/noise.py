@@ -84,28 +84,30 @@ class RandomSource:
         up to 2^63 - 1 give int64; an object array of Python ints may hold any bound and gives Python ints.
         """
         bounds = np.asarray(upper)
-        if size is not None:
-            bounds = np.broadcast_to(bounds, size)
+        shape = _output_shape(bounds.shape, size)
         if bounds.dtype == object:
-            flat = [int(bound) for bound in bounds.ravel()]
+            flat = [int(bound) for bound in np.broadcast_to(bounds, shape).ravel()]
             _check_bounds(min(flat, default=1))
-            return np.array([self._below(bound) for bound in flat], dtype=object).reshape(bounds.shape)
+            return np.array([self._below(bound) for bound in flat], dtype=object).reshape(shape)
         if not np.issubdtype(bounds.dtype, np.integer):
             raise NoiseParameterError(f"upper bounds must be integers, got dtype {bounds.dtype}")
         if bounds.size:
             _check_bounds(int(bounds.min()))
-        flat_bounds = bounds.astype(np.uint64).ravel()
-        masks = _covering_masks(flat_bounds - np.uint64(1))
-        result = np.zeros(flat_bounds.size, dtype=np.uint64)
-        pending = np.flatnonzero(flat_bounds > 1)
+        shared = bounds.ndim == 0  # one bound for every entry: no per-entry masks needed
+        bounds = bounds.astype(np.uint64) if shared else np.broadcast_to(bounds, shape).astype(np.uint64).ravel()
+        masks = _covering_masks(bounds)
+        result = np.zeros(math.prod(shape), dtype=np.uint64)
+        pending = np.arange(result.size) if shared else np.flatnonzero(bounds > 1)
+        if shared and bounds == 1:
+            pending = pending[:0]
         while pending.size:
-            pending_masks = masks[pending]
+            pending_masks = _take(masks, pending)
             candidates = self._words(pending.size, _narrowest_word(int(pending_masks.max())))
             candidates = candidates.astype(np.uint64) & pending_masks
-            accepted = candidates < flat_bounds[pending]
+            accepted = candidates < _take(bounds, pending)
             result[pending[accepted]] = candidates[accepted]
             pending = pending[~accepted]
-        return result.astype(np.int64).reshape(bounds.shape)
+        return result.astype(np.int64).reshape(shape)
 
     def uniform(self, size: Size = None) -> NDArray[np.float64]:
         """Uniform floats on [0, 1) with 53 random bits each (for coin flips and shuffles, not noise)."""
@@ -187,8 +189,8 @@ def discrete_laplace(scale: ArrayLike, size: Size = None, rng: RandomLike = None
     """
     scales = _checked(scale, "discrete Laplace scale", MAX_LAPLACE_SCALE)
     shape = _output_shape(scales.shape, size)
-    numerator, denominator = (np.broadcast_to(part, shape).ravel() for part in _round_up_dyadic(scales))
-    return _discrete_laplace_rational(numerator, denominator, as_source(rng)).reshape(shape)
+    numerator, denominator = (_per_entry(part, shape) for part in _round_up_dyadic(scales))
+    return _discrete_laplace_rational(numerator, denominator, math.prod(shape), as_source(rng)).reshape(shape)
 
 
 def discrete_gaussian(sigma2: ArrayLike, size: Size = None, rng: RandomLike = None) -> IntArray:
@@ -200,62 +202,65 @@ def discrete_gaussian(sigma2: ArrayLike, size: Size = None, rng: RandomLike = No
     shape = _output_shape(variances.shape, size)
     numerator, denominator = _round_up_dyadic(variances)
     laplace_scale = _integer_sqrt(numerator // denominator) + 1  # ⌊σ⌋ + 1, exactly
-    p, q, t = (np.broadcast_to(part, shape).ravel() for part in (numerator, denominator, laplace_scale))
-    return _discrete_gaussian_rational(p, q, t, as_source(rng)).reshape(shape)
+    p, q, t = (_per_entry(part, shape) for part in (numerator, denominator, laplace_scale))
+    return _discrete_gaussian_rational(p, q, t, math.prod(shape), as_source(rng)).reshape(shape)
 
 
 # ---------------------------------------------------------------------------------------------
 # Exact samplers (Canonne, Kamath & Steinke 2020). Arguments are flat arrays, one entry per sample.
 
 
-def _bernoulli(numerator: NDArray, denominator: NDArray, source: RandomSource) -> NDArray[np.bool_]:
+def _bernoulli(numerator: NDArray, denominator: NDArray, count: int, source: RandomSource) -> NDArray[np.bool_]:
     """Bernoulli(numerator/denominator), elementwise: is a uniform integer below the numerator?"""
-    return np.asarray(source.integers(denominator) < numerator, dtype=bool)
+    return np.asarray(source.integers(denominator, size=count) < numerator, dtype=bool)
 
 
-def _bernoulli_exp_at_most_one(numerator: NDArray, denominator: NDArray, source: RandomSource) -> NDArray[np.bool_]:
+def _bernoulli_exp_at_most_one(
+    numerator: NDArray, denominator: NDArray, count: int, source: RandomSource
+) -> NDArray[np.bool_]:
     """Bernoulli(exp(-γ)) for γ = numerator/denominator ∈ [0, 1] (Algorithm 1, alternating series).
 
     Draw A_k ~ Bernoulli(γ/k) for k = 1, 2, … until one fails; exp(-γ) is the probability that the
     first failure has odd k. Each A_k is drawn as Bernoulli(1/k) ∧ Bernoulli(γ), so no product
     denominator·k is ever formed.
     """
-    outcome = np.empty(numerator.size, dtype=bool)
-    active = np.arange(numerator.size)
+    outcome = np.empty(count, dtype=bool)
+    active = np.arange(count)
     k = 1
     while active.size:
         success = source.integers(k, size=active.size) == 0
         candidates = active[success]
-        success[success] = _bernoulli(numerator[candidates], denominator[candidates], source)
+        success[success] = _bernoulli(
+            _take(numerator, candidates), _take(denominator, candidates), candidates.size, source
+        )
         outcome[active[~success]] = k % 2 == 1
         active = active[success]
         k += 1
     return outcome
 
 
-def _bernoulli_exp_minus_one(count: int, source: RandomSource) -> NDArray[np.bool_]:
-    ones = np.ones(count, dtype=np.int64)
-    return _bernoulli_exp_at_most_one(ones, ones, source)
+_ONE = np.asarray(1, dtype=np.int64)
 
 
 def _bernoulli_exp(numerator: NDArray, denominator: NDArray, source: RandomSource) -> NDArray[np.bool_]:
-    """Bernoulli(exp(-γ)) for any γ = numerator/denominator ≥ 0 (Algorithm 1).
+    """Bernoulli(exp(-γ)) for any γ = numerator/denominator ≥ 0 (flat arrays; Algorithm 1).
 
     exp(-γ) = exp(-1)^⌊γ⌋ · exp(-(γ - ⌊γ⌋)): ⌊γ⌋ independent Bernoulli(exp(-1)) trials and one more for the
     fractional part must all succeed. Trials stop at the first failure, so large γ costs little.
     """
-    whole, fraction = numerator // denominator, numerator % denominator
+    remaining, fraction = numerator // denominator, numerator % denominator
     alive = np.ones(numerator.size, dtype=bool)
-    remaining = whole.copy()
     active = np.flatnonzero(np.asarray(remaining > 0, dtype=bool))
     while active.size:
-        success = _bernoulli_exp_minus_one(active.size, source)
+        success = _bernoulli_exp_at_most_one(_ONE, _ONE, active.size, source)
         alive[active[~success]] = False
         remaining[active] -= 1
         active = active[success]
         active = active[np.asarray(remaining[active] > 0, dtype=bool)]
     survivors = np.flatnonzero(alive)
-    alive[survivors] = _bernoulli_exp_at_most_one(fraction[survivors], denominator[survivors], source)
+    alive[survivors] = _bernoulli_exp_at_most_one(
+        fraction[survivors], denominator[survivors], survivors.size, source
+    )
     return alive
 
 
@@ -264,28 +269,28 @@ def _successes_of_exp_minus_one(count: int, source: RandomSource) -> IntArray:
     successes = np.zeros(count, dtype=np.int64)
     active = np.arange(count)
     while active.size:
-        active = active[_bernoulli_exp_minus_one(active.size, source)]
+        active = active[_bernoulli_exp_at_most_one(_ONE, _ONE, active.size, source)]
         successes[active] += 1
     return successes
 
 
-def _discrete_laplace_rational(t: IntArray, s: IntArray, source: RandomSource) -> IntArray:
-    """Discrete Laplace with scale t/s, elementwise (Algorithm 2).
+def _discrete_laplace_rational(t: IntArray, s: IntArray, count: int, source: RandomSource) -> IntArray:
+    """``count`` discrete Laplace samples with scale t/s (Algorithm 2); t, s are 0-d or per sample.
 
     U ~ Uniform{0..t-1} kept with probability exp(-U/t), plus t·V with V geometric, is geometric with
     ratio e^(-1/t); ⌊(U + tV)/s⌋ is geometric with ratio e^(-s/t); a random sign, rejecting "-0", gives
     the two-sided law. With t ≤ 2^41, U + tV leaves int64 only if V ≥ 2^21, an event of probability
     e^(-2^21).
     """
-    result = np.empty(t.size, dtype=np.int64)
-    pending = np.arange(t.size)
+    result = np.empty(count, dtype=np.int64)
+    pending = np.arange(count)
     while pending.size:
-        scale_numerators = t[pending]
-        uniform = source.integers(scale_numerators)
-        kept = _bernoulli_exp_at_most_one(uniform, scale_numerators, source)
+        scale_numerators = _take(t, pending)
+        uniform = source.integers(scale_numerators, size=pending.size)
+        kept = _bernoulli_exp_at_most_one(uniform, scale_numerators, pending.size, source)
         drawn = pending[kept]
-        geometric = uniform[kept] + scale_numerators[kept] * _successes_of_exp_minus_one(drawn.size, source)
-        magnitude = geometric // s[drawn]
+        successes = _successes_of_exp_minus_one(drawn.size, source)
+        magnitude = (uniform[kept] + _take(scale_numerators, kept) * successes) // _take(s, drawn)
         negative = source.integers(2, size=drawn.size) == 1
         accepted = ~(negative & (magnitude == 0))
         result[drawn[accepted]] = np.where(negative, -magnitude, magnitude)[accepted]
@@ -293,18 +298,20 @@ def _discrete_laplace_rational(t: IntArray, s: IntArray, source: RandomSource) -
     return result
 
 
-def _discrete_gaussian_rational(p: IntArray, q: IntArray, t: IntArray, source: RandomSource) -> IntArray:
-    """Discrete Gaussian with σ² = p/q, elementwise, from discrete Laplace candidates of scale t = ⌊σ⌋+1.
+def _discrete_gaussian_rational(p: IntArray, q: IntArray, t: IntArray, count: int, source: RandomSource) -> IntArray:
+    """``count`` discrete Gaussian samples with σ² = p/q from discrete Laplace candidates of scale t = ⌊σ⌋+1.
 
     Algorithm 3: a candidate Y is accepted with probability exp(-(|Y| - σ²/t)²/(2σ²)), which in
-    integers is exp(-(|Y|·t·q - p)² / (2·p·q·t²)).
+    integers is exp(-(|Y|·t·q - p)² / (2·p·q·t²)). p, q, t are 0-d or per sample.
     """
-    result = np.empty(p.size, dtype=np.int64)
-    pending = np.arange(p.size)
+    result = np.empty(count, dtype=np.int64)
+    pending = np.arange(count)
     while pending.size:
-        scale_numerators = t[pending]
-        candidates = _discrete_laplace_rational(scale_numerators, np.ones_like(scale_numerators), source)
-        accepted = _gaussian_acceptance(np.abs(candidates), p[pending], q[pending], scale_numerators, source)
+        scale_numerators = _take(t, pending)
+        candidates = _discrete_laplace_rational(scale_numerators, _ONE, pending.size, source)
+        accepted = _gaussian_acceptance(
+            np.abs(candidates), _take(p, pending), _take(q, pending), scale_numerators, source
+        )
         result[pending[accepted]] = candidates[accepted]
         pending = pending[~accepted]
     return result
@@ -320,9 +327,10 @@ def _gaussian_acceptance(
     in_int64 = (magnitude * t_q < 2.0**31) & (p < 2**31) & (2.0 * p * t_q * t < 2.0**61)
     accepted = np.empty(magnitude.size, dtype=bool)
     for rows, dtype in ((np.flatnonzero(in_int64), np.int64), (np.flatnonzero(~in_int64), object)):
-        y, p_rows, q_rows, t_rows = (part[rows].astype(dtype) for part in (magnitude, p, q, t))
+        y, p_rows, q_rows, t_rows = (_take(part, rows).astype(dtype) for part in (magnitude, p, q, t))
         offset = y * t_rows * q_rows - p_rows
-        accepted[rows] = _bernoulli_exp(offset * offset, 2 * p_rows * q_rows * t_rows * t_rows, source)
+        squared = offset * offset
+        accepted[rows] = _bernoulli_exp(squared, np.broadcast_to(2 * p_rows * q_rows * t_rows * t_rows, squared.shape), source)
     return accepted
 
 
@@ -388,12 +396,26 @@ def _check_bounds(smallest: int) -> None:
         raise NoiseParameterError(f"upper bounds must be at least 1 (the range is [0, upper)), got {smallest}")
 
 
-def _covering_masks(values: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    """Smallest 2^j - 1 ≥ value, elementwise."""
-    masks = values.copy()
-    for shift in (1, 2, 4, 8, 16, 32):
-        masks |= masks >> np.uint64(shift)
-    return masks
+def _covering_masks(bounds: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """A mask 2^j - 1 ≥ bound - 1, elementwise, with 2^j < 2·bound except as noted.
+
+    j is the binary exponent of float(bound - 1). Rounding to float never crosses a power of two
+    downwards, so the mask always covers bound - 1; within 2^-53 below a power of two it may be one bit
+    wider than needed, which only costs a few more rejections.
+    """
+    _, exponent = np.frexp((bounds - np.uint64(1)).astype(np.float64))
+    return (np.uint64(1) << np.minimum(exponent, 63).astype(np.uint64)) - np.uint64(1)
+
+
+def _take(parameter: NDArray, rows: NDArray) -> NDArray:
+    """The parameter of the given samples: a shared (0-d) parameter serves them all."""
+    return parameter if parameter.ndim == 0 else parameter[rows]
+
+
+def _per_entry(parameter: ArrayLike, shape: tuple[int, ...]) -> NDArray:
+    """A shared parameter stays 0-d; an array parameter gets one flat entry per sample."""
+    parameter = np.asarray(parameter)
+    return parameter if parameter.ndim == 0 else np.broadcast_to(parameter, shape).ravel()
 
 
 def _narrowest_word(mask: int) -> type[np.unsignedinteger]:
