@@ -276,8 +276,12 @@ class OptimalSelection(PartitionSelection):
         if self.delta == 0:
             return math.inf
         if self.epsilon == 0:
-            steps = math.ceil(1 / self.partition_delta)
-            return steps - 1 if (steps - 1) * self.partition_delta >= 1 else steps
+            steps = math.ceil(1 / self.partition_delta)  # then corrected for rounding of 1/δ
+            while steps > 1 and (steps - 1) * self.partition_delta >= 1:
+                steps -= 1
+            while steps * self.partition_delta < 1:
+                steps += 1
+            return steps
         return self._phases.always_kept
 
     def _search_limit(self) -> int:
@@ -359,6 +363,24 @@ class _DiscreteLaplace(_SymmetricIntegerNoise):
         return discrete_laplace(self.laplace_scale, size, rng=source)
 
 
+# Above this many multiply-adds a convolution runs by FFT, whose absolute error (~1e-16 of the
+# peak) limits the accuracy of tail probabilities; below it the direct sum keeps relative accuracy.
+_DIRECT_CONVOLUTION_WORK = 2 * 10**8
+
+
+def _convolve_trimmed(first: tuple[int, np.ndarray], second: tuple[int, np.ndarray]) -> tuple[int, np.ndarray]:
+    """Law of the sum of two independent integer variables given as ``(lowest value, pmf)``, with
+    outer tails of mass below 1e-60 cut off (the sum concentrates on far fewer values than its range)."""
+    (first_low, first_pmf), (second_low, second_pmf) = first, second
+    if first_pmf.size * second_pmf.size <= _DIRECT_CONVOLUTION_WORK:
+        pmf = np.convolve(first_pmf, second_pmf)
+    else:
+        pmf = np.clip(signal.fftconvolve(first_pmf, second_pmf), 0, None)
+    start = int(np.searchsorted(np.cumsum(pmf), _NEGLIGIBLE_MASS, side="right"))
+    stop = pmf.size - int(np.searchsorted(np.cumsum(pmf[::-1]), _NEGLIGIBLE_MASS, side="right"))
+    return first_low + second_low + start, pmf[start:stop] / pmf[start:stop].sum()
+
+
 @dataclass(frozen=True)
 class _DiscreteGaussian(_SymmetricIntegerNoise):
     """``P[Z = z] ∝ exp(−z²/(2σ²))`` (Canonne, Kamath, Steinke 2020), tabulated on its support;
@@ -403,16 +425,17 @@ class _DiscreteGaussian(_SymmetricIntegerNoise):
     def sum_survival(self, terms: int) -> tuple[int, np.ndarray]:
         """``(low, tail)`` with ``tail[i] = P[Z₁ + … + Z_terms >= low + i]`` for i.i.d. copies."""
         pmf, _ = self._table
-        total: np.ndarray | None = None
-        power, remaining = pmf, terms
+        power: tuple[int, np.ndarray] = (-self.support_bound, pmf)
+        total: tuple[int, np.ndarray] | None = None
+        remaining = terms
         while remaining:  # convolution power by repeated squaring
             if remaining & 1:
-                total = power if total is None else np.clip(signal.fftconvolve(total, power), 0, None)
+                total = power if total is None else _convolve_trimmed(total, power)
             remaining >>= 1
             if remaining:
-                power = np.clip(signal.fftconvolve(power, power), 0, None)
-        total = total / total.sum()
-        return -terms * self.support_bound, np.cumsum(total[::-1])[::-1]
+                power = _convolve_trimmed(power, power)
+        low, distribution = total
+        return low, np.cumsum(distribution[::-1])[::-1]
 
     def privacy_delta(self, epsilon: float, shifted_coordinates: int) -> float:
         """Exact δ(ε) of adding i.i.d. discrete Gaussians to an integer vector whose neighbour
@@ -549,25 +572,23 @@ def laplace_threshold(epsilon: float, delta: float, max_groups: int = 1) -> Lapl
 
 
 def _smallest_sigma(epsilon: float, delta_noise: float, coordinates: int) -> float:
-    """Smallest σ (relative precision 1e-12) whose discrete Gaussian is (ε, delta_noise)-DP at L2
-    sensitivity ``√coordinates`` (unit shifts), by bisection on the exact δ(ε)."""
+    """Smallest σ (relative precision 1e-10) whose discrete Gaussian is (ε, delta_noise)-DP at L2
+    sensitivity ``√coordinates`` (unit shifts): Brent's method on ``log δ(σ)``, δ(σ) exact."""
 
-    def private_enough(sigma: float) -> bool:
-        return _DiscreteGaussian(sigma**2).privacy_delta(epsilon, coordinates) <= delta_noise
+    def log_excess(sigma: float) -> float:
+        achieved = _DiscreteGaussian(sigma**2).privacy_delta(epsilon, coordinates)
+        return math.log(max(achieved, 1e-300)) - math.log(delta_noise)
 
     high = math.sqrt(coordinates * 2 * math.log(1.25 / delta_noise)) / epsilon  # classic bound as a start
-    while not private_enough(high):
+    while log_excess(high) > 0:
         high *= 2
     low = high / 2
-    while private_enough(low):
+    while log_excess(low) <= 0:
         high, low = low, low / 2
-    while (high - low) > 1e-12 * high:
-        middle = (low + high) / 2
-        if private_enough(middle):
-            high = middle
-        else:
-            low = middle
-    return high
+    sigma = optimize.brentq(log_excess, low, high, xtol=1e-12, rtol=1e-10)
+    while log_excess(sigma) > 0:  # the root may sit a rounding error on the wrong side
+        sigma *= 1 + 1e-10
+    return sigma
 
 
 def _gaussian_rule(epsilon: float, delta_noise: float, delta_tail: float, max_groups: int) -> _Threshold:
@@ -612,11 +633,11 @@ class GaussianThresholding(_ThresholdingSelection):
         def midpoint_for(fraction: float) -> float:
             return self._rule_for(fraction).midpoint()
 
-        grid = np.linspace(0.05, 0.95, 19)
+        grid = np.linspace(0.1, 0.9, 9)
         best = grid[int(np.argmin([midpoint_for(f) for f in grid]))]
         refined = optimize.minimize_scalar(
-            midpoint_for, bounds=(max(best - 0.05, 1e-3), min(best + 0.05, 1 - 1e-3)), method="bounded",
-            options={"xatol": 1e-3},
+            midpoint_for, bounds=(max(best - 0.1, 0.01), min(best + 0.1, 0.99)), method="bounded",
+            options={"xatol": 5e-3},
         )
         return float(refined.x)
 

@@ -167,7 +167,7 @@ def hockey_stick(first: np.ndarray, second: np.ndarray, epsilon: float) -> float
     return float(np.maximum(first - math.exp(epsilon) * second, 0).sum())
 
 
-@pytest.mark.parametrize(("sigma", "epsilon"), ((0.8, 1.0), (3.7, 1.0), (12.3, 0.2)))
+@pytest.mark.parametrize(("sigma", "epsilon"), ((0.8, 1.0), (3.7, 1.0), (12.3, 0.2), (3.5, 3.0)))  # last: δ ≈ 1e-14
 def test_discrete_gaussian_delta_equals_brute_force_hockey_stick(sigma: float, epsilon: float) -> None:
     noise = _DiscreteGaussian(sigma**2)
     bound = noise.support_bound
