@@ -1,0 +1,93 @@
+"""The default backend: embedded DuckDB.
+
+Sources a user registers become DuckDB relations under an internal name: CSV and JSON files are
+loaded into a table once, Parquet files are read in place through a view, pandas DataFrames and
+Arrow tables are registered zero-copy, and an existing table or view of the DuckDB database is used
+as it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from dpsql.errors import OperationalError, ProgrammingError
+
+_LOADERS = {".csv": "read_csv_auto", ".tsv": "read_csv_auto", ".json": "read_json_auto", ".parquet": "read_parquet"}
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class DuckDBBackend:
+    """Runs statements on a DuckDB connection (an in-memory database unless a path is given)."""
+
+    dialect = "duckdb"
+
+    def __init__(self, database: str | Path | duckdb.DuckDBPyConnection = ":memory:") -> None:
+        if isinstance(database, duckdb.DuckDBPyConnection):
+            self.connection, self._owned = database, False
+        else:
+            try:
+                self.connection, self._owned = duckdb.connect(str(database)), True
+            except duckdb.Error as error:
+                raise OperationalError(f"cannot open DuckDB database {str(database)!r}: {error}") from error
+
+    def run(self, sql: str) -> dict[str, np.ndarray]:
+        try:
+            return self.connection.execute(sql).fetchnumpy()
+        except duckdb.Error as error:
+            raise OperationalError(f"the backend failed to run the bounded aggregation: {error}") from error
+
+    def describe(self, table: str) -> dict[str, str]:
+        try:
+            rows = self.connection.execute(f"DESCRIBE {_quote(table)}").fetchall()
+        except duckdb.Error as error:
+            raise ProgrammingError(f"no table or view {table!r} in the DuckDB database: {error}") from error
+        return {str(row[0]): str(row[1]) for row in rows}
+
+    def has_relation(self, name: str) -> bool:
+        found = self.connection.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? UNION ALL "
+            "SELECT count(*) FROM duckdb_views() WHERE view_name = ?",
+            [name, name],
+        ).fetchall()
+        return sum(r[0] for r in found) > 0
+
+    def register(self, internal_name: str, source: object) -> None:
+        """Make ``source`` (a file path, a DataFrame or Arrow table) queryable as ``internal_name``."""
+        if isinstance(source, (str, Path)):
+            self._register_file(internal_name, Path(source))
+            return
+        try:
+            self.connection.register(internal_name, source)
+        except (duckdb.Error, TypeError, ValueError) as error:
+            raise ProgrammingError(
+                f"cannot register a {type(source).__name__}: pass a file path (.csv, .parquet, .json), "
+                f"a pandas DataFrame, an Arrow table, or the name of an existing DuckDB table ({error})"
+            ) from error
+
+    def _register_file(self, internal_name: str, path: Path) -> None:
+        loader = _LOADERS.get(path.suffix.lower())
+        if loader is None:
+            raise ProgrammingError(f"cannot tell the format of {str(path)!r}: use a .csv, .tsv, .json or .parquet file")
+        if not path.is_file():
+            raise ProgrammingError(f"no such data file: {str(path)!r}")
+        kind = "VIEW" if loader == "read_parquet" else "TABLE"
+        try:
+            self.connection.execute(
+                f"CREATE OR REPLACE {kind} {_quote(internal_name)} AS SELECT * FROM {loader}({_string(str(path))})"
+            )
+        except duckdb.Error as error:
+            raise ProgrammingError(f"cannot load {str(path)!r}: {error}") from error
+
+    def close(self) -> None:
+        if self._owned:
+            self.connection.close()

@@ -1,0 +1,454 @@
+"""PEP 249 Connection and Cursor over a differentially private engine.
+
+A statement goes through these steps, in this order:
+
+1. parse and compile (no data read): errors in SQL, names or literals are raised here;
+2. plan the measurement (``planner.plan``) for the statement's cost;
+3. check the budget: a statement that would overspend raises :class:`BudgetExceededError` before
+   any data is read;
+4. run ONE bounded aggregation statement in the backend and measure the marginals with discrete
+   noise, then reconstruct the answers and their variances (nothing has left the engine yet);
+5. charge the ledger durably (an atomic check-and-insert, fsynced); only then
+6. release the rows.
+
+A failure in steps 1-5 charges nothing: the charge is the last thing that can fail.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import planner
+from dpsql import errors, testing
+from dpsql.accountant import Budget, Cost, Ledger, Remaining, Spent
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.errors import (
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+)
+from dpsql.result import Result, build_result
+from dpsql.schema import OUT_OF_DOMAIN_RULE, Schema
+from dpsql.sql.bounded import BoundedAggregation, check_column_types
+from dpsql.sql.compile import CompiledQuery, compile_query
+from dpsql.sql.parse import parse
+
+NOISE_FAMILIES = ("laplace", "gaussian")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A registered table: its name in the backend, its schema and its column types."""
+
+    name: str
+    relation: str
+    schema: Schema
+    column_types: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A compiled, planned, priced statement that has not read any data yet."""
+
+    operation: str
+    compiled: CompiledQuery
+    table: Table
+    plan: object | None  # planner Plan; None when every count is zero by construction
+    cost: Cost
+
+
+class Connection:
+    """A connection to a privacy-protected database. Not safe to share between threads
+    (``threadsafety = 1``); open one connection per thread on the same ledger instead.
+
+    ``commit()`` and ``rollback()`` are no-ops: dpsql only reads, and every charge to the budget is
+    committed durably by the statement that makes it (it can never be rolled back).
+    """
+
+    Warning = errors.Warning
+    Error = errors.Error
+    InterfaceError = errors.InterfaceError
+    DatabaseError = errors.DatabaseError
+    DataError = errors.DataError
+    OperationalError = errors.OperationalError
+    IntegrityError = errors.IntegrityError
+    InternalError = errors.InternalError
+    ProgrammingError = errors.ProgrammingError
+    NotSupportedError = errors.NotSupportedError
+    BudgetExceededError = errors.BudgetExceededError
+
+    def __init__(
+        self,
+        database: object = ":memory:",
+        *,
+        budget: Budget | None = None,
+        ledger: str | Path | None = None,
+        noise: str = "laplace",
+        default_epsilon: float | None = None,
+    ) -> None:
+        if noise not in NOISE_FAMILIES:
+            raise ProgrammingError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r}")
+        if budget is not None and not isinstance(budget, Budget):
+            raise ProgrammingError("budget must be a dpsql.Budget(epsilon=..., delta=...)")
+        if ledger is None and budget is None:
+            raise ProgrammingError("connect() needs a budget: connect(budget=dpsql.Budget(epsilon=1.0))")
+        self.noise = noise
+        self.default_epsilon = None if default_epsilon is None else Cost.pure(default_epsilon).epsilon
+        self._ledger = Ledger(ledger, budget)
+        if noise == "gaussian" and self._ledger.budget.delta == 0:
+            self._ledger.close()
+            raise ProgrammingError("noise='gaussian' needs a budget with delta > 0, e.g. Budget(epsilon=1.0, delta=1e-6)")
+        self._backend = DuckDBBackend(database)  # type: ignore[arg-type]
+        self._tables: dict[str, Table] = {}
+        self._closed = False
+
+    # -- PEP 249 ------------------------------------------------------------------------------------
+    def cursor(self) -> Cursor:
+        self._check_open()
+        return Cursor(self)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._backend.close()
+            self._ledger.close()
+
+    def commit(self) -> None:
+        """No-op: dpsql never writes data, and budget charges commit themselves."""
+        self._check_open()
+
+    def rollback(self) -> None:
+        """No-op: there is nothing to roll back (budget charges are final by design)."""
+        self._check_open()
+
+    def __enter__(self) -> Connection:
+        self._check_open()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- dpsql extensions ---------------------------------------------------------------------------
+    def register(self, name: str, source: object = None, schema: Schema | dict | str | Path | None = None) -> None:
+        """Make a table queryable under ``name`` with its privacy ``schema``.
+
+        ``source`` is a ``.csv``/``.tsv``/``.json``/``.parquet`` path, a pandas DataFrame, an Arrow
+        table, or the name of an existing table/view of the DuckDB database (``None``: the table
+        called ``name``). Only the table's column names and types are read here.
+        """
+        self._check_open()
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ProgrammingError(f"table name must be a plain identifier, got {name!r}")
+        if schema is None:
+            raise ProgrammingError(f"register({name!r}, ...) needs schema=: a dict, YAML or JSON (see dpsql.schema)")
+        parsed = Schema.load(schema)
+        relation = self._relation_for(name, source)
+        column_types = self._backend.describe(relation)
+        self._check_schema(name, parsed, column_types)
+        self._tables[name.lower()] = Table(name, relation, parsed, column_types)
+
+    def _relation_for(self, name: str, source: object) -> str:
+        if source is None:
+            return name
+        if isinstance(source, str) and not Path(source).suffix and self._backend.has_relation(source):
+            return source
+        relation = f"__dpsql_{name}"
+        self._backend.register(relation, source)
+        return relation
+
+    @staticmethod
+    def _check_schema(name: str, schema: Schema, column_types: dict[str, str]) -> None:
+        missing = [c for c in schema.column_names if c not in column_types]
+        if schema.privacy_unit is not None and schema.privacy_unit not in column_types:
+            missing.insert(0, schema.privacy_unit)
+        if missing:
+            raise ProgrammingError(
+                f"the schema of {name!r} names column(s) {missing} that the data does not have; "
+                f"its columns are {list(column_types)}"
+            )
+        problems = check_column_types({c.name: c for c in schema.columns}, column_types, name)
+        if problems:
+            raise ProgrammingError("; ".join(problems))
+
+    def budget_remaining(self) -> Remaining:
+        """What is left of the budget (a float ε that also has ``.epsilon``, ``.delta``, ``.rho``).
+        Read from the ledger, so it survives restarts when the ledger is a file."""
+        self._check_open()
+        return self._ledger.remaining()
+
+    def budget_spent(self) -> Spent:
+        self._check_open()
+        return self._ledger.spent()
+
+    @property
+    def budget(self) -> Budget:
+        return self._ledger.budget
+
+    def explain(self, operation: str, parameters: Sequence[object] | None = None, *, epsilon: float | None = None, rho: float | None = None) -> str:
+        """How a statement would be answered (domain, plan, expected error), without reading data or spending."""
+        prepared = self._prepare(operation, parameters, epsilon, rho)
+        return _explanation(prepared)
+
+    # -- execution ------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InterfaceError("the connection is closed")
+
+    def _cost(self, epsilon: float | None, rho: float | None) -> Cost:
+        if epsilon is not None and rho is not None:
+            raise ProgrammingError("give the statement's cost as epsilon= or rho=, not both")
+        if rho is not None:
+            if self.noise != "gaussian":
+                raise ProgrammingError("rho= is for Gaussian noise: connect(..., noise='gaussian'); use epsilon= here")
+            return Cost.zcdp(rho)
+        if epsilon is None:
+            epsilon = self.default_epsilon
+        if epsilon is None:
+            raise ProgrammingError(
+                "the statement has no privacy cost: pass execute(sql, epsilon=...) or connect(..., default_epsilon=...)"
+            )
+        pure = Cost.pure(epsilon)
+        # Gaussian mode: epsilon= buys the same zCDP cost as a pure epsilon statement, rho = epsilon^2 / 2
+        return pure if self.noise == "laplace" else Cost.zcdp(pure.rho)
+
+    def _prepare(self, operation: str, parameters: Sequence[object] | None, epsilon: float | None, rho: float | None) -> _Prepared:
+        self._check_open()
+        cost = self._cost(epsilon, rho)
+        query = parse(operation, parameters)
+        table = self._tables.get(query.table.lower())
+        if table is None:
+            raise ProgrammingError(
+                f"FROM: unknown table {query.table!r}; use a registered table {sorted(t.name for t in self._tables.values())} "
+                "or register one with connection.register(name, source, schema=...)"
+            )
+        compiled = compile_query(query, table.schema, tuple(table.column_types))
+        plan = None
+        if compiled.workload is not None:
+            privacy = planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
+            try:
+                plan = planner.plan(compiled.workload, privacy, contributions=compiled.contributions)
+            except MemoryError as error:
+                raise NotSupportedError(f"the statement's workload is too large to plan: {error}") from error
+            except (ValueError, TypeError) as error:
+                raise ProgrammingError(f"cannot plan the statement: {error}") from error
+        return _Prepared(operation, compiled, table, plan, cost)
+
+    def _aggregation(self, prepared: _Prepared) -> BoundedAggregation:
+        compiled, table = prepared.compiled, prepared.table
+        return BoundedAggregation(
+            table=table.relation,
+            columns=compiled.columns,
+            column_types={c: table.column_types[c] for c in compiled.columns},
+            marginals=tuple(prepared.plan.required_marginals()),  # type: ignore[union-attr]
+            privacy_unit=table.schema.privacy_unit,
+            max_rows_per_unit=table.schema.max_rows_per_unit,
+            salt=testing.bounding_salt(),
+        )
+
+    def _run(self, prepared: _Prepared) -> Result:
+        """Steps 3-6 of the module docstring for one prepared statement."""
+        compiled = prepared.compiled
+        if prepared.plan is None:
+            return build_result(compiled, (), ())
+        self._ledger.check(prepared.cost)
+        aggregation = self._aggregation(prepared)
+        marginals = aggregation.marginal_arrays(self._backend.run(aggregation.statement().sql(dialect=self._backend.dialect)))
+        try:
+            measurement = prepared.plan.measure(marginals, rng=testing.random_source(), noise=testing.noise_enabled())  # type: ignore[union-attr]
+            answers = prepared.plan.answer(measurement)  # type: ignore[union-attr]
+        except (ValueError, TypeError, KeyError) as error:
+            raise InternalError(f"measuring the statement failed: {error}") from error
+        result = build_result(compiled, answers.values, answers.variances)
+        charged = _cost_of(measurement.privacy, prepared.cost)
+        self._ledger.charge(charged, prepared.operation)
+        return result
+
+
+def _cost_of(privacy: planner.Privacy, requested: Cost) -> Cost:
+    """The ledger cost of what the planner reports it spent (never less than requested)."""
+    if privacy.is_laplace:
+        spent = Cost.pure(privacy.epsilon)
+    else:
+        spent = Cost.zcdp(privacy.rho)
+    if spent.rho < requested.rho * (1 - 1e-9):
+        raise InternalError(f"the plan spent {privacy}, less than the requested cost; refusing to release")
+    return spent if spent.mechanism == requested.mechanism else requested
+
+
+def _explanation(prepared: _Prepared) -> str:
+    lines = [prepared.compiled.describe(), f"values outside the domain: {OUT_OF_DOMAIN_RULE}"]
+    if prepared.table.schema.privacy_unit is not None:
+        lines.append(
+            f"contribution bounding: at most {prepared.table.schema.max_rows_per_unit} random row(s) per "
+            f"{prepared.table.schema.privacy_unit!r}"
+        )
+    if prepared.plan is not None:
+        lines.append(prepared.plan.explain())  # type: ignore[attr-defined]
+    return "\n".join(lines)
+
+
+class Cursor:
+    """PEP 249 cursor. After ``execute``, ``description``, ``rowcount`` and the rows are available;
+    ``errors`` holds the standard error of every released value, aligned with the rows (None in
+    group-key columns); ``explanation`` says how the statement was answered."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.arraysize = 1
+        self._closed = False
+        self._result: Result | None = None
+        self._position = 0
+        self.explanation: str | None = None
+
+    # -- attributes -------------------------------------------------------------------------------------
+    @property
+    def description(self) -> tuple[tuple[object, ...], ...] | None:
+        return None if self._result is None else self._result.description
+
+    @property
+    def rowcount(self) -> int:
+        return -1 if self._result is None else len(self._result.rows)
+
+    @property
+    def errors(self) -> list[tuple[object, ...]]:
+        """Standard errors, one tuple per result row (all rows, independent of fetching)."""
+        self._check_result()
+        return list(self._result.errors)  # type: ignore[union-attr]
+
+    @property
+    def lastrowid(self) -> None:
+        return None
+
+    # -- execution --------------------------------------------------------------------------------------
+    def execute(
+        self,
+        operation: str,
+        parameters: Sequence[object] | None = None,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+    ) -> Cursor:
+        """Run one statement at privacy cost ``epsilon`` (or ``rho`` with Gaussian noise)."""
+        self._check_open()
+        self._result, self._position, self.explanation = None, 0, None
+        prepared = self.connection._prepare(operation, parameters, epsilon, rho)
+        self._result = self.connection._run(prepared)
+        self.explanation = _explanation(prepared)
+        return self
+
+    def executemany(
+        self,
+        operation: str,
+        seq_of_parameters: Sequence[Sequence[object]],
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+    ) -> Cursor:
+        """Run the statement once per parameter set, each at the given cost; the rows of all runs are
+        concatenated. Every run is compiled, planned and priced first, and the batch is refused whole
+        (nothing read, nothing charged) if its total cost does not fit in the budget."""
+        self._check_open()
+        self._result, self._position, self.explanation = None, 0, None
+        prepared = [self.connection._prepare(operation, p, epsilon, rho) for p in seq_of_parameters]
+        if prepared:
+            self.connection._ledger.check(Cost.combined([p.cost for p in prepared]))
+        results = [self.connection._run(p) for p in prepared]
+        rows = [row for r in results for row in r.rows]
+        errs = [e for r in results for e in r.errors]
+        description = results[0].description if results else None
+        self._result = Result(description, rows, errs) if results else None  # type: ignore[arg-type]
+        return self
+
+    def callproc(self, procname: str, parameters: Sequence[object] = ()) -> None:
+        raise NotSupportedError("stored procedures are not supported")
+
+    def nextset(self) -> None:
+        raise NotSupportedError("dpsql statements return a single result set")
+
+    def setinputsizes(self, sizes: object) -> None:
+        """Does nothing (allowed by PEP 249)."""
+
+    def setoutputsize(self, size: int, column: int | None = None) -> None:
+        """Does nothing (allowed by PEP 249)."""
+
+    # -- fetching ---------------------------------------------------------------------------------------
+    def fetchone(self) -> tuple[object, ...] | None:
+        rows = self._take(1)
+        return rows[0] if rows else None
+
+    def fetchmany(self, size: int | None = None) -> list[tuple[object, ...]]:
+        count = self.arraysize if size is None else size
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ProgrammingError(f"fetchmany size must be a non-negative integer, got {count!r}")
+        return self._take(count)
+
+    def fetchall(self) -> list[tuple[object, ...]]:
+        return self._take(math.inf)
+
+    def _take(self, count: float) -> list[tuple[object, ...]]:
+        self._check_result()
+        rows = self._result.rows  # type: ignore[union-attr]
+        end = len(rows) if count == math.inf else min(len(rows), self._position + int(count))
+        taken = rows[self._position : end]
+        self._position = end
+        return taken
+
+    def __iter__(self) -> Iterator[tuple[object, ...]]:
+        return self
+
+    def __next__(self) -> tuple[object, ...]:
+        row = self.fetchone()
+        if row is None:
+            raise StopIteration
+        return row
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._closed = True
+        self._result = None
+
+    def __enter__(self) -> Cursor:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InterfaceError("the cursor is closed")
+        self.connection._check_open()
+
+    def _check_result(self) -> None:
+        self._check_open()
+        if self._result is None:
+            raise InterfaceError("no result set: call execute() with a SELECT first")
+
+
+def connect(
+    database: object = ":memory:",
+    *,
+    budget: Budget | None = None,
+    ledger: str | Path | None = None,
+    noise: str = "laplace",
+    default_epsilon: float | None = None,
+) -> Connection:
+    """Open a connection.
+
+    ``budget``: the total (ε, δ) — optional when ``ledger`` names an existing ledger file, which
+    stores its budget. ``ledger``: path of the SQLite budget ledger (None: in memory, lost at exit).
+    ``noise``: ``"laplace"`` (pure ε-DP, discrete Laplace) or ``"gaussian"`` (zCDP, discrete
+    Gaussian; statements cost ``rho=``, or ``epsilon=`` meaning ρ = ε²/2). ``database``: a DuckDB
+    path or connection (default: a fresh in-memory database). ``default_epsilon``: the cost of a
+    statement executed without ``epsilon=``/``rho=`` (default None: such statements are refused).
+    """
+    return Connection(database, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon)

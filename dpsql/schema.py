@@ -1,0 +1,274 @@
+"""Table metadata: the privacy unit, the contribution bound, and each column's public domain.
+
+A schema is loaded from YAML, JSON or a dict of the same shape::
+
+    privacy_unit: person_id        # or null: one row = one unit
+    max_rows_per_unit: 3           # rows kept per unit (chosen at random); must be 1 when privacy_unit is null
+    columns:
+      sex:     {categories: [F, M]}
+      race:    {categories: [0, 1, 2, 3, 4]}
+      age:     {range: [17, 90]}                 # integers lo..hi inclusive, ordered
+      income:  {bins: [0, 10000, 50000]}         # ordered bins [e_i, e_i+1), left-closed, right-open
+      browser: unknown                           # no public domain
+      job:     {categories: [a, b], nullable: true}   # NULL becomes an explicit last cell
+
+Domains come from the schema only, never from the data. The rule for values the domain does not
+cover is :data:`OUT_OF_DOMAIN_RULE`: a row whose value in a column the statement mentions is NULL (in a
+column not declared ``nullable``) or outside the declared domain is dropped inside the bounded SQL,
+before contribution bounding. The rule looks at one row at a time, so it is data-independent and the
+privacy guarantee is unaffected; nothing about how many rows were dropped is released. Columns of the
+table that the schema does not list have an unknown domain.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from dpsql.errors import ProgrammingError
+
+OUT_OF_DOMAIN_RULE = (
+    "rows with a NULL (in a column not declared nullable) or a value outside the declared domain, in any "
+    "column the statement mentions, are dropped before contribution bounding; a nullable column has an "
+    "explicit NULL cell after its declared values"
+)
+
+Scalar = str | int | float | bool
+DomainKind = Literal["categories", "range", "bins", "unknown"]
+_COLUMN_KEYS = {"categories", "range", "bins", "nullable"}
+_SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "columns"}
+
+
+@dataclass(frozen=True)
+class ColumnDomain:
+    """The public domain of one column.
+
+    ``values`` holds the categories (``categories``), ``(lo, hi)`` (``range``) or the bin edges
+    (``bins``); it is empty for ``unknown``. Cells are numbered ``0 .. size-1``: the declared values
+    in order, then the NULL cell when ``nullable``.
+
+    >>> ColumnDomain("age", "range", (17, 20)).labels()
+    (17, 18, 19, 20)
+    >>> ColumnDomain("income", "bins", (0, 10, 50), nullable=True).labels()
+    ('[0, 10)', '[10, 50)', None)
+    """
+
+    name: str
+    kind: DomainKind
+    values: tuple[Scalar, ...] = ()
+    nullable: bool = False
+
+    @property
+    def is_known(self) -> bool:
+        return self.kind != "unknown"
+
+    @property
+    def is_ordered(self) -> bool:
+        """Integer ranges and bins are ordered (range queries and hierarchies apply)."""
+        return self.kind in ("range", "bins")
+
+    @property
+    def value_cells(self) -> int:
+        """Number of cells for declared (non-NULL) values."""
+        if self.kind == "categories":
+            return len(self.values)
+        if self.kind == "range":
+            return int(self.values[1]) - int(self.values[0]) + 1
+        if self.kind == "bins":
+            return len(self.values) - 1
+        return 0
+
+    @property
+    def size(self) -> int:
+        """Number of cells, the NULL cell included."""
+        return self.value_cells + int(self.nullable)
+
+    @property
+    def null_cell(self) -> int | None:
+        return self.value_cells if self.nullable else None
+
+    def labels(self) -> tuple[Scalar | None, ...]:
+        """The value a released row shows for each cell (a bin shows as ``'[lo, hi)'``, NULL as None)."""
+        if self.kind == "categories":
+            declared: tuple[Scalar | None, ...] = self.values
+        elif self.kind == "range":
+            declared = tuple(range(int(self.values[0]), int(self.values[1]) + 1))
+        elif self.kind == "bins":
+            edges = self.values
+            declared = tuple(f"[{_fmt(edges[i])}, {_fmt(edges[i + 1])})" for i in range(len(edges) - 1))
+        else:
+            declared = ()
+        return declared + ((None,) if self.nullable else ())
+
+    def describe(self) -> str:
+        null = ", nullable" if self.nullable else ""
+        if self.kind == "categories":
+            return f"categories {list(self.values)}{null}"
+        if self.kind == "range":
+            return f"integer range [{self.values[0]}, {self.values[1]}]{null}"
+        if self.kind == "bins":
+            return f"bins with edges {list(self.values)} (left-closed){null}"
+        return "unknown domain"
+
+
+def _fmt(number: Scalar) -> str:
+    return f"{number:g}" if isinstance(number, float) else str(number)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Privacy metadata of one table.
+
+    >>> s = Schema.load({"privacy_unit": None, "columns": {"sex": {"categories": ["F", "M"]}}})
+    >>> s.contributions, s.column("sex").size, s.column("other").kind
+    (1, 2, 'unknown')
+    """
+
+    privacy_unit: str | None
+    max_rows_per_unit: int
+    columns: tuple[ColumnDomain, ...]
+
+    @property
+    def contributions(self) -> int:
+        """How many rows one privacy unit may contribute after bounding (the L1 sensitivity of a count)."""
+        return self.max_rows_per_unit
+
+    def column(self, name: str) -> ColumnDomain:
+        """The declared domain of ``name``; a column the schema does not list has an unknown domain."""
+        for column in self.columns:
+            if column.name == name:
+                return column
+        return ColumnDomain(name, "unknown")
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @classmethod
+    def load(cls, source: Schema | Mapping[str, object] | str | Path) -> Schema:
+        """Load from a dict, a path to a ``.yaml``/``.yml``/``.json`` file, or YAML/JSON text."""
+        if isinstance(source, Schema):
+            return source
+        if isinstance(source, Path) or (isinstance(source, str) and _looks_like_path(source)):
+            path = Path(source)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as error:
+                raise ProgrammingError(f"cannot read schema file {str(path)!r}: {error.strerror}") from error
+            return cls.from_dict(_parse_text(text, json_only=path.suffix.lower() == ".json", origin=str(path)))
+        if isinstance(source, str):
+            return cls.from_dict(_parse_text(source, json_only=False, origin="schema text"))
+        if isinstance(source, Mapping):
+            return cls.from_dict(source)
+        raise ProgrammingError(
+            f"a schema must be a dict, a YAML/JSON file path or YAML/JSON text, got {type(source).__name__}"
+        )
+
+    @classmethod
+    def from_dict(cls, document: object) -> Schema:
+        """Validate a schema document; every error names the offending key or column."""
+        if not isinstance(document, Mapping):
+            raise ProgrammingError(f"a schema must be a mapping with keys {sorted(_SCHEMA_KEYS)}")
+        unexpected = set(document) - _SCHEMA_KEYS
+        if unexpected:
+            raise ProgrammingError(
+                f"unknown schema key(s) {sorted(map(str, unexpected))}; allowed: {sorted(_SCHEMA_KEYS)}"
+            )
+        unit = document.get("privacy_unit")
+        if unit is not None and (not isinstance(unit, str) or not unit):
+            raise ProgrammingError(f"privacy_unit must be a column name or null, got {unit!r}")
+        bound = document.get("max_rows_per_unit", 1)
+        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+            raise ProgrammingError(f"max_rows_per_unit must be a positive integer, got {bound!r}")
+        if unit is None and bound != 1:
+            raise ProgrammingError(
+                "max_rows_per_unit must be 1 when privacy_unit is null (one row = one unit); "
+                "name the privacy-unit column to bound several rows per unit"
+            )
+        columns = document.get("columns", {})
+        if not isinstance(columns, Mapping):
+            raise ProgrammingError("columns must map column names to domains")
+        parsed = tuple(_column_from_spec(str(name), spec) for name, spec in columns.items())
+        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed)
+
+
+def _looks_like_path(text: str) -> bool:
+    return "\n" not in text and (
+        text.lower().endswith((".yaml", ".yml", ".json")) or Path(text).is_file()
+    )
+
+
+def _parse_text(text: str, json_only: bool, origin: str) -> object:
+    try:
+        return json.loads(text) if json_only else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ProgrammingError(f"cannot parse {origin}: {error}") from error
+
+
+def _column_from_spec(name: str, spec: object) -> ColumnDomain:
+    if spec == "unknown" or spec is None:
+        return ColumnDomain(name, "unknown")
+    if not isinstance(spec, Mapping):
+        raise ProgrammingError(
+            f"column {name!r}: a domain is 'unknown' or a mapping with one of categories, range, bins; got {spec!r}"
+        )
+    unexpected = set(spec) - _COLUMN_KEYS
+    if unexpected:
+        raise ProgrammingError(
+            f"column {name!r}: unknown key(s) {sorted(map(str, unexpected))}; allowed: {sorted(_COLUMN_KEYS)}"
+        )
+    kinds = [k for k in ("categories", "range", "bins") if k in spec]
+    if len(kinds) != 1:
+        raise ProgrammingError(f"column {name!r}: declare exactly one of categories, range, bins (got {kinds})")
+    nullable = spec.get("nullable", False)
+    if not isinstance(nullable, bool):
+        raise ProgrammingError(f"column {name!r}: nullable must be true or false, got {nullable!r}")
+    kind = kinds[0]
+    raw = spec[kind]
+    if not isinstance(raw, (list, tuple)):
+        raise ProgrammingError(f"column {name!r}: {kind} must be a list, got {raw!r}")
+    values = tuple(raw)
+    if kind == "categories":
+        _check_categories(name, values)
+    elif kind == "range":
+        _check_range(name, values)
+    else:
+        _check_bins(name, values)
+    return ColumnDomain(name, kind, values, nullable)
+
+
+def _check_categories(name: str, values: tuple[object, ...]) -> None:
+    if not values:
+        raise ProgrammingError(f"column {name!r}: categories must not be empty")
+    for value in values:
+        if value is None or not isinstance(value, (str, int, float, bool)):
+            raise ProgrammingError(
+                f"column {name!r}: category {value!r} is not a string or number "
+                "(declare nullable: true for NULL)"
+            )
+    kinds = {type(v) if not isinstance(v, (int, float)) or isinstance(v, bool) else float for v in values}
+    if len(kinds) > 1:
+        raise ProgrammingError(f"column {name!r}: categories mix types {sorted(k.__name__ for k in kinds)}")
+    if len(set(values)) != len(values):
+        raise ProgrammingError(f"column {name!r}: categories repeat a value")
+
+
+def _check_range(name: str, values: tuple[object, ...]) -> None:
+    if len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ProgrammingError(f"column {name!r}: range must be [lo, hi] with two integers, got {list(values)}")
+    if values[0] > values[1]:  # type: ignore[operator]
+        raise ProgrammingError(f"column {name!r}: range [lo, hi] needs lo <= hi, got {list(values)}")
+
+
+def _check_bins(name: str, values: tuple[object, ...]) -> None:
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    if len(values) < 2 or not numeric:
+        raise ProgrammingError(f"column {name!r}: bins must be at least two finite numeric edges, got {list(values)}")
+    if any(a >= b for a, b in zip(values, values[1:])):  # type: ignore[operator]
+        raise ProgrammingError(f"column {name!r}: bin edges must be strictly increasing, got {list(values)}")

@@ -1,0 +1,417 @@
+"""A checked :class:`~dpsql.sql.parse.Query` + the table's :class:`~dpsql.schema.Schema` → a
+:class:`planner.Workload`, and the map from workload rows back to result rows.
+
+The domain of a statement holds the columns its workload reads: the GROUP BY columns (in GROUP BY
+order) and then the other columns of WHERE and of ``COUNT(nullable column)``. Each distinct COUNT
+of the SELECT list is one workload product:
+
+* a GROUP BY column is an ``Identity`` factor;
+* the WHERE clause is split into its top-level AND-ed conjuncts, and conjuncts that share columns
+  are joined into components; a component becomes one ``Predicate`` factor over its columns (a mask
+  over their joint public domain, evaluated with SQL's three-valued logic: a NULL cell never
+  satisfies a comparison), or, when it also mentions GROUP BY columns, one ``Explicit`` factor with
+  a row per group cell (rows that select nothing are dropped: those cells are exact zeros);
+* ``COUNT(c)`` for a nullable ``c`` adds the conjunct ``c IS NOT NULL``.
+
+Predicates are evaluated against the schema's domains only, never against the data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpsql.errors import DataError, NotSupportedError, ProgrammingError
+from dpsql.schema import ColumnDomain, Schema
+from dpsql.sql.parse import (
+    And,
+    Between,
+    Comparison,
+    Count,
+    GroupKey,
+    InList,
+    IsNull,
+    Not,
+    Or,
+    Predicate,
+    Query,
+    predicate_columns,
+)
+from planner import Domain, Explicit, Factor, Identity, Product, Workload
+from planner import Predicate as PredicateBlock
+
+MAX_PREDICATE_CELLS = 1 << 20  # largest joint domain a coupled WHERE component may span
+
+FALSE, UNKNOWN, TRUE = 0, 1, 2  # Kleene truth values (SQL three-valued logic)
+
+
+@dataclass(frozen=True)
+class ProductRows:
+    """Workload product ``index`` answers the group cells ``keys[r]`` (one row of cell indices per
+    product row, columns in GROUP BY order); group cells it does not list are exact zeros."""
+
+    index: int
+    keys: np.ndarray
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    query: Query
+    domain: Domain
+    columns: dict[str, ColumnDomain]  # every column the statement mentions (schema spelling)
+    workload: Workload | None  # None when every COUNT is zero by construction (nothing to measure)
+    counts: tuple[ProductRows | None, ...]  # per SELECT item: its product, None for group keys / zero counts
+    contributions: int
+
+    @property
+    def group_columns(self) -> tuple[str, ...]:
+        return self.query.group_by
+
+    @property
+    def group_shape(self) -> tuple[int, ...]:
+        return tuple(self.columns[c].size for c in self.query.group_by)
+
+    @property
+    def group_cells(self) -> int:
+        return math.prod(self.group_shape)
+
+    def describe(self) -> str:
+        lines = [f"table {self.query.table}: {self.contributions} row(s) per privacy unit after bounding"]
+        for name, column in self.columns.items():
+            lines.append(f"  {name}: {column.describe()}")
+        if self.workload is None:
+            lines.append("every count is zero by construction: no data is read and nothing is charged")
+        else:
+            lines.append(f"workload: {len(self.workload.products)} product(s), {self.workload.query_count} queries")
+        return "\n".join(lines)
+
+
+def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) -> CompiledQuery:
+    """Compile a checked query against the schema and the table's actual column names."""
+    resolver = _Resolver(query, schema, table_columns)
+    query = resolver.resolved_query()
+    columns = resolver.columns
+    group = query.group_by
+    others = [c for c in columns if c not in group and _needs_cells(c, query, columns)]
+    domain = Domain(
+        {name: columns[name].size for name in (*group, *others)},
+        ordered=[name for name in (*group, *others) if columns[name].is_ordered],
+    )
+    where_conjuncts = _conjuncts(query.where) if query.where is not None else []
+    products: list[Product] = []
+    counts: list[ProductRows | None] = []
+    built: dict[str | None, ProductRows | None] = {}
+    for item in query.select:
+        if isinstance(item, GroupKey):
+            counts.append(None)
+            continue
+        if item.column not in built:
+            conjuncts = list(where_conjuncts)
+            if item.column is not None and columns[item.column].nullable:
+                conjuncts.append(Not(IsNull(item.column)))
+            made = _product(domain, columns, group, conjuncts)
+            if made is None:
+                built[item.column] = None
+            else:
+                product, keys = made
+                built[item.column] = ProductRows(len(products), keys)
+                products.append(product)
+        counts.append(built[item.column])
+    workload = Workload(domain, tuple(products)) if products else None
+    return CompiledQuery(query, domain, columns, workload, tuple(counts), schema.contributions)
+
+
+def _needs_cells(column: str, query: Query, columns: dict[str, ColumnDomain]) -> bool:
+    """Whether a non-group column enters the workload (WHERE, or COUNT of a nullable column)."""
+    if query.where is not None and column in predicate_columns(query.where):
+        return True
+    return any(isinstance(i, Count) and i.column == column for i in query.select) and columns[column].nullable
+
+
+# ---------------------------------------------------------------------------------------------
+# Name resolution and domain checks.
+# ---------------------------------------------------------------------------------------------
+
+
+class _Resolver:
+    """Maps the names a statement uses onto the table's columns and checks each has a domain."""
+
+    def __init__(self, query: Query, schema: Schema, table_columns: Sequence[str]) -> None:
+        self.query = query
+        self.schema = schema
+        self.table_columns = tuple(table_columns)
+        self.columns: dict[str, ColumnDomain] = {}
+
+    def name(self, name: str, clause: str) -> str:
+        if name in self.table_columns:
+            resolved = name
+        else:
+            matches = [c for c in self.table_columns if c.lower() == name.lower()]
+            if len(matches) != 1:
+                raise ProgrammingError(
+                    f"{clause}: unknown column {name!r}; use one of the columns of {self.query.table!r}: {list(self.table_columns)}"
+                )
+            resolved = matches[0]
+        domain = self.schema.column(resolved)
+        if not domain.is_known:
+            if clause == "GROUP BY":
+                advice = "grouping by a column without a public domain (partition selection) is not supported yet"
+            else:
+                advice = "a predicate on it cannot be compiled to a mask over a public domain"
+            raise NotSupportedError(
+                f"{clause}: column {resolved!r} has no declared domain in the schema of {self.query.table!r}; "
+                f"declare its categories, range or bins ({advice})"
+            )
+        self.columns.setdefault(resolved, domain)
+        return resolved
+
+    def resolved_query(self) -> Query:
+        q = self.query
+        group = tuple(dict.fromkeys(self.name(c, "GROUP BY") for c in q.group_by))
+        select = tuple(self._item(item) for item in q.select)
+        where = self._predicate(q.where) if q.where is not None else None
+        return Query(q.table, select, group, where, q.order_by, q.limit, q.offset)
+
+    def _item(self, item: GroupKey | Count) -> GroupKey | Count:
+        if isinstance(item, GroupKey):
+            return GroupKey(item.name, self.name(item.column, "SELECT"))
+        if item.column is None:
+            return item
+        return Count(item.name, self.name(item.column, "SELECT COUNT"))
+
+    def _predicate(self, predicate: Predicate) -> Predicate:
+        if isinstance(predicate, (And, Or)):
+            return type(predicate)(tuple(self._predicate(p) for p in predicate.operands))
+        if isinstance(predicate, Not):
+            return Not(self._predicate(predicate.operand))
+        column = self.name(predicate.column, "WHERE")
+        if isinstance(predicate, Comparison):
+            return Comparison(column, predicate.operator, predicate.value)
+        if isinstance(predicate, InList):
+            return InList(column, predicate.values)
+        if isinstance(predicate, Between):
+            return Between(column, predicate.low, predicate.high)
+        return IsNull(column)
+
+
+# ---------------------------------------------------------------------------------------------
+# Products.
+# ---------------------------------------------------------------------------------------------
+
+
+def _conjuncts(predicate: Predicate) -> list[Predicate]:
+    if isinstance(predicate, And):
+        return [c for operand in predicate.operands for c in _conjuncts(operand)]
+    return [predicate]
+
+
+def _components(conjuncts: list[Predicate]) -> list[list[Predicate]]:
+    """Group conjuncts into connected components of shared columns."""
+    components: list[tuple[set[str], list[Predicate]]] = []
+    for conjunct in conjuncts:
+        scope = set(predicate_columns(conjunct))
+        merged_scope, merged = set(scope), [conjunct]
+        for other_scope, others in [c for c in components if c[0] & scope]:
+            components.remove((other_scope, others))
+            merged_scope |= other_scope
+            merged = others + merged
+        components.append((merged_scope, merged))
+    return [members for _, members in components]
+
+
+def _product(
+    domain: Domain, columns: dict[str, ColumnDomain], group: tuple[str, ...], conjuncts: list[Predicate]
+) -> tuple[Product, np.ndarray] | None:
+    """The product for one COUNT, with the GROUP BY cell keys of its rows; None if it is all zeros."""
+    factors: list[Factor] = []
+    key_maps: list[dict[str, np.ndarray]] = []
+    covered: set[str] = set()
+    for component in _components(conjuncts):
+        scope = domain.canonical(c for p in component for c in predicate_columns(p))
+        shape = domain.shape(scope)
+        if math.prod(shape) > MAX_PREDICATE_CELLS:
+            raise NotSupportedError(
+                f"WHERE: the condition couples columns {list(scope)} whose joint domain has {math.prod(shape)} cells "
+                f"(limit {MAX_PREDICATE_CELLS}); combine conditions on different columns with AND"
+            )
+        mask = np.full(shape, True)
+        for conjunct in component:
+            mask &= _truth(conjunct, scope, columns) == TRUE
+        keyed = tuple(c for c in scope if c in group)
+        if not mask.any():
+            return None
+        if not keyed:
+            if not mask.all():
+                factors.append(Factor(scope, PredicateBlock(mask.ravel())))
+                key_maps.append({})
+            continue
+        block, keys = _keyed_block(mask, scope, keyed)
+        factors.append(Factor(scope, block))
+        key_maps.append(keys)
+        covered |= set(keyed)
+    for name in group:
+        if name not in covered:
+            factors.append(Factor((name,), Identity(columns[name].size)))
+            key_maps.append({name: np.arange(columns[name].size)})
+    product = Product(domain, tuple(factors))
+    return product, _row_keys(product, factors, key_maps, group)
+
+
+def _keyed_block(
+    mask: np.ndarray, scope: tuple[str, ...], keyed: tuple[str, ...]
+) -> tuple[Explicit, dict[str, np.ndarray]]:
+    """One row per cell of the keyed (GROUP BY) columns of ``scope``, selecting the masked cells."""
+    axes = [scope.index(c) for c in keyed]
+    cells = np.indices(mask.shape).reshape(len(scope), -1)
+    key_shape = tuple(mask.shape[a] for a in axes)
+    row_of_cell = np.ravel_multi_index(tuple(cells[a] for a in axes), key_shape)
+    matrix = np.zeros((math.prod(key_shape), mask.size))
+    selected = mask.ravel()
+    matrix[row_of_cell[selected], np.flatnonzero(selected)] = 1.0
+    kept_rows = np.flatnonzero(matrix.any(axis=1))
+    key_cells = np.unravel_index(kept_rows, key_shape)
+    return Explicit(matrix[kept_rows]), {name: key_cells[i] for i, name in enumerate(keyed)}
+
+
+def _row_keys(
+    product: Product, factors: list[Factor], key_maps: list[dict[str, np.ndarray]], group: tuple[str, ...]
+) -> np.ndarray:
+    """GROUP BY cell indices of every product row (Kronecker order of the product's factors)."""
+    key_of = {f.attributes: keys for f, keys in zip(factors, key_maps)}
+    ordered = [(f, key_of[f.attributes]) for f in product.factors]
+    combos = np.indices(product.row_shape).reshape(len(ordered), -1) if ordered else np.zeros((0, 1), int)
+    keys = np.zeros((combos.shape[1], len(group)), dtype=np.int64)
+    for position, (_, key_map) in enumerate(ordered):
+        for name, cells in key_map.items():
+            keys[:, group.index(name)] = cells[combos[position]]
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------
+# Predicate evaluation over public domains (Kleene logic: FALSE < UNKNOWN < TRUE).
+# ---------------------------------------------------------------------------------------------
+
+
+def _truth(predicate: Predicate, scope: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
+    if isinstance(predicate, And):
+        return np.minimum.reduce([_truth(p, scope, columns) for p in predicate.operands])
+    if isinstance(predicate, Or):
+        return np.maximum.reduce([_truth(p, scope, columns) for p in predicate.operands])
+    if isinstance(predicate, Not):
+        return TRUE - _truth(predicate.operand, scope, columns)
+    column = columns[predicate.column]
+    values = _atom_truth(predicate, column)
+    shape = [1] * len(scope)
+    shape[scope.index(column.name)] = column.size
+    full_shape = tuple(columns[c].size for c in scope)
+    return np.broadcast_to(values.reshape(shape), full_shape)
+
+
+def _atom_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
+    """Truth value of one atomic condition on every cell of ``column``."""
+    truth = np.full(column.size, UNKNOWN, dtype=np.int8)
+    if isinstance(atom, IsNull):
+        if not column.nullable:
+            raise ProgrammingError(
+                f"WHERE {column.name} IS [NOT] NULL: column {column.name!r} is not nullable, so rows with NULL are "
+                f"dropped before counting; declare 'nullable: true' in the schema to count NULLs"
+            )
+        truth[:] = FALSE
+        truth[column.null_cell] = TRUE
+        return truth
+    if column.kind == "bins":
+        truth[: column.value_cells] = _bin_truth(atom, column)
+    else:
+        cells = column.labels()[: column.value_cells]
+        truth[: column.value_cells] = [TRUE if _holds(atom, cell, column) else FALSE for cell in cells]
+    return truth
+
+
+def _holds(atom: Predicate, cell: object, column: ColumnDomain) -> bool:
+    if isinstance(atom, Comparison):
+        value = _checked_literal(atom.value, column, f"WHERE {column.name} {atom.operator}", atom.operator in ("=", "<>"))
+        return _compare(cell, atom.operator, value)
+    if isinstance(atom, InList):
+        values = [_checked_literal(v, column, f"WHERE {column.name} IN", True) for v in atom.values]
+        return any(cell == v for v in values)
+    assert isinstance(atom, Between)
+    low = _checked_literal(atom.low, column, f"WHERE {column.name} BETWEEN", False)
+    high = _checked_literal(atom.high, column, f"WHERE {column.name} BETWEEN", False)
+    return low <= cell <= high  # type: ignore[operator]
+
+
+def _compare(cell: object, operator: str, value: object) -> bool:
+    if operator == "=":
+        return cell == value
+    if operator == "<>":
+        return cell != value
+    if operator == "<":
+        return cell < value  # type: ignore[operator]
+    if operator == "<=":
+        return cell <= value  # type: ignore[operator]
+    if operator == ">":
+        return cell > value  # type: ignore[operator]
+    return cell >= value  # type: ignore[operator]
+
+
+def _checked_literal(value: object, column: ColumnDomain, clause: str, must_be_in_domain: bool) -> object:
+    """The literal, after checking its type against the column's domain (and membership for = / IN)."""
+    declared = column.values if column.kind == "bins" else column.labels()[: column.value_cells]
+    numeric_domain = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in declared)
+    numeric_value = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if numeric_domain != numeric_value or (isinstance(value, bool) and not isinstance(declared[0], bool)):
+        raise DataError(
+            f"{clause} {value!r}: the literal's type does not match the domain of {column.name!r} ({column.describe()})"
+        )
+    if must_be_in_domain and value not in declared:
+        raise DataError(
+            f"{clause} {value!r}: the value is outside the declared domain of {column.name!r} ({column.describe()}); "
+            f"rows with such values are dropped, so the condition could never match"
+        )
+    return value
+
+
+def _bin_truth(atom: Predicate, column: ColumnDomain) -> list[int]:
+    """Per bin [lo, hi): TRUE or FALSE when the condition holds for all or none of its values."""
+    edges = column.values
+    clause = f"WHERE {column.name}"
+    if isinstance(atom, Comparison) and atom.operator in ("<", "<=", ">", ">="):
+        bounds = [_bin_bounds(atom.operator, atom.value, column, clause)]
+    elif isinstance(atom, Between):
+        bounds = [_bin_bounds(">=", atom.low, column, clause), _bin_bounds("<=", atom.high, column, clause)]
+    else:
+        raise NotSupportedError(
+            f"{clause}: = , <> and IN cannot select values inside the bins of {column.name!r} "
+            f"(edges {list(edges)}); compare with bin edges instead, e.g. {column.name} >= {edges[0]} AND "
+            f"{column.name} < {edges[1]}"
+        )
+    results = []
+    for lo, hi in zip(edges, edges[1:]):
+        states = {check(lo, hi) for check in bounds}
+        if None in states:
+            raise NotSupportedError(
+                f"{clause}: the condition splits a bin [{lo}, {hi}) of {column.name!r}; "
+                f"use bin edges {list(edges)} as bounds (bins are left-closed: [lo, hi))"
+            )
+        results.append(TRUE if all(states) else FALSE)
+    return results
+
+
+def _bin_bounds(operator: str, value: object, column: ColumnDomain, clause: str):  # noqa: ANN202
+    """A function (lo, hi) → True/False/None (= holds for all/none/some values of the bin)."""
+    bound = _checked_literal(value, column, f"{clause} {operator}", False)
+
+    def check(lo: float, hi: float) -> bool | None:
+        # values of a bin are the reals in [lo, hi)
+        if operator == "<":
+            return True if hi <= bound else False if lo >= bound else None  # type: ignore[operator]
+        if operator == "<=":
+            return True if hi <= bound else False if lo > bound else None  # type: ignore[operator]
+        if operator == ">=":
+            return True if lo >= bound else False if hi <= bound else None  # type: ignore[operator]
+        return True if lo > bound else False if hi <= bound else None  # type: ignore[operator]
+
+    return check

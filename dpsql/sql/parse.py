@@ -1,0 +1,468 @@
+"""SQL text → a checked :class:`Query`, holding the parser to ``grammar/dpsql.ebnf``.
+
+Parsing is sqlglot's (DuckDB dialect). This module walks the syntax tree and accepts exactly the
+subset the grammar states; anything else raises :class:`~dpsql.errors.NotSupportedError` (valid SQL
+outside the grammar) or :class:`~dpsql.errors.ProgrammingError` (invalid SQL), naming the clause at
+fault and saying what is supported. Parameters (``?``, PEP 249 ``qmark`` style) are bound here.
+
+>>> q = parse("SELECT sex, COUNT(*) AS n FROM adult WHERE age > ? GROUP BY sex", (30,))
+>>> q.table, q.group_by, q.where
+('adult', ('sex',), Comparison(column='age', operator='>', value=30))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from dpsql.errors import NotSupportedError, ProgrammingError
+
+SUPPORTED = (
+    "Supported: SELECT <group columns and COUNT(*) / COUNT(column), optionally AS alias> FROM <one table> "
+    "[WHERE <comparisons, IN, BETWEEN, IS [NOT] NULL combined with AND/OR/NOT>] [GROUP BY <columns>] "
+    "[ORDER BY <output columns> [ASC|DESC]] [LIMIT n [OFFSET m]] (see grammar/dpsql.ebnf)"
+)
+
+Literal = str | int | float | bool
+
+
+# ---------------------------------------------------------------------------------------------
+# The checked query: a small IR independent of sqlglot.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    column: str
+    operator: str  # one of = <> < <= > >=
+    value: Literal
+
+
+@dataclass(frozen=True)
+class InList:
+    column: str
+    values: tuple[Literal, ...]
+
+
+@dataclass(frozen=True)
+class Between:
+    column: str
+    low: Literal
+    high: Literal
+
+
+@dataclass(frozen=True)
+class IsNull:
+    column: str
+
+
+@dataclass(frozen=True)
+class Not:
+    operand: Predicate
+
+
+@dataclass(frozen=True)
+class And:
+    operands: tuple[Predicate, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    operands: tuple[Predicate, ...]
+
+
+Predicate = Comparison | InList | Between | IsNull | Not | And | Or
+
+
+def predicate_columns(predicate: Predicate) -> tuple[str, ...]:
+    """Columns a predicate mentions, in order of first appearance."""
+    if isinstance(predicate, (And, Or)):
+        found = [c for operand in predicate.operands for c in predicate_columns(operand)]
+        return tuple(dict.fromkeys(found))
+    if isinstance(predicate, Not):
+        return predicate_columns(predicate.operand)
+    return (predicate.column,)
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """A GROUP BY column shown in the SELECT list."""
+
+    name: str  # output name (alias or column)
+    column: str
+
+
+@dataclass(frozen=True)
+class Count:
+    """``COUNT(*)`` (column None) or ``COUNT(column)``."""
+
+    name: str
+    column: str | None
+
+
+SelectItem = GroupKey | Count
+
+
+@dataclass(frozen=True)
+class OrderKey:
+    item: int  # index into Query.select
+    descending: bool
+
+
+@dataclass(frozen=True)
+class Query:
+    table: str
+    select: tuple[SelectItem, ...]
+    group_by: tuple[str, ...]
+    where: Predicate | None
+    order_by: tuple[OrderKey, ...] = ()
+    limit: int | None = None
+    offset: int = 0
+
+    def columns(self) -> tuple[str, ...]:
+        """Every column the statement mentions, in order of first appearance."""
+        found = list(self.group_by)
+        found += [item.column for item in self.select if isinstance(item, Count) and item.column is not None]
+        if self.where is not None:
+            found += predicate_columns(self.where)
+        return tuple(dict.fromkeys(found))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing.
+# ---------------------------------------------------------------------------------------------
+
+_CLAUSE_NAMES = {
+    "joins": "JOIN",
+    "having": "HAVING",
+    "distinct": "SELECT DISTINCT",
+    "with_": "WITH",
+    "qualify": "QUALIFY",
+    "windows": "WINDOW",
+    "laterals": "LATERAL",
+    "sample": "TABLESAMPLE",
+    "into": "SELECT INTO",
+    "kind": "SELECT modifier",
+    "hint": "optimizer hint",
+    "settings": "SETTINGS",
+    "locks": "FOR UPDATE",
+    "prewhere": "PREWHERE",
+    "connect": "CONNECT BY",
+    "cluster": "CLUSTER BY",
+    "distribute": "DISTRIBUTE BY",
+    "sort": "SORT BY",
+    "match": "MATCH_RECOGNIZE",
+    "pivots": "PIVOT",
+}
+_ACCEPTED_ARGS = {"expressions", "from_", "where", "group", "order", "limit", "offset"}
+_COMPARISONS: dict[type[exp.Expression], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
+_FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def parse(sql: str, parameters: Sequence[object] | None = None) -> Query:
+    """Parse one statement of the dpsql subset, binding ``?`` parameters in order."""
+    if not isinstance(sql, str):
+        raise ProgrammingError(f"the operation must be a SQL string, got {type(sql).__name__}")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
+    except SqlglotError as error:
+        raise ProgrammingError(f"cannot parse SQL: {_first_line(error)}; check the syntax there. {SUPPORTED}") from error
+    if len(statements) != 1:
+        raise ProgrammingError(f"expected exactly one SQL statement, got {len(statements)}: pass one statement per execute()")
+    statement = _bind(statements[0], parameters)
+    return _Checker(statement).query()
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _bind(statement: exp.Expression, parameters: Sequence[object] | None) -> exp.Expression:
+    placeholders = [node for node in statement.walk(bfs=False) if isinstance(node, exp.Placeholder)]  # text order within WHERE
+    given = () if parameters is None else parameters
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        raise ProgrammingError("parameters must be a sequence (paramstyle 'qmark': one value per '?')")
+    if any(p.this for p in placeholders):
+        raise ProgrammingError("named parameters are not supported; use '?' placeholders (paramstyle 'qmark')")
+    if len(placeholders) != len(given):
+        raise ProgrammingError(f"the statement has {len(placeholders)} '?' placeholder(s) but {len(given)} parameter(s) were given")
+    for placeholder, value in zip(placeholders, given):
+        placeholder.replace(_literal_node(value))
+    return statement
+
+
+def _literal_node(value: object) -> exp.Expression:
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, float)):
+        node = exp.Literal.number(abs(value))
+        return exp.Neg(this=node) if value < 0 else node
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    raise ProgrammingError(f"unsupported parameter type {type(value).__name__}; use str, int, float, bool or None")
+
+
+class _Checker:
+    """Walks one sqlglot statement, accepting the grammar's subset."""
+
+    def __init__(self, statement: exp.Expression) -> None:
+        self.statement = statement
+        self.table = ""
+        self.qualifiers: set[str] = set()
+
+    def query(self) -> Query:
+        select = self._require_select()
+        for arg, value in select.args.items():
+            if value and arg not in _ACCEPTED_ARGS:
+                clause = _CLAUSE_NAMES.get(arg, arg.upper())
+                raise NotSupportedError(f"{clause} is not supported. {SUPPORTED}")
+        self.table = self._from_clause(select)
+        group_by = self._group_by(select)
+        items = tuple(self._select_item(e) for e in select.expressions)
+        if not any(isinstance(item, Count) for item in items):
+            raise NotSupportedError(f"SELECT must contain at least one COUNT(*) or COUNT(column). {SUPPORTED}")
+        for item in items:
+            if isinstance(item, GroupKey) and item.column not in group_by:
+                raise ProgrammingError(
+                    f"SELECT: column {item.column!r} must appear in the GROUP BY clause (or inside COUNT)"
+                )
+        where = select.args.get("where")
+        predicate = self._predicate(where.this) if where is not None else None
+        return Query(
+            table=self.table,
+            select=items,
+            group_by=group_by,
+            where=predicate,
+            order_by=self._order_by(select, items),
+            limit=self._row_count(select.args.get("limit"), "LIMIT"),
+            offset=self._row_count(select.args.get("offset"), "OFFSET") or 0,
+        )
+
+    # -- statement and FROM ----------------------------------------------------------------------
+    def _require_select(self) -> exp.Select:
+        statement = self.statement
+        if isinstance(statement, exp.Select):
+            return statement
+        if isinstance(statement, exp.SetOperation):
+            kind = type(statement).__name__.upper()
+            raise NotSupportedError(f"{kind} is not supported: send one SELECT per statement. {SUPPORTED}")
+        if isinstance(statement, (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge)):
+            kind = type(statement).__name__.upper()
+            raise NotSupportedError(f"{kind} is not supported: dpsql only reads, through SELECT. {SUPPORTED}")
+        if isinstance(statement, exp.Subquery):
+            raise NotSupportedError(f"a parenthesised query is not supported at the top level. {SUPPORTED}")
+        raise ProgrammingError(f"cannot parse SQL: expected a SELECT statement, got {statement.sql(dialect='duckdb')[:60]!r}")
+
+    def _from_clause(self, select: exp.Select) -> str:
+        source = select.args.get("from_")
+        if source is None:
+            raise ProgrammingError(f"FROM is missing: name the registered table to query. {SUPPORTED}")
+        table = source.this
+        if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+            raise NotSupportedError(f"FROM must name one registered table, not {table.sql(dialect='duckdb')[:60]!r}. {SUPPORTED}")
+        if table.args.get("db") or table.args.get("catalog"):
+            raise NotSupportedError("FROM: qualified table names (schema.table) are not supported; use the registered name")
+        if table.args.get("joins") or table.args.get("laterals"):
+            raise NotSupportedError(f"JOIN is not supported. {SUPPORTED}")
+        name = table.name
+        self.qualifiers = {name.lower()}
+        if table.alias:
+            self.qualifiers.add(table.alias.lower())
+        return name
+
+    def _column(self, node: exp.Expression, clause: str) -> str:
+        """The name of a plain column reference, checking any table qualifier."""
+        if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
+            raise NotSupportedError(
+                f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a plain column; "
+                f"expressions over columns are not supported. {SUPPORTED}"
+            )
+        if node.args.get("db") or node.args.get("catalog"):
+            raise NotSupportedError(f"{clause}: use column names qualified at most by the table name")
+        qualifier = node.table
+        if qualifier and qualifier.lower() not in self.qualifiers:
+            raise ProgrammingError(f"{clause}: {qualifier!r} is not the table or its alias in FROM")
+        return node.name
+
+    # -- SELECT and GROUP BY ---------------------------------------------------------------------
+    def _select_item(self, node: exp.Expression) -> SelectItem:
+        alias = None
+        if isinstance(node, exp.Alias):
+            alias = node.alias
+            node = node.this
+        if isinstance(node, exp.Star):
+            raise NotSupportedError(f"SELECT * is not supported: list group columns and COUNT(*). {SUPPORTED}")
+        if isinstance(node, exp.Count):
+            return Count(alias or node.sql(dialect="duckdb"), self._count_argument(node))
+        if isinstance(node, exp.Window):
+            raise NotSupportedError(f"SELECT: window functions (OVER) are not supported. {SUPPORTED}")
+        if isinstance(node, exp.AggFunc):
+            name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__.upper()
+            raise NotSupportedError(
+                f"SELECT: the aggregate {name}(...) is not supported yet; use COUNT(*) or COUNT(column). {SUPPORTED}"
+            )
+        column = self._column(node, "SELECT")
+        return GroupKey(alias or column, column)
+
+    def _count_argument(self, node: exp.Count) -> str | None:
+        argument = node.this
+        if isinstance(argument, exp.Star):
+            return None
+        if isinstance(argument, exp.Distinct):
+            raise NotSupportedError(f"SELECT: COUNT(DISTINCT ...) is not supported; use COUNT(*) or COUNT(column). {SUPPORTED}")
+        if isinstance(argument, exp.Literal) and not argument.is_string:
+            return None  # COUNT(1) counts rows, like COUNT(*)
+        return self._column(argument, "SELECT COUNT")
+
+    def _group_by(self, select: exp.Select) -> tuple[str, ...]:
+        group = select.args.get("group")
+        if group is None:
+            return ()
+        for arg in ("grouping_sets", "cube", "rollup", "totals", "all"):
+            if group.args.get(arg):
+                raise NotSupportedError(f"GROUP BY {arg.upper().replace('_', ' ')} is not supported: list plain columns. {SUPPORTED}")
+        columns = []
+        for node in group.expressions:
+            if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                raise NotSupportedError(f"GROUP BY {type(node).__name__.upper()} is not supported: list plain columns. {SUPPORTED}")
+            if isinstance(node, exp.Literal):
+                raise NotSupportedError(f"GROUP BY by position ({node.sql()}) is not supported: name the columns. {SUPPORTED}")
+            columns.append(self._column(node, "GROUP BY"))
+        return tuple(dict.fromkeys(columns))
+
+    # -- WHERE -------------------------------------------------------------------------------------
+    def _predicate(self, node: exp.Expression) -> Predicate:
+        if isinstance(node, exp.Paren):
+            return self._predicate(node.this)
+        if isinstance(node, (exp.And, exp.Or)):
+            operands = tuple(self._predicate(part) for part in node.flatten())
+            return And(operands) if isinstance(node, exp.And) else Or(operands)
+        if isinstance(node, exp.Not):
+            return Not(self._predicate(node.this))
+        if type(node) in _COMPARISONS:
+            return self._comparison(node, _COMPARISONS[type(node)])
+        if isinstance(node, exp.In):
+            if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
+                raise NotSupportedError(f"WHERE: IN (subquery) is not supported; list literal values. {SUPPORTED}")
+            column = self._column(node.this, "WHERE")
+            values = tuple(self._literal(v, f"WHERE {column} IN") for v in node.expressions)
+            if any(v is None for v in values):
+                raise ProgrammingError(f"WHERE {column} IN (...): NULL in an IN list never matches; use {column} IS NULL")
+            return InList(column, values)  # type: ignore[arg-type]
+        if isinstance(node, exp.Between):
+            column = self._column(node.this, "WHERE")
+            low = self._literal(node.args["low"], f"WHERE {column} BETWEEN")
+            high = self._literal(node.args["high"], f"WHERE {column} BETWEEN")
+            if low is None or high is None:
+                raise ProgrammingError(f"WHERE {column} BETWEEN: bounds must not be NULL")
+            return Between(column, low, high)
+        if isinstance(node, exp.Is):
+            if not isinstance(node.expression, exp.Null):
+                raise NotSupportedError(f"WHERE: IS {node.expression.sql()} is not supported; only IS [NOT] NULL. {SUPPORTED}")
+            return IsNull(self._column(node.this, "WHERE"))
+        raise NotSupportedError(
+            f"WHERE: {node.sql(dialect='duckdb')[:60]!r} is not supported; use comparisons (= <> < <= > >=) of a "
+            f"column with a literal, IN, BETWEEN, IS [NOT] NULL, AND, OR, NOT. {SUPPORTED}"
+        )
+
+    def _comparison(self, node: exp.Expression, operator: str) -> Comparison:
+        left, right = node.this, node.expression
+        if isinstance(left, exp.Column) and not isinstance(right, exp.Column):
+            column, literal = left, right
+        elif isinstance(right, exp.Column) and not isinstance(left, exp.Column):
+            column, literal, operator = right, left, _FLIPPED[operator]
+        else:
+            raise NotSupportedError(
+                f"WHERE: {node.sql(dialect='duckdb')[:60]!r} must compare one column with one literal. {SUPPORTED}"
+            )
+        name = self._column(column, "WHERE")
+        value = self._literal(literal, f"WHERE {name} {operator}")
+        if value is None:
+            raise ProgrammingError(f"WHERE {name} {operator} NULL is never true; use {name} IS NULL or IS NOT NULL")
+        return Comparison(name, operator, value)
+
+    @staticmethod
+    def _literal(node: exp.Expression, clause: str) -> Literal | None:
+        if isinstance(node, exp.Paren):
+            return _Checker._literal(node.this, clause)
+        if isinstance(node, exp.Null):
+            return None
+        if isinstance(node, exp.Boolean):
+            return bool(node.this)
+        negative = isinstance(node, exp.Neg)
+        inner = node.this if negative else node
+        if isinstance(inner, exp.Literal):
+            if inner.is_string:
+                if negative:
+                    raise ProgrammingError(f"{clause}: cannot negate the string {inner.this!r}")
+                return str(inner.this)
+            text = str(inner.this)
+            try:
+                number: int | float = int(text)
+            except ValueError:
+                number = float(text)
+            return -number if negative else number
+        raise NotSupportedError(f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a literal; compare with a number or a string. {SUPPORTED}")
+
+    # -- ORDER BY, LIMIT, OFFSET -------------------------------------------------------------------
+    def _order_by(self, select: exp.Select, items: tuple[SelectItem, ...]) -> tuple[OrderKey, ...]:
+        order = select.args.get("order")
+        if order is None:
+            return ()
+        keys = []
+        for ordered in order.expressions:
+            node = ordered.this
+            keys.append(OrderKey(self._order_target(node, items), bool(ordered.args.get("desc"))))
+        return tuple(keys)
+
+    def _order_target(self, node: exp.Expression, items: tuple[SelectItem, ...]) -> int:
+        if isinstance(node, exp.Literal) and not node.is_string:
+            position = int(str(node.this)) if str(node.this).isdigit() else 0
+            if not 1 <= position <= len(items):
+                raise ProgrammingError(f"ORDER BY {node.sql()}: position must be between 1 and {len(items)}")
+            return position - 1
+        if isinstance(node, exp.Count):
+            argument = self._count_argument(node)
+            for index, item in enumerate(items):
+                if isinstance(item, Count) and item.column == argument:
+                    return index
+        elif isinstance(node, exp.Column) and not node.table:
+            for index, item in enumerate(items):
+                if item.name == node.name:
+                    return index
+            for index, item in enumerate(items):
+                if isinstance(item, GroupKey) and item.column == node.name:
+                    return index
+        elif isinstance(node, exp.Column):
+            name = self._column(node, "ORDER BY")
+            for index, item in enumerate(items):
+                if isinstance(item, GroupKey) and item.column == name:
+                    return index
+        raise NotSupportedError(
+            f"ORDER BY {node.sql(dialect='duckdb')[:60]!r}: order by a column, alias or COUNT of the SELECT list "
+            f"(ORDER BY is applied to the released rows). {SUPPORTED}"
+        )
+
+    @staticmethod
+    def _row_count(node: exp.Expression | None, clause: str) -> int | None:
+        if node is None:
+            return None
+        value = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
+        if isinstance(value, exp.Literal) and not value.is_string and str(value.this).isdigit():
+            return int(str(value.this))
+        raise NotSupportedError(
+            f"{clause} must be a non-negative integer literal, got {value.sql(dialect='duckdb')[:60]!r}; use e.g. {clause} 10"
+        )

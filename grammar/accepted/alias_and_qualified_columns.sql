@@ -1,0 +1,1 @@
+SELECT a.sex, COUNT(*) AS n FROM adult AS a WHERE a.age NOT BETWEEN 30 AND 50 GROUP BY a.sex

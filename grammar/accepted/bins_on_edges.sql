@@ -1,0 +1,1 @@
+SELECT COUNT(*) FROM adult WHERE income >= 10000 AND income < 100000

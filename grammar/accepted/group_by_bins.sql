@@ -1,0 +1,1 @@
+SELECT income, COUNT(*) AS n FROM adult GROUP BY income

@@ -1,0 +1,1 @@
+SELECT sex, COUNT(*) FROM adult GROUP BY sex

@@ -1,0 +1,1 @@
+SELECT COUNT(*) FROM adult WHERE job IS NULL

@@ -1,0 +1,1 @@
+SELECT sex, COUNT(*) FROM adult WHERE job <> 'nurse' GROUP BY sex

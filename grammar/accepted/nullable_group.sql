@@ -1,0 +1,1 @@
+SELECT job, COUNT(*) AS n FROM adult GROUP BY job

@@ -1,0 +1,1 @@
+SELECT "sex", COUNT(*) AS "Count" FROM adult GROUP BY "sex"

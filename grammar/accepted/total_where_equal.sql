@@ -1,0 +1,1 @@
+SELECT COUNT(*) AS n FROM adult WHERE sex = 'F'

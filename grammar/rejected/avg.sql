@@ -1,0 +1,2 @@
+-- expect: NotSupportedError AVG
+SELECT sex, AVG(age) FROM adult GROUP BY sex

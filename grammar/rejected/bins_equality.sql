@@ -1,0 +1,2 @@
+-- expect: NotSupportedError WHERE
+SELECT COUNT(*) FROM adult WHERE income = 5000

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError JOIN
+SELECT COUNT(*) FROM adult, adult AS other

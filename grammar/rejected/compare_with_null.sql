@@ -1,0 +1,2 @@
+-- expect: ProgrammingError IS NULL
+SELECT COUNT(*) FROM adult WHERE job = NULL

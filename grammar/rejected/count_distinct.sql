@@ -1,0 +1,2 @@
+-- expect: NotSupportedError COUNT(DISTINCT
+SELECT COUNT(DISTINCT person_id) FROM adult

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError SELECT COUNT
+SELECT COUNT(age + 1) FROM adult

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError DELETE
+DELETE FROM adult

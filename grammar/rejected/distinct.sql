@@ -1,0 +1,2 @@
+-- expect: NotSupportedError DISTINCT
+SELECT DISTINCT sex, COUNT(*) FROM adult GROUP BY sex

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError INSERT
+INSERT INTO adult (sex) VALUES ('F')

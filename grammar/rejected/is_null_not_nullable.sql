@@ -1,0 +1,2 @@
+-- expect: ProgrammingError nullable
+SELECT COUNT(*) FROM adult WHERE sex IS NULL

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError LIMIT
+SELECT COUNT(*) FROM adult LIMIT 1 + 1

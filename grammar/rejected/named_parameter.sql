@@ -1,0 +1,2 @@
+-- expect: ProgrammingError parameters
+SELECT COUNT(*) FROM adult WHERE age > :age

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError COUNT
+SELECT sex FROM adult GROUP BY sex

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError ORDER BY
+SELECT sex, COUNT(*) FROM adult GROUP BY sex, race ORDER BY race

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError SELECT *
+SELECT * FROM adult

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError FROM
+SELECT COUNT(*) FROM (SELECT * FROM adult) AS t

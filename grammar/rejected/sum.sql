@@ -1,0 +1,2 @@
+-- expect: NotSupportedError SUM
+SELECT SUM(age) FROM adult

@@ -1,0 +1,2 @@
+-- expect: ProgrammingError parse
+SELECT COUNT(* FROM adult

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError FROM
+SELECT COUNT(*) FROM read_csv('adult.csv')

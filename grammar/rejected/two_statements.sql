@@ -1,0 +1,2 @@
+-- expect: ProgrammingError statement
+SELECT COUNT(*) FROM adult; SELECT COUNT(*) FROM adult

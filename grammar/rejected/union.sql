@@ -1,0 +1,2 @@
+-- expect: NotSupportedError UNION
+SELECT COUNT(*) FROM adult UNION SELECT COUNT(*) FROM adult

@@ -1,0 +1,2 @@
+-- expect: ProgrammingError WHERE
+SELECT COUNT(*) FROM adult WHERE height > 180

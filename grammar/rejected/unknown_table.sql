@@ -1,0 +1,2 @@
+-- expect: ProgrammingError FROM
+SELECT COUNT(*) FROM census

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError UPDATE
+UPDATE adult SET age = 30

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError SELECT
+SELECT sex, COUNT(*) OVER () FROM adult

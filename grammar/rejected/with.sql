@@ -1,0 +1,2 @@
+-- expect: NotSupportedError WITH
+WITH t AS (SELECT * FROM adult) SELECT COUNT(*) FROM t
