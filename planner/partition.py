@@ -31,7 +31,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import ClassVar
 
 import numpy as np
@@ -485,7 +485,7 @@ class _Threshold:
         return np.where(counts > 0, np.minimum(probability, 1.0), 0.0)
 
     def keep(self, counts: np.ndarray, source: RandomSource) -> tuple[np.ndarray, np.ndarray]:
-        counts = np.asarray(counts, dtype=np.int64)
+        counts = _counts_array(counts)
         noisy = counts + self.noise.sample(counts.shape, source)
         tie_kept = (noisy == self.threshold - 1) & (source.uniform(counts.shape) < self.tie_probability)
         return (counts > 0) & ((noisy >= self.threshold) | tie_kept), noisy
@@ -674,11 +674,13 @@ def gaussian_threshold(epsilon: float, delta: float, max_groups: int = 1) -> Gau
     return GaussianThresholding(epsilon, delta, max_groups)
 
 
+@lru_cache(maxsize=256)
 def choose(epsilon: float, delta: float, max_groups: int = 1) -> PartitionSelection:
     """The primitive the engine uses: for one partition per unit the optimal primitive (it
     dominates all others); for ``max_groups > 1`` the split optimal primitive or Gaussian
     thresholding, whichever has the lower midpoint. Its :meth:`~PartitionSelection.describe`
-    says which was chosen. Raises :class:`PartitionSelectionImpossibleError` when δ = 0."""
+    says which was chosen. Raises :class:`PartitionSelectionImpossibleError` when δ = 0.
+    Results are cached: designing Gaussian thresholding for large ``max_groups`` takes seconds."""
     _validate(epsilon, delta, max_groups)
     require_selection_possible(delta)
     split_optimal = optimal(epsilon, delta, max_groups)
