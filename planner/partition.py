@@ -606,13 +606,18 @@ class GaussianThresholding(_ThresholdingSelection):
     with L2 sensitivity ``√(k − m)``, whose exact ``δ_noise(ε)`` is computed from the distribution
     of a sum of discrete Gaussians (:meth:`_DiscreteGaussian.privacy_delta`); the new partitions are
     all suppressed except with probability ``1 − (1 − p)^m``, ``p = π(1)``. Both directions of the
-    DP inequality then hold with ``δ = δ_noise(√(k − m)) + 1 − (1 − p)^m``.
+    DP inequality then hold with ``δ_m = δ_noise(√(k − m)) + 1 − (1 − p)^m`` (adding the unit: the
+    event "a new key is released" costs its probability; removing it: with ``E`` = "no new key
+    released", ``P[S] − e^ε P'[S] ≤ P'[E](P[S] − e^ε P_old'[S]) + (1 − P'[E]) P[S]``).
 
     * ``k = 1``: ``m`` is 0 or 1, so ``δ = max(δ_noise(1), p)``; σ is the smallest with
       ``δ_noise = δ`` and ``p = δ`` (no split is needed).
-    * ``k > 1``: bounding by ``m = 0`` and ``m = k`` terms together, ``δ = δ_noise(√k) + δ_tail``
-      with ``1 − (1 − p)^k = δ_tail``; the split ``δ_noise = f δ`` is chosen to minimise the midpoint
-      (grid over f, then bounded Brent).
+    * ``k > 1``: every ``δ_m ≤ δ_noise(√k) + δ_tail`` with ``1 − (1 − p)^k = δ_tail``; the split
+      ``δ_noise = f δ``, ``δ_tail = (1 − f) δ`` is chosen to minimise the midpoint (grid over f,
+      then bounded Brent).
+
+    σ is the smallest with exact discrete-Gaussian ``δ_noise(ε) ≤ f δ`` (the discrete analogue of
+    Balle & Wang's analytic Gaussian), then rounded up to what :mod:`planner.noise` samples.
     """
 
     epsilon: float
