@@ -93,21 +93,18 @@ class RandomSource:
             raise NoiseParameterError(f"upper bounds must be integers, got dtype {bounds.dtype}")
         if bounds.size:
             _check_bounds(int(bounds.min()))
-        shared = bounds.ndim == 0  # one bound for every entry: no per-entry masks needed
-        bounds = bounds.astype(np.uint64) if shared else np.broadcast_to(bounds, shape).astype(np.uint64).ravel()
-        masks = _covering_masks(bounds)
-        result = np.zeros(math.prod(shape), dtype=np.uint64)
-        pending = np.arange(result.size) if shared else np.flatnonzero(bounds > 1)
-        if shared and bounds == 1:
-            pending = pending[:0]
-        while pending.size:
-            pending_masks = _take(masks, pending)
-            candidates = self._words(pending.size, _narrowest_word(int(pending_masks.max())))
-            candidates = candidates.astype(np.uint64) & pending_masks
-            accepted = candidates < _take(bounds, pending)
-            result[pending[accepted]] = candidates[accepted]
-            pending = pending[~accepted]
-        return result.astype(np.int64).reshape(shape)
+        # A shared bound stays 0-d; per-entry bounds are flattened.
+        flat_bounds = (bounds if bounds.ndim == 0 else np.broadcast_to(bounds, shape).ravel()).astype(np.uint64)
+        masks = _covering_masks(flat_bounds)
+        word_type = _narrowest_word(int(masks.max(initial=0)))
+        values = self._words(math.prod(shape), word_type).astype(np.uint64) & masks
+        rejected = np.flatnonzero(values >= flat_bounds)
+        while rejected.size:
+            redrawn = self._words(rejected.size, word_type).astype(np.uint64) & _take(masks, rejected)
+            accepted = redrawn < _take(flat_bounds, rejected)
+            values[rejected[accepted]] = redrawn[accepted]
+            rejected = rejected[~accepted]
+        return values.view(np.int64).reshape(shape)  # every value is below 2^63
 
     def uniform(self, size: Size = None) -> NDArray[np.float64]:
         """Uniform floats on [0, 1) with 53 random bits each (for coin flips and shuffles, not noise)."""
@@ -222,26 +219,36 @@ def _bernoulli_exp_at_most_one(
 
     Draw A_k ~ Bernoulli(γ/k) for k = 1, 2, … until one fails; exp(-γ) is the probability that the
     first failure has odd k. Each A_k is drawn as Bernoulli(1/k) ∧ Bernoulli(γ), so no product
-    denominator·k is ever formed.
+    denominator·k is ever formed. The Bernoulli(1/k) parts come in blocks from one uniform integer:
+    R uniform on [0, k0·(k0+1)···k1) has, in that mixed radix, independent uniform digits d_k ∈ [0, k),
+    and d_k0 = … = d_k = 0 exactly when k0···k divides R.
     """
     outcome = np.empty(count, dtype=bool)
     active = np.arange(count)
-    k = 1
+    certain = numerator.ndim == 0 and numerator == denominator  # γ = 1: every Bernoulli(γ) succeeds
+    k, block_last = 1, 0
     while active.size:
-        success = source.integers(k, size=active.size) == 0
-        candidates = active[success]
-        success[success] = _bernoulli(
-            _take(numerator, candidates), _take(denominator, candidates), candidates.size, source
-        )
+        if k > block_last:  # draw the digits for places k..block_last
+            block_last, radix = k, k
+            while radix * (block_last + 1) < _DIGIT_BLOCK_LIMIT:
+                block_last += 1
+                radix *= block_last
+            digits, place = source.integers(radix, size=active.size), 1
+        place *= k
+        success = digits % place == 0
+        if not certain:
+            candidates = active[success]
+            success[success] = _bernoulli(
+                _take(numerator, candidates), _take(denominator, candidates), candidates.size, source
+            )
         outcome[active[~success]] = k % 2 == 1
-        active = active[success]
+        active, digits = active[success], digits[success]
         k += 1
     return outcome
 
 
+_DIGIT_BLOCK_LIMIT = 2**57  # the first block is then 19! ≈ 0.84·2^57: few bounded-integer rejections
 _ONE = np.asarray(1, dtype=np.int64)
-
-
 def _bernoulli_exp(numerator: NDArray, denominator: NDArray, source: RandomSource) -> NDArray[np.bool_]:
     """Bernoulli(exp(-γ)) for any γ = numerator/denominator ≥ 0 (flat arrays; Algorithm 1).
 
