@@ -308,7 +308,7 @@ class Cursor:
         self._closed = False
         self._result: Result | None = None
         self._position = 0
-        self.explanation: str | None = None
+        self._prepared: _Prepared | None = None
 
     # -- attributes -------------------------------------------------------------------------------------
     @property
@@ -329,6 +329,12 @@ class Cursor:
     def lastrowid(self) -> None:
         return None
 
+    @property
+    def explanation(self) -> str:
+        """How the last statement was answered: domains, the drop rule, bounding and the plan."""
+        self._check_result()
+        return _explanation(self._prepared)  # type: ignore[arg-type]
+
     # -- execution --------------------------------------------------------------------------------------
     def execute(
         self,
@@ -340,10 +346,10 @@ class Cursor:
     ) -> Cursor:
         """Run one statement at privacy cost ``epsilon`` (or ``rho`` with Gaussian noise)."""
         self._check_open()
-        self._result, self._position, self.explanation = None, 0, None
+        self._result, self._position, self._prepared = None, 0, None
         prepared = self.connection._prepare(operation, parameters, epsilon, rho)
         self._result = self.connection._run(prepared)
-        self.explanation = _explanation(prepared)
+        self._prepared = prepared
         return self
 
     def executemany(
@@ -358,7 +364,7 @@ class Cursor:
         concatenated. Every run is compiled, planned and priced first, and the batch is refused whole
         (nothing read, nothing charged) if its total cost does not fit in the budget."""
         self._check_open()
-        self._result, self._position, self.explanation = None, 0, None
+        self._result, self._position, self._prepared = None, 0, None
         prepared = [self.connection._prepare(operation, p, epsilon, rho) for p in seq_of_parameters]
         if prepared:
             self.connection._ledger.check(Cost.combined([p.cost for p in prepared]))
@@ -367,6 +373,7 @@ class Cursor:
         errs = [e for r in results for e in r.errors]
         description = results[0].description if results else None
         self._result = Result(description, rows, errs) if results else None  # type: ignore[arg-type]
+        self._prepared = prepared[-1] if prepared else None
         return self
 
     def callproc(self, procname: str, parameters: Sequence[object] = ()) -> None:

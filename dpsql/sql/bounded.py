@@ -126,6 +126,9 @@ class BoundedAggregation:
         for marginal in self.marginals:
             chosen = chosen_all if len(self.marginals) == 1 or not self.counted_columns else ids == self.grouping_id(marginal)
             shape = tuple(self.columns[c].size for c in marginal)
+            if not marginal:
+                arrays[marginal] = np.array(counts[chosen].sum(), dtype=np.int64)
+                continue
             table = np.zeros(shape, dtype=np.int64)
             index = tuple(np.asarray(np.ma.filled(result[self.alias(c)], 0), dtype=np.int64)[chosen] for c in marginal)
             np.add.at(table, index, counts[chosen])
