@@ -43,6 +43,22 @@ from typing import TypeAlias
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+__all__ = [
+    "MAX_GAUSSIAN_SIGMA2",
+    "MAX_LAPLACE_SCALE",
+    "NoiseParameterError",
+    "RandomLike",
+    "RandomSource",
+    "as_source",
+    "discrete_gaussian",
+    "discrete_gaussian_variance",
+    "discrete_laplace",
+    "discrete_laplace_variance",
+    "gaussian_sigma2_used",
+    "laplace_scale_used",
+    "secure_rng",
+]
+
 SIGNIFICANT_BITS = 21
 """A rounded parameter is m·2^-k with m ≤ 2^SIGNIFICANT_BITS."""
 MAX_DENOMINATOR_EXPONENT = 40
@@ -172,7 +188,8 @@ def discrete_gaussian_variance(sigma2: ArrayLike) -> float | NDArray[np.float64]
     """Exact variance (≤ σ²) of the discrete Gaussian actually sampled (σ² rounded up).
 
     For σ² ≤ 1 the pmf is summed directly; above, the Poisson-summation dual of the same series,
-    Var = σ² - 8π²σ⁴ Σ_{k≥1} k² e^(-2π²σ²k²) / (1 + 2 Σ_{k≥1} e^(-2π²σ²k²)), which converges in a few terms.
+    Var = σ² - 8π²σ⁴ Σ_{k≥1} k² e^(-2π²σ²k²) / (1 + 2 Σ_{k≥1} e^(-2π²σ²k²)),
+    which converges in a few terms.
     Both sums run until their terms underflow.
     """
     used = np.asarray(gaussian_sigma2_used(sigma2))
@@ -204,7 +221,8 @@ def discrete_gaussian(sigma2: ArrayLike, size: Size = None, rng: RandomLike = No
 
 
 # ---------------------------------------------------------------------------------------------
-# Exact samplers (Canonne, Kamath & Steinke 2020). Arguments are flat arrays, one entry per sample.
+# Exact samplers (Canonne, Kamath & Steinke 2020). Array arguments are flat, one entry per sample;
+# a 0-d parameter is shared by all samples.
 
 
 def _bernoulli(numerator: NDArray, denominator: NDArray, count: int, source: RandomSource) -> NDArray[np.bool_]:
@@ -247,13 +265,13 @@ def _bernoulli_exp_at_most_one(
     return outcome
 
 
-_DIGIT_BLOCK_LIMIT = 2**57  # the first block is then 19! ≈ 0.84·2^57: few bounded-integer rejections
+_DIGIT_BLOCK_LIMIT = 2**32  # blocks fit 32-bit words; the first, 12! ≈ 0.89·2^29, needs few rejections
 _ONE = np.asarray(1, dtype=np.int64)
 def _bernoulli_exp(numerator: NDArray, denominator: NDArray, source: RandomSource) -> NDArray[np.bool_]:
     """Bernoulli(exp(-γ)) for any γ = numerator/denominator ≥ 0 (flat arrays; Algorithm 1).
 
-    exp(-γ) = exp(-1)^⌊γ⌋ · exp(-(γ - ⌊γ⌋)): ⌊γ⌋ independent Bernoulli(exp(-1)) trials and one more for the
-    fractional part must all succeed. Trials stop at the first failure, so large γ costs little.
+    exp(-γ) = exp(-1)^⌊γ⌋ · exp(-(γ - ⌊γ⌋)): ⌊γ⌋ independent Bernoulli(exp(-1)) trials and one more
+    for the fractional part must all succeed. Trials stop at the first failure, so large γ costs little.
     """
     remaining, fraction = numerator // denominator, numerator % denominator
     alive = np.ones(numerator.size, dtype=bool)
@@ -337,7 +355,8 @@ def _gaussian_acceptance(
         y, p_rows, q_rows, t_rows = (_take(part, rows).astype(dtype) for part in (magnitude, p, q, t))
         offset = y * t_rows * q_rows - p_rows
         squared = offset * offset
-        accepted[rows] = _bernoulli_exp(squared, np.broadcast_to(2 * p_rows * q_rows * t_rows * t_rows, squared.shape), source)
+        denominator = np.broadcast_to(2 * p_rows * q_rows * t_rows * t_rows, squared.shape)
+        accepted[rows] = _bernoulli_exp(squared, denominator, source)
     return accepted
 
 
@@ -439,12 +458,13 @@ def _output_shape(parameter_shape: tuple[int, ...], size: Size) -> tuple[int, ..
     if size is None:
         return parameter_shape
     shape = _as_shape(size)
+    message = f"a parameter of shape {parameter_shape} cannot be broadcast to size {shape}"
     try:
         broadcast = np.broadcast_shapes(parameter_shape, shape)
     except ValueError as error:
-        raise NoiseParameterError(f"parameter of shape {parameter_shape} cannot be broadcast to size {shape}") from error
+        raise NoiseParameterError(message) from error
     if broadcast != shape:
-        raise NoiseParameterError(f"parameter of shape {parameter_shape} cannot be broadcast to size {shape}")
+        raise NoiseParameterError(message)
     return shape
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from planner import noise
 from planner.noise import (
     MAX_GAUSSIAN_SIGMA2,
     MAX_LAPLACE_SCALE,
@@ -119,7 +120,8 @@ def test_discrete_laplace_variance_is_exact() -> None:
         assert discrete_laplace_variance(scale) <= 2 * used**2
     assert discrete_laplace_variance(1.0) == pytest.approx(2 * math.e / (math.e - 1) ** 2, rel=1e-15)
     np.testing.assert_allclose(
-        discrete_laplace_variance(np.array([1.0, 40.0])), [discrete_laplace_variance(1.0), discrete_laplace_variance(40.0)]
+        discrete_laplace_variance(np.array([1.0, 40.0])),
+        [discrete_laplace_variance(1.0), discrete_laplace_variance(40.0)],
     )
 
 
@@ -167,7 +169,9 @@ def test_discrete_gaussian_variance_is_exact() -> None:
 # --- parameters ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("used, maximum", [(laplace_scale_used, MAX_LAPLACE_SCALE), (gaussian_sigma2_used, MAX_GAUSSIAN_SIGMA2)])
+@pytest.mark.parametrize(
+    "used, maximum", [(laplace_scale_used, MAX_LAPLACE_SCALE), (gaussian_sigma2_used, MAX_GAUSSIAN_SIGMA2)]
+)
 def test_rounding_never_goes_below_the_request(used, maximum) -> None:
     requested = np.exp(np.random.default_rng(31).uniform(math.log(2.0**-45), math.log(maximum), 20_000))
     requested = np.concatenate((requested, [2.0**-20, 0.5, 1.0, 3.7, 1 / 3, maximum, np.nextafter(maximum, 0)]))
@@ -232,7 +236,10 @@ def test_as_source() -> None:
 
 def thirds_pvalue(values: np.ndarray, upper: int) -> float:
     """Chi-square p-value that values uniform on [0, upper) fall equally into three equal thirds."""
-    thirds = np.array([int(value) * 3 // upper for value in values]) if values.dtype == object else values // (upper // 3)
+    if values.dtype == object:
+        thirds = np.array([int(value) * 3 // upper for value in values])
+    else:
+        thirds = values // (upper // 3)
     return float(stats.chisquare(np.bincount(thirds.astype(np.int64), minlength=3)).pvalue)
 
 
@@ -295,6 +302,19 @@ def test_bernoulli_exp_frequency(gamma: Fraction, dtype: type) -> None:
         assert outcomes.all()
     else:
         assert stats.binomtest(int(outcomes.sum()), n, math.exp(-gamma)).pvalue >= ALPHA
+
+
+@pytest.mark.parametrize("gamma", [Fraction(1, 3), Fraction(1)])
+def test_bernoulli_exp_across_many_digit_blocks(monkeypatch: pytest.MonkeyPatch, gamma: Fraction) -> None:
+    """With tiny digit blocks the Bernoulli(1/k) draws span many blocks; the rate must stay exp(-γ)."""
+    monkeypatch.setattr(noise, "_DIGIT_BLOCK_LIMIT", 8)  # blocks {1,2,3}, {4}, {5}, …
+    n = 100_000
+    outcomes = _bernoulli_exp(
+        np.full(n, gamma.numerator), np.full(n, gamma.denominator), RandomSource(np.random.default_rng(47))
+    )
+    assert stats.binomtest(int(outcomes.sum()), n, math.exp(-gamma)).pvalue >= ALPHA
+    laplace = discrete_laplace(1.0, 100_000, rng=48)
+    assert goodness_of_fit_pvalue(laplace, laplace_pmf, 1.0) >= ALPHA
 
 
 # --- OS entropy (not reproducible: looser levels) --------------------------------------------
