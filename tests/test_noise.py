@@ -197,6 +197,25 @@ def test_rounding_of_known_values() -> None:
     np.testing.assert_array_equal(laplace_scale_used([0.5, 100.0]), [0.5, 100.0])
 
 
+def test_rounded_values_are_used_as_they_are() -> None:
+    """Callers (thresholds, budgets) pass already-rounded values back in; they must not move again."""
+    values = np.exp(np.random.default_rng(32).uniform(math.log(2.0**-45), math.log(MAX_LAPLACE_SCALE), 5_000))
+    for used in (laplace_scale_used, gaussian_sigma2_used):
+        np.testing.assert_array_equal(used(used(values)), used(values))
+
+
+def test_extreme_parameters() -> None:
+    n = 20_000
+    assert not discrete_laplace(0.01, n, rng=33).any()  # P[Z != 0] ≈ 2e^-100
+    assert not discrete_gaussian(1e-6, n, rng=33).any()  # P[Z != 0] ≈ 2e^-500000
+    for sampler, parameter, variance, kurtosis in [
+        (discrete_laplace, MAX_LAPLACE_SCALE, 2 * MAX_LAPLACE_SCALE**2, 6.0),
+        (discrete_gaussian, MAX_GAUSSIAN_SIGMA2, MAX_GAUSSIAN_SIGMA2, 3.0),
+    ]:
+        samples = sampler(parameter, n, rng=34).astype(np.float64)
+        assert abs(samples.var() / variance - 1) <= 5 * math.sqrt((kurtosis - 1) / n)
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf, 2.0**70, "big", [1.0, -2.0]])
 def test_bad_parameters_raise_value_error(bad) -> None:
     for function in (discrete_laplace, discrete_gaussian):
