@@ -69,6 +69,7 @@ MAX_GAUSSIAN_SIGMA2 = 2.0**60
 IntArray: TypeAlias = NDArray[np.int64]
 Size: TypeAlias = int | tuple[int, ...] | None
 _WORD_TYPES = (np.uint8, np.uint16, np.uint32, np.uint64)
+_INT64_MAX = 2**63 - 1
 
 
 class NoiseParameterError(ValueError):
@@ -78,9 +79,9 @@ class NoiseParameterError(ValueError):
 class RandomSource:
     """Uniform random integers and floats from OS entropy or, for tests, a numpy Generator.
 
-    Both kinds of source only supply random words; the conversion to bounded integers (mask to the
-    smallest covering power of two, reject values at or above the bound) is shared, so seeded tests
-    exercise exactly the code that runs on OS entropy.
+    Both kinds of source only supply random words; the conversion to bounded integers (mask to a
+    covering power of two, reject values at or above the bound, redraw those) is shared, so seeded
+    tests exercise exactly the code that runs on OS entropy.
     """
 
     def __init__(self, generator: np.random.Generator | None = None) -> None:
@@ -97,16 +98,16 @@ class RandomSource:
         """Independent uniform integers on ``[0, upper)``, elementwise, without bias.
 
         ``upper`` is an integer or integer array (broadcast to ``size`` if given), every entry ≥ 1. Bounds
-        up to 2^63 - 1 give int64; an object array of Python ints may hold any bound and gives Python ints.
+        up to 2^63 - 1 give int64; larger ones (Python ints, in an object array or not) give Python ints.
         """
         bounds = np.asarray(upper)
         shape = _output_shape(bounds.shape, size)
-        if bounds.dtype == object:
+        if bounds.dtype != object and not np.issubdtype(bounds.dtype, np.integer):
+            raise NoiseParameterError(f"upper bounds must be integers, got dtype {bounds.dtype}")
+        if bounds.dtype == object or (bounds.size and int(bounds.max()) > _INT64_MAX):
             flat = [int(bound) for bound in np.broadcast_to(bounds, shape).ravel()]
             _check_bounds(min(flat, default=1))
             return np.array([self._below(bound) for bound in flat], dtype=object).reshape(shape)
-        if not np.issubdtype(bounds.dtype, np.integer):
-            raise NoiseParameterError(f"upper bounds must be integers, got dtype {bounds.dtype}")
         if bounds.size:
             _check_bounds(int(bounds.min()))
         # A shared bound stays 0-d; per-entry bounds are flattened.

@@ -291,6 +291,9 @@ def test_integers_with_one_bound_per_entry_and_python_ints() -> None:
     big = source.integers(np.array([huge], dtype=object), size=30_000)
     assert big.dtype == object and min(big) >= 0 and max(big) < huge
     assert thirds_pvalue(big, huge) >= ALPHA
+    beyond_int64 = source.integers(np.uint64(3 * 2**62), size=30_000)  # numpy stores this bound as uint64
+    assert beyond_int64.dtype == object and max(beyond_int64) < 3 * 2**62
+    assert thirds_pvalue(beyond_int64, 3 * 2**62) >= ALPHA
 
 
 def test_integers_reject_bad_bounds() -> None:
