@@ -70,6 +70,8 @@ IntArray: TypeAlias = NDArray[np.int64]
 Size: TypeAlias = int | tuple[int, ...] | None
 _WORD_TYPES = (np.uint8, np.uint16, np.uint32, np.uint64)
 _INT64_MAX = 2**63 - 1
+_DIGIT_BLOCK_LIMIT = 2**32  # digit blocks fit 32-bit words; the first, 12! ≈ 0.89·2^29, needs few rejections
+_ONE = np.asarray(1, dtype=np.int64)
 
 
 class NoiseParameterError(ValueError):
@@ -266,8 +268,6 @@ def _bernoulli_exp_at_most_one(
     return outcome
 
 
-_DIGIT_BLOCK_LIMIT = 2**32  # blocks fit 32-bit words; the first, 12! ≈ 0.89·2^29, needs few rejections
-_ONE = np.asarray(1, dtype=np.int64)
 def _bernoulli_exp(numerator: NDArray, denominator: NDArray, source: RandomSource) -> NDArray[np.bool_]:
     """Bernoulli(exp(-γ)) for any γ = numerator/denominator ≥ 0 (flat arrays; Algorithm 1).
 
