@@ -3,6 +3,7 @@
 from planner.domain import Domain
 from planner.privacy import Privacy
 from planner.workload import AllRange, Explicit, Factor, Identity, Predicate, Prefix, Product, Total, Workload
+from planner.plan import Plan, plan
 
 __all__ = [
     "AllRange",
@@ -10,10 +11,12 @@ __all__ = [
     "Explicit",
     "Factor",
     "Identity",
+    "Plan",
     "Predicate",
     "Prefix",
     "Privacy",
     "Product",
     "Total",
     "Workload",
+    "plan",
 ]

@@ -399,7 +399,7 @@ class Workload:
 
     def answer(self, marginals: Mapping[tuple[str, ...], np.ndarray]) -> list[np.ndarray]:
         """Exact (unweighted) answers of every product, from marginals on at least its attributes."""
-        return [p.unweighted_answer(_marginal_for(self.domain, marginals, p.attributes)) for p in self.products]
+        return [p.unweighted_answer(marginal_for(self.domain, marginals, p.attributes)) for p in self.products]
 
     def dense(self) -> np.ndarray:
         """The full weighted ``q × n`` matrix over the whole domain (small domains only: tests, LDP)."""
@@ -415,7 +415,7 @@ def _require_ordered(domain: Domain, attribute: str) -> None:
         raise ValueError(f"attribute {attribute!r} is not ordered; range and prefix queries need an order")
 
 
-def _marginal_for(
+def marginal_for(
     domain: Domain, marginals: Mapping[tuple[str, ...], np.ndarray], attributes: tuple[str, ...]
 ) -> np.ndarray:
     """The marginal on ``attributes``, summed down from any given marginal that contains them."""

@@ -1,0 +1,172 @@
+"""Optimal non-uniform noise budgets (MATH.md §2) and the noise they buy.
+
+Closed forms for strategies with the grouping property: group ``g`` has recovery mass ``a_g`` (how much
+of the workload's error each unit of its noise variance causes) and column magnitude ``C_g``.
+
+>>> budgets = laplace_budgets([2.0, 4.0], [1.0, 1.0], epsilon=1.0)   # seed 004, Figure 1, R = I
+>>> round(grouped_error([2.0, 4.0], [1.0, 1.0], budgets, Privacy.laplace(1.0)), 2)
+46.17
+
+For strategies without grouping, :func:`optimal_row_budgets_cvx` solves the general convex program.
+:func:`noise_for_group` turns a group budget into the discrete noise parameter actually used and the
+exact variance of that noise (``planner.noise`` rounds parameters up to a dyadic rational).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner import noise
+from planner.privacy import Privacy
+
+
+class BudgetError(ValueError):
+    """Budgets cannot be allocated as asked (no group carries any workload mass, bad inputs)."""
+
+
+def _checked_masses(masses: Sequence[float], magnitudes: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    mass = np.asarray(masses, dtype=float)
+    magnitude = np.asarray(magnitudes, dtype=float)
+    if mass.shape != magnitude.shape or mass.ndim != 1:
+        raise BudgetError(f"masses {mass.shape} and magnitudes {magnitude.shape} must be equal-length vectors")
+    if (mass < 0).any() or (magnitude <= 0).any() or not np.isfinite(mass).all():
+        raise BudgetError("recovery masses must be ≥ 0 and finite, magnitudes C_g > 0")
+    if not (mass > 0).any():
+        raise BudgetError("no group carries any workload mass; nothing to budget")
+    return mass, magnitude
+
+
+def laplace_budgets(masses: Sequence[float], magnitudes: Sequence[float], epsilon: float) -> np.ndarray:
+    """``ε_g = ε (a_g C_g²)^{1/3} / Σ_h (a_h C_h²)^{1/3}``: minimises ``Σ_g 2 a_g (k C_g/ε_g)²``."""
+    mass, magnitude = _checked_masses(masses, magnitudes)
+    weight = np.cbrt(mass * magnitude**2)
+    return epsilon * weight / weight.sum()
+
+
+def gaussian_budgets(masses: Sequence[float], magnitudes: Sequence[float], rho: float) -> np.ndarray:
+    """``ρ_g = ρ √a_g C_g / Σ_h √a_h C_h``: minimises ``Σ_g a_g k² C_g² / (2ρ_g)``."""
+    mass, magnitude = _checked_masses(masses, magnitudes)
+    weight = np.sqrt(mass) * magnitude
+    return rho * weight / weight.sum()
+
+
+def optimal_budgets(masses: Sequence[float], magnitudes: Sequence[float], privacy: Privacy) -> np.ndarray:
+    """The §2 closed form for the privacy spec's family (ε_g or ρ_g per group)."""
+    if privacy.is_laplace:
+        return laplace_budgets(masses, magnitudes, privacy.epsilon)
+    return gaussian_budgets(masses, magnitudes, privacy.rho)
+
+
+def grouped_error(
+    masses: Sequence[float], magnitudes: Sequence[float], budgets: Sequence[float], privacy: Privacy, contributions: int = 1
+) -> float:
+    """``Σ_g a_g · Var_g`` with the papers' continuous noise: ``2(k C_g/ε_g)²`` or ``k² C_g²/(2ρ_g)``."""
+    mass, magnitude = _checked_masses(masses, magnitudes)
+    budget = np.asarray(budgets, dtype=float)
+    if privacy.is_laplace:
+        variance = continuous_laplace_variance(contributions * magnitude / budget)
+    else:
+        variance = (contributions * magnitude) ** 2 / (2 * budget)
+    return float(mass @ variance)
+
+
+def continuous_laplace_variance(scale: float | np.ndarray) -> float | np.ndarray:
+    """``2b²``, the variance of continuous Laplace noise (the papers' figures use it)."""
+    return 2.0 * np.asarray(scale, dtype=float) ** 2
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """How one privacy unit moves the data: at most ``rows`` rows, optionally in distinct cells of every
+    measured marginal (then Gaussian L2 sensitivity of a marginal group is ``√rows``, MATH.md §1)."""
+
+    rows: int = 1
+    distinct_cells: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 1:
+            raise ValueError(f"contributions must be a positive integer number of rows, got {self.rows!r}")
+
+    def laplace_scale(self, magnitude: float, epsilon: float) -> float:
+        """``b = k C / ε`` (L1 sensitivity is unaffected by the distinct-cells bound)."""
+        return self.rows * magnitude / epsilon
+
+    def gaussian_sigma2(self, squared_magnitude: float, rho: float, distinct_applies: bool = False) -> float:
+        """``σ² = k² C² / (2ρ)``, or ``k C² / (2ρ)`` when the distinct-cells bound applies to the group."""
+        factor = self.rows if (self.distinct_cells and distinct_applies) else self.rows**2
+        return factor * squared_magnitude / (2.0 * rho)
+
+
+@dataclass(frozen=True)
+class GroupNoise:
+    """The discrete noise one group of rows receives."""
+
+    family: str  # "laplace" or "gaussian"
+    parameter: float  # discrete Laplace scale b, or discrete Gaussian σ², as requested
+    variance: float  # exact variance of the discrete noise actually sampled
+    continuous_variance: float  # 2b² or σ²: what the papers' continuous analysis uses
+
+
+def sample_noise(privacy: Privacy, parameters: np.ndarray, rng: noise.RandomLike) -> np.ndarray:
+    """Discrete noise for many rows in one sampler call: Laplace scales or Gaussian σ², elementwise."""
+    values = np.asarray(parameters, dtype=float)
+    if values.size == 0:
+        return np.zeros(values.shape, dtype=np.int64)
+    if privacy.is_laplace:
+        return noise.discrete_laplace(values, rng=rng)
+    return noise.discrete_gaussian(values, rng=rng)
+
+
+def noise_for_group(
+    privacy: Privacy,
+    budget: float,
+    sensitivity: Sensitivity,
+    magnitude: float = 1.0,
+    distinct_applies: bool = False,
+) -> GroupNoise:
+    """Noise for a group of column magnitude ``magnitude`` given budget ``ε_g`` or ``ρ_g``."""
+    if not budget > 0:
+        raise BudgetError(f"a measured group needs a positive budget, got {budget}")
+    if privacy.is_laplace:
+        scale = sensitivity.laplace_scale(magnitude, budget)
+        return GroupNoise("laplace", scale, float(noise.discrete_laplace_variance(scale)),
+                          float(continuous_laplace_variance(scale)))
+    sigma2 = sensitivity.gaussian_sigma2(magnitude**2, budget, distinct_applies)
+    return GroupNoise("gaussian", sigma2, float(noise.discrete_gaussian_variance(sigma2)), sigma2)
+
+
+def optimal_row_budgets_cvx(
+    strategy: np.ndarray, masses: Sequence[float], privacy: Privacy, contributions: int = 1
+) -> np.ndarray:
+    """Per-row budgets for a strategy without grouping (MATH.md §2, last paragraph), by cvxpy.
+
+    Laplace: minimise ``Σ_i 2 a_i k²/ε_i²`` subject to ``Σ_i |S_ij| ε_i ≤ ε`` for every column ``j``.
+    Gaussian (row ``i`` gets noise ``k²/(2 p_i)``, i.e. precision ``2p_i/k²``): minimise
+    ``Σ_i a_i k²/(2 p_i)`` subject to ``Σ_i S_ij² p_i ≤ ρ`` for every column. Both are convex; rows with
+    zero mass get zero budget. Returns ε_i (or p_i, the zCDP "per unit of S_ij²" share) per row.
+    """
+    import cvxpy as cp  # imported lazily: only strategies without grouping need it
+
+    matrix = np.abs(np.asarray(strategy, dtype=float))
+    mass = np.asarray(masses, dtype=float)
+    if matrix.ndim != 2 or mass.shape != (matrix.shape[0],):
+        raise BudgetError(f"need one mass per strategy row: strategy {matrix.shape}, masses {mass.shape}")
+    used = mass > 0
+    if not used.any():
+        raise BudgetError("no strategy row carries any workload mass; nothing to budget")
+    budget = cp.Variable(int(used.sum()), pos=True)
+    if privacy.is_laplace:
+        objective = 2 * contributions**2 * cp.sum(cp.multiply(mass[used], cp.power(budget, -2)))
+        constraints = [matrix[used].T @ budget <= privacy.epsilon]
+    else:
+        objective = contributions**2 / 2 * cp.sum(cp.multiply(mass[used], cp.inv_pos(budget)))
+        constraints = [(matrix[used] ** 2).T @ budget <= privacy.rho]
+    cp.Problem(cp.Minimize(objective), constraints).solve()
+    if budget.value is None:
+        raise BudgetError("the convex budget program did not solve")
+    result = np.zeros(matrix.shape[0])
+    result[used] = budget.value
+    return result

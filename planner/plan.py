@@ -1,0 +1,154 @@
+"""``plan()``: choose the best strategy for a workload and wrap it in a :class:`Plan`.
+
+>>> from planner import Domain, Workload, Privacy
+>>> dom = Domain({"a": 2, "b": 2, "c": 2})
+>>> p = plan(Workload.marginals(dom, [("a",), ("b", "c")]), Privacy.laplace(epsilon=1.0))
+>>> p.expected_error() <= 32.0
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.privacy import Privacy
+from planner.select import BoundUnavailableError, all_candidates, choose, svd_bound
+from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
+from planner.workload import Product, Workload
+
+MAX_EXPLAINED_PRODUCTS = 20
+
+
+@dataclass(frozen=True)
+class CandidateSummary:
+    """A strategy the planner considered, with its exact expected error."""
+
+    name: str
+    detail: str
+    expected_error: float
+
+
+def _detail(candidate: Candidate) -> str:
+    groups = candidate.group_budgets()
+    return f"{len(groups)} group(s), {sum(g.rows for g in groups)} measured rows"
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A chosen strategy with its budgets, recovery and exact per-query variances."""
+
+    candidate: Candidate
+    candidates: tuple[CandidateSummary, ...]
+    contributions: int = 1
+    distinct_cells: bool = False
+
+    # -- what was chosen ---------------------------------------------------------------------------
+    @property
+    def workload(self) -> Workload:
+        return self.candidate.workload
+
+    @property
+    def privacy(self) -> Privacy:
+        return self.candidate.privacy
+
+    @property
+    def strategy_name(self) -> str:
+        return self.candidate.name
+
+    def expected_error(self) -> float:
+        """Expected total squared error over all workload queries (weights applied, exact discrete noise)."""
+        return self.candidate.expected_error()
+
+    def query_variances(self) -> tuple[np.ndarray, ...]:
+        return self.candidate.query_variances()
+
+    def group_budgets(self) -> tuple[GroupBudget, ...]:
+        return self.candidate.group_budgets()
+
+    @functools.cached_property
+    def _svd_bound(self) -> float | BoundUnavailableError:
+        try:
+            return svd_bound(self.workload, self.privacy, self.contributions, self.distinct_cells)
+        except BoundUnavailableError as error:
+            return error
+
+    def svd_bound(self) -> float:
+        """MATH.md §7 for the same privacy spec; raises :class:`BoundUnavailableError` when it cannot be
+        computed without a large dense matrix."""
+        bound = self._svd_bound
+        if isinstance(bound, BoundUnavailableError):
+            raise bound
+        return bound
+
+    @property
+    def ratio(self) -> float | None:
+        """``expected_error / svd_bound``, or None when the bound is unavailable."""
+        bound = self._svd_bound
+        if isinstance(bound, BoundUnavailableError) or bound == 0:
+            return None
+        return self.expected_error() / bound
+
+    # -- running it --------------------------------------------------------------------------------
+    def required_marginals(self) -> tuple[tuple[str, ...], ...]:
+        return self.candidate.required_marginals()
+
+    def measure(self, marginals: Mapping[tuple[str, ...], np.ndarray], rng: object = None, noise: bool = True) -> Measurement:
+        return self.candidate.measure(marginals, rng=rng, noise=noise)
+
+    def answer(self, measurement: Measurement) -> Answers:
+        return self.candidate.answer(measurement)
+
+    # -- explaining it -----------------------------------------------------------------------------
+    def explain(self) -> str:
+        lines = [f"strategy: {self.strategy_name} under {self.privacy}, {self.contributions} row(s) per unit"]
+        error = self.expected_error()
+        ratio = self.ratio
+        bound_text = f"{self.svd_bound():.6g} (ratio {ratio:.3f})" if ratio is not None else f"unavailable ({self._svd_bound})"
+        lines.append(f"expected total squared error: {error:.6g}; SVD lower bound: {bound_text}")
+        lines.append("budgets per group:")
+        budget_name = "ε" if self.privacy.is_laplace else "ρ"
+        for group in self.group_budgets():
+            lines.append(
+                f"  {group.name}: {group.rows} row(s), {budget_name} = {group.budget:.6g},"
+                f" noise variance {group.noise_variance:.6g}"
+            )
+        lines.append("expected RMSE per query:")
+        for index, (product, variances) in enumerate(zip(self.workload.products, self.query_variances())):
+            if index == MAX_EXPLAINED_PRODUCTS:
+                lines.append(f"  … {len(self.workload.products) - index} more products")
+                break
+            rmse = np.sqrt(variances)
+            spread = f"{rmse.min():.4g}" if np.ptp(rmse) < 1e-9 * max(1.0, rmse.max()) else f"{rmse.min():.4g}–{rmse.max():.4g}"
+            lines.append(f"  {_product_label(product)}: {product.rows} queries, RMSE {spread}")
+        lines.append("strategies considered (expected total squared error):")
+        for summary in sorted(self.candidates, key=lambda s: s.expected_error):
+            lines.append(f"  {summary.name} [{summary.detail}]: {summary.expected_error:.6g}")
+        return "\n".join(lines)
+
+
+def _product_label(product: Product) -> str:
+    parts = [f"{type(f.block).__name__}({', '.join(f.attributes)})" for f in product.factors] or ["Total"]
+    return " ⊗ ".join(parts) + ("" if product.weight == 1 else f" (weight {product.weight:g})")
+
+
+def plan(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> Plan:
+    """The least-error plan among every strategy family for ``workload`` under ``privacy``.
+
+    ``contributions`` bounds the rows one privacy unit adds; ``distinct_cells=True`` declares that those
+    rows fall in distinct cells of every measured marginal (Gaussian L2 sensitivity √k for marginal groups).
+    """
+    if not isinstance(workload, Workload):
+        raise TypeError(f"plan() needs a planner.Workload, got {type(workload).__name__}")
+    if not isinstance(privacy, Privacy):
+        raise TypeError(f"plan() needs a planner.Privacy, got {type(privacy).__name__}")
+    candidates = all_candidates(workload, privacy, contributions, distinct_cells)
+    best = choose(candidates)
+    summaries = tuple(CandidateSummary(c.name, _detail(c), c.expected_error()) for c in candidates)
+    if not math.isfinite(best.expected_error()):
+        raise ValueError("every strategy has infinite expected error for this workload")
+    return Plan(best, summaries, contributions, distinct_cells)

@@ -1,0 +1,176 @@
+"""Candidate generation, the choice of strategy, and the SVD lower bound (MATH.md §7).
+
+Every family is a function ``(workload, privacy, contributions) -> list[Candidate]``; the selector asks
+all of them and keeps the candidate with the least exact expected error. Families outside this module
+register themselves by appending to :data:`FAMILIES`.
+
+The SVD bound needs ``Σσ_i(W)`` without densifying ``W``: per attribute, the Gram blocks of all products
+(``I`` for GROUP BY, ``11ᵀ`` for summed-out attributes, the block's own Gram otherwise) are diagonalised
+in one common eigenbasis when they commute; eigenvectors on which every block has the same eigenvalue
+form a *class*. ``WᵀW = Σ_P w_P² ⊗_a G_{P,a}`` is then diagonal with eigenvalue
+``Σ_P w_P² Π_a λ_{P,a}(class_a)`` of multiplicity ``Π_a |class_a|`` — for marginals the classes are the
+constant vector and its complement, giving ResidualPlanner's subset formula. Products with multi-attribute
+factors, or blocks that do not commute, fall back to a dense SVD when the matrix is small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.budget import Sensitivity
+from planner.privacy import Privacy
+from planner.strategies import fourier, identity, marginals, residual
+from planner.strategies.base import Candidate
+from planner.workload import DENSE_LIMIT, Block, Identity, Total, Workload
+
+Family = Callable[[Workload, Privacy, int], list[Candidate]]
+
+FAMILIES: list[Family] = []
+"""Strategy families registered from other modules (each appends its ``candidates`` function)."""
+
+MAX_EIGEN_SIZE = 4096  # largest attribute whose Gram blocks are diagonalised densely
+MAX_FACTOR_ENTRIES = 2**22  # marginal-type families need each factor block densely (rows × cells)
+
+
+class NoCandidateError(ValueError):
+    """No strategy family can handle the workload."""
+
+
+class BoundUnavailableError(ValueError):
+    """The SVD bound cannot be computed without densifying a large matrix."""
+
+
+def _own_families(distinct_cells: bool) -> list[Family]:
+    def with_flag(module: object) -> Family:
+        return lambda w, p, k: module.candidates(w, p, k, distinct_cells=distinct_cells)  # type: ignore[attr-defined]
+
+    return [with_flag(m) for m in (identity, marginals, fourier, residual)]
+
+
+def _blocks_are_small(workload: Workload) -> bool:
+    return all(f.block.rows * f.block.size <= MAX_FACTOR_ENTRIES for p in workload.products for f in p.factors)
+
+
+def all_candidates(
+    workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False
+) -> list[Candidate]:
+    """Every candidate of every applicable family."""
+    Sensitivity(contributions, distinct_cells)  # validates
+    families = (_own_families(distinct_cells) if _blocks_are_small(workload) else []) + list(FAMILIES)
+    found: list[Candidate] = []
+    for family in families:
+        found.extend(family(workload, privacy, contributions))
+    if not found:
+        raise NoCandidateError(
+            "no strategy can answer this workload: its marginals or query blocks are too large to plan;"
+            " group by fewer or coarser columns"
+        )
+    return found
+
+
+def choose(candidates: list[Candidate]) -> Candidate:
+    """The consistent candidate with the least exact expected error (ties: the first)."""
+    eligible = [c for c in candidates if getattr(c, "consistent", True)]
+    if not eligible:
+        raise NoCandidateError("no strategy gives consistent answers for this workload")
+    return min(eligible, key=lambda c: c.expected_error())
+
+
+# --------------------------------------------------------------------------------------------------
+# SVD bound.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _AttributeSpectrum:
+    """Eigenvalue of each distinct Gram block per eigen-class, and the class sizes."""
+
+    eigenvalues: dict[Block | None, np.ndarray]  # key None = summed out (11ᵀ)
+    multiplicity: np.ndarray
+
+
+def _attribute_spectrum(size: int, blocks: list[Block | None]) -> _AttributeSpectrum:
+    distinct = list(dict.fromkeys(blocks))
+    if all(b is None or isinstance(b, (Identity, Total)) for b in distinct):
+        values = {b: (np.array([1.0, 1.0]) if isinstance(b, Identity) else np.array([float(size), 0.0])) for b in distinct}
+        return _AttributeSpectrum(values, np.array([1, size - 1]))
+    if size > MAX_EIGEN_SIZE:
+        raise BoundUnavailableError(f"an attribute of size {size} is too large to diagonalise its query blocks")
+    grams = [np.ones((size, size)) if b is None else b.gram() for b in distinct]
+    for i, first in enumerate(grams):
+        for second in grams[i + 1 :]:
+            if not np.allclose(first @ second, second @ first, atol=1e-8 * size * size):
+                raise BoundUnavailableError("the workload's query blocks on one attribute do not commute")
+    combination = sum(np.random.default_rng(0).uniform(1, 2) * g for g in grams)
+    _, vectors = np.linalg.eigh(combination)
+    diagonals = np.array([np.einsum("ij,ik,kj->j", vectors, g, vectors) for g in grams])  # grams × eigenvectors
+    scale = max(1.0, float(np.abs(diagonals).max()))
+    keys, inverse, counts = np.unique(np.round(diagonals.T / scale, 9), axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.ravel()
+    values = {b: np.array([diagonals[i][inverse == c].mean() for c in range(len(keys))]) for i, b in enumerate(distinct)}
+    return _AttributeSpectrum(values, counts)
+
+
+def singular_value_sum(workload: Workload) -> float:
+    """``Σ_i σ_i(W)`` by Kronecker structure (see the module docstring), or a small dense SVD."""
+    domain = workload.domain
+    if all(len(f.attributes) == 1 for p in workload.products for f in p.factors):
+        try:
+            return _structured_singular_value_sum(workload)
+        except BoundUnavailableError:
+            if workload.query_count * domain.size > DENSE_LIMIT:
+                raise
+    if workload.query_count * domain.size > DENSE_LIMIT:
+        raise BoundUnavailableError("multi-attribute query blocks: the SVD bound needs a dense matrix, too large here")
+    return float(np.linalg.svd(workload.dense(), compute_uv=False).sum())
+
+
+def _structured_singular_value_sum(workload: Workload) -> float:
+    domain = workload.domain
+    per_product = [{f.attributes[0]: f.block for f in p.factors} for p in workload.products]
+    spectra = [
+        _attribute_spectrum(domain.size_of(a), [blocks.get(a) for blocks in per_product]) for a in domain.attributes
+    ]
+    class_counts = [len(s.multiplicity) for s in spectra]
+    if math.prod(class_counts) >= 2**62:
+        raise BoundUnavailableError("too many eigen-classes to enumerate")
+    keys, values = [], []
+    for product, blocks in zip(workload.products, per_product):
+        supports, factors = [], []
+        for a, spectrum in zip(domain.attributes, spectra):
+            eigen = spectrum.eigenvalues[blocks.get(a)]
+            support = np.flatnonzero(np.abs(eigen) > 1e-12 * max(1.0, float(np.abs(eigen).max())))
+            supports.append(support)
+            factors.append(eigen[support])
+        if any(s.size == 0 for s in supports):
+            continue
+        grids = np.meshgrid(*supports, indexing="ij")
+        keys.append(np.ravel_multi_index([g.ravel() for g in grids], class_counts))
+        value = product.weight**2
+        for factor in factors:
+            value = np.multiply.outer(value, factor)
+        values.append(np.asarray(value).ravel())
+    if not keys:
+        return 0.0
+    unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+    eigenvalues = np.bincount(inverse.ravel(), weights=np.concatenate(values))
+    classes = np.unravel_index(unique, class_counts)
+    multiplicity = np.ones(unique.size)
+    for spectrum, index in zip(spectra, classes):
+        multiplicity *= spectrum.multiplicity[index]
+    return float(np.sum(multiplicity * np.sqrt(np.maximum(eigenvalues, 0.0))))
+
+
+def svd_bound(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> float:
+    """MATH.md §7: the least total squared error any strategy can reach under this privacy spec
+    (``2k²(Σσ)²/(nε²)`` for Laplace, ``k²(Σσ)²/(2ρn)`` for zCDP; ``k`` instead of ``k²`` for zCDP when a
+    unit's rows are in distinct cells)."""
+    sensitivity = Sensitivity(contributions, distinct_cells)
+    total = singular_value_sum(workload) ** 2 / workload.domain.size
+    if privacy.is_laplace:
+        return 2 * sensitivity.rows**2 * total / privacy.epsilon**2
+    return sensitivity.gaussian_sigma2(1.0, privacy.rho, True) * total

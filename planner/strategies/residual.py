@@ -1,0 +1,284 @@
+"""Strategies whose GLS is diagonal in a per-attribute orthogonal basis, and the residual strategy.
+
+:class:`CoefficientCandidate` is the shared machinery of the marginal-type families (identity,
+marginals, Fourier, residual): they all produce independent estimates of residual coefficients ``φ_T``
+(``planner.recovery``), so exact query variances and consistent answers come from the same code.
+
+:class:`DirectCoefficientCandidate` measures every needed coefficient once, as an integer row (Helmert
+contrasts or ±1 Hadamard rows) with its own discrete noise. With Helmert rows and one budget per
+attribute subset ``T`` it is the *residual* strategy (Gaussian only): each row ``r`` of ``T`` gets noise
+``σ_T²‖r‖²``, so every orthonormal coefficient of ``T`` has variance ``σ_T²``; its zCDP cost is
+``k² Π_{a∈T}(1 − 1/n_a) / (2σ_T²)``, the same for every data cell, so §2's Gaussian closed form with
+``C_T² = Π_{a∈T}(1 − 1/n_a)`` gives the optimal ``σ_T``. For a marginal workload this reaches the SVD
+bound (MATH.md §7) exactly: ``(WᵀW)^{1/2}`` is diagonal in the residual basis.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from abc import abstractmethod
+from collections.abc import Mapping
+
+import numpy as np
+
+from planner import noise
+from planner.budget import Sensitivity, sample_noise, continuous_laplace_variance, optimal_budgets
+from planner.privacy import Privacy
+from planner.recovery import (
+    Bases,
+    Subset,
+    coefficient_masses,
+    downward_closure,
+    helmert_basis,
+    integer_residual,
+    integer_row_norms2,
+    marginal_from_residuals,
+    product_variances,
+    residual_shape,
+)
+from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
+from planner.workload import Workload, marginal_for
+
+MAX_MARGINAL_CELLS = 2**26  # a strategy needing a larger marginal is not offered
+MASS_TOLERANCE = 1e-12  # recovery mass below this fraction of the largest counts as none
+
+
+def maximal_sets(attribute_sets: tuple[Subset, ...]) -> tuple[Subset, ...]:
+    """The attribute sets not contained in another one of the list (order kept)."""
+    unique = tuple(dict.fromkeys(attribute_sets))
+    return tuple(a for a in unique if not any(set(a) < set(b) for b in unique))
+
+
+def subset_name(subset: Subset) -> str:
+    return "(" + ", ".join(subset) + ")" if subset else "(total)"
+
+
+class CoefficientCandidate(Candidate):
+    """A candidate whose recovery rebuilds marginals from independent residual estimates.
+
+    ``consistent`` is False when a basis pads an attribute the workload reads: answers are then
+    consistent over the padded cells but not over the real ones (the selector does not choose it)."""
+
+    def __init__(self, name: str, workload: Workload, privacy: Privacy, sensitivity: Sensitivity, bases: Bases) -> None:
+        self.name = name
+        self._workload = workload
+        self._privacy = privacy
+        self.sensitivity = sensitivity
+        self.bases = bases
+        self.needed = downward_closure(p.attributes for p in workload.products)
+        read = {a for p in workload.products for a in p.attributes}
+        self.consistent = all(bases[a].padded == bases[a].size for a in read)
+
+    @property
+    def workload(self) -> Workload:
+        return self._workload
+
+    @functools.cached_property
+    def relevant(self) -> frozenset[Subset]:
+        """Needed subsets on which the workload has non-zero recovery mass (others never affect answers)."""
+        masses = coefficient_masses(self.workload, self.bases)
+        totals = {t: float(np.sum(masses[t])) for t in self.needed}
+        largest = max(totals.values())
+        return frozenset(t for t, m in totals.items() if m > MASS_TOLERANCE * largest)
+
+    @property
+    def privacy(self) -> Privacy:
+        return self._privacy
+
+    @abstractmethod
+    def coefficient_variances(self, continuous: bool = False) -> Mapping[Subset, np.ndarray]:
+        """Variance of the GLS estimate of every needed residual coefficient (exact discrete noise, or
+        the papers' continuous ``2b²`` / ``σ²`` when ``continuous``)."""
+
+    @abstractmethod
+    def residuals(self, measurement: Measurement) -> Mapping[Subset, np.ndarray]:
+        """GLS estimates of every needed residual ``φ_T`` from a measurement."""
+
+    @abstractmethod
+    def dense_strategy(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(S, parameters, variances)`` over the full *padded* domain (padded cells last in each
+        attribute; no padding for Helmert bases): the measured integer rows, each row's noise parameter
+        (Laplace scale or Gaussian σ²) and exact noise variance. Small domains only (tests check privacy
+        and GLS error against it). Recovery is GLS in this padded domain: structural zeros are not used."""
+
+    def dense_workload(self) -> np.ndarray:
+        """The unweighted workload over the same padded columns as :meth:`dense_strategy`: a product's
+        own attributes get zero columns for padded cells, summed-out attributes sum over padded cells
+        too (the same queries, since padded cells hold no data)."""
+        domain = self.workload.domain
+        padded_shape = tuple(self.bases[a].padded for a in domain.attributes)
+        blocks = []
+        for product in self.workload.products:
+            own = product.attributes
+            dense = product.matrix_on(own).reshape((product.rows,) + domain.shape(own))
+            tensor = np.zeros((product.rows,) + tuple(self.bases[a].padded for a in own))
+            tensor[(slice(None),) + tuple(slice(0, n) for n in domain.shape(own))] = dense
+            missing = [1 + i for i, a in enumerate(domain.attributes) if a not in own]
+            tensor = np.broadcast_to(np.expand_dims(tensor, missing), (product.rows,) + padded_shape)
+            blocks.append(tensor.reshape(product.rows, -1))
+        return np.vstack(blocks)
+
+    @functools.cached_property
+    def exact_coefficient_variances(self) -> Mapping[Subset, np.ndarray]:
+        return self.coefficient_variances(continuous=False)
+
+    @functools.cached_property
+    def _query_variances(self) -> tuple[np.ndarray, ...]:
+        return self.query_variances_for(continuous=False)
+
+    def query_variances_for(self, continuous: bool) -> tuple[np.ndarray, ...]:
+        variances = self.coefficient_variances(True) if continuous else self.exact_coefficient_variances
+        return tuple(product_variances(p, variances, self.bases) for p in self.workload.products)
+
+    def query_variances(self) -> tuple[np.ndarray, ...]:
+        return self._query_variances
+
+    def expected_error(self, continuous: bool = False) -> float:
+        """Expected total squared error; ``continuous=True`` uses continuous-noise variances (2b², σ²)."""
+        variances = self.query_variances_for(True) if continuous else self.query_variances()
+        return float(sum(p.weight**2 * v.sum() for p, v in zip(self.workload.products, variances)))
+
+    def answer(self, measurement: Measurement) -> Answers:
+        if measurement.strategy != self.name:
+            raise ValueError(f"measurement was made by strategy {measurement.strategy!r}, not {self.name!r}")
+        residuals = self.residuals(measurement)
+        values = tuple(
+            p.unweighted_answer(marginal_from_residuals(p.attributes, residuals, self.bases))
+            for p in self.workload.products
+        )
+        return Answers(values, self.query_variances())
+
+
+def _noise_variances(family: str, parameters: np.ndarray, continuous: bool) -> np.ndarray:
+    if family == "laplace":
+        return continuous_laplace_variance(parameters) if continuous else noise.discrete_laplace_variance(parameters)
+    return np.asarray(parameters, dtype=float) if continuous else noise.discrete_gaussian_variance(parameters)
+
+
+class DirectCoefficientCandidate(CoefficientCandidate):
+    """Measure each needed coefficient of ``T`` once: integer row ``r`` plus discrete noise with the
+    per-row parameter ``parameters[T]`` (Laplace scale or Gaussian σ², already scaled for ``r``).
+    Coefficients with zero recovery mass (``parameters`` NaN) are not measured and estimated as 0."""
+
+    def __init__(
+        self,
+        name: str,
+        workload: Workload,
+        privacy: Privacy,
+        sensitivity: Sensitivity,
+        bases: Bases,
+        parameters: Mapping[Subset, np.ndarray],
+        groups: tuple[GroupBudget, ...],
+    ) -> None:
+        super().__init__(name, workload, privacy, sensitivity, bases)
+        self.parameters = dict(parameters)
+        self._groups = groups
+        self._norms2 = {t: integer_row_norms2(t, bases) for t in self.needed}
+        self._sources = {t: next(m for m in self.required_marginals() if set(t) <= set(m)) for t in self.needed}
+
+    def group_budgets(self) -> tuple[GroupBudget, ...]:
+        return self._groups
+
+    def required_marginals(self) -> tuple[Subset, ...]:
+        return maximal_sets(tuple(p.attributes for p in self.workload.products))
+
+    def coefficient_variances(self, continuous: bool = False) -> dict[Subset, np.ndarray]:
+        family = "laplace" if self.privacy.is_laplace else "gaussian"
+        result = {}
+        for subset in self.needed:
+            parameters = self.parameters[subset]
+            measured = np.isfinite(parameters)
+            variance = np.zeros(parameters.shape)
+            if measured.any():
+                variance[measured] = _noise_variances(family, parameters[measured], continuous)
+            result[subset] = variance / self._norms2[subset]
+        return result
+
+    def measure(self, marginals: Mapping[Subset, np.ndarray], rng: object = None, noise: bool = True) -> Measurement:
+        exact_rows = {}
+        for subset in self.needed:
+            held = self._sources[subset]
+            table = marginal_for(self.workload.domain, marginals, held)
+            rows = np.array(integer_residual(np.asarray(table), held, subset, self.bases), dtype=np.int64)
+            rows[~np.isfinite(self.parameters[subset])] = 0  # not measured: never released
+            exact_rows[subset] = rows
+        if noise:
+            measured = {t: np.isfinite(self.parameters[t]) for t in self.needed}
+            drawn = sample_noise(self.privacy, np.concatenate([self.parameters[t][measured[t]] for t in self.needed]), rng)
+            offset = 0
+            for subset in self.needed:
+                count = int(measured[subset].sum())
+                exact_rows[subset][measured[subset]] += drawn[offset : offset + count]
+                offset += count
+        variances = self.exact_coefficient_variances
+        return Measurement(
+            self.name,
+            {subset_name(t): exact_rows[t] for t in self.needed},
+            {subset_name(t): variances[t] * self._norms2[t] for t in self.needed},
+            self.privacy,
+        )
+
+    def dense_strategy(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        domain = self.workload.domain
+        rows, parameters = [], []
+        for subset in self.needed:
+            factors = [
+                self.bases[a].rows if a in subset else np.ones((1, self.bases[a].padded))
+                for a in domain.attributes
+            ]
+            matrix = functools.reduce(np.kron, factors, np.ones((1, 1)))
+            measured = np.isfinite(self.parameters[subset]).ravel()
+            rows.append(matrix[measured])
+            parameters.append(self.parameters[subset].ravel()[measured])
+        parameter = np.concatenate(parameters)
+        family = "laplace" if self.privacy.is_laplace else "gaussian"
+        return np.vstack(rows), parameter, np.asarray(_noise_variances(family, parameter, False), dtype=float)
+
+    def residuals(self, measurement: Measurement) -> dict[Subset, np.ndarray]:
+        return {
+            t: np.asarray(measurement.values[subset_name(t)], dtype=float) / np.sqrt(self._norms2[t])
+            for t in self.needed
+        }
+
+
+def residual_candidate(workload: Workload, privacy: Privacy, sensitivity: Sensitivity) -> DirectCoefficientCandidate:
+    """The residual strategy with optimal per-subset Gaussian budgets (requires zCDP)."""
+    domain = workload.domain
+    bases = {a: helmert_basis(domain.size_of(a)) for a in domain.attributes}
+    masses = coefficient_masses(workload, bases)
+    needed = downward_closure(p.attributes for p in workload.products)
+    mass = np.array([float(np.sum(masses[t])) for t in needed])
+    spread = np.array([math.prod(1 - 1 / domain.size_of(a) for a in t) for t in needed])
+    distinct = sensitivity.rows if sensitivity.distinct_cells else math.inf
+    squared_magnitude = np.minimum(sensitivity.rows**2 * spread, distinct)  # k² C_T² per §2
+    active = mass > MASS_TOLERANCE * mass.max()
+    budgets = np.zeros(len(needed))
+    budgets[active] = optimal_budgets(mass[active], np.sqrt(squared_magnitude[active]), privacy)
+    parameters, groups = {}, []
+    for subset, rho, c2 in zip(needed, budgets, squared_magnitude):
+        shape = residual_shape(subset, bases)
+        if rho == 0:
+            parameters[subset] = np.full(shape, np.nan)
+            continue
+        sigma2 = c2 / (2 * rho)  # per orthonormal coefficient
+        parameters[subset] = sigma2 * integer_row_norms2(subset, bases)
+        rows = math.prod(shape)
+        exact = float(np.mean(noise.discrete_gaussian_variance(parameters[subset]) / integer_row_norms2(subset, bases)))
+        groups.append(GroupBudget(f"residual {subset_name(subset)}", rows, float(rho), exact))
+    return DirectCoefficientCandidate("residual", workload, privacy, sensitivity, bases, parameters, tuple(groups))
+
+
+def candidates(workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool = False) -> list[Candidate]:
+    """The residual strategy, for zCDP workloads whose marginals are small enough to handle."""
+    if privacy.is_laplace:
+        return []
+    if any(_cells(workload, p.attributes) > MAX_MARGINAL_CELLS for p in workload.products):
+        return []
+    return [residual_candidate(workload, privacy, Sensitivity(contributions, distinct_cells))]
+
+
+def _cells(workload: Workload, attributes: Subset) -> int:
+    return math.prod(workload.domain.shape(attributes))
+
+
