@@ -17,15 +17,17 @@ A failure in steps 1-5 charges nothing: the charge is the last thing that can fa
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 import planner
-from dpsql import errors, testing
+from dpsql import batch, errors, testing
 from dpsql.accountant import Budget, Cost, Ledger, Remaining, Spent
-from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends.dialects import engine_name
+from dpsql.backends.factory import open_backend
 from dpsql.errors import (
     InterfaceError,
     InternalError,
@@ -34,12 +36,14 @@ from dpsql.errors import (
     ProgrammingError,
 )
 from dpsql.result import Result, build_result
+from dpsql.reuse import MeasurementStore
 from dpsql.schema import OUT_OF_DOMAIN_RULE, Schema
 from dpsql.sql.bounded import BoundedAggregation, check_column_types
 from dpsql.sql.compile import CompiledQuery, compile_query
 from dpsql.sql.parse import parse
 
 NOISE_FAMILIES = ("laplace", "gaussian")
+PLAN_CACHE_SIZE = 64  # plans kept per connection (least recently used evicted)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class Connection:
         self,
         database: object = ":memory:",
         *,
+        backend: object = None,
         budget: Budget | None = None,
         ledger: str | Path | None = None,
         noise: str = "laplace",
@@ -104,8 +109,10 @@ class Connection:
         if noise == "gaussian" and self._ledger.budget.delta == 0:
             self._ledger.close()
             raise ProgrammingError("noise='gaussian' needs a budget with delta > 0, e.g. Budget(epsilon=1.0, delta=1e-6)")
-        self._backend = DuckDBBackend(database)  # type: ignore[arg-type]
+        self._backend = open_backend(database if backend is None else backend)
         self._tables: dict[str, Table] = {}
+        self._measurements = MeasurementStore()  # every released measurement, for free re-use (dpsql.reuse)
+        self._plans: OrderedDict[tuple[object, ...], planner.Plan] = OrderedDict()
         self._closed = False
 
     # -- PEP 249 ------------------------------------------------------------------------------------
@@ -143,8 +150,9 @@ class Connection:
         """Make a table queryable under ``name`` with its privacy ``schema``.
 
         ``source`` is a ``.csv``/``.tsv``/``.json``/``.parquet`` path, a pandas DataFrame, an Arrow
-        table, or the name of an existing table/view of the DuckDB database (``None``: the table
-        called ``name``). Only the table's column names and types are read here.
+        table, or the name of an existing table/view of the backend's database (``None``: the table
+        called ``name``, found in the engine's catalog). Only the table's column names and types are
+        read here.
         """
         self._check_open()
         if not isinstance(name, str) or not name.isidentifier():
@@ -154,8 +162,9 @@ class Connection:
         parsed = Schema.load(schema)
         relation = self._relation_for(name, source)
         column_types = self._backend.describe(relation)
-        self._check_schema(name, parsed, column_types)
+        self._check_schema(name, parsed, column_types, engine_name(self._backend.dialect))
         self._tables[name.lower()] = Table(name, relation, parsed, column_types)
+        self._measurements.forget(name)
 
     def _relation_for(self, name: str, source: object) -> str:
         if source is None:
@@ -167,18 +176,18 @@ class Connection:
         return relation
 
     @staticmethod
-    def _check_schema(name: str, schema: Schema, column_types: dict[str, str]) -> None:
+    def _check_schema(name: str, schema: Schema, column_types: dict[str, str], engine: str) -> None:
         missing = [c for c in schema.column_names if c not in column_types]
         if schema.privacy_unit is not None and schema.privacy_unit not in column_types:
             missing.insert(0, schema.privacy_unit)
         if missing:
             raise ProgrammingError(
                 f"the schema of {name!r} names column(s) {missing} that the data does not have; "
-                f"its columns are {list(column_types)}"
+                f"its columns in {engine} are {list(column_types)}"
             )
         problems = check_column_types({c.name: c for c in schema.columns}, column_types, name)
         if problems:
-            raise ProgrammingError("; ".join(problems))
+            raise ProgrammingError("; ".join(problems) + f" (column types as {engine} reports them)")
 
     def budget_remaining(self) -> Remaining:
         """What is left of the budget (a float ε that also has ``.epsilon``, ``.delta``, ``.rho``).
@@ -198,6 +207,24 @@ class Connection:
         """How a statement would be answered (domain, plan, expected error), without reading data or spending."""
         prepared = self._prepare(operation, parameters, epsilon, rho)
         return _explanation(prepared)
+
+    def workload(
+        self,
+        statements: Sequence[str],
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        weights: Sequence[float] | None = None,
+        parameters: Sequence[Sequence[object] | None] | None = None,
+        explain: bool = False,
+    ) -> list[batch.ResultSet]:
+        """Plan, measure and charge several statements on one table together: one result set per
+        statement (rows, ``errors``, ``confidence_interval(level)``), the cost charged ONCE for the batch.
+        ``weights`` (one per statement, default equal) trade accuracy between statements;
+        ``explain=True`` returns the EXPLAIN rows instead, reading and charging nothing."""
+        return batch.run_workload(
+            self, statements, parameters=parameters, weights=weights, epsilon=epsilon, rho=rho, explain_only=explain
+        )
 
     # -- execution ------------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -232,16 +259,30 @@ class Connection:
                 "or register one with connection.register(name, source, schema=...)"
             )
         compiled = compile_query(query, table.schema, tuple(table.column_types))
+        self._ledger.check(cost)
         plan = None
         if compiled.workload is not None:
             privacy = planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
             try:
-                plan = planner.plan(compiled.workload, privacy, contributions=compiled.contributions)
+                plan = self._plan_for(compiled.workload, privacy, compiled.contributions)
             except MemoryError as error:
                 raise NotSupportedError(f"the statement's workload is too large to plan: {error}") from error
             except (ValueError, TypeError) as error:
                 raise ProgrammingError(f"cannot plan the statement: {error}") from error
+            except ArithmeticError as error:
+                raise InternalError(f"planning the statement failed: {error!r}") from error
         return _Prepared(operation, compiled, table, plan, cost)
+
+    def _plan_for(self, workload: planner.Workload, privacy: planner.Privacy, contributions: int) -> planner.Plan:
+        """``planner.plan``, memoised: a plan depends only on public inputs, never on the data."""
+        key = (workload, privacy, contributions)
+        cached = self._plans.pop(key, None)
+        if cached is None:
+            cached = planner.plan(workload, privacy, contributions=contributions)
+        self._plans[key] = cached
+        while len(self._plans) > PLAN_CACHE_SIZE:
+            self._plans.popitem(last=False)
+        return cached
 
     def _aggregation(self, prepared: _Prepared) -> BoundedAggregation:
         compiled, table = prepared.compiled, prepared.table
@@ -260,6 +301,10 @@ class Connection:
         compiled = prepared.compiled
         if prepared.plan is None:
             return build_result(compiled, (), ())
+        table_name, workload = prepared.table.name, compiled.workload
+        if all(self._measurements.covered(table_name, workload)):  # type: ignore[arg-type]
+            kept = self._measurements.answers(table_name, workload)  # type: ignore[arg-type]
+            return build_result(compiled, kept.values, kept.variances)  # GLS on released measurements: free
         self._ledger.check(prepared.cost)
         aggregation = self._aggregation(prepared)
         marginals = aggregation.marginal_arrays(self._backend.run(aggregation.statement().sql(dialect=self._backend.dialect)))
@@ -271,6 +316,9 @@ class Connection:
         result = build_result(compiled, answers.values, answers.variances)
         charged = _cost_of(measurement.privacy, prepared.cost)
         self._ledger.charge(charged, prepared.operation)
+        if self._measurements.record(table_name, prepared.plan, measurement):  # type: ignore[arg-type]
+            kept = self._measurements.answers(table_name, workload)  # type: ignore[arg-type]
+            result = build_result(compiled, kept.values, kept.variances)  # combined with earlier releases
         return result
 
 
@@ -309,6 +357,7 @@ class Cursor:
         self._result: Result | None = None
         self._position = 0
         self._prepared: _Prepared | None = None
+        self._batch_explanation: str | None = None
 
     # -- attributes -------------------------------------------------------------------------------------
     @property
@@ -333,7 +382,15 @@ class Cursor:
     def explanation(self) -> str:
         """How the last statement was answered: domains, the drop rule, bounding and the plan."""
         self._check_result()
+        if self._batch_explanation is not None:
+            return self._batch_explanation
         return _explanation(self._prepared)  # type: ignore[arg-type]
+
+    def confidence_interval(self, level: float = 0.95) -> list[tuple[tuple[float, float] | None, ...]]:
+        """Per row and column, ``(low, high)`` at two-sided ``level`` from the standard errors (None in
+        key columns). Free: post-processing of released values."""
+        self._check_result()
+        return batch.confidence_intervals(self._result.rows, self._result.errors, level)  # type: ignore[union-attr]
 
     # -- execution --------------------------------------------------------------------------------------
     def execute(
@@ -346,7 +403,10 @@ class Cursor:
     ) -> Cursor:
         """Run one statement at privacy cost ``epsilon`` (or ``rho`` with Gaussian noise)."""
         self._check_open()
-        self._result, self._position, self._prepared = None, 0, None
+        self._result, self._position, self._prepared, self._batch_explanation = None, 0, None, None
+        if batch.is_batch_statement(operation):  # EXPLAIN, GROUPING SETS / CUBE / ROLLUP, UNION ALL
+            self._result, self._batch_explanation = batch.execute_statement(self.connection, operation, parameters, epsilon, rho)
+            return self
         prepared = self.connection._prepare(operation, parameters, epsilon, rho)
         self._result = self.connection._run(prepared)
         self._prepared = prepared
@@ -444,6 +504,7 @@ class Cursor:
 def connect(
     database: object = ":memory:",
     *,
+    backend: object = None,
     budget: Budget | None = None,
     ledger: str | Path | None = None,
     noise: str = "laplace",
@@ -455,7 +516,10 @@ def connect(
     stores its budget. ``ledger``: path of the SQLite budget ledger (None: in memory, lost at exit).
     ``noise``: ``"laplace"`` (pure ε-DP, discrete Laplace) or ``"gaussian"`` (zCDP, discrete
     Gaussian; statements cost ``rho=``, or ``epsilon=`` meaning ρ = ε²/2). ``database``: a DuckDB
-    path or connection (default: a fresh in-memory database). ``default_epsilon``: the cost of a
+    path or connection (default: a fresh in-memory database). ``backend``: where the data lives
+    instead, one of ``"postgresql://user:password@host:port/database"``, a DB-API connection
+    (psycopg), a ``pyspark`` SparkSession (see :func:`dpsql.backends.factory.open_backend`); the
+    engine then runs the bounded aggregation and dpsql never moves the rows. ``default_epsilon``: the cost of a
     statement executed without ``epsilon=``/``rho=`` (default None: such statements are refused).
     """
-    return Connection(database, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon)
+    return Connection(database, backend=backend, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon)

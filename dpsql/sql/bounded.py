@@ -90,7 +90,9 @@ class BoundedAggregation:
         return counted or [exp.alias_(exp.Literal.number(1), "one")]
 
     def _bounded(self, kept: exp.Select) -> exp.Select:
-        order_key = exp.func("HASH", *(exp.column(self.alias(c)) for c in self.counted_columns), exp.Literal.number(self.salt))
+        order_key = exp.func(
+            "HASH", exp.column(UNIT_NAME), *(exp.column(self.alias(c)) for c in self.counted_columns), exp.Literal.number(self.salt)
+        )
         window = exp.Window(
             this=exp.RowNumber(),
             partition_by=[exp.column(UNIT_NAME)],

@@ -1,0 +1,200 @@
+"""PEP 249 (DB-API 2.0), walked clause by clause."""
+
+from __future__ import annotations
+
+import datetime
+
+import pandas as pd
+import pytest
+
+import dpsql
+import dpsql.testing
+
+SCHEMA = {
+    "privacy_unit": None,
+    "columns": {"sex": {"categories": ["F", "M"]}, "age": {"range": [20, 22]}},
+}
+FRAME = pd.DataFrame({"sex": ["F", "M", "F", "F", "M"], "age": [20, 21, 22, 20, 20]})
+BY_AGE = "SELECT age, COUNT(*) AS n FROM t GROUP BY age"  # 3 rows: (20, 3), (21, 1), (22, 1)
+
+
+def rounded(rows: object) -> object:
+    """Rows with released floats rounded (least squares leaves ~1e-15 residue on exact counts)."""
+    if isinstance(rows, list):
+        return [rounded(r) for r in rows]
+    if isinstance(rows, tuple):
+        return tuple(round(v, 9) if isinstance(v, float) else v for v in rows)
+    return rows
+
+
+@pytest.fixture()
+def connection() -> dpsql.Connection:
+    connection = dpsql.connect(budget=dpsql.Budget(100.0))
+    connection.register("t", FRAME, schema=SCHEMA)
+    return connection
+
+
+# -- Module interface ------------------------------------------------------------------------------------
+
+
+def test_module_globals() -> None:
+    assert dpsql.apilevel == "2.0"
+    assert dpsql.threadsafety == 1
+    assert dpsql.paramstyle == "qmark"
+
+
+def test_exception_hierarchy() -> None:
+    assert issubclass(dpsql.Warning, Exception)
+    assert issubclass(dpsql.Error, Exception)
+    assert not issubclass(dpsql.Warning, dpsql.Error)
+    assert issubclass(dpsql.InterfaceError, dpsql.Error)
+    assert issubclass(dpsql.DatabaseError, dpsql.Error)
+    for name in ("DataError", "OperationalError", "IntegrityError", "InternalError", "ProgrammingError", "NotSupportedError"):
+        assert issubclass(getattr(dpsql, name), dpsql.DatabaseError), name
+    assert issubclass(dpsql.BudgetExceededError, dpsql.DatabaseError)
+
+
+def test_connect_returns_a_connection(connection: dpsql.Connection) -> None:
+    assert isinstance(connection, dpsql.Connection)
+
+
+# -- Connection objects -----------------------------------------------------------------------------------
+
+
+def test_close_makes_the_connection_unusable(connection: dpsql.Connection) -> None:
+    cursor = connection.cursor()
+    connection.close()
+    assert connection.closed
+    for action in (connection.cursor, connection.commit, connection.rollback):
+        with pytest.raises(dpsql.InterfaceError, match="closed"):
+            action()
+    with pytest.raises(dpsql.InterfaceError, match="closed"):
+        cursor.execute(BY_AGE, epsilon=0.1)
+    connection.close()  # closing twice is harmless
+
+
+def test_commit_and_rollback_are_no_ops(connection: dpsql.Connection) -> None:
+    assert connection.commit() is None
+    assert connection.rollback() is None
+    assert connection.budget_remaining() == 100.0
+
+
+def test_context_manager_closes(connection: dpsql.Connection) -> None:
+    with connection as same:
+        assert same is connection
+    assert connection.closed
+
+
+def test_exceptions_are_connection_attributes(connection: dpsql.Connection) -> None:
+    assert connection.ProgrammingError is dpsql.ProgrammingError
+    assert connection.BudgetExceededError is dpsql.BudgetExceededError
+
+
+# -- Cursor objects ---------------------------------------------------------------------------------------
+
+
+def test_description_and_rowcount(connection: dpsql.Connection) -> None:
+    cursor = connection.cursor()
+    assert cursor.description is None and cursor.rowcount == -1
+    cursor.execute("SELECT sex, age, COUNT(*) AS n FROM t GROUP BY sex, age", epsilon=0.5)
+    assert [d[0] for d in cursor.description] == ["sex", "age", "n"]
+    assert all(len(d) == 7 for d in cursor.description)
+    assert cursor.description[0][1] == dpsql.STRING
+    assert cursor.description[1][1] == dpsql.NUMBER
+    assert cursor.description[2][1] == dpsql.NUMBER
+    assert cursor.rowcount == 6
+
+
+def test_fetch_methods_and_arraysize(connection: dpsql.Connection) -> None:
+    cursor = connection.cursor()
+    assert cursor.arraysize == 1
+    with dpsql.testing.noise_disabled():
+        cursor.execute(BY_AGE, epsilon=0.5)
+    assert rounded(cursor.fetchone()) == (20, 3.0)
+    assert rounded(cursor.fetchmany()) == [(21, 1.0)]  # arraysize rows
+    assert rounded(cursor.fetchmany(5)) == [(22, 1.0)]
+    assert cursor.fetchone() is None
+    assert rounded(cursor.fetchall()) == [] and cursor.fetchmany(2) == []
+    cursor.arraysize = 2
+    with dpsql.testing.noise_disabled():
+        cursor.execute(BY_AGE, epsilon=0.5)
+    assert rounded(cursor.fetchmany()) == [(20, 3.0), (21, 1.0)]
+    assert rounded(cursor.fetchall()) == [(22, 1.0)]
+    with pytest.raises(dpsql.ProgrammingError, match="non-negative"):
+        cursor.fetchmany(-1)
+
+
+def test_iteration(connection: dpsql.Connection) -> None:
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        rows = list(cursor.execute(BY_AGE, epsilon=0.5))  # execute returns the cursor
+    assert rounded(rows) == [(20, 3.0), (21, 1.0), (22, 1.0)]
+
+
+def test_fetch_without_result_set(connection: dpsql.Connection) -> None:
+    cursor = connection.cursor()
+    for action in (cursor.fetchone, cursor.fetchall, cursor.fetchmany):
+        with pytest.raises(dpsql.InterfaceError, match="no result set"):
+            action()
+
+
+def test_execute_with_parameters(connection: dpsql.Connection) -> None:
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.execute("SELECT COUNT(*) AS n FROM t WHERE sex = ? AND age >= ?", ("F", 21), epsilon=0.5)
+    assert rounded(cursor.fetchall()) == [(1.0,)]
+    with pytest.raises(dpsql.ProgrammingError, match="placeholder"):
+        cursor.execute("SELECT COUNT(*) FROM t WHERE sex = ?", epsilon=0.5)
+
+
+def test_executemany_runs_each_and_concatenates(connection: dpsql.Connection) -> None:
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.executemany("SELECT COUNT(*) AS n FROM t WHERE sex = ?", [("F",), ("M",)], epsilon=0.5)
+    assert rounded(cursor.fetchall()) == [(3.0,), (2.0,)]
+    assert cursor.rowcount == 2
+    assert connection.budget_remaining() == pytest.approx(99.0)
+
+
+def test_executemany_refuses_a_batch_that_does_not_fit_whole() -> None:
+    connection = dpsql.connect(budget=dpsql.Budget(1.0))
+    connection.register("t", FRAME, schema=SCHEMA)
+    with pytest.raises(dpsql.BudgetExceededError):
+        connection.cursor().executemany("SELECT COUNT(*) FROM t WHERE sex = ?", [("F",), ("M",), ("F",)], epsilon=0.4)
+    assert connection.budget_remaining() == 1.0
+
+
+def test_closed_cursor_is_unusable(connection: dpsql.Connection) -> None:
+    cursor = connection.cursor()
+    cursor.execute(BY_AGE, epsilon=0.5)
+    cursor.close()
+    with pytest.raises(dpsql.InterfaceError, match="closed"):
+        cursor.fetchall()
+    with pytest.raises(dpsql.InterfaceError, match="closed"):
+        cursor.execute(BY_AGE, epsilon=0.5)
+
+
+def test_optional_and_no_op_methods(connection: dpsql.Connection) -> None:
+    cursor = connection.cursor()
+    assert cursor.setinputsizes([10]) is None
+    assert cursor.setoutputsize(10) is None
+    with pytest.raises(dpsql.NotSupportedError):
+        cursor.callproc("p")
+    with pytest.raises(dpsql.NotSupportedError):
+        cursor.nextset()
+    assert cursor.lastrowid is None
+
+
+# -- Type objects and constructors ------------------------------------------------------------------------
+
+
+def test_type_objects_and_constructors() -> None:
+    assert dpsql.STRING == "VARCHAR" and dpsql.NUMBER == "DOUBLE" and dpsql.STRING != dpsql.NUMBER
+    assert dpsql.Date(2024, 1, 2) == datetime.date(2024, 1, 2)
+    assert dpsql.Time(1, 2, 3) == datetime.time(1, 2, 3)
+    assert dpsql.Timestamp(2024, 1, 2, 3, 4, 5) == datetime.datetime(2024, 1, 2, 3, 4, 5)
+    assert dpsql.Binary(b"x") == b"x"
+    assert isinstance(dpsql.DateFromTicks(0), datetime.date)
+    assert isinstance(dpsql.TimeFromTicks(0), datetime.time)
+    assert isinstance(dpsql.TimestampFromTicks(0), datetime.datetime)
+    assert dpsql.DATETIME == "DATE" and dpsql.BINARY == "BLOB" and dpsql.ROWID == "ROWID"
