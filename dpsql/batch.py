@@ -191,7 +191,7 @@ def prepare(
     measured: tuple[int, ...] = ()
     plan = None
     if workload is not None:
-        covered = connection._measurements.covered(table.name, workload)
+        covered = connection._measurements.covered(table.name, workload) if connection.reuse else (False,) * len(products)
         measured = tuple(i for i, c in enumerate(covered) if not c)
         if measured:
             plan = _plan(Workload(domain, tuple(products[i] for i in measured)), cost, table.schema.contributions)
@@ -269,7 +269,7 @@ def _release(connection: Connection, prepared: PreparedBatch) -> tuple[list[np.n
         _check_spent(measurement.privacy, prepared.cost)
         connection._ledger.charge(prepared.cost, prepared.text)
         fresh = {index: (answers.values[i], answers.variances[i]) for i, index in enumerate(prepared.measured)}
-        kept_it = store.record(table.name, prepared.plan, measurement)
+        kept_it = store.record(table.name, prepared.plan, measurement) and connection.reuse
     everything = tuple(range(len(workload.products)))
     from_store = everything if kept_it else tuple(i for i in everything if i not in fresh)
     found = {**fresh, **(store.answer(table.name, workload, from_store) if from_store else {})}

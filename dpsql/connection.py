@@ -96,6 +96,7 @@ class Connection:
         ledger: str | Path | None = None,
         noise: str = "laplace",
         default_epsilon: float | None = None,
+        reuse: bool = False,
     ) -> None:
         if noise not in NOISE_FAMILIES:
             raise ProgrammingError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r}")
@@ -105,6 +106,7 @@ class Connection:
             raise ProgrammingError("connect() needs a budget: connect(budget=dpsql.Budget(epsilon=1.0))")
         self.noise = noise
         self.default_epsilon = None if default_epsilon is None else Cost.pure(default_epsilon).epsilon
+        self.reuse = reuse  # answer statements in the row space of released measurements from them, free
         self._ledger = Ledger(ledger, budget)
         if noise == "gaussian" and self._ledger.budget.delta == 0:
             self._ledger.close()
@@ -302,7 +304,7 @@ class Connection:
         if prepared.plan is None:
             return build_result(compiled, (), ())
         table_name, workload = prepared.table.name, compiled.workload
-        if all(self._measurements.covered(table_name, workload)):  # type: ignore[arg-type]
+        if self.reuse and all(self._measurements.covered(table_name, workload)):  # type: ignore[arg-type]
             kept = self._measurements.answers(table_name, workload)  # type: ignore[arg-type]
             return build_result(compiled, kept.values, kept.variances)  # GLS on released measurements: free
         self._ledger.check(prepared.cost)
@@ -316,7 +318,7 @@ class Connection:
         result = build_result(compiled, answers.values, answers.variances)
         charged = _cost_of(measurement.privacy, prepared.cost)
         self._ledger.charge(charged, prepared.operation)
-        if self._measurements.record(table_name, prepared.plan, measurement):  # type: ignore[arg-type]
+        if self._measurements.record(table_name, prepared.plan, measurement) and self.reuse:  # type: ignore[arg-type]
             kept = self._measurements.answers(table_name, workload)  # type: ignore[arg-type]
             result = build_result(compiled, kept.values, kept.variances)  # combined with earlier releases
         return result
@@ -509,6 +511,7 @@ def connect(
     ledger: str | Path | None = None,
     noise: str = "laplace",
     default_epsilon: float | None = None,
+    reuse: bool = False,
 ) -> Connection:
     """Open a connection.
 
@@ -521,5 +524,8 @@ def connect(
     (psycopg), a ``pyspark`` SparkSession (see :func:`dpsql.backends.factory.open_backend`); the
     engine then runs the bounded aggregation and dpsql never moves the rows. ``default_epsilon``: the cost of a
     statement executed without ``epsilon=``/``rho=`` (default None: such statements are refused).
+    ``reuse``: answer a statement whose queries lie in the row space of measurements this connection
+    has already released from those measurements by GLS, charging nothing (see :mod:`dpsql.reuse`);
+    otherwise only the queries not covered are measured, and combined with what is kept.
     """
-    return Connection(database, backend=backend, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon)
+    return Connection(database, backend=backend, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon, reuse=reuse)
