@@ -1,0 +1,399 @@
+"""The same private queries on DuckDB, PostgreSQL and Spark.
+
+PostgreSQL tests need a server: ``eval "$(bash .ci/services.sh)"`` starts one on loopback and exports
+``DPSQL_TEST_POSTGRES_DSN``; each test session loads its tables (COPY) into a schema of its own.
+Spark tests run pyspark in local mode (one SparkSession per test process). When an engine is
+missing the tests skip with the reason, except under ``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+import sqlglot
+
+import dpsql
+import dpsql.testing
+from dpsql.backends.dbapi import DBAPIBackend
+from dpsql.backends.dialects import POSTGRES, SPARK, STOCK_DIALECTS
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends.factory import open_backend
+from dpsql.schema import Schema
+from dpsql.sql.bounded import BoundedAggregation
+from conftest import ADULT_SCHEMA
+
+ACCEPTED = sorted((Path(__file__).resolve().parent.parent / "grammar" / "accepted").glob("*.sql"))
+ENGINES = ("duckdb", "postgres", "spark")
+ENGINE_NAMES = {"duckdb": "DuckDB", "postgres": "PostgreSQL", "spark": "Spark"}
+UNITS = 3000  # privacy units of the `visits` table, 3 rows each (slots 0, 1, 2)
+VISITS_SCHEMA: dict[str, object] = {
+    "privacy_unit": "unit_id",
+    "max_rows_per_unit": 1,
+    "columns": {"slot": {"categories": [0, 1, 2]}},
+}
+IN_CI = os.environ.get("CI") == "true"
+
+
+def unavailable(reason: str) -> None:
+    """Skip locally, fail in CI (CI must really exercise every engine)."""
+    if IN_CI:
+        pytest.fail(f"CI=true but {reason}")
+    pytest.skip(reason)
+
+
+def no_nan(frame: pd.DataFrame) -> pd.DataFrame:
+    """Missing values as None (NULL in every engine), not the string 'nan'."""
+    return frame.astype(object).where(frame.notna(), None)
+
+
+def visits_frame() -> pd.DataFrame:
+    return pd.DataFrame({"unit_id": np.repeat(np.arange(UNITS), 3), "slot": np.tile(np.arange(3), UNITS)})
+
+
+def text_age_frame(adult: pd.DataFrame) -> pd.DataFrame:
+    """The adult table with `age` stored as text: a type mismatch for its integer-range domain."""
+    return adult.assign(age=adult["age"].astype(str))
+
+
+# -- engines ---------------------------------------------------------------------------------------
+POSTGRES_POISON = "CASE WHEN person_id > 0 THEN (1 / (person_id - person_id))::text ELSE sex END"
+SPARK_POISON = "CASE WHEN person_id > 0 THEN raise_error('poisoned row read') ELSE sex END"
+DUCKDB_POISON = "CASE WHEN person_id > 0 THEN error('poisoned row read') ELSE sex END"
+POISONED_COLUMNS = "person_id, {poison} AS sex, race, age, income, job, browser"
+
+
+def _postgres_create(connection: object, name: str, frame: pd.DataFrame) -> None:
+    columns = ", ".join(f'"{c}" {"bigint" if frame[c].dtype.kind in "iu" else "text"}' for c in frame.columns)
+    connection.execute(f'CREATE TABLE "{name}" ({columns})')  # type: ignore[attr-defined]
+    with connection.cursor().copy(f'COPY "{name}" FROM STDIN') as copy:  # type: ignore[attr-defined]
+        for row in no_nan(frame).itertuples(index=False):
+            copy.write_row(row)
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(adult_frame: pd.DataFrame) -> Iterator[str]:
+    """A DSN whose search_path is a fresh schema holding adult, visits, adult_text_age and poisoned."""
+    dsn = os.environ.get("DPSQL_TEST_POSTGRES_DSN")
+    if not dsn:
+        unavailable('no PostgreSQL server: run eval "$(bash .ci/services.sh)" to start one')
+    try:
+        import psycopg
+    except ImportError:
+        unavailable("psycopg is not installed: pip install -e '.[backends]'")
+    schema = f"dpsql_test_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}_{os.getpid()}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+        admin.execute(f"SET search_path TO {schema}")
+        _postgres_create(admin, "adult", adult_frame)
+        _postgres_create(admin, "visits", visits_frame())
+        _postgres_create(admin, "adult_text_age", text_age_frame(adult_frame))
+        admin.execute(f"CREATE VIEW poisoned AS SELECT {POISONED_COLUMNS.format(poison=POSTGRES_POISON)} FROM adult")
+    separator = "&" if "?" in dsn else "?"
+    yield f"{dsn}{separator}options={urllib.parse.quote(f'-csearch_path={schema}')}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(scope="session")
+def spark(adult_frame: pd.DataFrame) -> Iterator[object]:
+    """One local SparkSession per test process, with the same tables as temporary views."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        unavailable("pyspark is not installed: pip install -e '.[backends]'")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("dpsql-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    for name, frame in (("adult", adult_frame), ("visits", visits_frame()), ("adult_text_age", text_age_frame(adult_frame))):
+        session.createDataFrame(no_nan(frame)).cache().createOrReplaceTempView(name)
+    session.sql(f"CREATE OR REPLACE TEMP VIEW poisoned AS SELECT {POISONED_COLUMNS.format(poison=SPARK_POISON)} FROM adult")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def duckdb_database(adult_frame: pd.DataFrame) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An existing DuckDB database holding the same tables (registered by name, like the others)."""
+    connection = duckdb.connect()
+    for name, frame in (("adult", adult_frame), ("visits", visits_frame()), ("adult_text_age", text_age_frame(adult_frame))):
+        connection.register("frame", no_nan(frame))
+        connection.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
+        connection.unregister("frame")
+    connection.execute(f"CREATE VIEW poisoned AS SELECT {POISONED_COLUMNS.format(poison=DUCKDB_POISON)} FROM adult")
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> tuple[str, object]:
+    """(engine name, the spec dpsql.connect(backend=...) takes for it)."""
+    fixture = {"duckdb": "duckdb_database", "postgres": "postgres_dsn", "spark": "spark"}[request.param]
+    return request.param, request.getfixturevalue(fixture)
+
+
+def open_connection(spec: object, table: str = "adult", schema: dict = ADULT_SCHEMA) -> dpsql.Connection:
+    connection = dpsql.connect(backend=spec, budget=dpsql.Budget(epsilon=1000.0, delta=1e-6))
+    connection.register(table, schema=schema)  # no source: the table is found in the engine's catalog
+    return connection
+
+
+def noise_free_rows(connection: dpsql.Connection, sql: str) -> list[tuple]:
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.execute(sql, epsilon=1.0)
+    return cursor.fetchall()
+
+
+def assert_same_rows(rows: list[tuple], expected: list[tuple]) -> None:
+    assert len(rows) == len(expected)
+    for row, reference in zip(rows, expected):
+        assert len(row) == len(reference)
+        for value, wanted in zip(row, reference):
+            if isinstance(wanted, float):
+                assert value == pytest.approx(wanted, abs=1e-6), (row, reference)
+            else:
+                assert value == wanted, (row, reference)
+
+
+# -- dialects ------------------------------------------------------------------------------------------
+class RecordingBackend(DuckDBBackend):
+    """DuckDB that keeps every bounded statement it is sent."""
+
+    def __init__(self, database: duckdb.DuckDBPyConnection) -> None:
+        super().__init__(database)
+        self.statements: list[str] = []
+
+    def run(self, sql: str) -> dict[str, np.ndarray]:
+        self.statements.append(sql)
+        return super().run(sql)
+
+
+def generated_statements(duckdb_database: duckdb.DuckDBPyConnection, sql: str) -> list[sqlglot.exp.Expression]:
+    """The bounded statements dpsql sends for ``sql`` (none when its answer needs no data)."""
+    recorder = RecordingBackend(duckdb_database)
+    connection = open_connection(recorder)
+    noise_free_rows(connection, sql)
+    connection.close()
+    return [sqlglot.parse_one(statement, read="duckdb") for statement in recorder.statements]
+
+
+@pytest.mark.parametrize("path", ACCEPTED, ids=lambda p: p.stem)
+def test_every_generated_statement_round_trips_through_each_dialect(path: Path, duckdb_database: duckdb.DuckDBPyConnection) -> None:
+    for statement in generated_statements(duckdb_database, path.read_text()):
+        salted_hash = statement.find(sqlglot.exp.Window).find(sqlglot.exp.Anonymous)
+        for dialect in ("duckdb", POSTGRES, SPARK):
+            sql = statement.sql(dialect=dialect)
+            stock = STOCK_DIALECTS[dialect]
+            reparsed = sqlglot.parse_one(sql, read=stock)
+            assert reparsed.sql(dialect=stock) == sql
+            assert len(list(reparsed.find_all(sqlglot.exp.Window))) == len(list(statement.find_all(sqlglot.exp.Window)))
+            arguments = ", ".join(a.sql(dialect=dialect) for a in salted_hash.expressions)
+            own_function = {"duckdb": f"HASH({arguments})", POSTGRES: f"HASHTEXTEXTENDED(CONCAT_WS(',', {arguments}), 0)", SPARK: f"XXHASH64({arguments})"}
+            assert own_function[dialect] in sql  # the same salted hash, in the engine's own function
+        if statement.find(sqlglot.exp.Grouping) is not None:
+            spark_sql = statement.sql(dialect=SPARK)
+            groupings = sqlglot.parse_one(spark_sql, read="spark").find_all(sqlglot.exp.Grouping)
+            assert all(len(g.expressions) == 1 for g in groupings)
+
+
+def test_spark_grouping_bit_mask_matches_duckdb() -> None:
+    columns = [sqlglot.exp.column(name) for name in ("a", "b", "c")]
+    assert sqlglot.exp.Grouping(expressions=columns).sql(dialect=SPARK) == "(GROUPING(a) * 4 + GROUPING(b) * 2 + GROUPING(c) * 1)"
+    assert sqlglot.exp.Grouping(expressions=columns[:1]).sql(dialect=SPARK) == "GROUPING(a)"
+    assert sqlglot.exp.func("FLOOR", columns[0]).sql(dialect=POSTGRES) == "FLOOR(a)"  # other functions untouched
+
+
+# -- the same answers on every engine ------------------------------------------------------------------
+@pytest.mark.parametrize("path", ACCEPTED, ids=lambda p: p.stem)
+@pytest.mark.parametrize("name", ["postgres", "spark"])
+def test_accepted_statements_give_duckdb_answers(
+    name: str, path: Path, request: pytest.FixtureRequest, adult_connection: dpsql.Connection
+) -> None:
+    spec = request.getfixturevalue({"postgres": "postgres_dsn", "spark": "spark"}[name])
+    sql = path.read_text()
+    connection = open_connection(spec)
+    try:
+        assert_same_rows(noise_free_rows(connection, sql), noise_free_rows(adult_connection, sql))
+    finally:
+        connection.close()
+
+
+def exact_marginal(frame: pd.DataFrame, schema: Schema, columns: tuple[str, ...]) -> np.ndarray:
+    """Counts by numpy, straight from the frame (every value of the fixture is inside its domain)."""
+    if not columns:
+        return np.array(len(frame))
+    cells = []
+    for name in columns:
+        domain = schema.column(name)
+        values = frame[name]
+        if domain.kind == "categories":
+            index = values.map({v: i for i, v in enumerate(domain.values)}).astype("float")
+            cells.append(np.where(values.isna(), domain.null_cell if domain.nullable else np.nan, index))
+        elif domain.kind == "range":
+            cells.append(values.to_numpy() - int(domain.values[0]))
+        else:
+            cells.append(np.searchsorted(np.asarray(domain.values), values.to_numpy(), side="right") - 1)
+    table = np.zeros(tuple(schema.column(c).size for c in columns), dtype=np.int64)
+    np.add.at(table, tuple(np.asarray(c, dtype=np.int64) for c in cells), 1)
+    return table
+
+
+def test_exact_marginals_identical_on_every_engine(engine: tuple[str, object], adult_frame: pd.DataFrame) -> None:
+    """Four marginals (grouping sets with the total) on the adult table, bound 3 ≥ every person's rows."""
+    _, spec = engine
+    schema = Schema.load(ADULT_SCHEMA)
+    backend = open_backend(spec)
+    marginals = (("sex", "race"), ("age",), ("job", "income"), ())
+    columns = {name: schema.column(name) for name in ("sex", "race", "age", "income", "job")}
+    aggregation = BoundedAggregation(
+        table="adult",
+        columns=columns,
+        column_types={name: backend.describe("adult")[name] for name in columns},
+        marginals=marginals,
+        privacy_unit="person_id",
+        max_rows_per_unit=3,
+        salt=123_456_789,
+    )
+    arrays = aggregation.marginal_arrays(backend.run(aggregation.statement().sql(dialect=backend.dialect)))
+    for marginal in marginals:
+        np.testing.assert_array_equal(arrays[marginal], exact_marginal(adult_frame, schema, marginal), err_msg=str(marginal))
+    backend.close()
+
+
+def bounded_slot_counts(backend: object, salt: int) -> np.ndarray:
+    aggregation = BoundedAggregation(
+        table="visits",
+        columns={"slot": Schema.load(VISITS_SCHEMA).column("slot")},
+        column_types={"slot": backend.describe("visits")["slot"]},  # type: ignore[attr-defined]
+        marginals=(("slot",),),
+        privacy_unit="unit_id",
+        max_rows_per_unit=1,
+        salt=salt,
+    )
+    return aggregation.marginal_arrays(backend.run(aggregation.statement().sql(dialect=backend.dialect)))[("slot",)]  # type: ignore[attr-defined]
+
+
+def test_bounding_keeps_one_uniformly_random_row_per_unit(engine: tuple[str, object]) -> None:
+    """Every unit has slots 0, 1, 2; keeping 1 row each must keep UNITS rows, each slot with
+    probability 1/3 (within 5 standard deviations), and another salt must choose other rows."""
+    _, spec = engine
+    backend = open_backend(spec)
+    counts = bounded_slot_counts(backend, salt=2**61 + 12345)
+    assert counts.sum() == UNITS
+    spread = 5 * np.sqrt(UNITS * (1 / 3) * (2 / 3))
+    assert np.all(np.abs(counts - UNITS / 3) < spread), counts
+    assert not np.array_equal(counts, bounded_slot_counts(backend, salt=987_654_321)), "the salt does not change the choice"
+    backend.close()
+
+
+# -- errors and the ledger -----------------------------------------------------------------------------
+def test_failure_mid_query_charges_nothing(engine: tuple[str, object], adult_frame: pd.DataFrame) -> None:
+    """`poisoned` raises on every row it reads: registering it (schema only) works, running fails in
+    the engine, the ledger is unchanged, and the connection still answers afterwards."""
+    _, spec = engine
+    connection = open_connection(spec, table="poisoned")
+    connection.register("adult", schema=ADULT_SCHEMA)
+    before = connection.budget_spent()
+    with pytest.raises(dpsql.OperationalError, match="failed to run the bounded aggregation"):
+        connection.cursor().execute("SELECT sex, COUNT(*) FROM poisoned GROUP BY sex", epsilon=1.0)
+    assert connection.budget_spent() == before
+    assert connection.budget_remaining() == pytest.approx(1000.0)
+    rows = noise_free_rows(connection, "SELECT COUNT(*) FROM adult")
+    assert rows[0][0] == pytest.approx(len(adult_frame))
+    assert connection.budget_remaining() == pytest.approx(999.0)
+    connection.close()
+
+
+def test_missing_table_names_the_engine(engine: tuple[str, object]) -> None:
+    name, spec = engine
+    connection = dpsql.connect(backend=spec, budget=dpsql.Budget(epsilon=1.0))
+    with pytest.raises(dpsql.ProgrammingError, match=f"no table or view 'nowhere'.*{ENGINE_NAMES[name]}"):
+        connection.register("nowhere", schema=ADULT_SCHEMA)
+    connection.close()
+
+
+def test_column_type_mismatch_names_the_engine_and_column(engine: tuple[str, object]) -> None:
+    name, spec = engine
+    connection = dpsql.connect(backend=spec, budget=dpsql.Budget(epsilon=1.0))
+    with pytest.raises(dpsql.ProgrammingError, match=rf"'age'.*needs numbers.*{ENGINE_NAMES[name]}"):
+        connection.register("adult_text_age", schema=ADULT_SCHEMA)
+    connection.close()
+
+
+# -- the factory -----------------------------------------------------------------------------------------
+def test_factory_defaults_to_duckdb_and_keeps_custom_backends(tmp_path: Path) -> None:
+    assert isinstance(open_backend(None), DuckDBBackend)
+    file_backend = open_backend(tmp_path / "data.duckdb")
+    assert isinstance(file_backend, DuckDBBackend) and file_backend.dialect == "duckdb"
+    file_backend.close()
+    existing = duckdb.connect()
+    backend = open_backend(existing)
+    backend.close()
+    assert existing.execute("SELECT 41 + 1").fetchone() == (42,)  # not closed: it is the caller's
+    recorder = RecordingBackend(existing)
+    assert open_backend(recorder) is recorder
+
+
+def test_factory_refuses_unknown_specs_clearly() -> None:
+    with pytest.raises(dpsql.ProgrammingError, match="cannot use a int as a backend"):
+        open_backend(42)
+    with pytest.raises(dpsql.ProgrammingError, match="no SQL dialect known for DB-API driver 'sqlite3'"):
+        open_backend(sqlite3.connect(":memory:"))
+
+
+def test_unreachable_postgres_is_an_operational_error_without_the_password() -> None:
+    pytest.importorskip("psycopg", reason="psycopg is not installed: pip install -e '.[backends]'")
+    with pytest.raises(dpsql.OperationalError, match=r"cannot connect to PostgreSQL at postgresql://u:\*\*\*@127\.0\.0\.1:1/") as raised:
+        dpsql.connect(backend="postgresql://u:secret@127.0.0.1:1/db?connect_timeout=2", budget=dpsql.Budget(epsilon=1.0))
+    assert "secret" not in str(raised.value)
+
+
+def test_existing_psycopg_connection_is_used_and_left_open(postgres_dsn: str, adult_connection: dpsql.Connection) -> None:
+    import psycopg
+
+    existing = psycopg.connect(postgres_dsn)  # not autocommit: a failed statement must be rolled back
+    backend = open_backend(existing)
+    assert isinstance(backend, DBAPIBackend) and backend.dialect == POSTGRES
+    connection = open_connection(existing)
+    connection.register("poisoned", schema=ADULT_SCHEMA)
+    with pytest.raises(dpsql.OperationalError, match="PostgreSQL failed"):
+        connection.cursor().execute("SELECT sex, COUNT(*) FROM poisoned GROUP BY sex", epsilon=1.0)
+    sql = "SELECT sex, job, COUNT(*) FROM adult GROUP BY sex, job"
+    assert_same_rows(noise_free_rows(connection, sql), noise_free_rows(adult_connection, sql))
+    connection.close()
+    assert existing.execute("SELECT 1").fetchone() == (1,)
+    existing.close()
+
+
+def test_postgres_refuses_to_upload_data(postgres_dsn: str, adult_frame: pd.DataFrame) -> None:
+    connection = dpsql.connect(backend=postgres_dsn, budget=dpsql.Budget(epsilon=1.0))
+    with pytest.raises(dpsql.ProgrammingError, match="load the data into the database"):
+        connection.register("frame", adult_frame, schema=ADULT_SCHEMA)
+    connection.register("people", "adult", schema=ADULT_SCHEMA)  # an existing table under another name
+    connection.close()
+
+
+def test_spark_registers_spark_and_pandas_frames(spark: object, adult_frame: pd.DataFrame, adult_connection: dpsql.Connection) -> None:
+    connection = dpsql.connect(backend=spark, budget=dpsql.Budget(epsilon=100.0))
+    connection.register("from_pandas", no_nan(adult_frame), schema=ADULT_SCHEMA)
+    connection.register("from_spark", spark.table("adult"), schema=ADULT_SCHEMA)  # type: ignore[attr-defined]
+    with pytest.raises(dpsql.ProgrammingError, match="pass a Spark DataFrame"):
+        connection.register("from_file", "adult.csv", schema=ADULT_SCHEMA)
+    expected = noise_free_rows(adult_connection, "SELECT race, COUNT(*) FROM adult GROUP BY race")
+    for table in ("from_pandas", "from_spark"):
+        assert_same_rows(noise_free_rows(connection, f"SELECT race, COUNT(*) FROM {table} GROUP BY race"), expected)
+    connection.close()
