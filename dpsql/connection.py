@@ -296,6 +296,7 @@ class Connection:
             privacy_unit=table.schema.privacy_unit,
             max_rows_per_unit=table.schema.max_rows_per_unit,
             salt=testing.bounding_salt(),
+            row_filters=compiled.row_filters,
         )
 
     def _run(self, prepared: _Prepared) -> Result:
@@ -318,7 +319,8 @@ class Connection:
         result = build_result(compiled, answers.values, answers.variances)
         charged = _cost_of(measurement.privacy, prepared.cost)
         self._ledger.charge(charged, prepared.operation)
-        if self._measurements.record(table_name, prepared.plan, measurement) and self.reuse:  # type: ignore[arg-type]
+        # rows dropped by WHERE before bounding make the marginals those of a subset: not kept for re-use
+        if not compiled.row_filters and self._measurements.record(table_name, prepared.plan, measurement) and self.reuse:  # type: ignore[arg-type]
             kept = self._measurements.answers(table_name, workload)  # type: ignore[arg-type]
             result = build_result(compiled, kept.values, kept.variances)  # combined with earlier releases
         return result
@@ -343,7 +345,14 @@ def _explanation(prepared: _Prepared) -> str:
             f"{prepared.table.schema.privacy_unit!r}"
         )
     if prepared.plan is not None:
-        lines.append(prepared.plan.explain())  # type: ignore[attr-defined]
+        plan = prepared.plan
+        try:
+            lines.append(plan.explain())  # type: ignore[attr-defined]
+        except (ValueError, ArithmeticError) as error:  # the planner's report failed; its plan did not
+            lines.append(
+                f"strategy: {plan.strategy_name} under {plan.privacy}; expected total squared error "  # type: ignore[attr-defined]
+                f"{plan.expected_error():.6g} (full plan report unavailable: {error})"  # type: ignore[attr-defined]
+            )
     return "\n".join(lines)
 
 

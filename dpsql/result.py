@@ -50,6 +50,8 @@ def build_result(
             flat = np.ravel_multi_index(tuple(rows.keys.T), shape) if shape else np.zeros(len(rows.keys), dtype=int)
             value[flat] = values[rows.index]
             variance[flat] = variances[rows.index]
+            zeros = compiled.structural_zeros.ravel()
+            value[zeros], variance[zeros] = 0.0, 0.0
         columns.append([float(v) for v in value])
         error_columns.append([float(e) for e in np.sqrt(np.maximum(variance, 0.0))])
     rows_out = list(zip(*columns)) if columns else []

@@ -6,7 +6,7 @@ Built as a sqlglot AST so any backend can transpile it to its dialect::
     FROM (
       SELECT c0, c1, ROW_NUMBER() OVER (PARTITION BY unit ORDER BY HASH(c0, c1, <salt>)) AS row_in_unit
       FROM (SELECT <cell index of col0> AS c0, <cell index of col1> AS c1, ..., <unit> AS unit FROM <table>)
-      WHERE c0 IS NOT NULL AND c1 IS NOT NULL AND ... AND unit IS NOT NULL
+      WHERE c0 IS NOT NULL AND c1 IS NOT NULL AND ... AND unit IS NOT NULL AND <WHERE as cell masks>
     ) WHERE row_in_unit <= <max_rows_per_unit>
     GROUP BY [GROUPING SETS] (...)
 
@@ -14,7 +14,9 @@ A cell index expression maps a column value to its cell number in the public dom
 or to NULL when the value is outside the domain (or NULL in a column not declared nullable): such
 rows are dropped before bounding. Each unit keeps at most ``max_rows_per_unit`` rows, chosen by a
 salted hash of the row's cells (a fresh random salt per statement), so the choice is random and
-depends on that unit's own rows only. Without a privacy unit (one row = one unit) the window is
+depends on that unit's own rows only. The WHERE clause (as masks over cell indices, see
+:class:`~dpsql.sql.compile.CellFilter`) is applied before bounding too, so a unit's kept rows are
+chosen among the rows the statement counts; the workload applies the same masks again. Without a privacy unit (one row = one unit) the window is
 omitted. Rows whose privacy-unit value is NULL are dropped.
 """
 
@@ -27,6 +29,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.schema import ColumnDomain
+from dpsql.sql.compile import CellFilter
 
 NUMERIC_TYPE_PREFIXES = (
     "TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
@@ -59,6 +62,7 @@ class BoundedAggregation:
     privacy_unit: str | None
     max_rows_per_unit: int
     salt: int  # random per statement; orders each unit's rows for bounding
+    row_filters: tuple[CellFilter, ...] = ()  # the WHERE clause, applied before bounding
 
     def alias(self, column: str) -> str:
         return f"c{list(self.columns).index(column)}"
@@ -69,6 +73,7 @@ class BoundedAggregation:
             cells = cells.select(exp.alias_(exp.column(self.privacy_unit, quoted=True), UNIT_NAME))
         cells = cells.from_(exp.Table(this=exp.to_identifier(self.table, quoted=True)))
         filters = [exp.column(self.alias(c)).is_(exp.null()).not_() for c in self.columns]
+        filters += [self._filter(f) for f in self.row_filters]
         if self.privacy_unit is not None:
             filters.append(exp.column(UNIT_NAME).is_(exp.null()).not_())
         kept = exp.select(*self._counted_references()).from_(cells.subquery("cells"))
@@ -83,6 +88,22 @@ class BoundedAggregation:
         """Columns that appear in some marginal, in statement order."""
         wanted = {c for marginal in self.marginals for c in marginal}
         return tuple(c for c in self.columns if c in wanted)
+
+    def _filter(self, cell_filter: CellFilter) -> exp.Expression:
+        """``flat cell index over the filter's scope IN (cells where the mask holds)`` (or NOT IN the others)."""
+        strides = np.cumprod((1,) + cell_filter.mask.shape[:0:-1])[::-1]
+        terms: list[exp.Expression] = []
+        for column, stride in zip(cell_filter.scope, strides):
+            reference = exp.column(self.alias(column))
+            terms.append(reference if stride == 1 else exp.Mul(this=reference, expression=exp.Literal.number(int(stride))))
+        flat = terms[0]
+        for term in terms[1:]:
+            flat = exp.Add(this=flat, expression=term)
+        selected = np.flatnonzero(cell_filter.mask.ravel())
+        rejected = np.flatnonzero(~cell_filter.mask.ravel())
+        listed = selected if len(selected) <= len(rejected) else rejected
+        membership = exp.In(this=flat, expressions=[exp.Literal.number(int(i)) for i in listed])
+        return membership if listed is selected else exp.Not(this=membership)
 
     def _counted_references(self) -> list[exp.Expression]:
         """The counted cell columns (a constant when only the total is counted: SELECT needs a column)."""

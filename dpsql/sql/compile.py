@@ -13,7 +13,10 @@ of the SELECT list is one workload product:
   a row per group cell (rows that select nothing are dropped: those cells are exact zeros);
 * ``COUNT(c)`` for a nullable ``c`` adds the conjunct ``c IS NOT NULL``.
 
-Predicates are evaluated against the schema's domains only, never against the data.
+Predicates are evaluated against the schema's domains only, never against the data. The WHERE
+masks are also handed to the backend (:attr:`CompiledQuery.row_filters`), which drops the rows they
+exclude before contribution bounding: a unit's kept rows are then chosen among the rows the statement
+counts (a per-row public rule, so still DP), and the workload's masks leave those counts unchanged.
 """
 
 from __future__ import annotations
@@ -59,12 +62,25 @@ class ProductRows:
 
 @dataclass(frozen=True)
 class CompiledQuery:
+    """A statement ready to run.
+
+    ``statement_workload`` holds the statement's linear queries over the public domain of every column
+    it mentions, WHERE included as masks (what EXPLAIN shows and what batch planning combines).
+    The engine runs it in its cheaper equivalent form: the WHERE masks go into the bounded SQL as
+    ``row_filters`` (rows they exclude are dropped before bounding), and ``workload`` measures the
+    GROUP BY cells of the remaining rows over ``domain`` (group columns, plus nullable COUNT columns).
+    Group cells no row can reach under the WHERE clause are ``structural_zeros``: released as exact 0.
+    """
+
     query: Query
     domain: Domain
     columns: dict[str, ColumnDomain]  # every column the statement mentions (schema spelling)
     workload: Workload | None  # None when every COUNT is zero by construction (nothing to measure)
     counts: tuple[ProductRows | None, ...]  # per SELECT item: its product, None for group keys / zero counts
     contributions: int
+    row_filters: tuple[CellFilter, ...]
+    statement_workload: Workload | None
+    structural_zeros: np.ndarray  # bool over the GROUP BY cells (shape = group_shape)
 
     @property
     def group_columns(self) -> tuple[str, ...]:
@@ -82,10 +98,20 @@ class CompiledQuery:
         lines = [f"table {self.query.table}: {self.contributions} row(s) per privacy unit after bounding"]
         for name, column in self.columns.items():
             lines.append(f"  {name}: {column.describe()}")
-        if self.workload is None:
+        if self.workload is None or self.statement_workload is None:
             lines.append("every count is zero by construction: no data is read and nothing is charged")
-        else:
-            lines.append(f"workload: {len(self.workload.products)} product(s), {self.workload.query_count} queries")
+            return "\n".join(lines)
+        lines.append(
+            f"statement workload: {len(self.statement_workload.products)} product(s), "
+            f"{self.statement_workload.query_count} queries over {list(self.statement_workload.domain.attributes)}"
+        )
+        if self.row_filters:
+            scopes = ", ".join("(" + ", ".join(f.scope) + ")" for f in self.row_filters)
+            lines.append(f"WHERE applied in SQL before bounding, as cell masks over {scopes}")
+        lines.append(
+            f"measured: {self.workload.query_count} queries over {list(self.domain.attributes) or '(total)'}, "
+            f"{int(self.structural_zeros.sum())} group cell(s) exactly zero by the WHERE clause"
+        )
         return "\n".join(lines)
 
 
@@ -95,12 +121,37 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
     query = resolver.resolved_query()
     columns = resolver.columns
     group = query.group_by
-    others = [c for c in columns if c not in group and _needs_cells(c, query, columns)]
-    domain = Domain(
-        {name: columns[name].size for name in (*group, *others)},
-        ordered=[name for name in (*group, *others) if columns[name].is_ordered],
-    )
+    counted = [c for c in columns if c not in group and _counts_nulls(c, query, columns)]
+    where_only = [c for c in columns if c not in group and c not in counted and _in_where(c, query)]
     where_conjuncts = _conjuncts(query.where) if query.where is not None else []
+    statement_domain = _domain(columns, (*group, *counted, *where_only))
+    statement_workload, _ = _workload(statement_domain, columns, query, where_conjuncts)
+    filters = _cell_filters(statement_domain, columns, where_conjuncts)
+    domain = _domain(columns, (*group, *counted))
+    workload, counts = _workload(domain, columns, query, [])
+    if statement_workload is None:
+        workload, counts = None, tuple(None for _ in counts)
+    return CompiledQuery(
+        query=query,
+        domain=domain,
+        columns=columns,
+        workload=workload,
+        counts=counts,
+        contributions=schema.contributions,
+        row_filters=tuple(f for f in filters if not f.mask.all()),
+        statement_workload=statement_workload,
+        structural_zeros=_structural_zeros(filters, group, columns),
+    )
+
+
+def _domain(columns: dict[str, ColumnDomain], names: Sequence[str]) -> Domain:
+    return Domain({n: columns[n].size for n in names}, ordered=[n for n in names if columns[n].is_ordered])
+
+
+def _workload(
+    domain: Domain, columns: dict[str, ColumnDomain], query: Query, where_conjuncts: list[Predicate]
+) -> tuple[Workload | None, tuple[ProductRows | None, ...]]:
+    """One product per distinct COUNT of the SELECT list (None where the count is zero by construction)."""
     products: list[Product] = []
     counts: list[ProductRows | None] = []
     built: dict[str | None, ProductRows | None] = {}
@@ -112,7 +163,7 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
             conjuncts = list(where_conjuncts)
             if item.column is not None and columns[item.column].nullable:
                 conjuncts.append(Not(IsNull(item.column)))
-            made = _product(domain, columns, group, conjuncts)
+            made = _product(domain, columns, query.group_by, conjuncts)
             if made is None:
                 built[item.column] = None
             else:
@@ -120,15 +171,32 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
                 built[item.column] = ProductRows(len(products), keys)
                 products.append(product)
         counts.append(built[item.column])
-    workload = Workload(domain, tuple(products)) if products else None
-    return CompiledQuery(query, domain, columns, workload, tuple(counts), schema.contributions)
+    return (Workload(domain, tuple(products)) if products else None), tuple(counts)
 
 
-def _needs_cells(column: str, query: Query, columns: dict[str, ColumnDomain]) -> bool:
-    """Whether a non-group column enters the workload (WHERE, or COUNT of a nullable column)."""
-    if query.where is not None and column in predicate_columns(query.where):
-        return True
-    return any(isinstance(i, Count) and i.column == column for i in query.select) and columns[column].nullable
+def _structural_zeros(filters: list[CellFilter], group: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
+    """GROUP BY cells that no row passing the WHERE masks can fall in."""
+    shape = tuple(columns[c].size for c in group)
+    reachable = np.ones(shape, dtype=bool)
+    for cell_filter in filters:
+        keyed_axes = [i for i, c in enumerate(cell_filter.scope) if c in group]
+        if not keyed_axes:
+            continue
+        other_axes = tuple(i for i in range(len(cell_filter.scope)) if i not in keyed_axes)
+        allowed = cell_filter.mask.any(axis=other_axes) if other_axes else cell_filter.mask
+        keyed = [cell_filter.scope[i] for i in keyed_axes]  # in GROUP BY order (domain order)
+        broadcast = [columns[c].size if c in keyed else 1 for c in group]
+        reachable &= allowed.reshape(broadcast)
+    return ~reachable
+
+
+def _counts_nulls(column: str, query: Query, columns: dict[str, ColumnDomain]) -> bool:
+    """Whether ``COUNT(column)`` needs the column's cells (it is nullable)."""
+    return columns[column].nullable and any(isinstance(i, Count) and i.column == column for i in query.select)
+
+
+def _in_where(column: str, query: Query) -> bool:
+    return query.where is not None and column in predicate_columns(query.where)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,13 +290,17 @@ def _components(conjuncts: list[Predicate]) -> list[list[Predicate]]:
     return [members for _, members in components]
 
 
-def _product(
-    domain: Domain, columns: dict[str, ColumnDomain], group: tuple[str, ...], conjuncts: list[Predicate]
-) -> tuple[Product, np.ndarray] | None:
-    """The product for one COUNT, with the GROUP BY cell keys of its rows; None if it is all zeros."""
-    factors: list[Factor] = []
-    key_maps: list[dict[str, np.ndarray]] = []
-    covered: set[str] = set()
+@dataclass(frozen=True)
+class CellFilter:
+    """Rows whose cells over ``scope`` (domain order) fall where ``mask`` is True."""
+
+    scope: tuple[str, ...]
+    mask: np.ndarray
+
+
+def _cell_filters(domain: Domain, columns: dict[str, ColumnDomain], conjuncts: list[Predicate]) -> list[CellFilter]:
+    """One mask per connected component of the conjuncts, evaluated over the public domains."""
+    filters = []
     for component in _components(conjuncts):
         scope = domain.canonical(c for p in component for c in predicate_columns(p))
         shape = domain.shape(scope)
@@ -240,6 +312,19 @@ def _product(
         mask = np.full(shape, True)
         for conjunct in component:
             mask &= _truth(conjunct, scope, columns) == TRUE
+        filters.append(CellFilter(scope, mask))
+    return filters
+
+
+def _product(
+    domain: Domain, columns: dict[str, ColumnDomain], group: tuple[str, ...], conjuncts: list[Predicate]
+) -> tuple[Product, np.ndarray] | None:
+    """The product for one COUNT, with the GROUP BY cell keys of its rows; None if it is all zeros."""
+    factors: list[Factor] = []
+    key_maps: list[dict[str, np.ndarray]] = []
+    covered: set[str] = set()
+    for cell_filter in _cell_filters(domain, columns, conjuncts):
+        scope, mask = cell_filter.scope, cell_filter.mask
         keyed = tuple(c for c in scope if c in group)
         if not mask.any():
             return None

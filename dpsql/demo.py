@@ -1,0 +1,179 @@
+"""A realistic, seeded census-like table and a short tour of private queries on it.
+
+The table has several rows per person (one per survey wave), categorical columns (sex, race,
+education, state, occupation with NULLs for people without one), ordered columns (wave year, age,
+income in bins) and a column with no public domain (browser). :data:`DEMO_SCHEMA` declares its
+public domains; the tour runs on embedded DuckDB::
+
+    python -m dpsql.cli demo            # or: dpsql demo
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+
+import dpsql
+
+SEXES = ["F", "M"]
+RACES = [0, 1, 2, 3, 4]
+EDUCATION = ["none", "high_school", "college", "bachelor", "master", "doctorate"]
+STATES = ["CA", "NY", "TX", "FL", "IL", "PA", "OH", "GA", "NC", "MI"]
+OCCUPATIONS = ["clerical", "craft", "management", "professional", "sales", "service"]
+INCOME_EDGES = [0, 10_000, 25_000, 50_000, 100_000, 250_000, 10_000_000]
+WAVES = (2019, 2022)
+MAX_WAVES_PER_PERSON = 4
+
+DEMO_SCHEMA: dict[str, object] = {
+    "privacy_unit": "person_id",
+    "max_rows_per_unit": MAX_WAVES_PER_PERSON,
+    "columns": {
+        "wave": {"range": list(WAVES)},
+        "sex": {"categories": SEXES},
+        "race": {"categories": RACES},
+        "age": {"range": [17, 90]},
+        "education": {"categories": EDUCATION},
+        "state": {"categories": STATES},
+        "income": {"bins": INCOME_EDGES},
+        "occupation": {"categories": OCCUPATIONS, "nullable": True},
+        "browser": "unknown",
+    },
+}
+
+
+def generate_census(persons: int = 20_000, seed: int = 0) -> dict[str, np.ndarray]:
+    """Columns of a synthetic survey: each person answers 1-4 waves (≈ 2.5 rows per person).
+
+    Income depends on education and age, occupation on education, and about 8% of rows have no
+    occupation (NULL); a few rows carry values outside the schema's domains (age 99, income below 0
+    from data-entry errors) so the dropping rule has something to do.
+    """
+    rng = np.random.default_rng(seed)
+    waves_per_person = rng.integers(1, MAX_WAVES_PER_PERSON + 1, size=persons)
+    person = np.repeat(np.arange(1, persons + 1, dtype=np.int64), waves_per_person)
+    rows = len(person)
+    first_wave = np.repeat(rng.integers(WAVES[0], WAVES[1] + 1, size=persons), waves_per_person)
+    offset = np.arange(rows) - np.repeat(np.cumsum(waves_per_person) - waves_per_person, waves_per_person)
+    wave = np.minimum(first_wave + offset, WAVES[1])
+    birth_age = np.repeat(np.clip(rng.gamma(6.0, 7.0, size=persons) + 17, 17, 86).astype(np.int64), waves_per_person)
+    age = birth_age + (wave - WAVES[0])
+    age[rng.random(rows) < 0.002] = 99  # data-entry errors: outside the declared range
+    sex = np.repeat(rng.choice(SEXES, size=persons), waves_per_person)
+    race = np.repeat(rng.choice(RACES, size=persons, p=[0.62, 0.13, 0.12, 0.09, 0.04]), waves_per_person)
+    education_level = np.repeat(rng.choice(len(EDUCATION), size=persons, p=[0.08, 0.3, 0.22, 0.24, 0.12, 0.04]), waves_per_person)
+    state = np.repeat(rng.choice(STATES, size=persons, p=[0.2, 0.14, 0.14, 0.12, 0.08, 0.08, 0.07, 0.06, 0.06, 0.05]), waves_per_person)
+    log_income = 9.2 + 0.35 * education_level + 0.02 * np.minimum(age - 17, 40) + rng.normal(0, 0.7, size=rows)
+    income = np.round(np.exp(log_income), -2)
+    income[rng.random(rows) < 0.002] = -1.0  # data-entry errors: outside the declared bins
+    occupation_index = np.clip(education_level // 2 + rng.integers(-1, 3, size=rows), 0, len(OCCUPATIONS) - 1)
+    occupation = np.array(OCCUPATIONS, dtype=object)[occupation_index]
+    occupation[rng.random(rows) < 0.08] = None
+    browser = rng.choice(["firefox", "chrome", "safari", "edge", "lynx"], size=rows, p=[0.2, 0.5, 0.2, 0.09, 0.01])
+    return {
+        "person_id": person,
+        "wave": wave.astype(np.int64),
+        "sex": sex.astype(object),
+        "race": race.astype(np.int64),
+        "age": age.astype(np.int64),
+        "education": np.array(EDUCATION, dtype=object)[education_level],
+        "state": state.astype(object),
+        "income": income,
+        "occupation": occupation,
+        "browser": browser.astype(object),
+    }
+
+
+@dataclass(frozen=True)
+class Stop:
+    title: str
+    sql: str
+    epsilon: float
+
+
+TOUR = (
+    Stop("People by sex and race, aged 20-40 (the issue's example)",
+         "SELECT sex, race, COUNT(*) AS n FROM census WHERE age BETWEEN 20 AND 40 GROUP BY sex, race", 0.3),
+    Stop("Income bins in 2022, every bin shown even when empty",
+         "SELECT income, COUNT(*) AS n FROM census WHERE wave = 2022 GROUP BY income", 0.3),
+    Stop("Occupation (NULL is its own cell) for graduates",
+         "SELECT occupation, COUNT(*) AS n FROM census WHERE education IN ('bachelor', 'master', 'doctorate') "
+         "GROUP BY occupation ORDER BY n DESC", 0.2),
+    Stop("The three largest states among people over 65 (ORDER BY / LIMIT are free post-processing)",
+         "SELECT state, COUNT(*) AS n FROM census WHERE age > 65 GROUP BY state ORDER BY n DESC LIMIT 3", 0.2),
+)
+
+
+def load(connection: dpsql.Connection, persons: int, seed: int) -> dict[str, np.ndarray]:
+    columns = generate_census(persons, seed)
+    connection.register("census", columns, schema=DEMO_SCHEMA)
+    return columns
+
+
+def _exact(columns: dict[str, np.ndarray], sql: str) -> dict[tuple, float]:
+    """DuckDB's own answer on the raw table (income shown by bin), for the tour's comparison only."""
+    database = duckdb.connect()
+    database.register("raw", columns)
+    labels = " ".join(
+        f"WHEN income >= {low} AND income < {high} THEN '[{low}, {high})'"
+        for low, high in zip(INCOME_EDGES, INCOME_EDGES[1:])
+    )
+    database.execute(f"CREATE VIEW census AS SELECT * REPLACE (CASE {labels} END AS income) FROM raw")
+    rows = database.execute(sql).fetchall()
+    database.close()
+    return {row[:-1]: float(row[-1]) for row in rows}
+
+
+def _format_row(row: tuple, error: tuple, truth: float | None) -> str:
+    keys = ", ".join("NULL" if v is None else str(v) for v in row[:-1]) or "(all)"
+    true_text = "" if truth is None else f"   exact {truth:8.0f}"
+    return f"  {keys:<28} {row[-1]:10.1f} ± {error[-1]:6.1f}{true_text}"
+
+
+def tour(persons: int = 20_000, seed: int = 0, out: Callable[[str], None] = print) -> dpsql.Connection:
+    """Generate the table, then run the tour's statements and show what each costs and returns."""
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1.0, delta=1e-6))
+    started = time.perf_counter()
+    columns = load(connection, persons, seed)
+    out(
+        f"Generated a census-like table: {len(columns['person_id']):,} rows, {persons:,} people "
+        f"(1 to {MAX_WAVES_PER_PERSON} survey waves each; contribution bound {DEMO_SCHEMA['max_rows_per_unit']} "
+        f"rows per person) in {time.perf_counter() - started:.2f} s. Budget: epsilon = 1.0.\n"
+        "Each released count is shown ± its standard error, beside DuckDB's exact answer on the raw table\n"
+        "(shown for this synthetic demo only; rows with values outside the schema's domains are dropped).\n"
+    )
+    cursor = connection.cursor()
+    explanation = ""
+    for stop in TOUR:
+        out(f"-- {stop.title} (epsilon = {stop.epsilon})\n{stop.sql}")
+        started = time.perf_counter()
+        cursor.execute(stop.sql, epsilon=stop.epsilon)
+        elapsed = time.perf_counter() - started
+        exact = _exact(columns, _without_post_processing(stop.sql))
+        for row, error in zip(cursor.fetchall(), cursor.errors):
+            out(_format_row(row, error, exact.get(tuple(row[:-1]), 0.0)))
+        out(f"  ({cursor.rowcount} rows in {elapsed * 1000:.0f} ms; budget left: epsilon = {connection.budget_remaining():.2f})\n")
+        explanation = explanation or cursor.explanation
+    out("-- Grouping by a column with no public domain is refused:")
+    try:
+        cursor.execute("SELECT browser, COUNT(*) FROM census GROUP BY browser", epsilon=0.1)
+    except dpsql.NotSupportedError as error:
+        out(f"  NotSupportedError: {error}\n")
+    out("-- Asking for more than is left is refused before any data is read:")
+    try:
+        cursor.execute("SELECT COUNT(*) FROM census", epsilon=0.5)
+    except dpsql.BudgetExceededError as error:
+        out(f"  BudgetExceededError: {error}\n")
+    out("-- How the first statement was answered (cursor.explanation):")
+    out("  " + explanation.replace("\n", "\n  "))
+    return connection
+
+
+def _without_post_processing(sql: str) -> str:
+    """The statement without ORDER BY / LIMIT, so the exact column shows every released cell's truth."""
+    upper = sql.upper()
+    cut = min((upper.find(k) for k in (" ORDER BY ", " LIMIT ") if k in upper), default=len(sql))
+    return sql[:cut]
