@@ -16,6 +16,7 @@ and the new measurement joins the kept ones. Every released value carries its st
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from dpsql.errors import InternalError, NotSupportedError, ProgrammingError
 from dpsql.result import Result, build_result
 from dpsql.schema import ColumnDomain
 from dpsql.sql.bounded import BoundedAggregation
-from dpsql.sql.compile import CompiledQuery, compile_query
+from dpsql.sql.compile import CellFilter, CompiledQuery, compile_query, statement_counts
 from dpsql.sql.grouping import Branch, Constant, SplitStatement, is_extended, split_statement
 from dpsql.sql.parse import parse
 from dpsql.types import NUMBER
@@ -107,6 +108,7 @@ class PreparedBatch:
     measured: tuple[int, ...]  # products that must be measured (not in the row space of kept measurements)
     plan: planner.Plan | None  # the plan for the measured products (None when there are none)
     cost: Cost  # what running it charges when ``plan`` is not None (else nothing)
+    row_filters: tuple[CellFilter, ...] = ()  # a WHERE shared by every branch, applied before bounding
 
     @property
     def charges(self) -> bool:
@@ -179,6 +181,7 @@ def prepare(
             parts.append((branch, compile_query(query, found.schema, tuple(found.column_types))))
         branch_parts.append((sql, split, parts, weight))
     assert table is not None
+    branch_parts, row_filters = _shared_filters(branch_parts)
     domain = _union_domain([c for _, _, parts, _ in branch_parts for _, c in parts])
     for sql, split, parts, weight in branch_parts:
         branches = []
@@ -191,11 +194,45 @@ def prepare(
     measured: tuple[int, ...] = ()
     plan = None
     if workload is not None:
-        covered = connection._measurements.covered(table.name, workload) if connection.reuse else (False,) * len(products)
+        reusable = connection.reuse and not row_filters  # filtered rows: marginals of a subset of the table
+        covered = connection._measurements.covered(table.name, workload) if reusable else (False,) * len(products)
         measured = tuple(i for i, c in enumerate(covered) if not c)
         if measured:
             plan = _plan(Workload(domain, tuple(products[i] for i in measured)), cost, table.schema.contributions)
-    return PreparedBatch(tuple(compiled_statements), table, workload, measured, plan, cost)
+    return PreparedBatch(tuple(compiled_statements), table, workload, measured, plan, cost, row_filters)
+
+
+Parts = list[tuple[str, SplitStatement, list[tuple[Branch, CompiledQuery]], float]]
+
+
+def _filter_key(cell_filter: CellFilter) -> tuple[object, ...]:
+    return (cell_filter.scope, cell_filter.mask.shape, cell_filter.mask.tobytes())
+
+
+def _shared_filters(branch_parts: Parts) -> tuple[Parts, tuple[CellFilter, ...]]:
+    """When every branch has the same WHERE, it runs in SQL before bounding (as for one statement) and
+    the branches measure their GROUP BY cells; otherwise every branch keeps its WHERE as masks in its
+    workload (``statement_workload``) and the rows are bounded unfiltered."""
+    compiled = [c for _, _, parts, _ in branch_parts for _, c in parts]
+    keys = {tuple(sorted(_filter_key(f) for f in c.row_filters)) for c in compiled}
+    if len(keys) == 1:
+        return branch_parts, compiled[0].row_filters
+    masked = [
+        (sql, split, [(b, _with_masks(c)) for b, c in parts], weight) for sql, split, parts, weight in branch_parts
+    ]
+    return masked, ()
+
+
+def _with_masks(compiled: CompiledQuery) -> CompiledQuery:
+    if not compiled.row_filters:
+        return compiled
+    return dataclasses.replace(
+        compiled,
+        domain=compiled.statement_workload.domain if compiled.statement_workload is not None else compiled.domain,
+        workload=compiled.statement_workload,
+        counts=statement_counts(compiled),
+        row_filters=(),
+    )
 
 
 def _union_domain(compiled: list[CompiledQuery]) -> Domain:
@@ -258,6 +295,7 @@ def _release(connection: Connection, prepared: PreparedBatch) -> tuple[list[np.n
             privacy_unit=table.schema.privacy_unit,
             max_rows_per_unit=table.schema.max_rows_per_unit,
             salt=testing.bounding_salt(),
+            row_filters=prepared.row_filters,
         )
         result = connection._backend.run(aggregation.statement().sql(dialect=connection._backend.dialect))
         marginals = aggregation.marginal_arrays(result)
@@ -269,7 +307,7 @@ def _release(connection: Connection, prepared: PreparedBatch) -> tuple[list[np.n
         _check_spent(measurement.privacy, prepared.cost)
         connection._ledger.charge(prepared.cost, prepared.text)
         fresh = {index: (answers.values[i], answers.variances[i]) for i, index in enumerate(prepared.measured)}
-        kept_it = store.record(table.name, prepared.plan, measurement) and connection.reuse
+        kept_it = not prepared.row_filters and store.record(table.name, prepared.plan, measurement) and connection.reuse
     everything = tuple(range(len(workload.products)))
     from_store = everything if kept_it else tuple(i for i in everything if i not in fresh)
     found = {**fresh, **(store.answer(table.name, workload, from_store) if from_store else {})}

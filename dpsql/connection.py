@@ -305,7 +305,7 @@ class Connection:
         if prepared.plan is None:
             return build_result(compiled, (), ())
         table_name, workload = prepared.table.name, compiled.workload
-        if self.reuse and all(self._measurements.covered(table_name, workload)):  # type: ignore[arg-type]
+        if self.reuse and not compiled.row_filters and all(self._measurements.covered(table_name, workload)):  # type: ignore[arg-type]
             kept = self._measurements.answers(table_name, workload)  # type: ignore[arg-type]
             return build_result(compiled, kept.values, kept.variances)  # GLS on released measurements: free
         self._ledger.check(prepared.cost)

@@ -500,3 +500,13 @@ def _bin_bounds(operator: str, value: object, column: ColumnDomain, clause: str)
         return True if lo > bound else False if hi <= bound else None  # type: ignore[operator]
 
     return check
+
+
+def statement_counts(compiled: CompiledQuery) -> tuple[ProductRows | None, ...]:
+    """Per SELECT item, its product in ``compiled.statement_workload`` (WHERE as masks): how batch
+    planning (``dpsql.batch``) maps a statement's rows when statements with different WHERE clauses
+    share one measurement and so cannot filter rows before bounding."""
+    if compiled.statement_workload is None:
+        return tuple(None for _ in compiled.query.select)
+    conjuncts = _conjuncts(compiled.query.where) if compiled.query.where is not None else []
+    return _workload(compiled.statement_workload.domain, compiled.columns, compiled.query, conjuncts)[1]

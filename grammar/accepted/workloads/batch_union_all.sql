@@ -1,0 +1,1 @@
+SELECT sex, COUNT(*) FROM adult GROUP BY sex UNION ALL SELECT job, COUNT(*) FROM adult GROUP BY job

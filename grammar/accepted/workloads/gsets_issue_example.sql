@@ -1,0 +1,1 @@
+SELECT job, sex, COUNT(*) FROM adult GROUP BY GROUPING SETS ((job), (job, sex), ())

@@ -1,0 +1,1 @@
+SELECT age, COUNT(*) FROM adult GROUP BY ROLLUP (age)

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError SUM
+SELECT sex, COUNT(*), SUM(age) FROM adult GROUP BY CUBE (sex)

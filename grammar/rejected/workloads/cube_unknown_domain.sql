@@ -1,0 +1,2 @@
+-- expect: NotSupportedError GROUP BY
+SELECT browser, sex, COUNT(*) FROM adult GROUP BY CUBE (browser, sex)

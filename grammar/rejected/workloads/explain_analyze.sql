@@ -1,0 +1,2 @@
+-- expect: ProgrammingError EXPLAIN
+EXPLAIN ANALYZE SELECT COUNT(*) FROM adult

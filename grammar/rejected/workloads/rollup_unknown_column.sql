@@ -1,0 +1,2 @@
+-- expect: ProgrammingError unknown column
+SELECT sex, COUNT(*) FROM adult GROUP BY ROLLUP (sex, colour)
