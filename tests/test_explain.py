@@ -1,0 +1,88 @@
+"""EXPLAIN <statement or batch>: rows with the strategy, budgets per group, expected RMSE per query,
+the SVD-bound ratio and the cost — reading no data and charging nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dpsql
+import dpsql.testing
+from dpsql.batch import prepare
+
+CUBE = "SELECT sex, race, COUNT(*) FROM adult GROUP BY CUBE (sex, race)"
+
+
+def _no_reads(connection: dpsql.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(sql: str) -> None:
+        raise AssertionError(f"EXPLAIN read data: {sql}")
+
+    monkeypatch.setattr(connection._backend, "run", refuse)
+
+
+def test_explain_rows_describe_the_plan_and_charge_nothing(adult_connection: dpsql.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = prepare(adult_connection, [CUBE], epsilon=0.8).plan
+    _no_reads(adult_connection, monkeypatch)
+    before = adult_connection.budget_spent()
+    cursor = adult_connection.cursor().execute("EXPLAIN " + CUBE, epsilon=0.8)
+    assert [d[0] for d in cursor.description] == ["section", "name", "value", "detail"]
+    rows = cursor.fetchall()
+    by_section: dict[str, list[tuple]] = {}
+    for row in rows:
+        by_section.setdefault(row[0], []).append(row)
+    assert by_section["cost"] == [("cost", "epsilon", 0.8, "charged once when executed")]
+    assert by_section["strategy"][0][1] == plan.strategy_name
+    budgets = [r[2] for r in by_section["group"]]
+    assert sum(budgets) == pytest.approx(0.8) and len(budgets) == len(plan.group_budgets())
+    queries = by_section["query"]
+    assert [q[1] for q in queries] == ["1: (sex, race)", "1: (sex)", "1: (race)", "1: ()"]
+    for query, variances in zip(queries, plan.query_variances()):
+        assert query[2] == pytest.approx(float(np.sqrt(variances.max())))
+    errors = {r[1]: r[2] for r in by_section["error"]}
+    assert errors["expected total squared error"] == pytest.approx(plan.expected_error())
+    assert errors["ratio to svd bound"] == pytest.approx(plan.expected_error() / plan.svd_bound())
+    assert errors["ratio to svd bound"] >= 1 - 1e-9
+    assert adult_connection.budget_spent() == before
+    assert "strategy: " + plan.strategy_name in cursor.explanation
+
+
+def test_explained_rmse_is_the_released_error(adult_connection: dpsql.Connection) -> None:
+    explained = adult_connection.cursor().execute("EXPLAIN " + CUBE, epsilon=0.8).fetchall()
+    total_rmse = [r[2] for r in explained if r[0] == "query" and r[1] == "1: ()"][0]
+    cursor = adult_connection.cursor().execute(CUBE, epsilon=0.8)
+    assert cursor.errors[-1][2] == pytest.approx(total_rmse, rel=1e-12)
+
+
+def test_explain_of_a_batch(adult_connection: dpsql.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_reads(adult_connection, monkeypatch)
+    before = adult_connection.budget_spent()
+    text = "EXPLAIN SELECT sex, COUNT(*) FROM adult GROUP BY sex; SELECT job, COUNT(*) FROM adult GROUP BY ROLLUP (job)"
+    rows = adult_connection.cursor().execute(text, epsilon=1.0).fetchall()
+    statements = [r for r in rows if r[0] == "statement"]
+    assert [r[1] for r in statements] == ["1", "2"]
+    assert [r[1] for r in rows if r[0] == "query"] == ["1: (sex)", "2: (job)", "2: ()"]
+    (from_workload,) = adult_connection.workload(
+        ["SELECT sex, COUNT(*) FROM adult GROUP BY sex", "SELECT job, COUNT(*) FROM adult GROUP BY ROLLUP (job)"],
+        epsilon=1.0,
+        explain=True,
+    )
+    assert [r[:3] for r in from_workload.rows if r[0] != "statement"] == [r[:3] for r in rows if r[0] != "statement"]
+    assert adult_connection.budget_spent() == before
+
+
+def test_explain_of_statements_needing_no_data(adult_connection: dpsql.Connection) -> None:
+    rows = adult_connection.cursor().execute("EXPLAIN SELECT COUNT(*) FROM adult WHERE age > 200", epsilon=1.0).fetchall()
+    assert ("cost", "epsilon", 0.0, "every count is zero by construction: nothing is read or charged") in rows
+
+
+def test_explain_errors(adult_connection: dpsql.Connection) -> None:
+    cursor = adult_connection.cursor()
+    with pytest.raises(dpsql.ProgrammingError, match="EXPLAIN needs a statement"):
+        cursor.execute("EXPLAIN", epsilon=1.0)
+    with pytest.raises(dpsql.ProgrammingError, match="EXPLAIN ANALYZE"):
+        cursor.execute("EXPLAIN ANALYZE SELECT COUNT(*) FROM adult", epsilon=1.0)
+    with pytest.raises(dpsql.ProgrammingError, match="no privacy cost"):
+        cursor.execute("EXPLAIN SELECT COUNT(*) FROM adult")
+    with pytest.raises(dpsql.ProgrammingError, match="unknown column"):
+        cursor.execute("EXPLAIN SELECT colour, COUNT(*) FROM adult GROUP BY CUBE (colour)", epsilon=1.0)
+    assert adult_connection.budget_spent().statements == 0
