@@ -1,0 +1,241 @@
+"""Shared plumbing for strategies on one ordered attribute (hierarchies, eigen-designs).
+
+A range strategy measures the marginal on ``measured`` = every attribute the workload reads plus one
+ordered attribute ``t``: for each cell of the other attributes it applies a 1-D strategy along ``t``.
+Measurements of different cells are independent with the same 1-D covariance ``Σ_t``, so the GLS
+estimate of the marginal has covariance ``I ⊗ Σ_t`` and a workload row ``r_o ⊗ r_t`` (other attributes
+⊗ ``t``) has variance ``‖r_o‖² · r_tᵀ Σ_t r_t``; an attribute of ``measured`` that a product sums out
+contributes its size to ``‖r_o‖²``.
+
+Each 1-D strategy answers two questions about ``Σ_t`` for a query block on ``t`` (see
+:class:`OrderedCovariance`): the variance of every row, and their sum. Blocks on ``t`` are ranges
+(:class:`Intervals`: ``Prefix``, ``AllRange``, ``Identity``, ``Total``, interval ``Predicate``) or
+small dense rows (any other ``Predicate`` or ``Explicit`` block).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.privacy import Privacy
+from planner.recovery import integer_counts
+from planner.strategies.base import Answers, Candidate, Measurement
+from planner.workload import AllRange, Block, Identity, Predicate, Prefix, Product, Total, Workload, marginal_for
+
+MAX_MEASURED_CELLS = 2**24  # cells of the measured marginal (other attributes × padded ordered attribute)
+MAX_DENSE_ROWS = 2**22  # entries of a non-interval block on the ordered attribute handled densely
+
+
+@dataclass(frozen=True, eq=False)
+class Intervals:
+    """Rows that are the intervals ``[lows[i], highs[i]]`` (inclusive) of ``size`` ordered cells."""
+
+    size: int
+    lows: np.ndarray
+    highs: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return (self.highs - self.lows + 1).astype(float)
+
+
+def block_rows(block: Block) -> Intervals | np.ndarray:
+    """A block on the ordered attribute as intervals when it is made of ranges, else its dense rows."""
+    n = block.size
+    if isinstance(block, Prefix):
+        return Intervals(n, np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64))
+    if isinstance(block, AllRange):  # the order of AllRange.interval_bounds, built without a mask
+        cells = np.arange(n, dtype=np.int64)
+        lows = np.repeat(cells, n - cells)
+        starts = np.repeat(np.cumsum(n - cells) - (n - cells), n - cells)
+        return Intervals(n, lows, np.arange(lows.size, dtype=np.int64) - starts + lows)
+    if isinstance(block, Identity):
+        cells = np.arange(n, dtype=np.int64)
+        return Intervals(n, cells, cells)
+    if isinstance(block, Total):
+        return Intervals(n, np.zeros(1, dtype=np.int64), np.full(1, n - 1, dtype=np.int64))
+    if isinstance(block, Predicate) and block.interval() is not None:
+        low, high = block.interval()
+        return Intervals(n, np.array([low], dtype=np.int64), np.array([high], dtype=np.int64))
+    return block.matrix()
+
+
+def row_norms2(block: Block) -> np.ndarray:
+    """``‖row‖²`` of every row of a block (ranges by their lengths, without densifying)."""
+    rows = block_rows(block)
+    if isinstance(rows, Intervals):
+        return rows.lengths
+    return (rows**2).sum(axis=1)
+
+
+def is_range_block(block: Block) -> bool:
+    return isinstance(block, (Prefix, AllRange)) or (isinstance(block, Predicate) and block.interval() is not None)
+
+
+class OrderedCovariance(ABC):
+    """The covariance ``Σ_t`` of a 1-D strategy's GLS estimate of the ``size`` ordered cells."""
+
+    size: int
+
+    @abstractmethod
+    def variances(self, block: Block) -> np.ndarray:
+        """``r Σ_t rᵀ`` for every row ``r`` of ``block``."""
+
+    def trace(self, block: Block) -> float:
+        """``tr(B Σ_t Bᵀ)``; strategies override it with closed forms where ``B`` has many rows."""
+        return float(self.variances(block).sum())
+
+
+@dataclass(frozen=True)
+class RangeLayout:
+    """The measured marginal of a range strategy: ``t`` plus every attribute the workload reads."""
+
+    workload: Workload
+    attribute: str
+
+    @property
+    def measured(self) -> tuple[str, ...]:
+        domain = self.workload.domain
+        return domain.canonical([self.attribute, *(a for p in self.workload.products for a in p.attributes)])
+
+    @property
+    def size(self) -> int:
+        return self.workload.domain.size_of(self.attribute)
+
+    @property
+    def other_cells(self) -> int:
+        return math.prod(self.workload.domain.shape(a for a in self.measured if a != self.attribute))
+
+    def ordered_block(self, product: Product) -> Block:
+        """The product's block on ``t`` (``Total`` when it sums ``t`` out)."""
+        for factor in product.factors:
+            if self.attribute in factor.attributes:
+                return factor.block
+        return Total(self.size)
+
+    def _summed_size(self, product: Product) -> int:
+        read = set(product.attributes) | {self.attribute}
+        return math.prod(self.workload.domain.size_of(a) for a in self.measured if a not in read)
+
+    def other_mass(self, product: Product) -> float:
+        """``‖W_o‖²_F``: the squared Frobenius norm of the product's factors off ``t``."""
+        mass = float(self._summed_size(product))
+        for factor in product.factors:
+            if self.attribute not in factor.attributes:
+                mass *= float(row_norms2(factor.block).sum())
+        return mass
+
+    def product_variances(self, product: Product, covariance: OrderedCovariance) -> np.ndarray:
+        """Variance of every row of ``product`` (Kronecker row order) under ``I ⊗ Σ_t``."""
+        ordered = covariance.variances(self.ordered_block(product))
+        result = np.asarray(float(self._summed_size(product)))
+        mentions = False
+        for factor in product.factors:
+            if self.attribute in factor.attributes:
+                result, mentions = np.multiply.outer(result, ordered), True
+            else:
+                result = np.multiply.outer(result, row_norms2(factor.block))
+        if not mentions:
+            result = result * ordered[0]
+        return np.asarray(result, dtype=float).reshape(-1)
+
+    def total_error(self, covariance: OrderedCovariance) -> float:
+        """``Σ_products w² ‖W_o‖²_F tr(B_t Σ_t B_tᵀ)``."""
+        return float(
+            sum(
+                p.weight**2 * self.other_mass(p) * covariance.trace(self.ordered_block(p))
+                for p in self.workload.products
+            )
+        )
+
+    def leaves(self, marginals: Mapping[tuple[str, ...], np.ndarray]) -> np.ndarray:
+        """The exact integer marginal on ``measured`` as ``(other cells, size)`` (``t`` last)."""
+        measured = self.measured
+        table = integer_counts(marginal_for(self.workload.domain, marginals, measured), measured)
+        axis = measured.index(self.attribute)
+        return np.moveaxis(table, axis, -1).reshape(-1, self.size)
+
+    def answers(self, estimate: np.ndarray, covariance: OrderedCovariance) -> Answers:
+        """Workload answers from the GLS estimate ``(other cells, size)`` of the measured marginal."""
+        domain = self.workload.domain
+        measured = self.measured
+        moved = [a for a in measured if a != self.attribute] + [self.attribute]
+        table = np.moveaxis(estimate.reshape(domain.shape(moved)), -1, measured.index(self.attribute))
+        values = tuple(
+            p.unweighted_answer(marginal_for(domain, {measured: table}, p.attributes)) for p in self.workload.products
+        )
+        return Answers(values, self.query_variances(covariance))
+
+    def query_variances(self, covariance: OrderedCovariance) -> tuple[np.ndarray, ...]:
+        return tuple(self.product_variances(p, covariance) for p in self.workload.products)
+
+
+def range_layouts(workload: Workload) -> list[RangeLayout]:
+    """One layout per ordered attribute that carries ranges in some product and is never coupled to
+    another attribute in a factor; empty when the measured marginal would be too large."""
+    layouts = []
+    for attribute in workload.domain.attributes:
+        if not workload.domain.is_ordered(attribute):
+            continue
+        factors = [f for p in workload.products for f in p.factors if attribute in f.attributes]
+        if not any(is_range_block(f.block) for f in factors) or any(len(f.attributes) > 1 for f in factors):
+            continue
+        if not all(_cheap(f.block) for p in workload.products for f in p.factors):
+            continue
+        layout = RangeLayout(workload, attribute)
+        if layout.other_cells * layout.size <= MAX_MEASURED_CELLS:
+            layouts.append(layout)
+    return layouts
+
+
+def _cheap(block: Block) -> bool:
+    """Whether the rows of ``block`` can be handled without a large dense matrix."""
+    return isinstance(block, (Prefix, AllRange, Identity, Total, Predicate)) or block.rows * block.size <= MAX_DENSE_ROWS
+
+
+class RangeCandidate(Candidate):
+    """A candidate measuring one 1-D strategy per cell of the other attributes (see the module doc)."""
+
+    def __init__(self, layout: RangeLayout, privacy: Privacy) -> None:
+        self._layout = layout
+        self._privacy = privacy
+
+    @property
+    def layout(self) -> RangeLayout:
+        return self._layout
+
+    @property
+    def workload(self) -> Workload:
+        return self._layout.workload
+
+    @property
+    def privacy(self) -> Privacy:
+        return self._privacy
+
+    @property
+    @abstractmethod
+    def covariance(self) -> OrderedCovariance:
+        """``Σ_t`` of this strategy's GLS estimate, with the exact discrete noise variances."""
+
+    @abstractmethod
+    def estimate(self, measurement: Measurement) -> np.ndarray:
+        """GLS estimate ``(other cells, size)`` of the measured marginal."""
+
+    def query_variances(self) -> tuple[np.ndarray, ...]:
+        return self._layout.query_variances(self.covariance)
+
+    def expected_error(self) -> float:
+        return self._layout.total_error(self.covariance)
+
+    def required_marginals(self) -> tuple[tuple[str, ...], ...]:
+        return (self._layout.measured,)
+
+    def answer(self, measurement: Measurement) -> Answers:
+        if measurement.strategy != self.name:
+            raise ValueError(f"this measurement was made by {measurement.strategy!r}, not {self.name!r}")
+        return self._layout.answers(self.estimate(measurement), self.covariance)
