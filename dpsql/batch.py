@@ -165,7 +165,7 @@ def prepare(
         split = split_statement(sql)
         parts = []
         for branch in split.branches:
-            query = parse(branch.sql, params)
+            query = parse(branch.sql, branch.bound(params))
             found = connection._tables.get(query.table.lower())
             if found is None:
                 raise ProgrammingError(

@@ -21,7 +21,9 @@ ORDER BY / LIMIT / OFFSET apply to the released rows of the whole statement.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlglot
@@ -52,6 +54,14 @@ class Branch:
     grouping_set: GroupingSet  # column names as written, duplicates removed, in order of appearance
     sql: str  # plain SELECT … GROUP BY <set> (no ORDER BY / LIMIT), placeholders kept
     layout: tuple[Slot, ...]  # per output column
+    parameters: tuple[int, int] = (0, 0)  # the slice of the statement's '?' parameters its SELECT binds
+
+    def bound(self, parameters: Sequence[object] | None) -> Sequence[object] | None:
+        """The statement's parameters that belong to this branch's SELECT (UNION ALL members differ)."""
+        if parameters is None or isinstance(parameters, (str, bytes)) or not isinstance(parameters, Sequence):
+            return parameters  # parse() reports the misuse
+        start, stop = self.parameters
+        return parameters[start:stop] if stop <= len(parameters) else parameters
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,7 @@ def split_statement(sql: str) -> SplitStatement:
     tree = statements[0]
     selects = _union_members(tree)
     names, branches = None, []
+    placeholders = 0
     for select in selects:
         if select is not tree:
             for arg in ("order", "limit", "offset"):
@@ -95,6 +106,9 @@ def split_statement(sql: str) -> SplitStatement:
                         f"UNION ALL: put ORDER BY / LIMIT / OFFSET after the last SELECT (they apply to all rows). {SUPPORTED}"
                     )
         member_names, member_branches = _split_select(select)
+        count = sum(1 for node in select.walk() if isinstance(node, exp.Placeholder))
+        member_branches = [dataclasses.replace(b, parameters=(placeholders, placeholders + count)) for b in member_branches]
+        placeholders += count
         if names is None:
             names = member_names
         elif len(member_names) != len(names):
