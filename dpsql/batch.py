@@ -33,7 +33,7 @@ from dpsql.result import Result, build_result
 from dpsql.schema import ColumnDomain
 from dpsql.sql.bounded import BoundedAggregation
 from dpsql.sql.compile import CellFilter, CompiledQuery, compile_query, statement_counts
-from dpsql.sql.grouping import Branch, Constant, SplitStatement, is_extended, split_statement
+from dpsql.sql.grouping import Branch, Constant, SplitStatement, check_parameter_count, is_extended, split_statement
 from dpsql.sql.parse import parse
 from dpsql.types import NUMBER
 from planner import Domain, Product, Workload
@@ -163,6 +163,7 @@ def prepare(
         if not isinstance(sql, str):
             raise ProgrammingError(f"every statement must be a SQL string, got {type(sql).__name__}")
         split = split_statement(sql)
+        check_parameter_count(split, params)
         parts = []
         for branch in split.branches:
             query = parse(branch.sql, branch.bound(params))

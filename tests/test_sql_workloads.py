@@ -275,6 +275,22 @@ def test_parameters_bind_in_every_branch(adult_connection: dpsql.Connection) -> 
     assert with_parameter == cursor.fetchall()
 
 
+def test_union_all_members_bind_their_own_parameters(adult_connection: dpsql.Connection, adult_frame: pd.DataFrame) -> None:
+    sql = (
+        "SELECT sex, COUNT(*) FROM adult WHERE age < ? GROUP BY sex UNION ALL "
+        "SELECT sex, COUNT(*) FROM adult WHERE age >= ? AND race = ? GROUP BY ROLLUP (sex)"
+    )
+    cursor = adult_connection.cursor()
+    with dpsql.testing.noise_disabled():
+        rows = cursor.execute(sql, (40, 60, 1), epsilon=1.0).fetchall()
+    young = adult_frame[adult_frame.age < 40].groupby("sex").size()
+    old = adult_frame[(adult_frame.age >= 60) & (adult_frame.race == 1)]
+    assert [round(r[1]) for r in rows] == [young["F"], young["M"], (old.sex == "F").sum(), (old.sex == "M").sum(), len(old)]
+    for wrong in [(40, 60), None, (1, 2, 3, 4)]:
+        with pytest.raises(dpsql.ProgrammingError, match="3 '\\?' placeholder"):
+            cursor.execute(sql, wrong, epsilon=1.0)
+
+
 # --------------------------------------------------------------------------------------------------
 # Bad inputs: clear errors, nothing charged.
 # --------------------------------------------------------------------------------------------------

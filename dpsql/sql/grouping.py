@@ -61,7 +61,7 @@ class Branch:
         if parameters is None or isinstance(parameters, (str, bytes)) or not isinstance(parameters, Sequence):
             return parameters  # parse() reports the misuse
         start, stop = self.parameters
-        return parameters[start:stop] if stop <= len(parameters) else parameters
+        return parameters[start:stop]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class SplitStatement:
     order_by: tuple[tuple[int, bool], ...]  # (output column, descending)
     limit: int | None
     offset: int
+    placeholders: int = 0  # '?' parameters the whole statement takes
 
 
 def is_extended(sql: str) -> bool:
@@ -121,7 +122,16 @@ def split_statement(sql: str) -> SplitStatement:
         raise NotSupportedError(f"the statement expands to {len(branches)} grouping sets (limit {MAX_GROUPING_SETS}); use fewer")
     assert names is not None
     order_by = _order_by(tree, selects[0], names)
-    return SplitStatement(names, tuple(branches), order_by, _row_count(tree, "limit"), _row_count(tree, "offset") or 0)
+    return SplitStatement(names, tuple(branches), order_by, _row_count(tree, "limit"), _row_count(tree, "offset") or 0, placeholders)
+
+
+def check_parameter_count(split: SplitStatement, parameters: Sequence[object] | None) -> None:
+    """Refuse a parameter sequence of the wrong length (each UNION ALL member binds its own slice)."""
+    given = () if parameters is None else parameters
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        return  # parse() reports the misuse
+    if len(given) != split.placeholders:
+        raise ProgrammingError(f"the statement has {split.placeholders} '?' placeholder(s) but {len(given)} parameter(s) were given")
 
 
 def _union_members(tree: exp.Expression) -> list[exp.Select]:
