@@ -35,7 +35,7 @@ from dpsql.batch import prepare, run
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 RESULTS = Path(__file__).parent / "results"
-EPSILON, TRIALS, SEED = 1.0, 20, 20261122
+EPSILON, TRIALS, SEED = 1.0, 100, 20261122
 CUBE_COLUMNS = ("workclass", "education_num", "race", "sex")
 PAIR_COLUMNS = ("workclass", "education_num", "marital_status", "race", "sex")
 
