@@ -32,7 +32,8 @@ import pandas as pd
 
 import dpsql
 import dpsql.testing
-from dpsql.batch import prepare, run
+from dpsql.batch import ResultSet, prepare, run
+from dpsql.sql.grouping import split_statement
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 RESULTS = Path(__file__).parent / "results"
@@ -55,7 +56,7 @@ def workloads() -> dict[str, list[str]]:
     return {"cube over 4 columns": cube, "all 2-way marginals over 5 columns": pairs}
 
 
-def released_values(results: list[dpsql.batch.ResultSet]) -> np.ndarray:
+def released_values(results: list[ResultSet]) -> np.ndarray:
     return np.concatenate([[row[-1] for row in result.rows] for result in results])
 
 
@@ -66,7 +67,7 @@ def baseline_error(exact: np.ndarray, queries: int, rng: np.random.Generator) ->
 
 
 def query_count(statements: list[str]) -> int:
-    return sum(len(dpsql.sql.grouping.split_statement(s).branches) for s in statements)
+    return sum(len(split_statement(s).branches) for s in statements)
 
 
 def main() -> list[dict[str, object]]:
@@ -81,9 +82,7 @@ def main() -> list[dict[str, object]]:
         planning_seconds = time.perf_counter() - started
         with dpsql.testing.noise_disabled():
             exact = released_values(run(connection, prepared))
-        predicted_variance = np.concatenate(
-            [v for i in range(len(prepared.workload.products)) for v in [prepared.plan.query_variances()[i]]]
-        )
+        predicted_variance = np.concatenate(prepared.plan.query_variances())
         absolute, squared = [], []
         with dpsql.testing.seeded(SEED):
             for _ in range(TRIALS):

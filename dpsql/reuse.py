@@ -24,7 +24,6 @@ are the same table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,8 +42,6 @@ from planner.recovery import (
 from planner.strategies.base import Answers, Measurement
 from planner.strategies.marginals import MarginalsCandidate, marginal_name
 from planner.strategies.residual import MASS_TOLERANCE, CoefficientCandidate
-
-Sizes = Mapping[str, int]
 
 
 @dataclass
