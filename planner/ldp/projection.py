@@ -25,20 +25,23 @@ def project_bounded_simplex(
     must satisfy `Σ lower ≤ total ≤ Σ upper` per column, else `ValueError`.
     """
     values = np.asarray(values, dtype=float)
-    lower, upper = _as_column_bounds(lower, values.shape), _as_column_bounds(upper, values.shape)
+    lower, upper = _as_column_bounds(lower), _as_column_bounds(upper)
     totals = np.broadcast_to(np.asarray(total, dtype=float), (values.shape[1],))
-    lower_sum, upper_sum = lower.sum(axis=0), upper.sum(axis=0)
+    lower_sum = np.broadcast_to(lower, values.shape).sum(axis=0)
+    upper_sum = np.broadcast_to(upper, values.shape).sum(axis=0)
     slack = 1e-12 * np.maximum(1.0, np.abs(totals))
     if np.any(lower_sum > totals + slack) or np.any(upper_sum < totals - slack) or np.any(lower > upper):
         raise ValueError("infeasible bounded simplex: need lower ≤ upper and Σ lower ≤ total ≤ Σ upper per column")
 
+    tolerance = NEWTON_TOLERANCE * values.shape[0] * np.maximum(1.0, np.abs(totals))
     low = (lower - values).min(axis=0)  # f(low) = Σ lower ≤ total
     high = (upper - values).max(axis=0)  # f(high) = Σ upper ≥ total
     shift = np.clip((totals - values.sum(axis=0)) / values.shape[0], low, high)
     for _ in range(MAX_ITERATIONS):
         shifted = values + shift
-        error = np.clip(shifted, lower, upper).sum(axis=0) - totals
-        if np.all(np.abs(error) <= NEWTON_TOLERANCE * values.shape[0] * np.maximum(1.0, np.abs(totals))):
+        clipped = _clip(shifted, lower, upper)
+        error = clipped.sum(axis=0) - totals
+        if np.all(np.abs(error) <= tolerance):
             break
         low = np.where(error < 0, shift, low)
         high = np.where(error > 0, shift, high)
@@ -46,27 +49,25 @@ def project_bounded_simplex(
         newton = shift - np.divide(error, free, out=np.zeros_like(error), where=free > 0)
         usable = (free > 0) & (newton > low) & (newton < high)
         shift = np.where(error == 0, shift, np.where(usable, newton, 0.5 * (low + high)))
-    return _solve_on_free_set(values, lower, upper, totals, shift)
-
-
-def _solve_on_free_set(
-    values: np.ndarray, lower: np.ndarray, upper: np.ndarray, totals: np.ndarray, shift: np.ndarray
-) -> np.ndarray:
-    """Clip at `shift`, then move the free entries by the one scalar that makes each sum exact."""
-    shifted = values + shift
+    else:
+        shifted = values + shift
+        clipped = _clip(shifted, lower, upper)
+    # exact finish: move the free entries by the one scalar that makes each sum exact
     free = (shifted > lower) & (shifted < upper)
-    clipped = np.clip(shifted, lower, upper)
     free_count = free.sum(axis=0)
-    correction = np.divide(
-        totals - clipped.sum(axis=0), free_count, out=np.zeros_like(totals), where=free_count > 0
-    )
-    return np.clip(clipped + np.where(free, correction, 0.0), lower, upper)
+    correction = np.divide(totals - clipped.sum(axis=0), free_count, out=np.zeros_like(totals), where=free_count > 0)
+    return _clip(clipped + free * correction, lower, upper)
 
 
-def _as_column_bounds(bound: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """A bound broadcast to `shape`; a vector is one bound per row, shared by all columns."""
+def _clip(values: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """`np.clip` without its slow path for broadcast bounds."""
+    return np.minimum(np.maximum(values, lower), upper)
+
+
+def _as_column_bounds(bound: np.ndarray) -> np.ndarray:
+    """A bound that broadcasts against `m × k` values: a vector is one bound per row, for all columns."""
     array = np.asarray(bound, dtype=float)
-    return np.broadcast_to(array.reshape(-1, 1) if array.ndim == 1 else array, shape)
+    return array.reshape(-1, 1) if array.ndim == 1 else array
 
 
 def project_row_minima(z: np.ndarray, epsilon: float) -> np.ndarray:
