@@ -197,3 +197,29 @@ def test_issue_example_end_to_end(adult_connection: dpsql.Connection) -> None:
     assert all(isinstance(r[2], float) for r in rows)
     assert all(e[0] is None and e[1] is None and e[2] > 0 for e in cursor.errors)
     assert adult_connection.budget_remaining() == pytest.approx(999.5)
+
+
+def test_one_statement_computes_several_marginals_with_grouping_sets(
+    adult_connection: dpsql.Connection, adult_frame: pd.DataFrame
+) -> None:
+    from dpsql.sql.bounded import BoundedAggregation
+
+    table = adult_connection._tables["adult"]
+    columns = {name: table.schema.column(name) for name in ("sex", "race", "income")}
+    aggregation = BoundedAggregation(
+        table=table.relation,
+        columns=columns,
+        column_types=table.column_types,
+        marginals=(("sex", "race"), ("income",), ()),
+        privacy_unit="person_id",
+        max_rows_per_unit=3,  # the fixture never exceeds it: bounding keeps every row
+        salt=1,
+    )
+    sql = aggregation.statement().sql(dialect="duckdb")
+    assert sql.count("SELECT") == 4 and "GROUPING SETS" in sql and "ROW_NUMBER()" in sql
+    marginals = aggregation.marginal_arrays(adult_connection._backend.run(sql))
+    expected_sex_race = pd.crosstab(adult_frame["sex"], adult_frame["race"]).reindex(index=["F", "M"], columns=range(5), fill_value=0)
+    assert (marginals[("sex", "race")] == expected_sex_race.to_numpy()).all()
+    bins = pd.cut(adult_frame["income"], [0, 10000, 50000, 100000, 1000000], right=False)
+    assert (marginals[("income",)] == bins.value_counts(sort=False).to_numpy()).all()
+    assert int(marginals[()]) == len(adult_frame)

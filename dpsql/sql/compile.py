@@ -125,10 +125,11 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
     where_only = [c for c in columns if c not in group and c not in counted and _in_where(c, query)]
     where_conjuncts = _conjuncts(query.where) if query.where is not None else []
     statement_domain = _domain(columns, (*group, *counted, *where_only))
-    statement_workload, _ = _workload(statement_domain, columns, query, where_conjuncts)
+    statement_workload, statement_counts = _workload(statement_domain, columns, query, where_conjuncts)
     filters = _cell_filters(statement_domain, columns, where_conjuncts)
     domain = _domain(columns, (*group, *counted))
-    workload, counts = _workload(domain, columns, query, [])
+    zero = {i.column for i, c in zip(query.select, statement_counts) if isinstance(i, Count) and c is None}
+    workload, counts = _workload(domain, columns, query, [], zero)
     if statement_workload is None:
         workload, counts = None, tuple(None for _ in counts)
     return CompiledQuery(
@@ -149,14 +150,22 @@ def _domain(columns: dict[str, ColumnDomain], names: Sequence[str]) -> Domain:
 
 
 def _workload(
-    domain: Domain, columns: dict[str, ColumnDomain], query: Query, where_conjuncts: list[Predicate]
+    domain: Domain,
+    columns: dict[str, ColumnDomain],
+    query: Query,
+    where_conjuncts: list[Predicate],
+    zero: set[str | None] = frozenset(),  # type: ignore[assignment]
 ) -> tuple[Workload | None, tuple[ProductRows | None, ...]]:
-    """One product per distinct COUNT of the SELECT list (None where the count is zero by construction)."""
+    """One product per distinct COUNT of the SELECT list (None where the count is zero by construction,
+    or its argument is in ``zero``)."""
     products: list[Product] = []
     counts: list[ProductRows | None] = []
     built: dict[str | None, ProductRows | None] = {}
     for item in query.select:
         if isinstance(item, GroupKey):
+            counts.append(None)
+            continue
+        if item.column in zero:
             counts.append(None)
             continue
         if item.column not in built:
