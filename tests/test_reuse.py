@@ -12,7 +12,10 @@ import pytest
 import dpsql
 import dpsql.testing
 from dpsql.reuse import MeasurementStore
-from planner import Domain, Privacy, Workload, plan
+from planner import Domain, Plan, Privacy, Workload, plan
+from planner.budget import Sensitivity
+from planner.strategies.marginals import marginals_candidate
+from planner.strategies.residual import CoefficientCandidate, residual_candidate
 
 CUBE = "SELECT sex, race, GROUPING(sex, race) AS g, COUNT(*) FROM adult GROUP BY CUBE (sex, race)"
 
@@ -21,13 +24,17 @@ def _marginals(x: np.ndarray, domain: Domain, wanted: tuple[tuple[str, ...], ...
     return {m: x.sum(axis=tuple(i for i, a in enumerate(domain.attributes) if a not in m)) for m in wanted}
 
 
-@pytest.mark.parametrize("privacy", [Privacy.laplace(1.0), Privacy.zcdp(0.5)], ids=["marginals", "residual"])
-def test_store_reproduces_the_planners_gls(privacy: Privacy) -> None:
-    domain = Domain({"a": 9, "b": 7, "c": 5, "d": 6})
+DOMAIN = Domain({"a": 9, "b": 7, "c": 5, "d": 6})
+WORKLOAD = Workload.marginals(DOMAIN, [("a", "b"), ("b", "c"), ("a",), ("c", "d")])
+MARGINALS = marginals_candidate(WORKLOAD, Privacy.laplace(1.0), Sensitivity(1), [("a", "b"), ("b", "c"), ("c", "d"), ("a",)])
+RESIDUAL = residual_candidate(WORKLOAD, Privacy.zcdp(0.5), Sensitivity(1))
+
+
+@pytest.mark.parametrize("candidate", [MARGINALS, RESIDUAL], ids=["marginals", "residual"])
+def test_store_reproduces_the_planners_gls(candidate: CoefficientCandidate) -> None:
+    domain, workload = DOMAIN, WORKLOAD
     x = np.random.default_rng(1).integers(0, 50, size=domain.sizes)
-    workload = Workload.marginals(domain, [("a", "b"), ("b", "c"), ("a",), ("c", "d")])
-    chosen = plan(workload, privacy)
-    assert chosen.strategy_name == ("marginals" if privacy.is_laplace else "residual")
+    chosen = Plan(candidate, ())
     measurement = chosen.measure(_marginals(x, domain, chosen.required_marginals()), rng=np.random.default_rng(3))
     expected = chosen.answer(measurement)
     store = MeasurementStore()
