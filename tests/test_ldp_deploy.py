@@ -11,6 +11,7 @@ import pytest
 
 from planner.ldp import (
     Aggregator,
+    Factorization,
     InvalidStrategyError,
     Mechanism,
     MechanismFormatError,
@@ -18,7 +19,6 @@ from planner.ldp import (
     design,
     hadamard_response,
     randomized_response,
-    unary_encoding,
 )
 from planner.ldp.workloads import histogram, prefix
 
@@ -118,8 +118,8 @@ def test_bad_reports_and_workloads() -> None:
     assert aggregator.num_reports == 0
     with pytest.raises(WorkloadNotSupportedError, match="columns"):
         Aggregator(mechanism, histogram(4))
-    with pytest.raises(InvalidStrategyError, match="no dense"):
-        Mechanism.from_factorization(unary_encoding(histogram(20), 1.0))
+    with pytest.raises(InvalidStrategyError, match="neither"):
+        Mechanism.from_factorization(Factorization(None, None, 1.0, "x", W=np.eye(2), query_second_moments=np.eye(2)))
 
 
 def test_design_accepts_objects_with_dense() -> None:

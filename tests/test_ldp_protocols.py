@@ -24,7 +24,6 @@ from planner.ldp.protocols import (
     hadamard_matrix,
     local_hashing_buckets,
     randomized_response_matrix,
-    subset_selection_support,
     tree_levels,
 )
 from planner.ldp.workloads import histogram, marginals, prefix
@@ -92,8 +91,8 @@ def test_optimized_unary_encoding_total_worst_case() -> None:
 def test_subset_selection_item_variances(num_types: int) -> None:
     epsilon = 1.0
     protocol = subset_selection(histogram(num_types), epsilon)
-    size = int(protocol.name.split("k=")[1].rstrip(")"))
-    support = subset_selection_support(num_types, size, epsilon)
+    size = protocol.scheme.subset_size
+    support = protocol.scheme.support
     boost = math.exp(epsilon)
     assert support.true_item == pytest.approx(size * boost / (size * boost + num_types - size))  # Ye & Barg
     counts = random_counts(num_types, seed=3)

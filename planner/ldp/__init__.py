@@ -12,7 +12,7 @@ from planner.ldp.errors import (
     MechanismFormatError,
     WorkloadNotSupportedError,
 )
-from planner.ldp.deploy import Aggregator, Mechanism, WorkloadAnswers, design
+from planner.ldp.deploy import Aggregator, ItemSetMechanism, Mechanism, TableMechanism, WorkloadAnswers, design
 from planner.ldp.factorization import Factorization, optimal_reconstruction
 from planner.ldp.optimize import optimize
 from planner.ldp.protocols import (
@@ -29,7 +29,9 @@ from planner.ldp.protocols import (
 
 __all__ = [
     "Aggregator",
+    "ItemSetMechanism",
     "Mechanism",
+    "TableMechanism",
     "WorkloadAnswers",
     "design",
     "Factorization",

@@ -1,9 +1,9 @@
 """Deploying a factorization mechanism: a client-side randomizer and a server-side aggregator.
 
-The client needs only the probability table `Q` (one distribution over outputs per user type): it
-is shipped as JSON and sampled with plain Python (`random`/`secrets`, no numpy). The server keeps the
-workload, rebuilds the optimal reconstruction `V` from the same table, counts the reports and
-returns unbiased workload answers with their variances.
+The client needs only the probability table `Q` (one distribution over outputs per user type) or,
+for the item-set protocols, a few parameters: it is shipped as JSON and sampled with plain Python
+(`random`/`secrets`, no numpy). The server keeps the workload, rebuilds the reconstruction from the
+same JSON, counts the reports and returns unbiased workload answers with their variances.
 
 Example:
     >>> import numpy as np, random
@@ -25,28 +25,97 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
-import math
 import random
 import secrets
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from planner.ldp.errors import InvalidStrategyError, MechanismFormatError
+from planner.ldp.errors import InvalidStrategyError, MechanismFormatError, WorkloadNotSupportedError
 from planner.ldp.factorization import Factorization, as_workload_matrix, check_epsilon, factorize, validate_strategy
+from planner.ldp.item_sets import ItemSetScheme, scheme_from_parameters
 from planner.ldp.optimize import optimize
 from planner.ldp.wnnls import non_negative_answers
 
 FORMAT_NAME = "dpsql-ldp-mechanism"
 FORMAT_VERSION = 1
+Report = Any
+"""A client report: an output index (table mechanisms) or a JSON list (item-set mechanisms)."""
+
+
+class Mechanism(ABC):
+    """An ε-LDP client randomizer that can be shipped as JSON.
+
+    `TableMechanism` samples a column of a dense strategy `Q`; `ItemSetMechanism` runs one of the
+    item-set protocols (unary encoding, local hashing, subset selection) whose output space is too
+    large for a table. Both randomize in plain Python from OS entropy unless an `rng` is given.
+    """
+
+    epsilon: float
+
+    @property
+    @abstractmethod
+    def num_types(self) -> int: ...
+
+    @abstractmethod
+    def randomize(self, value: int, rng: random.Random | None = None) -> Report:
+        """The randomized report of a user of type `value`."""
+
+    @abstractmethod
+    def _document(self) -> dict[str, Any]:
+        """The kind-specific JSON fields."""
+
+    def to_json(self) -> str:
+        """Everything a client needs, as JSON (floats round-trip exactly)."""
+        return json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION, "epsilon": self.epsilon, **self._document()})
+
+    @staticmethod
+    def from_json(text: str) -> Mechanism:
+        """Parse and validate `to_json()` output; `MechanismFormatError` says what is wrong."""
+        try:
+            document = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as error:
+            raise MechanismFormatError(f"the mechanism is not valid JSON: {error}") from None
+        if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
+            raise MechanismFormatError(f"not a mechanism: expected a JSON object with \"format\": \"{FORMAT_NAME}\"")
+        if document.get("version") != FORMAT_VERSION:
+            raise MechanismFormatError(f"unsupported mechanism version {document.get('version')!r}; expected {FORMAT_VERSION}")
+        if not _is_number(document.get("epsilon")):
+            raise MechanismFormatError("\"epsilon\" must be a JSON number")
+        try:
+            if document.get("kind", TableMechanism.kind) == TableMechanism.kind:
+                return TableMechanism._from_document(document)
+            return ItemSetMechanism._from_document(document)
+        except InvalidStrategyError as error:
+            raise MechanismFormatError(f"the mechanism's probability table is invalid: {error}") from None
+        except MechanismFormatError:
+            raise
+        except ValueError as error:
+            raise MechanismFormatError(f"the mechanism is invalid: {error}") from None
+
+    @staticmethod
+    def from_factorization(factorization: Factorization) -> Mechanism:
+        """The randomizer of a factorization: its table `Q` if dense, else its item-set scheme."""
+        if factorization.Q is not None:
+            return TableMechanism(float(factorization.epsilon), tuple(tuple(map(float, column)) for column in factorization.Q.T))
+        if factorization.scheme is not None:
+            return ItemSetMechanism(factorization.scheme)
+        raise InvalidStrategyError(f"{factorization.name} has neither a dense strategy table nor a client scheme")
+
+
+def _check_type(value: Any, num_types: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < num_types:
+        raise MechanismFormatError(f"the user type must be an integer in [0, {num_types}), got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)
-class Mechanism:
-    """An ε-LDP randomizer given by its table: `probabilities[u][o] = P(report o | type u)`.
+class TableMechanism(Mechanism):
+    """A randomizer given by its table: `probabilities[u][o] = P(report o | type u)` (= `Q[o, u]`).
 
     Construction validates the table (non-negative, each row sums to 1, and within `e^ε` across
     types for every output), so a tampered table cannot weaken the privacy a client gets.
@@ -54,21 +123,13 @@ class Mechanism:
 
     epsilon: float
     probabilities: tuple[tuple[float, ...], ...]
+    kind: ClassVar[str] = "table"
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
         if not self.probabilities or len({len(row) for row in self.probabilities}) != 1:
             raise InvalidStrategyError("the probability table needs one equally long row per user type")
         validate_strategy(np.array(self.probabilities, dtype=float).T, self.epsilon)
-
-    @classmethod
-    def from_factorization(cls, factorization: Factorization) -> Mechanism:
-        """The randomizer of a factorization with a dense strategy `Q`."""
-        if factorization.Q is None:
-            raise InvalidStrategyError(
-                f"{factorization.name} has no dense strategy table; use a protocol with a small output space"
-            )
-        return cls(float(factorization.epsilon), tuple(tuple(map(float, column)) for column in factorization.Q.T))
 
     @property
     def num_types(self) -> int:
@@ -92,42 +153,51 @@ class Mechanism:
         return tuple(tables)
 
     def randomize(self, value: int, rng: random.Random | None = None) -> int:
-        """The randomized report of a user of type `value` (OS entropy unless `rng` is given)."""
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < self.num_types:
-            raise MechanismFormatError(f"the user type must be an integer in [0, {self.num_types}), got {value!r}")
-        cumulative, last_possible = self._cumulative[int(value)]
+        """An output index drawn from column `value` of `Q`."""
+        cumulative, last_possible = self._cumulative[_check_type(value, self.num_types)]
         draw = (rng if rng is not None else secrets.SystemRandom()).random()
         return min(bisect.bisect_right(cumulative, draw), last_possible)
 
-    def to_json(self) -> str:
-        """The table as JSON, everything a client needs (floats round-trip exactly)."""
-        return json.dumps(
-            {"format": FORMAT_NAME, "version": FORMAT_VERSION, "epsilon": self.epsilon,
-             "probabilities": [list(row) for row in self.probabilities]}
-        )
+    def _document(self) -> dict[str, Any]:
+        return {"kind": self.kind, "probabilities": [list(row) for row in self.probabilities]}
 
     @classmethod
-    def from_json(cls, text: str) -> Mechanism:
-        """Parse and validate `to_json()` output; `MechanismFormatError` says what is wrong."""
-        try:
-            document = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as error:
-            raise MechanismFormatError(f"the mechanism is not valid JSON: {error}") from None
-        if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
-            raise MechanismFormatError(f"not a mechanism: expected a JSON object with \"format\": \"{FORMAT_NAME}\"")
-        if document.get("version") != FORMAT_VERSION:
-            raise MechanismFormatError(f"unsupported mechanism version {document.get('version')!r}; expected {FORMAT_VERSION}")
-        epsilon, table = document.get("epsilon"), document.get("probabilities")
+    def _from_document(cls, document: dict[str, Any]) -> TableMechanism:
+        table = document.get("probabilities")
         if not isinstance(table, list) or not all(isinstance(row, list) for row in table):
             raise MechanismFormatError("\"probabilities\" must be a list of lists (one row per user type)")
-        if not all(_is_number(entry) for row in table for entry in row) or not _is_number(epsilon):
-            raise MechanismFormatError("\"epsilon\" and every probability must be a JSON number")
-        try:
-            return cls(float(epsilon), tuple(tuple(float(entry) for entry in row) for row in table))
-        except InvalidStrategyError as error:
-            raise MechanismFormatError(f"the mechanism's probability table is invalid: {error}") from None
-        except ValueError as error:
-            raise MechanismFormatError(f"the mechanism is invalid: {error}") from None
+        if not all(_is_number(entry) for row in table for entry in row):
+            raise MechanismFormatError("every probability must be a JSON number")
+        return cls(float(document["epsilon"]), tuple(tuple(float(entry) for entry in row) for row in table))
+
+
+@dataclass(frozen=True)
+class ItemSetMechanism(Mechanism):
+    """A randomizer running an item-set scheme (reports are JSON lists; see `planner.ldp.item_sets`)."""
+
+    scheme: ItemSetScheme
+
+    @property
+    def epsilon(self) -> float:  # type: ignore[override]
+        return self.scheme.epsilon
+
+    @property
+    def num_types(self) -> int:
+        return self.scheme.num_types
+
+    def randomize(self, value: int, rng: random.Random | None = None) -> list[int]:
+        return self.scheme.randomize(_check_type(value, self.num_types), rng if rng is not None else secrets.SystemRandom())
+
+    def _document(self) -> dict[str, Any]:
+        return {"kind": self.scheme.kind, "num_types": self.num_types, **self.scheme.parameters()}
+
+    @classmethod
+    def _from_document(cls, document: dict[str, Any]) -> ItemSetMechanism:
+        num_types = document.get("num_types")
+        if isinstance(num_types, bool) or not isinstance(num_types, int) or num_types < 2:
+            raise MechanismFormatError("\"num_types\" must be an integer ≥ 2")
+        epsilon = check_epsilon(float(document["epsilon"]))
+        return cls(scheme_from_parameters(str(document.get("kind")), num_types, epsilon, document))
 
 
 def _is_number(value: Any) -> bool:
@@ -153,41 +223,66 @@ class WorkloadAnswers:
 
 
 class Aggregator:
-    """Collects reports of `mechanism`'s clients and answers `workload` from them."""
+    """Collects the reports of `mechanism`'s clients and answers `workload` from them.
+
+    Table mechanisms use the optimal reconstruction `V` for the workload; item-set mechanisms the
+    standard estimator `W (Σ supports − N q)/(p − q)`. Reports are checked before any is counted.
+    """
 
     def __init__(self, mechanism: Mechanism, workload: Any) -> None:
         self.mechanism = mechanism
-        self.factorization: Factorization = factorize(
-            mechanism.strategy(), as_workload_matrix(workload), mechanism.epsilon, "deployed mechanism"
-        )
-        self._counts = np.zeros(mechanism.num_outputs, dtype=np.int64)
-
-    def add(self, reports: Iterable[int]) -> None:
-        """Count client reports (output indices); all of them are checked before any is counted."""
-        values = list(reports)
-        if not all(isinstance(report, (int, np.integer)) and not isinstance(report, bool) for report in values):
-            raise MechanismFormatError("every report must be an integer output index")
-        indices = np.array(values, dtype=np.int64)
-        if indices.size and (indices.min() < 0 or indices.max() >= self.mechanism.num_outputs):
-            raise MechanismFormatError(
-                f"a report is out of range: outputs are 0..{self.mechanism.num_outputs - 1}"
+        W = as_workload_matrix(workload)
+        if W.shape[1] != mechanism.num_types:
+            raise WorkloadNotSupportedError(
+                f"the workload has {W.shape[1]} columns but the mechanism covers {mechanism.num_types} user types"
             )
-        self._counts += np.bincount(indices, minlength=self.mechanism.num_outputs)
+        if isinstance(mechanism, TableMechanism):
+            self.factorization = factorize(mechanism.strategy(), W, mechanism.epsilon, "deployed mechanism")
+            self._statistics = np.zeros(mechanism.num_outputs)
+        elif isinstance(mechanism, ItemSetMechanism):
+            moments = mechanism.scheme.support.query_second_moments(W)
+            self.factorization = Factorization(
+                None, None, mechanism.epsilon, mechanism.scheme.kind, W=W, query_second_moments=moments, scheme=mechanism.scheme
+            )
+            self._statistics = np.zeros(mechanism.num_types)
+        else:
+            raise TypeError(f"unsupported mechanism {type(mechanism).__name__}")
+        self._num_reports = 0
+
+    def add(self, reports: Iterable[Report]) -> None:
+        """Count client reports (all of them are validated first)."""
+        values = list(reports)
+        increment = np.zeros_like(self._statistics)
+        if isinstance(self.mechanism, TableMechanism):
+            if not all(isinstance(report, (int, np.integer)) and not isinstance(report, bool) for report in values):
+                raise MechanismFormatError("every report must be an integer output index")
+            indices = np.array(values, dtype=np.int64)
+            if indices.size and (indices.min() < 0 or indices.max() >= self.mechanism.num_outputs):
+                raise MechanismFormatError(f"a report is out of range: outputs are 0..{self.mechanism.num_outputs - 1}")
+            increment += np.bincount(indices, minlength=self.mechanism.num_outputs)
+        else:
+            for report in values:
+                increment[self.mechanism.scheme.supported_items(report)] += 1
+        self._statistics += increment
+        self._num_reports += len(values)
 
     @property
     def num_reports(self) -> int:
-        return int(self._counts.sum())
+        return self._num_reports
 
-    @property
-    def response_counts(self) -> np.ndarray:
-        """How many reports chose each output (the response vector `y`)."""
-        return self._counts.copy()
+    def unbiased_estimates(self) -> np.ndarray:
+        """Unbiased estimates of the workload answers from the reports so far."""
+        if isinstance(self.mechanism, TableMechanism):
+            return self.factorization.V @ self._statistics
+        support = self.mechanism.scheme.support
+        histogram = (self._statistics - self._num_reports * support.other_item) / (support.true_item - support.other_item)
+        return self.factorization.W @ histogram
 
     def answers(self, non_negative: bool = False) -> WorkloadAnswers:
-        """`V y` with per-query worst-case variances; `non_negative=True` post-processes with WNNLS
-        (biased, usually more accurate; the variances then still describe the unbiased estimate)."""
-        estimates = self.factorization.V @ self._counts
+        """The estimates with per-query worst-case variances; `non_negative=True` post-processes with
+        WNNLS (biased, usually more accurate; the variances then still describe the unbiased estimate)."""
+        estimates = self.unbiased_estimates()
         if non_negative:
             estimates = non_negative_answers(self.factorization.W, estimates)
-        variances = self.num_reports * self.factorization.per_query_type_variance.max(axis=1)
-        return WorkloadAnswers(estimates, variances, self.num_reports)
+        variances = self._num_reports * self.factorization.per_query_type_variance.max(axis=1)
+        return WorkloadAnswers(estimates, variances, self._num_reports)

@@ -19,12 +19,15 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from planner.ldp.errors import InvalidEpsilonError, InvalidStrategyError, WorkloadNotSupportedError
+
+if TYPE_CHECKING:
+    from planner.ldp.item_sets import ItemSetScheme
 
 SUM_TOLERANCE = 1e-9
 """How far a column of `Q` may sum from 1 (floating point), and the relative slack on `e^ε`."""
@@ -134,6 +137,7 @@ class Factorization:
     Build it from dense matrices, `Factorization(Q, V)` (validated; `epsilon` defaults to the actual
     privacy loss of `Q`), or, for protocols whose output space is too large, from the workload and the
     closed-form second moments: `Factorization(None, None, epsilon, name, W=W, query_second_moments=S)`.
+    Item-set protocols also carry their client randomizer in `scheme`.
     """
 
     Q: np.ndarray | None
@@ -143,6 +147,8 @@ class Factorization:
     log: tuple[str, ...] = ()
     W: np.ndarray | None = None
     query_second_moments: np.ndarray | None = field(default=None, repr=False)
+    scheme: ItemSetScheme | None = None
+    """For item-set protocols: the client randomizer (which can be deployed without a dense `Q`)."""
 
     def __post_init__(self) -> None:
         if self.Q is None or self.V is None:
@@ -227,11 +233,7 @@ class Factorization:
 
     def with_log(self, *lines: str) -> Factorization:
         """A copy with `lines` appended to the log."""
-        return Factorization(
-            self.Q, self.V, self.epsilon, self.name, self.log + lines,
-            W=None if self.Q is not None else self.W,
-            query_second_moments=None if self.Q is not None else self.query_second_moments,
-        )
+        return replace(self, log=self.log + lines)
 
 
 def factorize(Q: np.ndarray, W: np.ndarray, epsilon: float | None, name: str, log: tuple[str, ...] = ()) -> Factorization:

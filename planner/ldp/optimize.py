@@ -33,6 +33,7 @@ from planner.ldp.factorization import (
     factorize,
 )
 from planner.ldp.projection import project_bounded_simplex, project_row_minima
+from planner.ldp.protocols import classic_protocols
 
 SINGULAR_PIVOT_RATIO = 1e-7
 """`QᵀD⁻¹Q` counts as singular when a Cholesky pivot is this small relative to the largest."""
@@ -181,7 +182,7 @@ def optimize(
     *,
     seed: int | np.random.Generator | None = None,
     num_outputs: int | None = None,
-    restarts: int = 4,
+    restarts: int = 3,
     iterations: int = 400,
     row_minimum_step_ratio: float = 1e-4,
     compare_with_classic: bool = True,
@@ -192,12 +193,11 @@ def optimize(
     Runs `restarts` projected-gradient-descent runs over an `m × n` strategy (`m = num_outputs`,
     default `4n`): the first starts from randomized response, the rest from random strategies. Keeps
     the one with the lowest worst-case variance. With `compare_with_classic`, the classic protocols
-    that have a dense strategy are evaluated too and one of them is returned (saying so in `.log`)
-    if it beats the optimized strategy. `progress=True` draws a progress bar on stderr; a callable
+    are evaluated too and the best of them is returned (saying so in `.log`) if it beats the
+    optimized strategy; an item-set protocol comes without a dense `Q` but with its `.scheme`, which
+    `design`/`Mechanism` can deploy. `progress=True` draws a progress bar on stderr; a callable
     receives `(done, total, best_objective)` instead. The result's `log` lists each run's objective.
     """
-    from planner.ldp.protocols import dense_classic_protocols  # protocols import this module's helpers
-
     W = as_workload_matrix(workload)
     epsilon = check_epsilon(epsilon)
     rng = np.random.default_rng(seed)
@@ -235,7 +235,7 @@ def optimize(
             best = candidate
     assert best is not None
     if compare_with_classic:
-        for classic in dense_classic_protocols(W, epsilon):
+        for classic in classic_protocols(W, epsilon).values():
             if classic.worst_case_variance(1) < best.worst_case_variance(1):
                 log.append(
                     f"classic protocol {classic.name} has lower worst-case variance "

@@ -3,22 +3,30 @@
 Protocols with a small output space (randomized response, Hadamard response, hierarchical, Fourier)
 return a dense `Q` with the optimal reconstruction `V` for the workload (as seed 000 evaluates them).
 The *item-set* protocols — unary encoding / RAPPOR, optimized local hashing, subset selection — have
-`2ⁿ`, `gⁿ·g` or `C(n, k)` outputs; each report supports a set of items and the standard estimator is
+very many outputs; each report supports a set of items and the standard estimator is
 `x̂ = Σ_reports (support − q) / (p − q)`, answers `W x̂`. Their variances come in closed form from four
-support probabilities, and a dense `(Q, V)` is attached only when the output space has at most
-`DENSE_OUTPUT_LIMIT` elements (used by tests to check the closed forms).
+support probabilities (`planner.ldp.item_sets`, which also holds their client randomizers; the
+factorization carries the scheme in `.scheme`), and a dense `(Q, V)` is attached only when the output
+space has at most `DENSE_OUTPUT_LIMIT` elements (tests use it to check the closed forms).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from planner.ldp.errors import WorkloadNotSupportedError
 from planner.ldp.factorization import Factorization, as_workload_matrix, check_epsilon, factorize
+from planner.ldp.item_sets import (
+    ItemSetScheme,
+    LocalHashing,
+    SubsetSelection,
+    UnaryEncoding,
+    comb,
+    local_hashing_buckets,
+)
 
 DENSE_OUTPUT_LIMIT = 4096
 """Item-set protocols get a dense `Q` and `V` only up to this many outputs."""
@@ -112,78 +120,50 @@ def fourier(workload: np.ndarray, epsilon: float) -> Factorization:
     return factorize(Q, W, epsilon, "Fourier")
 
 
-@dataclass(frozen=True)
-class SupportProbabilities:
-    """How often one report of an item-set protocol supports items, for a user of type `u`.
-
-    `true_item`: `p = P(u supported)`; `other_item`: `q = P(i supported)`, `i ≠ u`;
-    `true_and_other`: `P(u and j supported)`; `two_others`: `P(i and j supported)`, `i ≠ j`, both `≠ u`.
-    """
-
-    true_item: float
-    other_item: float
-    true_and_other: float
-    two_others: float
-
-    @classmethod
-    def independent(cls, p: float, q: float) -> SupportProbabilities:
-        """Items supported independently (unary encoding, local hashing with a random hash)."""
-        return cls(p, q, p * q, q * q)
-
-    def query_second_moments(self, W: np.ndarray) -> np.ndarray:
-        """`S[i, u] = E[(W_i (b − q1))²] / (p − q)²` for the support vector `b` of a type-`u` report.
-
-        `E[(b − q1)(b − q1)ᵀ] = (r₂−q²) 11ᵀ + (q−r₂) I + (r₁−r₂−q(p−q))(e_u1ᵀ + 1e_uᵀ) + (p−q−2r₁+2r₂) e_ue_uᵀ`.
-        """
-        p, q, r1, r2 = self.true_item, self.other_item, self.true_and_other, self.two_others
-        row_sums = W.sum(axis=1, keepdims=True)
-        quadratic = (
-            (q - r2) * (W**2).sum(axis=1, keepdims=True)
-            + (r2 - q * q) * row_sums**2
-            + 2 * (r1 - r2 - q * (p - q)) * W * row_sums
-            + (p - q - 2 * r1 + 2 * r2) * W**2
-        )
-        return quadratic / (p - q) ** 2
-
-
-def _item_set_factorization(
-    W: np.ndarray,
-    epsilon: float,
-    name: str,
-    support: SupportProbabilities,
-    dense: tuple[np.ndarray, np.ndarray] | None,
-) -> Factorization:
-    """Closed-form factorization; with `dense = (Q, supports)` also the explicit `(Q, V)`."""
-    if dense is None:
-        return Factorization(None, None, epsilon, name, W=W, query_second_moments=support.query_second_moments(W))
-    Q, supports = dense
+def _item_set_factorization(W: np.ndarray, scheme: ItemSetScheme, name: str, dense: bool) -> Factorization:
+    """Closed-form factorization of `scheme`; with `dense`, the explicit `(Q, V)` of its standard
+    estimator too, if the output space has at most `DENSE_OUTPUT_LIMIT` elements."""
+    explicit = _dense_outputs(scheme) if dense else None
+    if explicit is None:
+        moments = scheme.support.query_second_moments(W)
+        return Factorization(None, None, scheme.epsilon, name, W=W, query_second_moments=moments, scheme=scheme)
+    Q, supports = explicit
+    support = scheme.support
     V = W @ ((supports - support.other_item) / (support.true_item - support.other_item)).T
-    return Factorization(Q, V, epsilon, name)
+    return Factorization(Q, V, scheme.epsilon, name, scheme=scheme)
 
 
-def unary_encoding_support(epsilon: float, optimized: bool = True) -> SupportProbabilities:
-    """OUE: `p = 1/2`, `q = 1/(e^ε+1)`; symmetric (basic one-time RAPPOR): `p = e^{ε/2}/(e^{ε/2}+1)`, `q = 1−p`."""
-    if optimized:
-        return SupportProbabilities.independent(0.5, 1 / (math.exp(epsilon) + 1))
-    keep = math.exp(epsilon / 2) / (math.exp(epsilon / 2) + 1)
-    return SupportProbabilities.independent(keep, 1 - keep)
-
-
-def _unary_dense(num_types: int, support: SupportProbabilities) -> tuple[np.ndarray, np.ndarray] | None:
-    if 2**num_types > DENSE_OUTPUT_LIMIT:
+def _dense_outputs(scheme: ItemSetScheme) -> tuple[np.ndarray, np.ndarray] | None:
+    """`(Q, supports)` over all outputs (supports: outputs × items), or None if there are too many."""
+    n, boost = scheme.num_types, math.exp(scheme.epsilon)
+    if isinstance(scheme, UnaryEncoding):
+        if 2**n > DENSE_OUTPUT_LIMIT:
+            return None
+        bits = np.array(list(itertools.product((0.0, 1.0), repeat=n)))
+        on = np.where(np.eye(n) > 0, scheme.support.true_item, scheme.support.other_item)  # items × types
+        return np.exp(bits @ np.log(on) + (1 - bits) @ np.log1p(-on)), bits
+    if isinstance(scheme, LocalHashing):  # all g^n functions: a fully random hash family
+        g = scheme.buckets
+        if g ** (n + 1) > DENSE_OUTPUT_LIMIT:
+            return None
+        functions = np.array(list(itertools.product(range(g), repeat=n)))
+        supports = (np.repeat(functions, g, axis=0) == np.tile(np.arange(g), len(functions))[:, None]).astype(float)
+        keep = scheme.support.true_item
+        return np.where(supports > 0, keep, (1 - keep) / (g - 1)) / len(functions), supports
+    k = scheme.subset_size
+    if comb(n, k) > DENSE_OUTPUT_LIMIT:
         return None
-    bits = np.array(list(itertools.product((0.0, 1.0), repeat=num_types)))  # outputs × items
-    probability_on = np.where(np.eye(num_types) > 0, support.true_item, support.other_item)  # items × types
-    Q = np.exp(bits @ np.log(probability_on) + (1 - bits) @ np.log1p(-probability_on))
-    return Q, bits
+    supports = np.zeros((comb(n, k), n))
+    for row, subset in enumerate(itertools.combinations(range(n), k)):
+        supports[row, list(subset)] = 1.0
+    return np.where(supports > 0, boost, 1.0) / (comb(n - 1, k - 1) * boost + comb(n - 1, k)), supports
 
 
 def unary_encoding(workload: np.ndarray, epsilon: float, optimized: bool = True) -> Factorization:
     """Unary encoding: one bit per item, each flipped independently (OUE by default; seed 002 "UE")."""
     W, epsilon = _inputs(workload, epsilon)
-    support = unary_encoding_support(epsilon, optimized)
     name = "optimized unary encoding" if optimized else "RAPPOR"
-    return _item_set_factorization(W, epsilon, name, support, _unary_dense(W.shape[1], support))
+    return _item_set_factorization(W, UnaryEncoding(W.shape[1], epsilon, optimized), name, dense=True)
 
 
 def rappor(workload: np.ndarray, epsilon: float) -> Factorization:
@@ -191,69 +171,17 @@ def rappor(workload: np.ndarray, epsilon: float) -> Factorization:
     return unary_encoding(workload, epsilon, optimized=False)
 
 
-def local_hashing_buckets(epsilon: float) -> int:
-    """`g = ⌈e^ε + 1⌉` hash buckets (MATH.md §8)."""
-    return math.ceil(math.exp(epsilon) + 1)
-
-
-def local_hashing_support(epsilon: float) -> SupportProbabilities:
-    """OLH with a random hash into `g` buckets: `p = e^ε/(e^ε+g−1)`, `q = 1/g`, independent."""
-    buckets = local_hashing_buckets(epsilon)
-    return SupportProbabilities.independent(math.exp(epsilon) / (math.exp(epsilon) + buckets - 1), 1 / buckets)
-
-
-def _local_hashing_dense(num_types: int, epsilon: float) -> tuple[np.ndarray, np.ndarray] | None:
-    """All `g^n` hash functions × `g` buckets (a fully random hash family)."""
-    buckets = local_hashing_buckets(epsilon)
-    if buckets ** (num_types + 1) > DENSE_OUTPUT_LIMIT:
-        return None
-    keep = math.exp(epsilon) / (math.exp(epsilon) + buckets - 1)
-    functions = np.array(list(itertools.product(range(buckets), repeat=num_types)))  # functions × items
-    hashed = np.repeat(functions, buckets, axis=0)  # (function, bucket) × items
-    reported = np.tile(np.arange(buckets), len(functions))[:, None]
-    supports = (hashed == reported).astype(float)
-    Q = np.where(supports > 0, keep, (1 - keep) / (buckets - 1)) / len(functions)
-    return Q, supports
-
-
 def local_hashing(workload: np.ndarray, epsilon: float) -> Factorization:
-    """Optimized local hashing (Wang et al.): hash to `g` buckets, randomized response on the bucket."""
+    """Optimized local hashing (Wang et al.): hash to `g = ⌈e^ε+1⌉` buckets, randomized response on the bucket."""
     W, epsilon = _inputs(workload, epsilon)
-    return _item_set_factorization(
-        W, epsilon, "optimized local hashing", local_hashing_support(epsilon), _local_hashing_dense(W.shape[1], epsilon)
-    )
-
-
-def _comb(n: int, k: int) -> int:
-    return math.comb(n, k) if 0 <= k <= n else 0
-
-
-def subset_selection_support(num_types: int, subset_size: int, epsilon: float) -> SupportProbabilities:
-    """Report a `k`-subset; a subset containing the true type is `e^ε` times likelier than one without."""
-    n, k, boost = num_types, subset_size, math.exp(epsilon)
-    normalizer = _comb(n - 1, k - 1) * boost + _comb(n - 1, k)
-    return SupportProbabilities(
-        true_item=_comb(n - 1, k - 1) * boost / normalizer,
-        other_item=(_comb(n - 2, k - 2) * boost + _comb(n - 2, k - 1)) / normalizer,
-        true_and_other=_comb(n - 2, k - 2) * boost / normalizer,
-        two_others=(_comb(n - 3, k - 3) * boost + _comb(n - 3, k - 2)) / normalizer,
-    )
+    scheme = LocalHashing(W.shape[1], epsilon, local_hashing_buckets(epsilon))
+    return _item_set_factorization(W, scheme, "optimized local hashing", dense=True)
 
 
 def subset_size_candidates(num_types: int, epsilon: float) -> list[int]:
     """The subset sizes around the optimum `n/(e^ε+1)` (Ye & Barg), within `1..n−1`."""
     ideal = num_types / (math.exp(epsilon) + 1)
     return sorted({min(max(size, 1), max(num_types - 1, 1)) for size in (math.floor(ideal), math.ceil(ideal))})
-
-
-def _subset_dense(num_types: int, subset_size: int, epsilon: float) -> tuple[np.ndarray, np.ndarray] | None:
-    if _comb(num_types, subset_size) > DENSE_OUTPUT_LIMIT:
-        return None
-    supports = np.zeros((_comb(num_types, subset_size), num_types))
-    for row, subset in enumerate(itertools.combinations(range(num_types), subset_size)):
-        supports[row, list(subset)] = 1.0
-    normalizer = _comb(num_types - 1, subset_size - 1) * math.exp(epsilon) + _comb(num_types - 1, subset_size)
-    return np.where(supports > 0, math.exp(epsilon), 1.0) / normalizer, supports
 
 
 def subset_selection(workload: np.ndarray, epsilon: float, subset_size: int | None = None) -> Factorization:
@@ -265,10 +193,7 @@ def subset_selection(workload: np.ndarray, epsilon: float, subset_size: int | No
         raise WorkloadNotSupportedError("subset selection needs at least 2 user types")
     sizes = subset_size_candidates(num_types, epsilon) if subset_size is None else [subset_size]
     candidates = [
-        _item_set_factorization(
-            W, epsilon, f"subset selection (k={size})",
-            subset_selection_support(num_types, size, epsilon), _subset_dense(num_types, size, epsilon),
-        )
+        _item_set_factorization(W, SubsetSelection(num_types, epsilon, size), f"subset selection (k={size})", dense=True)
         for size in sizes
     ]
     return min(candidates, key=lambda candidate: candidate.worst_case_variance(1))
@@ -292,6 +217,3 @@ def classic_protocols(workload: np.ndarray, epsilon: float) -> dict[str, Factori
     return {name: protocol for name, protocol in protocols.items() if protocol is not None}
 
 
-def dense_classic_protocols(workload: np.ndarray, epsilon: float) -> list[Factorization]:
-    """The classic protocols whose strategy `Q` is held densely (usable as a table mechanism)."""
-    return [protocol for protocol in classic_protocols(workload, epsilon).values() if protocol.Q is not None]
