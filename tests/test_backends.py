@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +42,8 @@ VISITS_SCHEMA: dict[str, object] = {
     "columns": {"slot": {"categories": [0, 1, 2]}},
 }
 IN_CI = os.environ.get("CI") == "true"
+#: Spark tests share one group so that `pytest -n 2 --dist loadgroup` starts a single JVM
+ON_SPARK = pytest.mark.xdist_group("spark")
 
 
 def unavailable(reason: str) -> None:
@@ -65,6 +69,7 @@ def text_age_frame(adult: pd.DataFrame) -> pd.DataFrame:
 
 # -- engines ---------------------------------------------------------------------------------------
 POSTGRES_POISON = "CASE WHEN person_id > 0 THEN (1 / (person_id - person_id))::text ELSE sex END"
+POSTGRES_STALL = "CASE WHEN person_id = 1 AND pg_sleep(60)::text = '' THEN sex ELSE sex END"
 SPARK_POISON = "CASE WHEN person_id > 0 THEN raise_error('poisoned row read') ELSE sex END"
 DUCKDB_POISON = "CASE WHEN person_id > 0 THEN error('poisoned row read') ELSE sex END"
 POISONED_COLUMNS = "person_id, {poison} AS sex, race, age, income, job, browser"
@@ -96,10 +101,25 @@ def postgres_dsn(adult_frame: pd.DataFrame) -> Iterator[str]:
         _postgres_create(admin, "visits", visits_frame())
         _postgres_create(admin, "adult_text_age", text_age_frame(adult_frame))
         admin.execute(f"CREATE VIEW poisoned AS SELECT {POISONED_COLUMNS.format(poison=POSTGRES_POISON)} FROM adult")
+        admin.execute(f"CREATE VIEW stalled AS SELECT {POISONED_COLUMNS.format(poison=POSTGRES_STALL)} FROM adult")
     separator = "&" if "?" in dsn else "?"
     yield f"{dsn}{separator}options={urllib.parse.quote(f'-csearch_path={schema}')}"
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+#: small, fast and loopback-only: tiny tables need no adaptive plans, and C1-compiled code starts sooner
+SPARK_TEST_CONFIG = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.memory": "1g",
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
 
 
 @pytest.fixture(scope="session")
@@ -109,14 +129,10 @@ def spark(adult_frame: pd.DataFrame) -> Iterator[object]:
         from pyspark.sql import SparkSession
     except ImportError:
         unavailable("pyspark is not installed: pip install -e '.[backends]'")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("dpsql-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
+    builder = SparkSession.builder.master("local[2]").appName("dpsql-tests")
+    for key, value in SPARK_TEST_CONFIG.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     for name, frame in (("adult", adult_frame), ("visits", visits_frame()), ("adult_text_age", text_age_frame(adult_frame))):
         session.createDataFrame(no_nan(frame)).cache().createOrReplaceTempView(name)
@@ -138,7 +154,7 @@ def duckdb_database(adult_frame: pd.DataFrame) -> Iterator[duckdb.DuckDBPyConnec
     connection.close()
 
 
-@pytest.fixture(params=ENGINES)
+@pytest.fixture(params=[pytest.param(e, marks=ON_SPARK) if e == "spark" else e for e in ENGINES])
 def engine(request: pytest.FixtureRequest) -> tuple[str, object]:
     """(engine name, the spec dpsql.connect(backend=...) takes for it)."""
     fixture = {"duckdb": "duckdb_database", "postgres": "postgres_dsn", "spark": "spark"}[request.param]
@@ -219,7 +235,7 @@ def test_spark_grouping_bit_mask_matches_duckdb() -> None:
 
 # -- the same answers on every engine ------------------------------------------------------------------
 @pytest.mark.parametrize("path", ACCEPTED, ids=lambda p: p.stem)
-@pytest.mark.parametrize("name", ["postgres", "spark"])
+@pytest.mark.parametrize("name", ["postgres", pytest.param("spark", marks=ON_SPARK)])
 def test_accepted_statements_give_duckdb_answers(
     name: str, path: Path, request: pytest.FixtureRequest, adult_connection: dpsql.Connection
 ) -> None:
@@ -318,6 +334,38 @@ def test_failure_mid_query_charges_nothing(engine: tuple[str, object], adult_fra
     connection.close()
 
 
+def test_postgres_connection_lost_mid_query_charges_nothing(postgres_dsn: str) -> None:
+    """The server ends dpsql's session while the bounded aggregation runs (it sleeps on one row)."""
+    import psycopg
+
+    victim = f"dpsql_victim_{os.getpid()}"
+    connection = open_connection(f"{postgres_dsn}&application_name={victim}", table="stalled")
+    before = connection.budget_spent()
+
+    def terminate_when_running() -> None:
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            for _ in range(300):
+                ended = admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s AND state = 'active' AND query LIKE %s",
+                    (victim, "%ROW_NUMBER%"),
+                ).fetchall()
+                if ended:
+                    return
+                time.sleep(0.1)
+
+    killer = threading.Thread(target=terminate_when_running)
+    killer.start()
+    started = time.monotonic()
+    with pytest.raises(dpsql.OperationalError, match="PostgreSQL failed to run the bounded aggregation"):
+        connection.cursor().execute("SELECT sex, COUNT(*) FROM stalled GROUP BY sex", epsilon=1.0)
+    killer.join()
+    assert time.monotonic() - started < 30  # ended by the termination, not by the 60 s sleep
+    assert connection.budget_spent() == before
+    assert connection.budget_remaining() == pytest.approx(1000.0)
+    connection.close()
+
+
 def test_missing_table_names_the_engine(engine: tuple[str, object]) -> None:
     name, spec = engine
     connection = dpsql.connect(backend=spec, budget=dpsql.Budget(epsilon=1.0))
@@ -387,6 +435,7 @@ def test_postgres_refuses_to_upload_data(postgres_dsn: str, adult_frame: pd.Data
     connection.close()
 
 
+@ON_SPARK
 def test_spark_registers_spark_and_pandas_frames(spark: object, adult_frame: pd.DataFrame, adult_connection: dpsql.Connection) -> None:
     connection = dpsql.connect(backend=spark, budget=dpsql.Budget(epsilon=100.0))
     connection.register("from_pandas", no_nan(adult_frame), schema=ADULT_SCHEMA)

@@ -60,10 +60,18 @@ class DBAPIBackend:
             names = [str(column[0]) for column in cursor.description]
             return names, list(cursor.fetchall())
         except self._driver_error:
-            self.connection.rollback()  # type: ignore[attr-defined]
+            self._end_failed_transaction()
             raise
         finally:
             cursor.close()
+
+    def _end_failed_transaction(self) -> None:
+        """Roll back after an error so the connection can run the next statement (a lost connection
+        cannot: its own error is the one reported)."""
+        try:
+            self.connection.rollback()  # type: ignore[attr-defined]
+        except self._driver_error:
+            pass
 
     def run(self, sql: str) -> dict[str, np.ndarray]:
         try:
