@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.domain import Domain
-from planner.workload import Factor, Product, Workload
+from planner.workload import Block, Factor, Product, Workload
 
 Subset = tuple[str, ...]
 CoefficientVariances = Mapping[Subset, np.ndarray]
@@ -217,13 +217,25 @@ def inverse_variance_mean(
 
 def _factor_coefficient_squares(factor: Factor, bases: Bases) -> np.ndarray:
     """``G[row, c] = (r_row · (⊗_{a∈scope} U_a)[:, c])²`` over the padded cells of the factor's scope."""
-    scope_bases = [bases[a] for a in factor.attributes]
-    rows = factor.block.rows
-    dense = factor.block.matrix().reshape((rows,) + tuple(b.size for b in scope_bases))
-    tensor = dense
+    return _coefficient_squares(factor.block, tuple(bases[a] for a in factor.attributes))
+
+
+@functools.lru_cache(maxsize=4096)
+def _coefficient_squares(block: Block, scope_bases: tuple[AttributeBasis, ...]) -> np.ndarray:
+    rows = block.rows
+    tensor = block.matrix().reshape((rows,) + tuple(b.size for b in scope_bases))
     for axis, basis in enumerate(scope_bases, start=1):
         tensor = _apply_along(tensor, basis.matrix[: basis.size], axis)
-    return (tensor**2).reshape(rows, -1)
+    squares = (tensor**2).reshape(rows, -1)
+    squares.setflags(write=False)
+    return squares
+
+
+@functools.lru_cache(maxsize=4096)
+def _summed_coefficient_squares(block: Block, scope_bases: tuple[AttributeBasis, ...]) -> np.ndarray:
+    summed = _coefficient_squares(block, scope_bases).sum(axis=0)
+    summed.setflags(write=False)
+    return summed
 
 
 def _variance_tensor(attributes: Subset, variances: CoefficientVariances, bases: Bases) -> np.ndarray:
@@ -264,7 +276,7 @@ def coefficient_masses(workload: Workload, bases: Bases) -> dict[Subset, np.ndar
     masses: dict[Subset, np.ndarray] = {}
     for product in workload.products:
         attributes = product.attributes
-        summed = [_factor_coefficient_squares(f, bases).sum(axis=0) for f in product.factors]
+        summed = [_summed_coefficient_squares(f.block, tuple(bases[a] for a in f.attributes)) for f in product.factors]
         outer = functools.reduce(np.multiply.outer, summed, np.asarray(product.weight**2))
         scope_order = [a for f in product.factors for a in f.attributes]
         outer = outer.reshape([bases[a].padded for a in scope_order])

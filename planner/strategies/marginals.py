@@ -20,12 +20,15 @@ are dropped.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 from scipy import sparse
 
+from planner.domain import Domain
 from planner.budget import Sensitivity, continuous_laplace_variance, noise_for_group, optimal_budgets, sample_noise
 from planner.privacy import Privacy
 from planner.recovery import (
@@ -46,6 +49,11 @@ MAX_ITERATIONS = 3000
 TOLERANCE = 1e-9  # stop alternating when the relative improvement of an iteration falls below this
 PRUNE_SHARE = 1e-6  # marginals whose budget share falls below this are dropped
 MAX_SUBSET_FAMILY = 256  # offer "every subset of the union" when it has at most this many subsets
+COVERING_MAX_ATTRIBUTES = 8  # coverings use marginals of at most this many attributes …
+COVERING_STEPS = 8  # … and at most 4^7 times the cells of the largest workload marginal
+SCREENING_ITERATIONS = 60  # coverings are compared after this many alternations, the best refined
+SCREENING_TOLERANCE = 1e-4
+REFINE_WORK = 15_000  # local-search budget: short alternations × residual subsets they involve
 
 
 def marginal_name(attributes: Subset) -> str:
@@ -86,16 +94,16 @@ class MarginalsCandidate(CoefficientCandidate):
     def _spread(self, attributes: Subset) -> int:
         return math.prod(self.workload.domain.shape(attributes))
 
+    @functools.cached_property
+    def _incidence(self) -> sparse.csr_matrix:
+        return incidence(self.needed, self.measured, self.workload)
+
     def coefficient_variances(self, continuous: bool = False) -> dict[Subset, np.ndarray]:
-        cell_variance = [n.continuous_variance if continuous else n.variance for n in self.noises]
+        cell_variance = np.array([n.continuous_variance if continuous else n.variance for n in self.noises])
+        precision = self._incidence @ (1.0 / cell_variance)
         result = {}
-        for subset in self.needed:
-            precision = sum(
-                1.0 / (v * self._spread(tuple(a for a in b if a not in subset)))
-                for b, v in zip(self.measured, cell_variance)
-                if set(subset) <= set(b)
-            )
-            variance = 1.0 / precision if subset in self.relevant else 0.0  # irrelevant: estimated as 0
+        for subset, total in zip(self.needed, precision):
+            variance = 1.0 / total if subset in self.relevant else 0.0  # irrelevant: estimated as 0
             result[subset] = np.full(residual_shape(subset, self.bases), variance)
         return result
 
@@ -143,7 +151,7 @@ class MarginalsCandidate(CoefficientCandidate):
 # --------------------------------------------------------------------------------------------------
 
 
-def _incidence(needed: Sequence[Subset], measured: Sequence[Subset], workload: Workload) -> sparse.csr_matrix:
+def incidence(needed: Sequence[Subset], measured: Sequence[Subset], workload: Workload) -> sparse.csr_matrix:
     """``inc[T, B] = 1 / Π_{a∈B∖T} n_a`` for ``T ⊆ B``: how much of ``B``'s precision reaches ``T``."""
     index = {t: i for i, t in enumerate(needed)}
     rows, cols, data = [], [], []
@@ -167,42 +175,153 @@ def _precision(budgets: np.ndarray, privacy: Privacy, sensitivity: Sensitivity) 
     return precision
 
 
-def optimise_budgets(
-    workload: Workload, privacy: Privacy, sensitivity: Sensitivity, measured: Sequence[Subset]
-) -> tuple[tuple[Subset, ...], np.ndarray]:
-    """Budgets for measuring ``measured`` with GLS recovery, by alternation; drops unused marginals."""
-    bases = {a: helmert_basis(workload.domain.size_of(a)) for a in workload.domain.attributes}
-    needed = downward_closure(p.attributes for p in workload.products)
-    masses = coefficient_masses(workload, bases)
-    totals = np.array([float(np.sum(masses[t])) for t in needed])
-    relevant = [t for t, m in zip(needed, totals) if m > MASS_TOLERANCE * totals.max()]
-    mass = np.array([float(np.sum(masses[t])) for t in relevant])
-    measured = list(measured)
-    incidence = _incidence(relevant, measured, workload)
-    total = privacy.epsilon if privacy.is_laplace else privacy.rho
-    budgets = np.full(len(measured), total / len(measured))
-    best = math.inf
-    for _ in range(MAX_ITERATIONS):
-        precision = _precision(budgets, privacy, sensitivity)
-        covariance = 1.0 / (incidence @ precision)
-        error = float(mass @ covariance)
-        if error > best * (1 - TOLERANCE):
-            break
-        best = error
-        group_mass = precision**2 * (incidence.T @ (mass * covariance**2))
-        budgets = optimal_budgets(group_mass, np.ones(len(measured)), privacy)
-    keep = budgets >= PRUNE_SHARE * budgets.max()
-    kept = [m for m, k in zip(measured, keep) if k]
-    if all(any(set(t) <= set(b) for b in kept) for t in relevant):
-        budgets = budgets[keep] * (total / budgets[keep].sum())
-        measured = kept
-    return tuple(measured), budgets
+class BudgetProblem:
+    """The workload's recovery masses per residual subset, ready to budget any set of marginals."""
+
+    def __init__(self, workload: Workload, privacy: Privacy, sensitivity: Sensitivity) -> None:
+        self.workload, self.privacy, self.sensitivity = workload, privacy, sensitivity
+        bases = {a: helmert_basis(workload.domain.size_of(a)) for a in workload.domain.attributes}
+        needed = downward_closure(p.attributes for p in workload.products)
+        masses = coefficient_masses(workload, bases)
+        totals = np.array([float(np.sum(masses[t])) for t in needed])
+        keep = totals > MASS_TOLERANCE * totals.max()
+        self.relevant = tuple(t for t, k in zip(needed, keep) if k)
+        self.mass = totals[keep]
+        self.total = privacy.epsilon if privacy.is_laplace else privacy.rho
+
+    def covers(self, measured: Sequence[Subset]) -> bool:
+        held = [set(m) for m in measured]
+        return all(any(set(t) <= b for b in held) for t in self.relevant)
+
+    def solve(
+        self, measured: Sequence[Subset], iterations: int = MAX_ITERATIONS, tolerance: float = TOLERANCE
+    ) -> tuple[tuple[Subset, ...], np.ndarray, float]:
+        """Alternate closed-form budgets with GLS from uniform budgets; drop unused marginals.
+        Returns the kept marginals, their budgets and the (continuous-noise) expected error."""
+        measured = list(measured)
+        coverage = incidence(self.relevant, measured, self.workload)
+        budgets = np.full(len(measured), self.total / len(measured))
+        best, best_budgets = math.inf, budgets
+        for _ in range(iterations):
+            precision = _precision(budgets, self.privacy, self.sensitivity)
+            covariance = 1.0 / (coverage @ precision)
+            error = float(self.mass @ covariance)
+            if error >= best:
+                break
+            improved = error < best * (1 - tolerance)
+            best, best_budgets = error, budgets
+            if not improved:
+                break
+            group_mass = precision**2 * (coverage.T @ (self.mass * covariance**2))
+            budgets = optimal_budgets(group_mass, np.ones(len(measured)), self.privacy)
+        keep = best_budgets >= PRUNE_SHARE * best_budgets.max()
+        kept = [m for m, k in zip(measured, keep) if k]
+        if self.covers(kept):
+            return tuple(kept), best_budgets[keep] * (self.total / best_budgets[keep].sum()), best
+        return tuple(measured), best_budgets, best
+
+
+def _greedy_cover(
+    masks: np.ndarray, start_order: np.ndarray, log_cells: np.ndarray, max_attributes: int, log_limit: float
+) -> list[int]:
+    """Cover every set (bit mask) by blocks of at most ``max_attributes`` bits and ``2^log_limit`` cells:
+    start from the first uncovered set in ``start_order``, add the attribute that covers the most
+    uncovered sets (ties: the earlier attribute, i.e. the smaller one) until nothing more fits."""
+    uncovered = np.ones(masks.size, dtype=bool)
+    blocks = []
+    for start in start_order:
+        if not uncovered[start]:
+            continue
+        block = int(masks[start])
+        block_cells = float(sum(log_cells[i] for i in range(log_cells.size) if block >> i & 1))
+        open_masks = masks[uncovered]
+        covered = int(np.count_nonzero((open_masks & ~block) == 0))
+        while bin(block).count("1") < max_attributes:
+            best, best_gain = -1, covered
+            for i in range(log_cells.size):
+                if block >> i & 1 or block_cells + log_cells[i] > log_limit:
+                    continue
+                gain = int(np.count_nonzero((open_masks & ~(block | 1 << i)) == 0))
+                if gain > best_gain:
+                    best, best_gain = i, gain
+            if best < 0:
+                break
+            block, block_cells, covered = block | 1 << best, block_cells + log_cells[best], best_gain
+        blocks.append(block)
+        uncovered &= (masks & ~block) != 0
+    return blocks
+
+
+def coverings(workload: Workload) -> list[tuple[Subset, ...]]:
+    """Greedy coverings of the workload's marginals by larger marginals, over a grid of block limits
+    (attributes × cells), deduplicated. Fewer, larger marginals mean fewer groups sharing ε, which is
+    what Laplace noise favours; the budget alternation then judges each covering exactly."""
+    domain = workload.domain
+    own = list(dict.fromkeys(p.attributes for p in workload.products))
+    union = sorted(domain.canonical(a for s in own for a in s), key=domain.size_of)  # small attributes first
+    bit = {a: 1 << i for i, a in enumerate(union)}
+    masks = np.array([sum(bit[a] for a in s) for s in own], dtype=np.int64)
+    log_cells = np.log2([float(domain.size_of(a)) for a in union])
+    own_log_cells = np.array([sum(log_cells[union.index(a)] for a in s) for s in own])
+    start_order = np.lexsort((-own_log_cells, -np.array([len(s) for s in own])))  # largest first
+    widest = max(len(s) for s in own)
+    found: dict[tuple[Subset, ...], None] = {}
+    for max_attributes in range(widest, min(len(union), COVERING_MAX_ATTRIBUTES) + 1):
+        for step in range(COVERING_STEPS):
+            log_limit = float(own_log_cells.max()) + 2 * step + 1e-9
+            if log_limit > math.log2(MAX_MARGINAL_CELLS):
+                break
+            blocks = _greedy_cover(masks, start_order, log_cells, max_attributes, log_limit)
+            found.setdefault(tuple(domain.canonical(a for a in union if b & bit[a]) for b in blocks), None)
+    return list(found)
+
+
+def _neighbours(domain: Domain, measured: list[Subset]) -> Iterator[list[Subset]]:
+    """Sets of marginals one move away: add or drop an attribute of a marginal, drop a marginal, or
+    merge two marginals."""
+    for i, held in enumerate(measured):
+        rest = measured[:i] + measured[i + 1 :]
+        for attribute in domain.attributes:
+            if attribute not in held:
+                yield rest[:i] + [domain.canonical(held + (attribute,))] + rest[i:]
+            elif len(held) > 1:
+                yield rest[:i] + [tuple(a for a in held if a != attribute)] + rest[i:]
+        yield rest
+    for i, j in itertools.combinations(range(len(measured)), 2):
+        merged = domain.canonical(measured[i] + measured[j])
+        yield [m for k, m in enumerate(measured) if k not in (i, j)] + [merged]
+
+
+def refine(problem: BudgetProblem, measured: Sequence[Subset]) -> tuple[Subset, ...]:
+    """First-improvement local search over :func:`_neighbours`, each judged after a short alternation
+    and confirmed by a full one; stops at a local optimum or when the work budget is spent."""
+    domain = problem.workload.domain
+    allowed = max(1, REFINE_WORK // len(problem.relevant))
+    current, budgets, error = problem.solve(measured)
+    current = list(current)
+    evaluations = 0
+    improved = True
+    while improved and evaluations < allowed:
+        improved = False
+        for neighbour in _neighbours(domain, current):
+            if evaluations >= allowed:
+                break
+            if not problem.covers(neighbour) or any(math.prod(domain.shape(m)) > MAX_MARGINAL_CELLS for m in neighbour):
+                continue
+            evaluations += 1
+            if problem.solve(neighbour, SCREENING_ITERATIONS, SCREENING_TOLERANCE)[2] >= error * (1 - SCREENING_TOLERANCE):
+                continue
+            kept, _, candidate_error = problem.solve(neighbour)
+            if candidate_error < error:
+                current, error, improved = list(kept), candidate_error, True
+                break
+    return tuple(current)
 
 
 def marginals_candidate(
     workload: Workload, privacy: Privacy, sensitivity: Sensitivity, measured: Sequence[Subset]
 ) -> MarginalsCandidate:
-    kept, budgets = optimise_budgets(workload, privacy, sensitivity, measured)
+    kept, budgets, _ = BudgetProblem(workload, privacy, sensitivity).solve(measured)
     return MarginalsCandidate(workload, privacy, sensitivity, kept, budgets)
 
 
@@ -220,9 +339,14 @@ def measured_families(workload: Workload) -> list[tuple[Subset, ...]]:
 def candidates(workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool = False) -> list[Candidate]:
     """Optimally budgeted marginal sets, one candidate per family of measured sets."""
     sensitivity = Sensitivity(contributions, distinct_cells)
-    result: list[Candidate] = []
+    problem = BudgetProblem(workload, privacy, sensitivity)
+    solved = []
     for measured in measured_families(workload):
-        if any(math.prod(workload.domain.shape(m)) > MAX_MARGINAL_CELLS for m in measured):
-            continue
-        result.append(marginals_candidate(workload, privacy, sensitivity, measured))
-    return result
+        if all(math.prod(workload.domain.shape(m)) <= MAX_MARGINAL_CELLS for m in measured):
+            solved.append(problem.solve(measured))
+    if privacy.is_laplace:  # zCDP needs no coverings: the residual strategy is optimal there
+        screened = [problem.solve(c, SCREENING_ITERATIONS, SCREENING_TOLERANCE) for c in coverings(workload)]
+        if screened:
+            best = min(screened, key=lambda s: s[2])
+            solved.append(problem.solve(refine(problem, best[0])))
+    return [MarginalsCandidate(workload, privacy, sensitivity, kept, budgets) for kept, budgets, _ in solved]

@@ -36,6 +36,7 @@ from planner.recovery import (
     marginal_from_residuals,
     product_variances,
     residual_shape,
+    subsets,
 )
 from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
 from planner.workload import Workload, marginal_for
@@ -47,7 +48,8 @@ MASS_TOLERANCE = 1e-12  # recovery mass below this fraction of the largest count
 def maximal_sets(attribute_sets: tuple[Subset, ...]) -> tuple[Subset, ...]:
     """The attribute sets not contained in another one of the list (order kept)."""
     unique = tuple(dict.fromkeys(attribute_sets))
-    return tuple(a for a in unique if not any(set(a) < set(b) for b in unique))
+    closure_of_larger = {s for a in unique for s in subsets(a) if s != a}
+    return tuple(a for a in unique if a not in closure_of_larger)
 
 
 def subset_name(subset: Subset) -> str:
@@ -175,13 +177,14 @@ class DirectCoefficientCandidate(CoefficientCandidate):
         self.parameters = dict(parameters)
         self._groups = groups
         self._norms2 = {t: integer_row_norms2(t, bases) for t in self.needed}
-        self._sources = {t: next(m for m in self.required_marginals() if set(t) <= set(m)) for t in self.needed}
+        self._required = maximal_sets(tuple(p.attributes for p in workload.products))
+        self._sources = {t: next(m for m in self._required if set(t) <= set(m)) for t in self.needed}
 
     def group_budgets(self) -> tuple[GroupBudget, ...]:
         return self._groups
 
     def required_marginals(self) -> tuple[Subset, ...]:
-        return maximal_sets(tuple(p.attributes for p in self.workload.products))
+        return self._required
 
     def coefficient_variances(self, continuous: bool = False) -> dict[Subset, np.ndarray]:
         family = "laplace" if self.privacy.is_laplace else "gaussian"
