@@ -7,6 +7,10 @@ Spending is accounted two ways and the smaller (ε, δ) is reported (MATH.md §1
 * zCDP: ε-DP implies ε²/2-zCDP, ρ adds up, and ρ-zCDP implies
   (ρ + 2·sqrt(ρ·ln(1/δ)), δ)-DP at the budget's δ; pure charges may also be summed separately
   and added to the converted Gaussian part, whichever is smaller.
+* approximate part: a charge may also carry an (ε, δ)-DP part (partition selection of unknown
+  GROUP BY keys, ``dpsql.keys``). It never enters the zCDP sum: its ε and δ add up (basic
+  composition) on top of either accounting, and the zCDP conversion uses what is left of the
+  budget's δ.
 
 The ledger is a SQLite file. A charge is one ``BEGIN IMMEDIATE`` transaction that re-reads what
 was spent, refuses the charge if it would exceed the budget, and inserts it; the commit is fsynced
@@ -77,6 +81,8 @@ class Cost:
     mechanism: str  # "laplace" or "gaussian"
     rho: float
     epsilon: float | None = None
+    approximate_epsilon: float = 0.0  # an (ε, δ)-DP part composed by addition (partition selection)
+    delta: float = 0.0
 
     @classmethod
     def pure(cls, epsilon: float) -> Cost:
@@ -92,7 +98,8 @@ class Cost:
         """The sequential composition of costs of one mechanism, as a single charge."""
         pure = all(c.epsilon is not None for c in costs)
         epsilon = sum(c.epsilon for c in costs) if pure else None  # type: ignore[misc]
-        return cls(costs[0].mechanism, sum(c.rho for c in costs), epsilon)
+        approximate = sum(c.approximate_epsilon for c in costs), sum(c.delta for c in costs)
+        return cls(costs[0].mechanism, sum(c.rho for c in costs), epsilon, *approximate)
 
 
 class Remaining(float):
@@ -129,14 +136,17 @@ def spent_of(costs: list[Cost], budget: Budget) -> Spent:
     rho_total = sum(c.rho for c in costs)
     pure_total = sum(c.epsilon for c in costs if c.epsilon is not None)
     gaussian_rho = sum(c.rho for c in costs if c.epsilon is None)
+    approximate_epsilon = sum(c.approximate_epsilon for c in costs)
+    approximate_delta = sum(c.delta for c in costs)
     if gaussian_rho == 0:
-        return Spent(pure_total, 0.0, rho_total, len(costs))
-    if budget.delta == 0:
-        return Spent(math.inf, 0.0, rho_total, len(costs))
-    log_term = math.log(1 / budget.delta)
+        return Spent(pure_total + approximate_epsilon, approximate_delta, rho_total, len(costs))
+    conversion_delta = budget.delta - approximate_delta
+    if conversion_delta <= 0:
+        return Spent(math.inf, max(budget.delta, approximate_delta), rho_total, len(costs))
+    log_term = math.log(1 / conversion_delta)
     all_zcdp = rho_total + 2 * math.sqrt(rho_total * log_term)
     split = pure_total + gaussian_rho + 2 * math.sqrt(gaussian_rho * log_term)
-    return Spent(min(all_zcdp, split), budget.delta, rho_total, len(costs))
+    return Spent(min(all_zcdp, split) + approximate_epsilon, budget.delta, rho_total, len(costs))
 
 
 class Ledger:
@@ -162,6 +172,10 @@ class Ledger:
                 "CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, "
                 "mechanism TEXT NOT NULL, epsilon REAL, rho REAL NOT NULL, statement TEXT NOT NULL)"
             )
+            present = {row[1] for row in self._db.execute("PRAGMA table_info(charges)").fetchall()}
+            for column in ("approximate_epsilon", "delta"):  # ledgers written before the approximate part
+                if column not in present:
+                    self._db.execute(f"ALTER TABLE charges ADD COLUMN {column} REAL NOT NULL DEFAULT 0")
             stored = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
             if not stored:
                 if budget is None:
@@ -191,11 +205,17 @@ class Ledger:
         self._db.execute("COMMIT")
 
     def _costs(self) -> list[Cost]:
-        rows = self._db.execute("SELECT mechanism, rho, epsilon FROM charges").fetchall()
-        return [Cost(mechanism, rho, epsilon) for mechanism, rho, epsilon in rows]
+        rows = self._db.execute("SELECT mechanism, rho, epsilon, approximate_epsilon, delta FROM charges").fetchall()
+        return [Cost(*row) for row in rows]
 
     def _refusal(self, spent: Spent, costs: list[Cost], cost: Cost) -> BudgetExceededError | None:
         after = spent_of(costs + [cost], self.budget)
+        if cost.delta > 0 and sum(c.delta for c in costs) + cost.delta > self.budget.delta * (1 + TOLERANCE):
+            return BudgetExceededError(
+                f"the statement (delta={cost.delta:g}) would spend more delta than the budget has left: "
+                f"spent delta={sum(c.delta for c in costs):.6g} of {self.budget.delta:g}; use a smaller "
+                "connection.selection_delta or start a new budget"
+            )
         if after.epsilon <= self.budget.epsilon + TOLERANCE:
             return None
         if cost.epsilon is None and self.budget.delta == 0:
@@ -227,8 +247,12 @@ class Ledger:
                     if refusal is not None:
                         raise refusal
                     cursor = self._db.execute(
-                        "INSERT INTO charges (at, mechanism, epsilon, rho, statement) VALUES (?, ?, ?, ?, ?)",
-                        (datetime.now(UTC).isoformat(), cost.mechanism, cost.epsilon, cost.rho, statement),
+                        "INSERT INTO charges (at, mechanism, epsilon, rho, approximate_epsilon, delta, statement) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            datetime.now(UTC).isoformat(), cost.mechanism, cost.epsilon, cost.rho,
+                            cost.approximate_epsilon, cost.delta, statement,
+                        ),
                     )
                     return int(cursor.lastrowid)
             except sqlite3.Error as error:

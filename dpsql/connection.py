@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 import planner
-from dpsql import batch, errors, testing
+from dpsql import batch, errors, keys, testing
 from dpsql.accountant import Budget, Cost, Ledger, Remaining, Spent
 from dpsql.backends.dialects import engine_name
 from dpsql.backends.factory import open_backend
@@ -115,6 +115,8 @@ class Connection:
         self._tables: dict[str, Table] = {}
         self._measurements = MeasurementStore()  # every released measurement, for free re-use (dpsql.reuse)
         self._plans: OrderedDict[tuple[object, ...], planner.Plan] = OrderedDict()
+        self._released_keys = keys.ReleasedKeys()  # key sets of unknown GROUP BY columns, re-used for free
+        self.selection_delta: float | None = None  # δ per partition selection (None: a share of the budget's δ)
         self._closed = False
 
     # -- PEP 249 ------------------------------------------------------------------------------------
@@ -207,6 +209,9 @@ class Connection:
 
     def explain(self, operation: str, parameters: Sequence[object] | None = None, *, epsilon: float | None = None, rho: float | None = None) -> str:
         """How a statement would be answered (domain, plan, expected error), without reading data or spending."""
+        keyed = keys.explanation(self, operation, parameters, epsilon, rho)  # GROUP BY a column with no domain
+        if keyed is not None:
+            return keyed
         prepared = self._prepare(operation, parameters, epsilon, rho)
         return _explanation(prepared)
 
@@ -415,6 +420,10 @@ class Cursor:
         """Run one statement at privacy cost ``epsilon`` (or ``rho`` with Gaussian noise)."""
         self._check_open()
         self._result, self._position, self._prepared, self._batch_explanation = None, 0, None, None
+        keyed = keys.execute(self.connection, operation, parameters, epsilon, rho)  # GROUP BY a column with no domain
+        if keyed is not None:
+            self._result, self._batch_explanation = keyed
+            return self
         if batch.is_batch_statement(operation):  # EXPLAIN, GROUPING SETS / CUBE / ROLLUP, UNION ALL
             self._result, self._batch_explanation = batch.execute_statement(self.connection, operation, parameters, epsilon, rho)
             return self

@@ -4,6 +4,8 @@ A schema is loaded from YAML, JSON or a dict of the same shape::
 
     privacy_unit: person_id        # or null: one row = one unit
     max_rows_per_unit: 3           # rows kept per unit (chosen at random); must be 1 when privacy_unit is null
+    max_groups_per_unit: 2         # GROUP BY on an unknown column: keys kept per unit (random), default 1
+    max_rows_per_group: 1          # ... and rows kept per unit and key (default max_rows_per_unit)
     columns:
       sex:     {categories: [F, M]}
       race:    {categories: [0, 1, 2, 3, 4]}
@@ -42,7 +44,7 @@ OUT_OF_DOMAIN_RULE = (
 Scalar = str | int | float | bool
 DomainKind = Literal["categories", "range", "bins", "unknown"]
 _COLUMN_KEYS = {"categories", "range", "bins", "nullable"}
-_SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "columns"}
+_SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,8 @@ class Schema:
     privacy_unit: str | None
     max_rows_per_unit: int
     columns: tuple[ColumnDomain, ...]
+    max_groups_per_unit: int = 1  # keys of an unknown GROUP BY column one unit may contribute to
+    max_rows_per_group: int | None = None  # rows per unit and unknown key (None: max_rows_per_unit)
 
     @property
     def contributions(self) -> int:
@@ -191,11 +195,22 @@ class Schema:
                 "max_rows_per_unit must be 1 when privacy_unit is null (one row = one unit); "
                 "name the privacy-unit column to bound several rows per unit"
             )
+        key_bounds = {}
+        for key in ("max_groups_per_unit", "max_rows_per_group"):
+            value = document.get(key, 1 if key == "max_groups_per_unit" else None)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ProgrammingError(
+                    f"{key} must be a positive integer (at least 1), got {value!r}; it bounds what one unit "
+                    "contributes to a GROUP BY on a column with no declared domain"
+                )
+            if unit is None and value not in (None, 1):
+                raise ProgrammingError(f"{key} must be 1 when privacy_unit is null (one row = one unit)")
+            key_bounds[key] = value
         columns = document.get("columns", {})
         if not isinstance(columns, Mapping):
             raise ProgrammingError("columns must map column names to domains")
         parsed = tuple(_column_from_spec(str(name), spec) for name, spec in columns.items())
-        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed)
+        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed, **key_bounds)
 
 
 def _looks_like_path(text: str) -> bool:

@@ -87,6 +87,6 @@ def test_demo_tour_runs(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(["demo", "--persons", "3000"], capsys)
     assert code == 0
     assert out.count("budget left") == len(demo.TOUR)
-    assert "NotSupportedError: GROUP BY: column 'browser'" in out
+    assert "NotSupportedError: WHERE: column 'browser'" in out
     assert "BudgetExceededError" in out
     assert "strategy:" in out

@@ -235,7 +235,11 @@ class _Resolver:
         domain = self.schema.column(resolved)
         if not domain.is_known:
             if clause == "GROUP BY":
-                advice = "grouping by a column without a public domain (partition selection) is not supported yet"
+                advice = (
+                    "or run it as one plain GROUP BY statement with cursor.execute, which selects its keys privately; "
+                    "partition selection does not run inside GROUPING SETS / CUBE / ROLLUP, UNION ALL, "
+                    "connection.workload() or executemany"
+                )
             else:
                 advice = "a predicate on it cannot be compiled to a mask over a public domain"
             raise NotSupportedError(
