@@ -22,6 +22,7 @@ import math
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TextIO
 
 import numpy as np
 import scipy.linalg
@@ -33,7 +34,7 @@ from planner.ldp.factorization import (
     factorize,
 )
 from planner.ldp.projection import project_bounded_simplex, project_row_minima
-from planner.ldp.protocols import classic_protocols
+from planner.ldp.protocols import classic_protocols, randomized_response_matrix
 
 SINGULAR_PIVOT_RATIO = 1e-7
 """`QᵀD⁻¹Q` counts as singular when a Cholesky pivot is this small relative to the largest."""
@@ -153,8 +154,7 @@ def randomized_response_start(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Randomized response spread over `num_outputs` rows (copies of it), slightly perturbed."""
     copies = -(-num_outputs // num_types)
-    response = (math.expm1(epsilon) * np.eye(num_types) + 1.0) / (math.exp(epsilon) + num_types - 1)
-    stacked = np.vstack([response] * copies)[:num_outputs]
+    stacked = np.vstack([randomized_response_matrix(num_types, epsilon)] * copies)[:num_outputs]
     stacked *= rng.uniform(0.9, 1.1, size=stacked.shape)
     stacked /= stacked.sum(axis=0, keepdims=True)
     z = project_row_minima(stacked.min(axis=1), epsilon)
@@ -164,7 +164,7 @@ def randomized_response_start(
 class TextProgressBar:
     """A one-line progress bar on a text stream (stderr by default), for `optimize(progress=True)`."""
 
-    def __init__(self, stream=None, width: int = 30) -> None:
+    def __init__(self, stream: TextIO | None = None, width: int = 30) -> None:
         self.stream = sys.stderr if stream is None else stream
         self.width = width
 
@@ -197,6 +197,8 @@ def optimize(
     optimized strategy; an item-set protocol comes without a dense `Q` but with its `.scheme`, which
     `design`/`Mechanism` can deploy. `progress=True` draws a progress bar on stderr; a callable
     receives `(done, total, best_objective)` instead. The result's `log` lists each run's objective.
+    `row_minimum_step_ratio` scales the step on `z` relative to the step on `Q` (the `z` gradient sums
+    over all columns, so it is much larger; small ratios keep the descent stable).
     """
     W = as_workload_matrix(workload)
     epsilon = check_epsilon(epsilon)
