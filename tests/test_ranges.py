@@ -1,0 +1,119 @@
+"""Range spectra and the eigen-design: closed forms against numpy, exact integer strategy, GLS, error."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from planner import AllRange, Domain, Factor, Identity, Predicate, Prefix, Privacy, Product, Workload
+from planner.strategies import eigen, hierarchy
+from planner.strategies.eigen import SineBasis, range_gram_eigenvalues
+from planner.workload import Total
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 16, 33])
+@pytest.mark.parametrize("kind", [AllRange, Prefix])
+def test_closed_form_spectra_equal_numpy(size: int, kind: type) -> None:
+    block = kind(size)
+    assert range_gram_eigenvalues(block) == pytest.approx(np.linalg.eigvalsh(block.gram()), rel=1e-10)
+
+
+def test_spectra_refuse_other_blocks() -> None:
+    with pytest.raises(TypeError, match="Prefix and AllRange"):
+        range_gram_eigenvalues(Identity(4))
+
+
+@pytest.mark.parametrize("size", [1, 7, 16])
+@pytest.mark.parametrize("kind", [AllRange, Prefix])
+def test_sine_bases_diagonalise_the_grams_and_fast_transforms_match(size: int, kind: type) -> None:
+    basis = SineBasis(kind, size)
+    V = basis.matrix()
+    assert V.T @ V == pytest.approx(np.eye(size), abs=1e-12)
+    gram = kind(size).gram()
+    assert gram @ V == pytest.approx(V * basis.eigenvalues, rel=1e-10, abs=1e-9)
+    x = np.random.default_rng(size).normal(size=(size, 3))
+    assert basis.analyse(x) == pytest.approx(V.T @ x, abs=1e-12)
+    assert basis.synthesise(x) == pytest.approx(V @ x, abs=1e-12)
+
+
+def range_workload(size: int) -> Workload:
+    dom = Domain({"sex": 2, "age": size}, ordered={"age"})
+    mask = np.zeros(size, dtype=bool)
+    mask[[0, 3, 4]] = True
+    return Workload(dom, (
+        Product(dom, (Factor(("sex",), Identity(2)), Factor(("age",), AllRange(size)))),
+        Product(dom, (Factor(("age",), Prefix(size)),), 0.5),
+        Product(dom, (Factor(("age",), Predicate(mask)),)),
+        Product(dom, (Factor(("sex",), Identity(2)), Factor(("age",), Total(size)))),
+        Product(dom, (Factor(("age",), Identity(size)),), 2.0),
+    ))
+
+
+def test_integer_design_has_unit_columns_and_exact_sensitivity() -> None:
+    (candidate,) = eigen.candidates(range_workload(24), Privacy.zcdp(0.5), contributions=3)
+    design = candidate.design
+    assert np.linalg.norm(design.real, axis=0) == pytest.approx(np.ones(24), rel=1e-12)
+    assert np.abs(design.integer - design.scale * design.real).max() <= 0.5
+    assert np.abs(design.integer).max() == 2**eigen.SCALE_BITS
+    assert design.max_column_norm2 == max(sum(int(v) ** 2 for v in column) for column in design.integer.T)
+    assert candidate.noise.parameter == pytest.approx(9 * design.max_column_norm2 / (2 * 0.5), rel=1e-15)
+    assert candidate.noise.parameter * 2 * 0.5 >= 9 * design.max_column_norm2  # rounding never lowers σ²
+
+
+def test_variances_match_dense_gls_of_the_integer_strategy() -> None:
+    """The structured variances (unrounded design) are within 1e-6 of the exact dense ones for S'."""
+    workload = range_workload(24)
+    (candidate,) = eigen.candidates(workload, Privacy.zcdp(1.0))
+    S = candidate.design.integer.astype(float)
+    age = candidate.noise.variance * np.linalg.inv(S.T @ S)
+    full = np.kron(np.eye(2), age)  # domain order (sex, age) = measured order
+    for product, got in zip(workload.products, candidate.query_variances()):
+        W = product.matrix_on(("sex", "age"))
+        assert got == pytest.approx(np.einsum("ij,jk,ik->i", W, full, W), rel=1e-6)
+
+
+def test_exact_measurement_is_solved_exactly() -> None:
+    workload = range_workload(40)
+    (candidate,) = eigen.candidates(workload, Privacy.zcdp(1.0))
+    data = np.random.default_rng(4).integers(0, 1000, size=(2, 40))
+    answers = candidate.answer(candidate.measure({("sex", "age"): data}, noise=False))
+    for got, want in zip(answers.values, workload.answer({("sex", "age"): data})):
+        assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_empirical_error_matches_the_prediction() -> None:
+    """800 independent repetitions (cells of a GROUP BY attribute) within 4 standard errors."""
+    repetitions, size = 800, 12
+    dom = Domain({"rep": repetitions, "age": size}, ordered={"age"})
+    workload = Workload(dom, (Product(dom, (Factor(("rep",), Identity(repetitions)), Factor(("age",), AllRange(size)))),))
+    (candidate,) = eigen.candidates(workload, Privacy.zcdp(2.0))
+    data = np.random.default_rng(1).integers(0, 50, size=(repetitions, size))
+    truth = workload.answer({("rep", "age"): data})[0]
+    answers = candidate.answer(candidate.measure({("rep", "age"): data}, rng=3)).values[0]
+    errors = ((answers - truth) ** 2).reshape(repetitions, -1).sum(axis=1)
+    assert abs(errors.mean() - candidate.expected_error() / repetitions) < 4 * errors.std(ddof=1) / math.sqrt(repetitions)
+
+
+@pytest.mark.parametrize("kind, target", [(AllRange, 1.05), (Prefix, 1.05)])
+def test_eigen_design_is_near_the_svd_bound(kind: type, target: float) -> None:
+    size = 1024
+    dom = Domain({"age": size}, ordered={"age"})
+    workload = Workload(dom, (Product(dom, (Factor(("age",), kind(size)),)),))
+    (candidate,) = eigen.candidates(workload, Privacy.zcdp(1.0))
+    bound = np.sqrt(range_gram_eigenvalues(kind(size))).sum() ** 2 / (2 * size)
+    assert 1.0 < candidate.expected_error() / bound <= target
+
+
+def test_laplace_is_left_to_hierarchies() -> None:
+    dom = Domain({"age": 64}, ordered={"age"})
+    assert eigen.candidates(Workload.all_range(dom, "age"), Privacy.laplace(1.0)) == []
+
+
+def test_eigen_design_beats_the_best_hierarchy_under_zcdp() -> None:
+    dom = Domain({"age": 128}, ordered={"age"})
+    workload = Workload.all_range(dom, "age")
+    (design,) = eigen.candidates(workload, Privacy.zcdp(1.0))
+    (tree,) = hierarchy.candidates(workload, Privacy.zcdp(1.0))
+    assert design.expected_error() < 0.8 * tree.expected_error()
