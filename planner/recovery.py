@@ -272,7 +272,15 @@ def product_variances(product: Product, variances: CoefficientVariances, bases: 
 
 def coefficient_masses(workload: Workload, bases: Bases) -> dict[Subset, np.ndarray]:
     """Recovery mass of the workload on every residual coefficient (weights applied): the expected total
-    squared error is ``Σ_T Σ_c mass_T[c] · Var φ̂_T[c]`` for independent coefficient estimates."""
+    squared error is ``Σ_T Σ_c mass_T[c] · Var φ̂_T[c]`` for independent coefficient estimates.
+    (Cached per workload and bases; the arrays are read-only.)"""
+    key = tuple(bases[a] for a in workload.domain.attributes)
+    return dict(_coefficient_masses(workload, key))
+
+
+@functools.lru_cache(maxsize=16)
+def _coefficient_masses(workload: Workload, key: tuple[AttributeBasis, ...]) -> dict[Subset, np.ndarray]:
+    bases = dict(zip(workload.domain.attributes, key))
     masses: dict[Subset, np.ndarray] = {}
     for product in workload.products:
         attributes = product.attributes
@@ -286,7 +294,15 @@ def coefficient_masses(workload: Workload, bases: Bases) -> dict[Subset, np.ndar
             spread = padded_count((a for a in attributes if a not in subset), bases)
             contribution = outer[index] / spread
             masses[subset] = masses.get(subset, 0.0) + contribution
+    for value in masses.values():
+        value.setflags(write=False)
     return masses
+
+
+def clear_caches() -> None:
+    """Forget cached coefficient squares and masses (benchmarks time cold planning with it)."""
+    for cached in (_coefficient_squares, _summed_coefficient_squares, _coefficient_masses):
+        cached.cache_clear()
 
 
 def residual_dimension(subset: Subset, domain: Domain) -> int:

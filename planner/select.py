@@ -1,8 +1,8 @@
 """Candidate generation, the choice of strategy, and the SVD lower bound (MATH.md §7).
 
 Every family is a function ``(workload, privacy, contributions) -> list[Candidate]``; the selector asks
-all of them and keeps the candidate with the least exact expected error. Families outside this module
-register themselves by appending to :data:`FAMILIES`.
+all of them (identity, marginals, Fourier, residual, hierarchies, and whatever is registered in
+:data:`FAMILIES`) and keeps the consistent candidate with the least exact expected error.
 
 The SVD bound needs ``Σσ_i(W)`` without densifying ``W``: per attribute, the Gram blocks of all products
 (``I`` for GROUP BY, ``11ᵀ`` for summed-out attributes, the block's own Gram otherwise) are diagonalised
@@ -23,7 +23,7 @@ import numpy as np
 
 from planner.budget import Sensitivity
 from planner.privacy import Privacy
-from planner.strategies import fourier, identity, marginals, residual
+from planner.strategies import eigen, fourier, hierarchy, identity, marginals, residual
 from planner.strategies.base import Candidate
 from planner.workload import DENSE_LIMIT, Block, Identity, Total, Workload
 
@@ -60,7 +60,7 @@ def all_candidates(
 ) -> list[Candidate]:
     """Every candidate of every applicable family."""
     Sensitivity(contributions, distinct_cells)  # validates
-    families = (_own_families(distinct_cells) if _blocks_are_small(workload) else []) + list(FAMILIES)
+    families = (_own_families(distinct_cells) if _blocks_are_small(workload) else []) + [hierarchy.candidates, eigen.candidates, *FAMILIES]
     found: list[Candidate] = []
     for family in families:
         found.extend(family(workload, privacy, contributions))

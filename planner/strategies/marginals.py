@@ -76,7 +76,8 @@ class MarginalsCandidate(CoefficientCandidate):
         super().__init__(name, workload, privacy, sensitivity, {a: helmert_basis(domain.size_of(a)) for a in domain.attributes})
         self.measured = tuple(domain.canonical(m) for m in measured)
         self.budgets = np.asarray(budgets, dtype=float)
-        uncovered = [t for t in self.relevant if not any(set(t) <= set(b) for b in self.measured)]
+        sources = np.diff(self._incidence.indptr)  # measured marginals containing each needed subset
+        uncovered = [t for t, count in zip(self.needed, sources) if count == 0 and t in self.relevant]
         if uncovered:
             raise ValueError(f"measured marginals {self.measured} do not cover {uncovered}")
         self.noises = tuple(noise_for_group(privacy, b, sensitivity, 1.0, distinct_applies=True) for b in self.budgets)

@@ -77,10 +77,14 @@ class CoefficientCandidate(Candidate):
         return self._workload
 
     @functools.cached_property
+    def masses(self) -> Mapping[Subset, np.ndarray]:
+        """The workload's recovery mass on every residual coefficient (``planner.recovery``)."""
+        return coefficient_masses(self.workload, self.bases)
+
+    @functools.cached_property
     def relevant(self) -> frozenset[Subset]:
         """Needed subsets on which the workload has non-zero recovery mass (others never affect answers)."""
-        masses = coefficient_masses(self.workload, self.bases)
-        totals = {t: float(np.sum(masses[t])) for t in self.needed}
+        totals = {t: float(np.sum(self.masses[t])) for t in self.needed}
         largest = max(totals.values())
         return frozenset(t for t, m in totals.items() if m > MASS_TOLERANCE * largest)
 
@@ -137,9 +141,10 @@ class CoefficientCandidate(Candidate):
         return self._query_variances
 
     def expected_error(self, continuous: bool = False) -> float:
-        """Expected total squared error; ``continuous=True`` uses continuous-noise variances (2b², σ²)."""
-        variances = self.query_variances_for(True) if continuous else self.query_variances()
-        return float(sum(p.weight**2 * v.sum() for p, v in zip(self.workload.products, variances)))
+        """Expected total squared error, ``Σ_T Σ_c mass_T[c] Var φ̂_T[c]`` (equal to the weighted sum of
+        :meth:`query_variances`); ``continuous=True`` uses continuous-noise variances (2b², σ²)."""
+        variances = self.coefficient_variances(True) if continuous else self.exact_coefficient_variances
+        return float(sum(np.sum(self.masses[t] * variances[t]) for t in self.needed))
 
     def answer(self, measurement: Measurement) -> Answers:
         if measurement.strategy != self.name:

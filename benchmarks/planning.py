@@ -1,0 +1,116 @@
+"""Speed of the planner: planning (every family, the choice, budgets) and answering (noise + GLS).
+
+One core: BLAS threads are pinned to 1 and the limits apply to the process CPU time (the wall-clock
+time is printed beside it; on a shared, loaded machine it is larger). Data: random rows drawn over the domain, aggregated into exactly
+the marginals the plan asks for (the database's job, not timed). No full-domain matrix is ever built.
+Each figure is the median of ``REPEATS`` cold runs (the planner's caches are cleared before each).
+
+    /work/venv/bin/python benchmarks/planning.py         # prints the table, writes results/planning.csv
+"""
+
+from __future__ import annotations
+
+import os
+
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_variable] = "1"
+
+import csv  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from planner import Domain, Privacy, Workload, plan  # noqa: E402
+from planner.recovery import clear_caches  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+REPEATS = 3
+ROWS_OF_DATA = 48_842  # as many rows as the Adult data set
+
+ADULT = Domain(
+    {"workclass": 9, "education": 16, "marital": 7, "occupation": 15, "relationship": 6, "race": 5, "sex": 2, "income": 2}
+)
+BINARY16 = Domain({f"x{i:02d}": 2 for i in range(16)})
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    workload: Callable[[], Workload]
+    limit_seconds: float | None  # plan + answer must stay under this
+
+
+CASES: list[Case] = [
+    Case("all 2-way marginals, Adult", lambda: Workload.all_kway(ADULT, 2), 1.0),
+    Case("all 2-way marginals, 16 binary", lambda: Workload.all_kway(BINARY16, 2), None),
+    Case("all 3-way marginals, 16 binary", lambda: Workload.all_kway(BINARY16, 3), 2.0),
+]
+
+
+def random_marginals(domain: Domain, wanted: tuple[tuple[str, ...], ...], seed: int) -> dict[tuple[str, ...], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rows = {a: rng.integers(0, n, ROWS_OF_DATA) for a, n in zip(domain.attributes, domain.sizes)}
+    tables = {}
+    for attributes in wanted:
+        shape = domain.shape(attributes)
+        if not attributes:
+            tables[attributes] = np.array(ROWS_OF_DATA)
+            continue
+        cells = np.ravel_multi_index([rows[a] for a in attributes], shape)
+        tables[attributes] = np.bincount(cells, minlength=int(np.prod(shape))).reshape(shape)
+    return tables
+
+
+def time_case(case: Case, privacy: Privacy) -> dict[str, object]:
+    workload = case.workload()
+    plan_times, answer_times, wall_times = [], [], []
+    for repeat in range(REPEATS):
+        clear_caches()
+        wall, start = time.perf_counter(), time.process_time()
+        chosen = plan(workload, privacy)
+        planned, planned_wall = time.process_time(), time.perf_counter()
+        marginals = random_marginals(workload.domain, chosen.required_marginals(), repeat)
+        aggregated, aggregated_wall = time.process_time(), time.perf_counter()
+        chosen.answer(chosen.measure(marginals, rng=repeat))
+        answered, answered_wall = time.process_time(), time.perf_counter()
+        plan_times.append(planned - start)
+        answer_times.append(answered - aggregated)
+        wall_times.append(planned_wall - wall + answered_wall - aggregated_wall)
+    plan_seconds, answer_seconds = statistics.median(plan_times), statistics.median(answer_times)
+    total = plan_seconds + answer_seconds
+    return {
+        "workload": case.name,
+        "cells": workload.domain.size,
+        "marginals": len(workload.products),
+        "privacy": str(privacy),
+        "strategy": chosen.strategy_name,
+        "plan_s": round(plan_seconds, 3),
+        "answer_s": round(answer_seconds, 3),
+        "total_s": round(total, 3),
+        "wall_s": round(statistics.median(wall_times), 3),
+        "limit_s": "" if case.limit_seconds is None else case.limit_seconds,
+        "within_limit": "" if case.limit_seconds is None else ("yes" if total < case.limit_seconds else "NO"),
+    }
+
+
+def main() -> None:
+    results = [time_case(case, privacy) for case in CASES for privacy in (Privacy.zcdp(1.0), Privacy.laplace(1.0))]
+    columns = list(results[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in results)) for c in columns}
+    print(f"planning and answering: CPU seconds on one core (wall beside), median of {REPEATS} cold runs")
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for r in results:
+        print("  ".join(str(r[c]).ljust(widths[c]) for c in columns))
+    RESULTS.mkdir(exist_ok=True)
+    with open(RESULTS / "planning.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(results)
+
+
+if __name__ == "__main__":
+    main()
