@@ -3,8 +3,18 @@
 `optimize(W, ε)` finds a randomizer adapted to the workload; the classic protocols are available as
 factorizations for comparison; `design`/`Mechanism`/`Aggregator` ship a randomizer to clients and
 turn their reports into workload answers with variances.
+
+Example:
+    >>> import numpy as np
+    >>> from planner.ldp import optimize, classic_protocols
+    >>> prefix = np.tril(np.ones((16, 16)))
+    >>> best = optimize(prefix, 1.0, seed=0, restarts=1, iterations=100)
+    >>> classic = min(p.worst_case_variance(1) for p in classic_protocols(prefix, 1.0).values())
+    >>> best.worst_case_variance(1000) < 0.8 * 1000 * classic
+    True
 """
 
+from planner.ldp.deploy import Aggregator, ItemSetMechanism, Mechanism, TableMechanism, WorkloadAnswers, design
 from planner.ldp.errors import (
     InvalidEpsilonError,
     InvalidStrategyError,
@@ -12,7 +22,6 @@ from planner.ldp.errors import (
     MechanismFormatError,
     WorkloadNotSupportedError,
 )
-from planner.ldp.deploy import Aggregator, ItemSetMechanism, Mechanism, TableMechanism, WorkloadAnswers, design
 from planner.ldp.factorization import Factorization, optimal_reconstruction
 from planner.ldp.optimize import optimize
 from planner.ldp.protocols import (
@@ -26,6 +35,7 @@ from planner.ldp.protocols import (
     subset_selection,
     unary_encoding,
 )
+from planner.ldp.wnnls import non_negative_answers
 
 __all__ = [
     "Aggregator",
@@ -44,6 +54,7 @@ __all__ = [
     "fourier",
     "hadamard_response",
     "hierarchical",
+    "non_negative_answers",
     "local_hashing",
     "optimal_reconstruction",
     "optimize",
