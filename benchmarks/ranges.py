@@ -1,0 +1,141 @@
+"""Range workloads on one ordered attribute: accuracy against the SVD bound, and speed.
+
+Accuracy: expected total squared error (exact, for the discrete noise actually released) divided by
+the SVD bound (MATH.md §7, with the closed-form range spectra of ``planner.strategies.eigen``), for the
+best hierarchy (over b), the eigen-design (zCDP only) and the planner's choice; ε = 1 or ρ = 1.
+Speed: planning (``planner.plan``: every family, the choice, budgets) and answering (measurement with
+discrete noise, GLS, all answers and their variances) on n = 4096, one core (BLAS threads pinned to 1;
+CPU time of the process is the figure, wall-clock beside it).
+
+    /work/venv/bin/python benchmarks/ranges.py     # prints both tables, writes results/ranges*.csv
+"""
+
+from __future__ import annotations
+
+import os
+
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_variable] = "1"
+
+import csv  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from planner import AllRange, Domain, Prefix, Privacy, Workload, plan  # noqa: E402
+from planner.strategies import eigen, hierarchy  # noqa: E402
+from planner.strategies.eigen import range_gram_eigenvalues  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+SPEED_LIMIT_SECONDS = 2.0
+ROWS_OF_DATA = 48_842
+
+
+@dataclass(frozen=True)
+class RangeRow:
+    name: str
+    kind: type  # AllRange or Prefix
+    size: int
+    gaussian_target: float
+    laplace_target: float
+    published: str
+
+    def workload(self) -> Workload:
+        dom = Domain({"age": self.size}, ordered={"age"})
+        return Workload.all_range(dom, "age") if self.kind is AllRange else Workload.prefix(dom, "age")
+
+    def bound(self, privacy: Privacy) -> float:
+        total = np.sqrt(range_gram_eigenvalues(self.kind(self.size))).sum() ** 2 / self.size
+        return 2 * total / privacy.epsilon**2 if privacy.is_laplace else total / (2 * privacy.rho)
+
+
+ROWS = [
+    RangeRow("all range queries, n = 1024", AllRange, 1024, 1.05, 4.8, "1.48 (per-level budgets + GLS) / 4.98 (p-Identity)"),
+    RangeRow("prefix, n = 1024", Prefix, 1024, 1.05, 5.2, "1.49 / 5.39"),
+]
+
+
+def _best(family: Callable[..., list], workload: Workload, privacy: Privacy) -> float | None:
+    found = family(workload, privacy)
+    return min(c.expected_error() for c in found) if found else None
+
+
+def accuracy_rows() -> list[dict[str, object]]:
+    results = []
+    for row in ROWS:
+        workload = row.workload()
+        for privacy in (Privacy.zcdp(1.0), Privacy.laplace(1.0)):
+            bound = row.bound(privacy)
+            tree = min(hierarchy.candidates(workload, privacy), key=lambda c: c.expected_error())
+            design = _best(eigen.candidates, workload, privacy)
+            chosen = plan(workload, privacy)
+            target = row.laplace_target if privacy.is_laplace else row.gaussian_target
+            ratio = chosen.expected_error() / bound
+            results.append({
+                "workload": row.name, "privacy": str(privacy), "svd_bound": bound,
+                "hierarchy": f"{tree.expected_error() / bound:.4f} ({tree.name})",
+                "eigen": "" if design is None else f"{design / bound:.4f}",
+                "choice": chosen.strategy_name, "ratio": ratio, "target": f"≤ {target:g}",
+                "meets_target": "yes" if ratio <= target else "NO", "published": row.published,
+            })
+    return results
+
+
+def speed_rows() -> list[dict[str, object]]:
+    results = []
+    size = 4096
+    dom = Domain({"age": size}, ordered={"age"})
+    data = np.bincount(np.random.default_rng(0).integers(0, size, ROWS_OF_DATA), minlength=size)
+    for privacy in (Privacy.laplace(1.0), Privacy.zcdp(1.0)):
+        workload = Workload.all_range(dom, "age")
+        cpu, wall = time.process_time(), time.perf_counter()
+        chosen = plan(workload, privacy)
+        planned_cpu, planned_wall = time.process_time() - cpu, time.perf_counter() - wall
+        cpu, wall = time.process_time(), time.perf_counter()
+        candidate = chosen.candidate
+        answers = candidate.answer(candidate.measure({m: data for m in candidate.required_marginals()}))
+        answered_cpu, answered_wall = time.process_time() - cpu, time.perf_counter() - wall
+        total = planned_cpu + answered_cpu
+        results.append({
+            "workload": f"all ranges, n = {size} ({answers.values[0].size} queries)", "privacy": str(privacy),
+            "choice": chosen.strategy_name, "plan_cpu_s": planned_cpu, "answer_cpu_s": answered_cpu,
+            "total_cpu_s": total, "total_wall_s": planned_wall + answered_wall,
+            "limit_s": SPEED_LIMIT_SECONDS, "meets_limit": "yes" if total <= SPEED_LIMIT_SECONDS else "NO",
+        })
+    return results
+
+
+def _print_and_write(title: str, results: list[dict[str, object]], path: Path) -> None:
+    columns = list(results[0])
+    shown = [c for c in columns if c != "svd_bound"]
+    widths = {c: max(len(c), *(len(_text(r[c])) for r in results)) for c in shown}
+    print(title)
+    print("  ".join(c.ljust(widths[c]) for c in shown))
+    for r in results:
+        print("  ".join(_text(r[c]).ljust(widths[c]) for c in shown))
+    print()
+    RESULTS.mkdir(exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(results)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return "—" if value == "" else str(value)
+
+
+def main() -> None:
+    _print_and_write("range workloads: expected total squared error / SVD bound", accuracy_rows(),
+                     RESULTS / "ranges_accuracy.csv")
+    _print_and_write("range workloads: planning + answering time (one core)", speed_rows(),
+                     RESULTS / "ranges_speed.csv")
+
+
+if __name__ == "__main__":
+    main()
