@@ -42,6 +42,7 @@ VISITS_SCHEMA: dict[str, object] = {
     "columns": {"slot": {"categories": [0, 1, 2]}},
 }
 IN_CI = os.environ.get("CI") == "true"
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 #: Spark tests share one group so that `pytest -n 2 --dist loadgroup` starts a single JVM
 ON_SPARK = pytest.mark.xdist_group("spark")
 
