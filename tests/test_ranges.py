@@ -36,6 +36,8 @@ def test_sine_bases_diagonalise_the_grams_and_fast_transforms_match(size: int, k
     x = np.random.default_rng(size).normal(size=(size, 3))
     assert basis.analyse(x) == pytest.approx(V.T @ x, abs=1e-12)
     assert basis.synthesise(x) == pytest.approx(V @ x, abs=1e-12)
+    spectrum = np.random.default_rng(size + 1).uniform(0.5, 2.0, size)
+    assert basis.function_matrix(spectrum) == pytest.approx((V * spectrum) @ V.T, abs=1e-12)
 
 
 def range_workload(size: int) -> Workload:
@@ -72,6 +74,8 @@ def test_variances_match_dense_gls_of_the_integer_strategy() -> None:
     for product, got in zip(workload.products, candidate.query_variances()):
         W = product.matrix_on(("sex", "age"))
         assert got == pytest.approx(np.einsum("ij,jk,ik->i", W, full, W), rel=1e-6)
+    summed = sum(p.weight**2 * v.sum() for p, v in zip(workload.products, candidate.query_variances()))
+    assert candidate.expected_error() == pytest.approx(summed, rel=1e-10)  # closed-form traces
 
 
 def test_exact_measurement_is_solved_exactly() -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy import fft
+from scipy import fft, linalg
 
 from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_noise
 from planner.privacy import Privacy
@@ -104,6 +104,29 @@ class SineBasis:
         grid = np.outer(np.arange(n, 0, -1), np.arange(1, 2 * n, 2)) * (np.pi / (2 * n + 1))
         return math.sqrt(4 / (2 * n + 1)) * np.sin(grid)
 
+    def function_matrix(self, spectrum: np.ndarray) -> np.ndarray:
+        """``V diag(spectrum) Vᵀ`` densely in ``O(n²)``: Toeplitz minus Hankel, from one FFT.
+
+        All ranges: ``(2/(n+1)) Σ_k f_k sin(a_i k) sin(a_j k) = c(i−j) − c(i+j+2)`` with
+        ``c(m) = (1/(n+1)) Σ_k f_k cos(π m k/(n+1))``. Prefixes (``i = n − u``, ``N = 2n+1``):
+        ``e(i−i') − e(i+i')`` with ``e(m) = (2/N) Σ_k f_k cos(π m (2k−1)/N)``."""
+        n = self.size
+        if self.kind is AllRange:
+            length = 2 * (n + 1)
+            series = np.zeros(length)
+            series[1 : n + 1] = spectrum
+            symbol = np.real(np.fft.ifft(series)) * length / (n + 1)
+            result = linalg.toeplitz(symbol[:n])
+            result -= linalg.hankel(symbol[2 : n + 2], symbol[n + 1 : 2 * n + 1])
+            return result
+        length = 2 * (2 * n + 1)
+        series = np.zeros(length)
+        series[1 : 2 * n : 2] = spectrum
+        symbol = np.real(np.fft.ifft(series)) * length * 2 / (2 * n + 1)
+        result = linalg.toeplitz(symbol[:n])
+        result -= linalg.hankel(symbol[2 * n : n : -1], symbol[n + 1 : 1 : -1])  # symbol[2n − u − v]
+        return result
+
     def power(self, x: np.ndarray, spectrum: np.ndarray) -> np.ndarray:
         """``V diag(spectrum) Vᵀ x``."""
         shape = (-1,) + (1,) * (x.ndim - 1)
@@ -123,13 +146,9 @@ class EigenDesign:
     spectrum: np.ndarray  # eigenvalues of G in the basis' order
 
     @cached_property
-    def vectors(self) -> np.ndarray:
-        return self.basis.matrix()
-
-    @cached_property
     def _root(self) -> np.ndarray:
         """``G^{1/4} = V Λ^{1/4} Vᵀ`` (dense n × n); its column norms² are the diagonal of ``G^{1/2}``."""
-        return self.basis.synthesise(self.spectrum[:, None] ** 0.25 * self.vectors.T)
+        return self.basis.function_matrix(self.spectrum**0.25)
 
     @cached_property
     def column_scales(self) -> np.ndarray:
@@ -184,12 +203,24 @@ class EigenCovariance(OrderedCovariance):
         """``K`` with a zero row and column in front (index 0 is the empty prefix)."""
         design, n = self.design, self.size
         inverse_scales = 1 / design.column_scales
-        halves = np.cumsum(design.vectors.T * inverse_scales, axis=1)  # Vᵀ D⁻¹ Lᵀ
-        inner = design.basis.synthesise(design.spectrum[:, None] ** -0.5 * halves)  # V Λ^{-1/2} Vᵀ D⁻¹ Lᵀ
-        covariance = np.cumsum(inverse_scales[:, None] * inner, axis=0) * (self.noise_variance / design.scale**2)
+        covariance = design.basis.function_matrix(design.spectrum**-0.5)  # G^{−1/2}
+        covariance *= inverse_scales[:, None]
+        covariance *= inverse_scales[None, :] * (self.noise_variance / design.scale**2)
         padded = np.zeros((n + 1, n + 1))
-        padded[1:, 1:] = (covariance + covariance.T) / 2
+        padded[1:, 1:] = covariance
+        np.cumsum(padded, axis=0, out=padded)
+        np.cumsum(padded, axis=1, out=padded)
         return padded
+
+    def trace(self, block: Block) -> float:
+        """All ranges: every prefix index ``m`` is an end of ``n`` ranges, so the sum of
+        ``K_hh + K_ll − 2K_lh`` over ``l < h`` is ``(n+1) tr K − ΣK``; prefixes: ``tr K``."""
+        K = self.prefix_covariance
+        if isinstance(block, AllRange):
+            return float((self.size + 1) * np.trace(K) - K.sum())
+        if isinstance(block, Prefix):
+            return float(np.trace(K))
+        return super().trace(block)
 
     def variances(self, block: Block) -> np.ndarray:
         K = self.prefix_covariance
