@@ -19,6 +19,7 @@ import numpy as np
 from planner.privacy import Privacy
 from planner.select import BoundUnavailableError, all_candidates, choose, svd_bound
 from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
+from planner.strategies.residual import CoefficientCandidate, NonNegativityReport, nonnegative_answer
 from planner.workload import Product, Workload
 
 MAX_EXPLAINED_PRODUCTS = 20
@@ -102,6 +103,13 @@ class Plan:
 
     def answer(self, measurement: Measurement) -> Answers:
         return self.candidate.answer(measurement)
+
+    def answer_nonnegative(self, measurement: Measurement) -> tuple[Answers, NonNegativityReport]:
+        """Answers consistent with non-negative counts (NNLS), and what that changed against GLS.
+        Available for marginal-type strategies; the variances returned are the GLS ones."""
+        if not isinstance(self.candidate, CoefficientCandidate):
+            raise TypeError(f"non-negative answers are available for marginal-type strategies, not {self.strategy_name}")
+        return nonnegative_answer(self.candidate, measurement)
 
     # -- explaining it -----------------------------------------------------------------------------
     def explain(self) -> str:

@@ -299,6 +299,63 @@ def _coefficient_masses(workload: Workload, key: tuple[AttributeBasis, ...]) -> 
     return masses
 
 
+# --------------------------------------------------------------------------------------------------
+# Non-negativity.
+# --------------------------------------------------------------------------------------------------
+
+NONNEGATIVE_MAX_CELLS = 2**20  # NNLS works on the marginal over every attribute the workload reads
+
+
+def _expand_residual(values: np.ndarray, attributes: Subset, subset: Subset, bases: Bases) -> np.ndarray:
+    """Adjoint of :func:`residual_of_marginal`: ``(⊗_{a∈T} Q_a ⊗ 1_{A∖T}) values`` over the cells of A."""
+    tensor = np.asarray(values, dtype=float)
+    for axis, attribute in enumerate(subset):
+        tensor = _apply_along(tensor, bases[attribute].residual_matrix.T, axis)
+    expanded = np.expand_dims(tensor, [i for i, a in enumerate(attributes) if a not in subset])
+    return np.broadcast_to(expanded, tuple(bases[a].size for a in attributes))
+
+
+def nonnegative_fit(
+    attributes: Subset,
+    estimates: Mapping[Subset, np.ndarray],
+    variances: Mapping[Subset, np.ndarray],
+    bases: Bases,
+) -> np.ndarray:
+    """Non-negative weighted least squares (MATH.md §3 with ``x ≥ 0``) on the marginal over
+    ``attributes``: minimise ``Σ_T Σ_c (φ_T(m)[c] − φ̂_T[c])² / Var φ̂_T[c]`` over ``m ≥ 0`` (L-BFGS-B),
+    from the clipped GLS marginal. Subsets with zero variance entries are left out of the fit."""
+    from scipy.optimize import minimize  # only non-negative answers need it
+
+    shape = tuple(bases[a].size for a in attributes)
+    if math.prod(shape) > NONNEGATIVE_MAX_CELLS:
+        raise ValueError(
+            f"non-negative answers need the {math.prod(shape)}-cell marginal on {attributes};"
+            f" at most {NONNEGATIVE_MAX_CELLS} cells are supported — ask for fewer attributes at once"
+        )
+    fitted = [t for t in estimates if np.all(np.asarray(variances[t]) > 0)]
+    precision = {t: 1.0 / np.broadcast_to(variances[t], residual_shape(t, bases)) for t in fitted}
+    start = np.clip(marginal_from_residuals(attributes, _complete(attributes, estimates, bases), bases), 0, None)
+
+    def objective(flat: np.ndarray) -> tuple[float, np.ndarray]:
+        table = flat.reshape(shape)
+        value, gradient = 0.0, np.zeros(shape)
+        for subset in fitted:
+            difference = residual_of_marginal(table, attributes, subset, bases) - estimates[subset]
+            weighted = difference * precision[subset]
+            value += float(np.sum(difference * weighted))
+            gradient += 2 * _expand_residual(weighted, attributes, subset, bases)
+        return value, gradient.ravel()
+
+    result = minimize(objective, start.ravel(), jac=True, method="L-BFGS-B", bounds=[(0, None)] * start.size,
+                      options={"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-9})
+    return result.x.reshape(shape)
+
+
+def _complete(attributes: Subset, estimates: Mapping[Subset, np.ndarray], bases: Bases) -> dict[Subset, np.ndarray]:
+    """The given residual estimates, with zeros for the subsets of ``attributes`` nobody measured."""
+    return {t: estimates.get(t, np.zeros(residual_shape(t, bases))) for t in subsets(attributes)}
+
+
 def clear_caches() -> None:
     """Forget cached coefficient squares and masses (benchmarks time cold planning with it)."""
     for cached in (_coefficient_squares, _summed_coefficient_squares, _coefficient_masses):

@@ -1,7 +1,7 @@
 """Candidate generation, the choice of strategy, and the SVD lower bound (MATH.md §7).
 
 Every family is a function ``(workload, privacy, contributions) -> list[Candidate]``; the selector asks
-all of them (identity, marginals, Fourier, residual, hierarchies, and whatever is registered in
+all of them (identity, marginals, Fourier, residual, hierarchies, eigen-designs, and whatever is registered in
 :data:`FAMILIES`) and keeps the consistent candidate with the least exact expected error.
 
 The SVD bound needs ``Σσ_i(W)`` without densifying ``W``: per attribute, the Gram blocks of all products
@@ -9,7 +9,8 @@ The SVD bound needs ``Σσ_i(W)`` without densifying ``W``: per attribute, the G
 in one common eigenbasis when they commute; eigenvectors on which every block has the same eigenvalue
 form a *class*. ``WᵀW = Σ_P w_P² ⊗_a G_{P,a}`` is then diagonal with eigenvalue
 ``Σ_P w_P² Π_a λ_{P,a}(class_a)`` of multiplicity ``Π_a |class_a|`` — for marginals the classes are the
-constant vector and its complement, giving ResidualPlanner's subset formula. Products with multi-attribute
+constant vector and its complement, giving ResidualPlanner's subset formula; a prefix or all-range block
+(alone on its attribute but for GROUP BY) uses its closed-form spectrum (``planner.strategies.eigen``). Products with multi-attribute
 factors, or blocks that do not commute, fall back to a dense SVD when the matrix is small.
 """
 
@@ -25,7 +26,7 @@ from planner.budget import Sensitivity
 from planner.privacy import Privacy
 from planner.strategies import eigen, fourier, hierarchy, identity, marginals, residual
 from planner.strategies.base import Candidate
-from planner.workload import DENSE_LIMIT, Block, Identity, Total, Workload
+from planner.workload import DENSE_LIMIT, AllRange, Block, Identity, Prefix, Total, Workload
 
 Family = Callable[[Workload, Privacy, int], list[Candidate]]
 
@@ -98,6 +99,11 @@ def _attribute_spectrum(size: int, blocks: list[Block | None]) -> _AttributeSpec
     if all(b is None or isinstance(b, (Identity, Total)) for b in distinct):
         values = {b: (np.array([1.0, 1.0]) if isinstance(b, Identity) else np.array([float(size), 0.0])) for b in distinct}
         return _AttributeSpectrum(values, np.array([1, size - 1]))
+    others = [b for b in distinct if not isinstance(b, Identity)]
+    if len(others) == 1 and isinstance(others[0], (Prefix, AllRange)):  # closed-form range spectrum
+        spectrum = eigen.range_gram_eigenvalues(others[0])
+        values = {b: (spectrum if b is others[0] else np.ones(size)) for b in distinct}
+        return _AttributeSpectrum(values, np.ones(size, dtype=int))
     if size > MAX_EIGEN_SIZE:
         raise BoundUnavailableError(f"an attribute of size {size} is too large to diagonalise its query blocks")
     grams = [np.ones((size, size)) if b is None else b.gram() for b in distinct]

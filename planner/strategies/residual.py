@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 from abc import abstractmethod
+from dataclasses import dataclass
 from collections.abc import Mapping
 
 import numpy as np
@@ -34,6 +35,7 @@ from planner.recovery import (
     integer_residual,
     integer_row_norms2,
     marginal_from_residuals,
+    nonnegative_fit,
     product_variances,
     residual_shape,
     subsets,
@@ -155,6 +157,44 @@ class CoefficientCandidate(Candidate):
             for p in self.workload.products
         )
         return Answers(values, self.query_variances())
+
+
+@dataclass(frozen=True)
+class NonNegativityReport:
+    """What forcing the answers to come from non-negative counts changed."""
+
+    negative_before: int  # GLS answers below zero
+    changed: int  # answers that moved by more than 1e-6
+    largest_change: float
+    total_change: float  # sum of absolute changes over all answers
+
+    def __str__(self) -> str:
+        return (
+            f"non-negativity: {self.negative_before} negative GLS answer(s); {self.changed} answer(s) changed,"
+            f" by at most {self.largest_change:.4g} (total {self.total_change:.4g})"
+        )
+
+
+def nonnegative_answer(candidate: CoefficientCandidate, measurement: Measurement) -> tuple[Answers, NonNegativityReport]:
+    """Answers from the non-negative least-squares fit (``planner.recovery.nonnegative_fit``) on the
+    marginal over every attribute the workload reads, and a report of what changed against GLS. The
+    variances returned are GLS's: NNLS answers are biased, their error is at most GLS's in the fitted
+    norm but has no closed form."""
+    gls = candidate.answer(measurement)
+    union = candidate.workload.domain.canonical(a for p in candidate.workload.products for a in p.attributes)
+    variances = candidate.exact_coefficient_variances
+    estimates = candidate.residuals(measurement)
+    fitted = nonnegative_fit(union, {t: estimates[t] for t in candidate.relevant}, variances, candidate.bases)
+    values = tuple(p.unweighted_answer(marginal_for(candidate.workload.domain, {union: fitted}, p.attributes))
+                   for p in candidate.workload.products)
+    change = np.abs(np.concatenate(values) - np.concatenate(gls.values))
+    report = NonNegativityReport(
+        int(np.count_nonzero(np.concatenate(gls.values) < 0)),
+        int(np.count_nonzero(change > 1e-6)),
+        float(change.max(initial=0.0)),
+        float(change.sum()),
+    )
+    return Answers(values, gls.variances), report
 
 
 def _noise_variances(family: str, parameters: np.ndarray, continuous: bool) -> np.ndarray:
