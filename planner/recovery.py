@@ -274,13 +274,13 @@ def coefficient_masses(workload: Workload, bases: Bases) -> dict[Subset, np.ndar
     """Recovery mass of the workload on every residual coefficient (weights applied): the expected total
     squared error is ``Σ_T Σ_c mass_T[c] · Var φ̂_T[c]`` for independent coefficient estimates.
     (Cached per workload and bases; the arrays are read-only.)"""
-    key = tuple(bases[a] for a in workload.domain.attributes)
-    return dict(_coefficient_masses(workload, key))
+    read = workload.domain.canonical(a for p in workload.products for a in p.attributes)
+    return dict(_coefficient_masses(workload, tuple((a, bases[a]) for a in read)))
 
 
 @functools.lru_cache(maxsize=16)
-def _coefficient_masses(workload: Workload, key: tuple[AttributeBasis, ...]) -> dict[Subset, np.ndarray]:
-    bases = dict(zip(workload.domain.attributes, key))
+def _coefficient_masses(workload: Workload, key: tuple[tuple[str, AttributeBasis], ...]) -> dict[Subset, np.ndarray]:
+    bases = dict(key)
     masses: dict[Subset, np.ndarray] = {}
     for product in workload.products:
         attributes = product.attributes
