@@ -131,7 +131,7 @@ class Plan:
                 lines.append(f"  … {len(self.workload.products) - index} more products")
                 break
             rmse = np.sqrt(variances)
-            spread = f"{rmse.min():.4g}" if np.ptp(rmse) < 1e-9 * max(1.0, rmse.max()) else f"{rmse.min():.4g}–{rmse.max():.4g}"
+            spread = f"{rmse.min():.4g}" if np.ptp(rmse) < 1e-6 * max(1.0, rmse.max()) else f"{rmse.min():.4g}–{rmse.max():.4g}"
             lines.append(f"  {_product_label(product)}: {product.rows} queries, RMSE {spread}")
         lines.append("strategies considered (expected total squared error):")
         for summary in sorted(self.candidates, key=lambda s: s.expected_error):

@@ -350,4 +350,8 @@ def candidates(workload: Workload, privacy: Privacy, contributions: int, distinc
         if screened:
             best = min(screened, key=lambda s: s[2])
             solved.append(problem.solve(refine(problem, best[0])))
-    return [MarginalsCandidate(workload, privacy, sensitivity, kept, budgets) for kept, budgets, _ in solved]
+    unique: dict[tuple[Subset, ...], tuple[np.ndarray, float]] = {}  # families often prune to the same marginals
+    for kept, budgets, error in solved:
+        if kept not in unique or error < unique[kept][1]:
+            unique[kept] = (budgets, error)
+    return [MarginalsCandidate(workload, privacy, sensitivity, kept, budgets) for kept, (budgets, _) in unique.items()]

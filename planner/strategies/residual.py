@@ -313,7 +313,7 @@ def residual_candidate(workload: Workload, privacy: Privacy, sensitivity: Sensit
         parameters[subset] = sigma2 * integer_row_norms2(subset, bases)
         rows = math.prod(shape)
         exact = float(np.mean(noise.discrete_gaussian_variance(parameters[subset]) / integer_row_norms2(subset, bases)))
-        groups.append(GroupBudget(f"residual {subset_name(subset)}", rows, float(rho), exact))
+        groups.append(GroupBudget(f"residual {subset_name(subset)} (variance per unit-norm row)", rows, float(rho), exact))
     return DirectCoefficientCandidate("residual", workload, privacy, sensitivity, bases, parameters, tuple(groups))
 
 
