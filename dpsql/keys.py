@@ -26,14 +26,16 @@
 
 **The split.** The statement's budget (ε, or ρ with Gaussian noise) is split into a fraction ``f`` for
 selection and ``1 − f`` for counting. ``f`` is chosen on a grid (:data:`SELECTION_FRACTIONS`), and
-against the thresholding primitives that reuse their noisy count (``f = 1``), to minimise the
-data-independent objective
+against the thresholding primitive that reuses its noisy count (``f = 1``; Laplace thresholding with
+Laplace noise, Gaussian thresholding with Gaussian noise), to minimise the data-independent objective
 
     max over n ≥ 1 of  π_f(n) · V_f + (1 − π_f(n)) · n²,
 
 the worst expected squared error of one key with ``n`` units (and ``n`` rows) over all ``n``: a kept key
 errs by its count's noise variance ``V_f``, a dropped key by its whole count (it reads as 0). It
-balances a late selection midpoint (large ``f`` needed) against noisy counts (small ``f`` needed). For
+balances a late selection midpoint (large ``f`` needed) against noisy counts (small ``f`` needed). The
+grid is searched with the split optimal primitive (closed form); at the best ``f``,
+:func:`planner.partition.choose` may swap in Gaussian thresholding (``k > 1``, lower midpoint). For
 a thresholding primitive ``V`` is its noise variance; the selection bias of a kept key's noisy count
 (keys are kept when the noise is high) is not part of the objective. With Gaussian noise, a fraction
 ``f`` of ρ buys selection at ``ε_sel = √(2fρ)`` (the ε of a pure mechanism costing ``fρ`` in zCDP).
@@ -73,6 +75,7 @@ from planner.partition import (
     choose,
     gaussian_threshold,
     laplace_threshold,
+    optimal,
     require_selection_possible,
 )
 
@@ -176,12 +179,17 @@ def design(family: str, budget: float, delta: float, bounds: KeyBounds, reuse_al
     def selection_epsilon(fraction: float) -> float:
         return budget * fraction if family == "laplace" else math.sqrt(2 * fraction * budget)
 
-    candidates = []
-    for fraction in SELECTION_FRACTIONS:
-        primitive = choose(selection_epsilon(fraction), delta, k)
-        count_privacy = planner.Privacy.laplace(budget * (1 - fraction)) if family == "laplace" else planner.Privacy.zcdp(budget * (1 - fraction))
+    def measured(fraction: float, primitive: PartitionSelection) -> SelectionDesign:
+        rest = budget * (1 - fraction)
+        count_privacy = planner.Privacy.laplace(rest) if family == "laplace" else planner.Privacy.zcdp(rest)
         variance = _count_variance(count_privacy, contributions)
-        candidates.append(SelectionDesign(primitive, fraction, count_privacy, variance, worst_key_error(primitive, variance)))
+        return SelectionDesign(primitive, fraction, count_privacy, variance, worst_key_error(primitive, variance))
+
+    # the grid is searched with the split optimal primitive (closed form, fast); at the best fraction,
+    # choose() swaps in Gaussian thresholding when k > 1 and its midpoint is lower
+    grid = [measured(f, optimal(selection_epsilon(f), delta, k)) for f in SELECTION_FRACTIONS]
+    best = min(grid, key=lambda candidate: candidate.objective).fraction
+    candidates = [measured(best, choose(selection_epsilon(best), delta, k))]
     if reuse_allowed:
         thresholding = (laplace_threshold if family == "laplace" else gaussian_threshold)(selection_epsilon(1.0), delta, k)
         scale = float(thresholding.noise_scale)

@@ -1,0 +1,1 @@
+EXPLAIN SELECT browser, COUNT(*) FROM adult GROUP BY browser

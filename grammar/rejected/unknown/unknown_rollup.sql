@@ -1,0 +1,2 @@
+-- expect: NotSupportedError GROUP BY
+SELECT browser, COUNT(*) FROM adult GROUP BY ROLLUP (browser)

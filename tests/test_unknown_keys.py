@@ -1,0 +1,344 @@
+"""GROUP BY over a column with no public domain (dpsql.keys): partition selection end to end.
+
+Data sets are built so that the quantities under test can be counted by hand: which keys exist,
+how many units hold each, how many keys and rows each unit has.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+import dpsql.testing
+import planner
+from dpsql import keys
+from dpsql.backends.dialects import POSTGRES, SPARK
+from dpsql.sql.keyed import KeyBoundedAggregation
+from dpsql.schema import ColumnDomain
+from planner.partition import optimal
+
+GRAMMAR = Path(__file__).resolve().parent.parent / "grammar"
+
+
+def _schema(**bounds: int) -> dict[str, object]:
+    return {
+        "privacy_unit": "user_id",
+        "max_rows_per_unit": bounds.pop("m", 4),
+        "columns": {"sex": {"categories": ["F", "M"]}, "browser": "unknown"},
+        **bounds,
+    }
+
+
+def _connect(frame: pd.DataFrame, schema: dict[str, object], epsilon: float = 100.0, delta: float = 1e-6, **options: object) -> dpsql.Connection:
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=epsilon, delta=delta), **options)  # type: ignore[arg-type]
+    connection.register("logs", frame, schema=schema)
+    return connection
+
+
+def _one_key_per_user(units_per_key: dict[str, int], rows_per_unit: int = 1, seed: int = 0) -> pd.DataFrame:
+    """Every user has ``rows_per_unit`` rows, all in one browser; ``units_per_key[b]`` users use ``b``."""
+    rng = np.random.default_rng(seed)
+    browsers = np.repeat(list(units_per_key), list(units_per_key.values()))
+    users = np.arange(1, len(browsers) + 1)
+    return pd.DataFrame(
+        {
+            "user_id": np.repeat(users, rows_per_unit),
+            "browser": np.repeat(browsers, rows_per_unit).astype(object),
+            "sex": rng.choice(["F", "M"], size=len(users) * rows_per_unit),
+        }
+    )
+
+
+@pytest.fixture()
+def logs() -> Iterator[dpsql.Connection]:
+    """Three popular browsers (300, 200, 100 users) and one used by a single user; bounds that bound nothing."""
+    frame = _one_key_per_user({"chrome": 300, "firefox": 200, "safari": 100, "lynx": 1}, rows_per_unit=2)
+    connection = _connect(frame, _schema(m=4, max_groups_per_unit=2, max_rows_per_group=2))
+    yield connection
+    connection.close()
+
+
+def _exact(frame: pd.DataFrame, sql: str) -> dict[tuple[object, ...], int]:
+    import duckdb
+
+    database = duckdb.connect()
+    database.register("logs", frame)
+    found = {row[:-1]: int(row[-1]) for row in database.execute(sql).fetchall()}
+    database.close()
+    return found
+
+
+# -- selection and counting -------------------------------------------------------------------------------
+
+
+def test_noise_free_counts_of_released_keys_equal_duckdb(logs: dpsql.Connection) -> None:
+    frame = logs._backend.connection.execute('SELECT * FROM "__dpsql_logs"').df()  # type: ignore[attr-defined]
+    cursor = logs.cursor()
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(1):
+        cursor.execute("SELECT browser, COUNT(*) AS n FROM logs GROUP BY browser ORDER BY n DESC", epsilon=1.0)
+        single = cursor.fetchall()
+        cursor.execute("SELECT browser, sex, COUNT(*) FROM logs GROUP BY browser, sex", epsilon=1.0)
+        mixed = cursor.fetchall()
+    exact = _exact(frame, "SELECT browser, COUNT(*) FROM logs GROUP BY browser")
+    assert [row[0] for row in single] == ["chrome", "firefox", "safari"]  # lynx (1 user) is not released
+    assert all(row[1] == pytest.approx(exact[(row[0],)], abs=1e-9) for row in single)
+    exact_mixed = _exact(frame, "SELECT browser, sex, COUNT(*) FROM logs GROUP BY browser, sex")
+    assert {(b, s) for b, s, _ in mixed} == {(b, s) for b in ("chrome", "firefox", "safari") for s in ("F", "M")}
+    assert all(n == pytest.approx(exact_mixed.get((b, s), 0), abs=1e-9) for b, s, n in mixed)
+
+
+def test_keys_absent_from_the_data_never_appear() -> None:
+    """Every released key is one of the data's keys, over many seeded selections with a large δ
+    (where even a key with one unit is often released)."""
+    frame = _one_key_per_user({f"k{i}": 1 + i % 3 for i in range(40)})
+    data_keys = set(frame["browser"])
+    seen: set[object] = set()
+    for seed in range(15):  # a fresh connection (budget and key cache) per selection
+        connection = _connect(frame, _schema(m=1), epsilon=1000.0, delta=0.5)
+        connection.selection_delta = 0.3
+        with dpsql.testing.seeded(seed):
+            rows = connection.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0).fetchall()
+        seen |= {row[0] for row in rows}
+        connection.close()
+    assert seen and seen <= data_keys
+    assert len(seen) > 20  # selection did release many small keys: the check above had something to check
+
+
+def test_a_key_with_many_units_is_always_released(logs: dpsql.Connection) -> None:
+    logs.selection_delta = 1e-8  # ten selections fit in the budget's δ
+    statement = keys.prepare(logs, "q", *keys.unknown_group_column(logs, "SELECT browser, COUNT(*) FROM logs GROUP BY browser", None), 1.0, None)  # type: ignore[misc]
+    primitive = statement.design.primitive  # type: ignore[union-attr]
+    assert primitive.probability_of_keep(100) == pytest.approx(1.0, abs=1e-12)
+    for seed in range(10):
+        logs._released_keys = keys.ReleasedKeys()  # forget the released key set: select afresh
+        with dpsql.testing.seeded(seed):
+            rows = logs.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0).fetchall()
+        assert {"chrome", "firefox", "safari"} <= {row[0] for row in rows}
+
+
+@pytest.mark.parametrize("rows_per_group", [1, 2])  # 1: thresholding's noisy count may be re-used; 2: optimal + counting
+def test_keys_held_by_one_unit_are_released_with_probability_pi_of_one(rows_per_group: int) -> None:
+    """600 keys with one unit each: the number released is Binomial(600, π(1)) (4-sigma bounds)."""
+    frame = _one_key_per_user({f"key{i:03d}": 1 for i in range(600)})
+    connection = _connect(frame, _schema(m=2, max_rows_per_group=rows_per_group), epsilon=10.0, delta=0.5)
+    connection.selection_delta = 0.2
+    sql = "SELECT browser, COUNT(*) FROM logs GROUP BY browser"
+    statement = keys.prepare(connection, sql, *keys.unknown_group_column(connection, sql, None), 2.0, None)  # type: ignore[misc]
+    assert statement.design.reuses_noisy_count == (rows_per_group == 1)  # type: ignore[union-attr]
+    probability = float(statement.design.primitive.probability_of_keep(1))  # type: ignore[union-attr]
+    assert 0.05 < probability <= 0.2 + 1e-12  # π(1) never exceeds δ
+    with dpsql.testing.seeded(3):
+        released = connection.cursor().execute(sql, epsilon=2.0).rowcount
+    spread = 4 * math.sqrt(600 * probability * (1 - probability))
+    assert abs(released - 600 * probability) <= spread
+
+
+# -- bounding in SQL ----------------------------------------------------------------------------------------
+
+
+def test_each_unit_contributes_to_at_most_k_keys_and_r_rows_per_key() -> None:
+    """Every one of 120 users has 3 rows in each of the same 10 browsers: with k = 2 and r = 2 each user
+    adds exactly 2 rows to exactly 2 browsers, so the released counts sum to 120·2·2 and the distinct
+    users per browser sum to 120·2."""
+    browsers = [f"b{i}" for i in range(10)]
+    users = np.arange(1, 121)
+    frame = pd.DataFrame(
+        {
+            "user_id": np.repeat(users, 30),
+            "browser": np.tile(np.repeat(browsers, 3), len(users)).astype(object),
+            "sex": "F",
+        }
+    )
+    connection = _connect(frame, _schema(m=30, max_groups_per_unit=2, max_rows_per_group=2), delta=0.5)
+    connection.selection_delta = 0.4  # keys with ~24 users are then released with certainty
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(5):
+        rows = connection.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=20.0).fetchall()
+    assert len(rows) == 10
+    assert sum(n for _, n in rows) == pytest.approx(120 * 2 * 2)
+    assert all(round(n) % 2 == 0 and n == pytest.approx(round(n)) and n > 0 for _, n in rows)  # whole users of 2 rows
+    # the same bounds, read directly from the one statement: distinct units per key
+    table = connection._tables["logs"]
+    aggregation = KeyBoundedAggregation(
+        table=table.relation, columns={"browser": ColumnDomain("browser", "unknown")}, column_types=table.column_types,
+        marginals=(("browser",),), privacy_unit="user_id", max_rows_per_unit=30, salt=11,
+        key_column="browser", max_groups_per_unit=2, max_rows_per_group=2,
+    )
+    histogram = aggregation.key_histogram(connection._backend.run(aggregation.statement().sql(dialect="duckdb")))
+    assert sorted(histogram.keys) == browsers  # type: ignore[type-var]
+    assert int(histogram.units.sum()) == 120 * 2 and int(histogram.counts.sum()) == 120 * 2 * 2
+
+
+def test_bounded_statement_renders_for_every_backend_dialect() -> None:
+    aggregation = KeyBoundedAggregation(
+        table="t", columns={"k": ColumnDomain("k", "unknown"), "s": ColumnDomain("s", "categories", ("F", "M"))},
+        column_types={"k": "VARCHAR", "s": "VARCHAR"}, marginals=(("k", "s"),), privacy_unit="u", max_rows_per_unit=5,
+        salt=7, key_column="k", max_groups_per_unit=3, max_rows_per_group=2,
+    )
+    statement = aggregation.statement()
+    duck = statement.sql(dialect="duckdb")
+    assert "DENSE_RANK() OVER (PARTITION BY unit ORDER BY HASH(unit, c0, 7), c0)" in duck
+    assert "key_in_unit <= 3" in duck and "row_in_key <= 2" in duck and "row_in_unit <= 5" in duck
+    assert "COUNT(DISTINCT unit)" in duck and "GROUPING SETS ((c0, c1), (c0))" in duck
+    assert "HASHTEXTEXTENDED" in statement.sql(dialect=POSTGRES).upper()
+    assert "XXHASH64" in statement.sql(dialect=SPARK).upper()
+
+
+# -- the budget: one charge, the key cache, EXPLAIN ---------------------------------------------------------
+
+
+def test_statement_charges_its_cost_once_and_the_cached_key_set_charges_no_selection(logs: dpsql.Connection) -> None:
+    cursor = logs.cursor()
+    sql = "SELECT browser, COUNT(*) FROM logs GROUP BY browser"
+    delta = keys.selection_delta(logs)
+    assert delta == pytest.approx(1e-7)  # a tenth of the budget's δ by default
+    cursor.execute(sql, epsilon=1.0)
+    first = logs.budget_spent()
+    assert (first.epsilon, first.delta, first.statements) == (pytest.approx(1.0), pytest.approx(delta), 1)
+    assert "keys: released = 3 (newly selected" in cursor.explanation
+    cursor.execute("SELECT browser, sex, COUNT(*) FROM logs GROUP BY browser, sex", epsilon=0.5)
+    second = logs.budget_spent()
+    assert (second.epsilon, second.delta, second.statements) == (pytest.approx(1.5), pytest.approx(delta), 2)
+    assert "keys: cached = 3" in cursor.explanation and "from the cached key set" in cursor.explanation
+    assert {row[0] for row in cursor.fetchall()} == {"chrome", "firefox", "safari"}
+    assert "keys: cached = 3" in logs.explain(sql, epsilon=0.5)
+    frame = _one_key_per_user({"opera": 50})
+    logs.register("logs", frame, schema=_schema(m=4, max_groups_per_unit=2, max_rows_per_group=2))  # new data: select afresh
+    assert "selection" in logs.explain(sql, epsilon=0.5)
+
+
+def test_explain_shows_the_primitive_and_reads_and_charges_nothing(logs: dpsql.Connection) -> None:
+    statements: list[str] = []
+    run = logs._backend.run
+    logs._backend.run = lambda sql: statements.append(sql) or run(sql)  # type: ignore[method-assign]
+    cursor = logs.cursor().execute("EXPLAIN SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0)
+    rows = cursor.fetchall()
+    assert statements == [] and logs.budget_spent().statements == 0
+    assert [d[0] for d in cursor.description] == ["section", "name", "value", "detail"]
+    by_name = {(section, name): (value, detail) for section, name, value, detail in rows}
+    statement = keys.prepare(logs, "q", *keys.unknown_group_column(logs, "SELECT browser, COUNT(*) FROM logs GROUP BY browser", None), 1.0, None)  # type: ignore[misc]
+    primitive = statement.design.primitive  # type: ignore[union-attr]
+    value, detail = by_name[("selection", primitive.name)]
+    assert value == pytest.approx(primitive.midpoint()) and detail == primitive.describe()
+    assert "P[keep] = 1/2 at n" in detail and "epsilon=" in detail
+    assert by_name[("selection", "always kept from n")][0] == (primitive.always_kept() if math.isfinite(primitive.always_kept()) else None)
+    assert by_name[("split", "selection fraction")][0] == statement.design.fraction  # type: ignore[union-attr]
+    assert by_name[("cost", "selection delta")][0] == pytest.approx(1e-7)
+    assert "withheld" in by_name[("keys", "considered")][1]
+    explained = logs.explain("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0)
+    assert primitive.describe() in explained and logs.budget_spent().statements == 0
+
+
+def test_more_than_one_key_per_unit_chooses_between_split_optimal_and_gaussian_thresholding() -> None:
+    chosen = {
+        keys.design("laplace", 1.0, 1e-6, keys.KeyBounds(k, 2, 2 * k), False).primitive.name for k in (2, 8)
+    }
+    assert chosen == {"optimal", "Gaussian thresholding"}  # both are used, each where its midpoint is lower
+    for k in (2, 8):
+        made = keys.design("laplace", 1.0, 1e-6, keys.KeyBounds(k, 2, 2 * k), False)
+        split = optimal(made.primitive.epsilon, 1e-6, k)
+        assert made.primitive.midpoint() <= split.midpoint() + 1e-9
+        assert f"max_groups={k}" in made.primitive.describe()
+
+
+def test_gaussian_noise_charges_zcdp_counting_plus_the_selection_part() -> None:
+    frame = _one_key_per_user({"chrome": 300, "firefox": 200})
+    connection = _connect(frame, _schema(m=2, max_rows_per_group=2), epsilon=100.0, delta=1e-5, noise="gaussian")
+    with dpsql.testing.seeded(2):
+        cursor = connection.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", rho=0.5)
+    made = keys.design("gaussian", 0.5, 1e-6, keys.KeyBounds(1, 2, 2), False)
+    spent = connection.budget_spent()
+    assert spent.rho == pytest.approx(0.5 * (1 - made.fraction))
+    assert made.primitive.epsilon == pytest.approx(math.sqrt(2 * made.fraction * 0.5))
+    assert {row[0] for row in cursor.fetchall()} == {"chrome", "firefox"}
+    errors = [e[1] for e in cursor.errors]
+    assert errors[0] == pytest.approx(math.sqrt(4 / (2 * 0.5 * (1 - made.fraction))), rel=1e-3)  # σ² = c²/(2ρ), c = 2
+
+
+# -- the split objective ------------------------------------------------------------------------------------
+
+
+def test_worst_key_error_is_the_maximum_over_n_of_the_per_key_mse() -> None:
+    primitive = optimal(1.0, 1e-3)
+    variance = 7.0
+    n = np.arange(1, int(primitive.always_kept()) + 1)
+    keep = primitive.probability_of_keep(n)
+    assert keys.worst_key_error(primitive, variance) == pytest.approx(float(np.max(keep * variance + (1 - keep) * n**2)))
+    assert keys.worst_key_error(primitive, 1e6) == pytest.approx(1e6)  # noisy counts dominate: V at large n
+
+
+def test_the_chosen_split_is_no_worse_than_any_grid_fraction() -> None:
+    bounds = keys.KeyBounds(1, 3, 3)
+    made = keys.design("laplace", 1.0, 1e-6, bounds, False)
+    for fraction in keys.SELECTION_FRACTIONS:
+        primitive = optimal(fraction, 1e-6)
+        variance = keys._count_variance(planner.Privacy.laplace(1 - fraction), bounds.contributions)
+        assert made.objective <= keys.worst_key_error(primitive, variance) + 1e-9
+    assert made.cost().epsilon + made.cost().approximate_epsilon == pytest.approx(1.0)
+
+
+# -- bad inputs: clear errors, nothing charged ------------------------------------------------------------------
+
+
+def test_delta_zero_refuses_selection_and_charges_nothing() -> None:
+    connection = _connect(_one_key_per_user({"chrome": 30}), _schema(), delta=0.0)
+    with pytest.raises(dpsql.ProgrammingError, match="delta = 0.*declare the column's domain"):
+        connection.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0)
+    connection.selection_delta = 0.0
+    with pytest.raises(dpsql.ProgrammingError, match="delta = 0"):
+        connection.explain("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0)
+    assert connection.budget_spent().statements == 0
+
+
+@pytest.mark.parametrize(("bounds", "message"), [
+    ({"max_groups_per_unit": 0}, "max_groups_per_unit must be a positive integer"),
+    ({"max_groups_per_unit": "2"}, "max_groups_per_unit must be a positive integer"),
+    ({"max_rows_per_group": -1}, "max_rows_per_group must be a positive integer"),
+])
+def test_bad_bounds_are_refused_by_the_schema(bounds: dict[str, object], message: str) -> None:
+    with pytest.raises(dpsql.ProgrammingError, match=message):
+        dpsql.schema.Schema.load(_schema(**bounds))  # type: ignore[arg-type]
+    with pytest.raises(dpsql.ProgrammingError, match="must be 1 when privacy_unit is null"):
+        dpsql.schema.Schema.load({"privacy_unit": None, "max_groups_per_unit": 2, "columns": {}})
+
+
+def test_a_delta_the_budget_cannot_pay_is_refused_before_reading(logs: dpsql.Connection) -> None:
+    logs.selection_delta = 2e-6  # the budget's δ is 1e-6
+    with pytest.raises(dpsql.BudgetExceededError, match="more delta than the budget has left"):
+        logs.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0)
+    logs.selection_delta = "a lot"  # type: ignore[assignment]
+    with pytest.raises(dpsql.ProgrammingError, match="selection_delta must be a number"):
+        logs.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0)
+    assert logs.budget_spent().statements == 0
+
+
+# -- the grammar corpus for unknown keys -------------------------------------------------------------------------
+
+ACCEPTED = sorted((GRAMMAR / "accepted" / "unknown").glob("*.sql"))
+REJECTED = sorted((GRAMMAR / "rejected" / "unknown").glob("*.sql"))
+
+
+@pytest.mark.parametrize("path", ACCEPTED, ids=lambda p: p.stem)
+def test_accepted_unknown_key_statement_runs(path: Path, adult_connection: dpsql.Connection) -> None:
+    before = adult_connection.budget_spent().statements
+    cursor = adult_connection.cursor().execute(path.read_text(), epsilon=1.0)
+    assert cursor.description is not None and cursor.rowcount >= 0
+    assert adult_connection.budget_spent().statements == before + (0 if path.read_text().lstrip().upper().startswith("EXPLAIN") else 1)
+
+
+@pytest.mark.parametrize("path", REJECTED, ids=lambda p: p.stem)
+def test_rejected_unknown_key_statement_names_the_clause(path: Path, adult_connection: dpsql.Connection) -> None:
+    header, sql = path.read_text().split("\n", 1)
+    expected_class, clause = header.removeprefix("-- expect: ").split(" ", 1)
+    with pytest.raises(getattr(dpsql, expected_class), match=clause):
+        adult_connection.cursor().execute(sql, epsilon=0.5)
+    assert adult_connection.budget_spent().statements == 0
+
+
+def test_corpus_holds_both_kinds() -> None:
+    assert len(ACCEPTED) >= 4 and len(REJECTED) >= 4
