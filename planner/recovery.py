@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.domain import Domain
 from planner.workload import Block, Factor, Product, Workload
 
 Subset = tuple[str, ...]
@@ -196,18 +195,15 @@ def marginal_from_residuals(attributes: Subset, residuals: Mapping[Subset, np.nd
     return coefficients
 
 
-def inverse_variance_mean(
-    estimates: Iterable[tuple[np.ndarray, np.ndarray | float]],
-) -> tuple[np.ndarray, np.ndarray]:
-    """GLS of independent unbiased estimates of one vector: ``(Σ yᵢ/vᵢ)/(Σ 1/vᵢ)`` and ``1/(Σ 1/vᵢ)``."""
-    weighted, precision = 0.0, 0.0
-    for value, variance in estimates:
-        weighted = weighted + np.asarray(value) / variance
-        precision = precision + 1.0 / np.asarray(variance)
-    if np.isscalar(precision) and precision == 0.0:
+def inverse_variance_mean(estimates: Iterable[tuple[np.ndarray, float]]) -> tuple[np.ndarray, float]:
+    """GLS of independent unbiased estimates of one vector, each with isotropic variance ``vᵢ``:
+    ``(Σ yᵢ/vᵢ)/(Σ 1/vᵢ)`` and its variance ``1/(Σ 1/vᵢ)``."""
+    pairs = list(estimates)
+    if not pairs:
         raise ValueError("no estimates to combine")
-    variance_out = 1.0 / np.asarray(precision, dtype=float)
-    return np.asarray(weighted * variance_out, dtype=float), variance_out
+    precision = sum(1.0 / variance for _, variance in pairs)
+    combined = sum(np.asarray(value, dtype=float) / variance for value, variance in pairs)
+    return np.asarray(combined / precision, dtype=float), 1.0 / precision
 
 
 # --------------------------------------------------------------------------------------------------
@@ -360,8 +356,3 @@ def clear_caches() -> None:
     """Forget cached coefficient squares and masses (benchmarks time cold planning with it)."""
     for cached in (_coefficient_squares, _summed_coefficient_squares, _coefficient_masses):
         cached.cache_clear()
-
-
-def residual_dimension(subset: Subset, domain: Domain) -> int:
-    """``Π_{a∈T}(n_a − 1)``: how many independent directions the residual on ``T`` has (unpadded)."""
-    return math.prod(domain.size_of(a) - 1 for a in subset)
