@@ -18,9 +18,10 @@ the workload's attributes is small — every subset of it (HDMM's OPT_M family);
 are dropped. Under Laplace noise the alternation only finds a local optimum (the problem is not convex)
 and fewer, larger marginals often win, because every group shares ε: greedy *coverings* of the workload
 by larger marginals, over a grid of size limits, are screened by a short alternation, and the best is
-refined by a first-improvement local search (grow, shrink, drop or merge marginals). On 16 binary
-attributes this finds designs close to the affine plane AG(2,4) (20 four-way marginals covering every
-pair once), a third of HDMM's published error.
+refined by a first-improvement local search (grow, shrink, drop or merge marginals). For all 2-way
+marginals on 16 binary attributes this finds ten 6-attribute marginals covering every pair: 32× the SVD
+bound, against 71.6× published for HDMM (the affine plane AG(2,4), twenty 4-attribute marginals
+covering each pair once, gives 29.9×).
 """
 
 from __future__ import annotations
