@@ -65,7 +65,6 @@ from dpsql.result import Result, build_result
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.bounded import is_numeric_type
 from dpsql.sql.compile import CompiledQuery, compile_query
-from dpsql.sql.grouping import is_extended
 from dpsql.sql.keyed import KeyBoundedAggregation, KeyHistogram
 from dpsql.sql.parse import Count, Query, parse, predicate_columns
 from planner.noise import discrete_gaussian_variance, discrete_laplace_variance
@@ -277,9 +276,9 @@ def unknown_group_column(connection: Connection, operation: object, parameters: 
     grouping by a column with no declared domain; None otherwise (the ordinary engine handles it,
     and reports its errors)."""
     target = _target(operation)
-    if target is None or is_extended(target):
+    if target is None:
         return None
-    try:
+    try:  # GROUPING SETS / CUBE / ROLLUP / UNION ALL are refused here too: the batch engine handles them
         query = parse(target, parameters)  # type: ignore[arg-type]
     except (ProgrammingError, NotSupportedError):
         return None
