@@ -132,3 +132,18 @@ def test_residual_strategy_error_formula() -> None:
     )
     assert candidate.expected_error(continuous=True) == pytest.approx(want)
     assert set(itertools.chain.from_iterable(dims)) == {"a", "b"}
+
+
+@pytest.mark.parametrize("privacy", [Privacy.laplace(1.0), Privacy.zcdp(1.0)])
+def test_coupled_predicate_factors_match_dense_gls(privacy: Privacy) -> None:
+    """A factor over two attributes (``a = 1 OR b = 2``-style predicates) next to an ordinary marginal."""
+    dom = Domain({"a": 3, "b": 4, "c": 2})
+    rng = np.random.default_rng(0)
+    coupled = Factor(("a", "b"), Explicit(rng.integers(0, 2, size=(3, 12))))
+    workload = Workload(dom, (Product(dom, (coupled, Factor(("c",), Identity(2)))),)) + Workload.marginals(dom, [("b",)])
+    assert singular_value_sum(workload) == pytest.approx(np.linalg.svd(workload.dense(), compute_uv=False).sum())
+    for candidate in all_candidates(workload, privacy):
+        if isinstance(candidate, CoefficientCandidate):
+            S, _, variances = candidate.dense_strategy()
+            want = np.diag(dense_gls(S, variances, candidate.dense_workload()))
+            np.testing.assert_allclose(np.concatenate(candidate.query_variances()), want, rtol=1e-9)
