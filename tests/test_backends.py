@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -43,8 +43,6 @@ VISITS_SCHEMA: dict[str, object] = {
 }
 IN_CI = os.environ.get("CI") == "true"
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
-#: Spark tests share one group so that `pytest -n 2 --dist loadgroup` starts a single JVM
-ON_SPARK = pytest.mark.xdist_group("spark")
 
 
 def unavailable(reason: str) -> None:
@@ -155,7 +153,7 @@ def duckdb_database(adult_frame: pd.DataFrame) -> Iterator[duckdb.DuckDBPyConnec
     connection.close()
 
 
-@pytest.fixture(params=[pytest.param(e, marks=ON_SPARK) if e == "spark" else e for e in ENGINES])
+@pytest.fixture(params=ENGINES)
 def engine(request: pytest.FixtureRequest) -> tuple[str, object]:
     """(engine name, the spec dpsql.connect(backend=...) takes for it)."""
     fixture = {"duckdb": "duckdb_database", "postgres": "postgres_dsn", "spark": "spark"}[request.param]
@@ -236,7 +234,7 @@ def test_spark_grouping_bit_mask_matches_duckdb() -> None:
 
 # -- the same answers on every engine ------------------------------------------------------------------
 @pytest.mark.parametrize("path", ACCEPTED, ids=lambda p: p.stem)
-@pytest.mark.parametrize("name", ["postgres", pytest.param("spark", marks=ON_SPARK)])
+@pytest.mark.parametrize("name", ["postgres", "spark"])
 def test_accepted_statements_give_duckdb_answers(
     name: str, path: Path, request: pytest.FixtureRequest, adult_connection: dpsql.Connection
 ) -> None:
@@ -436,7 +434,6 @@ def test_postgres_refuses_to_upload_data(postgres_dsn: str, adult_frame: pd.Data
     connection.close()
 
 
-@ON_SPARK
 def test_spark_registers_spark_and_pandas_frames(spark: object, adult_frame: pd.DataFrame, adult_connection: dpsql.Connection) -> None:
     connection = dpsql.connect(backend=spark, budget=dpsql.Budget(epsilon=100.0))
     connection.register("from_pandas", no_nan(adult_frame), schema=ADULT_SCHEMA)
