@@ -266,10 +266,16 @@ class Ledger:
                 raise OperationalError(f"cannot read the budget ledger: {error}") from error
 
     def remaining(self) -> Remaining:
-        spent = self.spent()
+        """What is left; ``delta`` is the budget's δ less what (ε, δ) charges (partition selection) spent."""
+        with self._lock:
+            try:
+                costs = self._costs()
+            except sqlite3.Error as error:
+                raise OperationalError(f"cannot read the budget ledger: {error}") from error
+        spent = spent_of(costs, self.budget)
         epsilon_left = max(0.0, self.budget.epsilon - spent.epsilon)
         rho_left = max(0.0, self.budget.rho - spent.rho) if self.budget.delta > 0 else 0.0
-        return Remaining(epsilon_left, self.budget.delta, rho_left)
+        return Remaining(epsilon_left, max(0.0, self.budget.delta - sum(c.delta for c in costs)), rho_left)
 
     def close(self) -> None:
         with self._lock:

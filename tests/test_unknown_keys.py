@@ -204,6 +204,7 @@ def test_statement_charges_its_cost_once_and_the_cached_key_set_charges_no_selec
     cursor.execute("SELECT browser, sex, COUNT(*) FROM logs GROUP BY browser, sex", epsilon=0.5)
     second = logs.budget_spent()
     assert (second.epsilon, second.delta, second.statements) == (pytest.approx(1.5), pytest.approx(delta), 2)
+    assert logs.budget_remaining().delta == pytest.approx(1e-6 - delta)
     assert "keys: cached = 3" in cursor.explanation and "from the cached key set" in cursor.explanation
     assert {row[0] for row in cursor.fetchall()} == {"chrome", "firefox", "safari"}
     assert "keys: cached = 3" in logs.explain(sql, epsilon=0.5)
