@@ -22,7 +22,7 @@ from dpsql.backends.rows import columns_from_rows
 from dpsql.errors import OperationalError, ProgrammingError
 
 #: DB-API driver modules whose SQL dialect is known
-DRIVER_DIALECTS = {"psycopg": POSTGRES, "psycopg2": POSTGRES}
+DRIVER_DIALECTS = {"psycopg": POSTGRES}
 
 
 def driver_module(connection: object) -> str:

@@ -6,7 +6,7 @@ spec                                        backend
 None, ``":memory:"``, a path                DuckDB (in memory, or that database file)
 a ``duckdb`` connection                     DuckDB on that connection (not closed by dpsql)
 ``"postgresql://..."`` / ``"postgres://"``  PostgreSQL through psycopg 3 (opened, owned)
-a DB-API connection (psycopg, psycopg2)     the generic DB-API backend (not closed by dpsql)
+a DB-API connection (psycopg 3)             the generic DB-API backend (not closed by dpsql)
 a ``pyspark.sql.SparkSession``              Spark (``spark.sql``; the session is not stopped)
 an object with ``dialect``/``run``/...      used as it is (any :class:`Backend`)
 ==========================================  ===============================================
