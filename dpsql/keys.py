@@ -328,7 +328,7 @@ def prepare(
     cached = connection._released_keys.get(table, column, bounds)
     if cached is not None:
         compiled = compile_query(query, _with_domain(table.schema, released_domain(column, cached)), tuple(table.column_types))
-        plan = _count_plan(compiled, _privacy(requested), bounds) if compiled.workload is not None and cached else None
+        plan = _count_plan(compiled, _privacy(requested), bounds) if compiled.workload is not None else None
         statement = KeyedStatement(operation, query, table, column, bounds, compiled, requested, None, cached, plan)
     else:
         placeholder = ColumnDomain(column, "categories", (0 if is_numeric_type(type_name) else "",))
@@ -449,6 +449,8 @@ def run(connection: Connection, statement: KeyedStatement) -> Outcome:
         statement.query, _with_domain(statement.table.schema, released_domain(statement.column, released)),
         tuple(statement.table.column_types),
     )
+    if final.domain.attributes != compiled.domain.attributes:
+        raise InternalError(f"the released keys changed the statement's attributes {compiled.domain.attributes}")
     if statement.design is not None and statement.design.reuses_noisy_count:
         answer = _reused_counts(final, statement, histogram, noisy)
     else:

@@ -343,3 +343,22 @@ def test_rejected_unknown_key_statement_names_the_clause(path: Path, adult_conne
 
 def test_corpus_holds_both_kinds() -> None:
     assert len(ACCEPTED) >= 4 and len(REJECTED) >= 4
+
+
+def test_integer_keys_and_the_null_key_are_keys_like_any_other() -> None:
+    """An integer-typed unknown column with NULLs: NULL is released as a key (None), and the cached key
+    set (integers and NULL) filters the rows of a later statement exactly."""
+    frame = _one_key_per_user({"7": 150, "42": 120, "none": 90})
+    frame["browser"] = frame["browser"].map({"7": 7, "42": 42, "none": None}).astype("Int64")
+    connection = _connect(frame, _schema(m=1))
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(4):
+        first = cursor.execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=2.0).fetchall()
+        second = cursor.execute("SELECT browser, sex, COUNT(browser) FROM logs GROUP BY browser, sex", epsilon=2.0).fetchall()
+    assert [row[0] for row in first] == [7, 42, None]  # sorted keys, NULL last
+    assert [row[1] for row in first] == [pytest.approx(150), pytest.approx(120), pytest.approx(90)]
+    assert cursor.description[0][1] == dpsql.NUMBER
+    by_key: dict[object, float] = {}
+    for key, _, n in second:
+        by_key[key] = by_key.get(key, 0.0) + n
+    assert by_key == {7: pytest.approx(150), 42: pytest.approx(120), None: 0.0}  # COUNT(browser) skips NULL
