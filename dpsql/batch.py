@@ -26,7 +26,7 @@ import numpy as np
 from scipy import stats
 
 import planner
-from dpsql import explain, testing
+from dpsql import explain, keys, testing
 from dpsql.accountant import Cost
 from dpsql.errors import InternalError, NotSupportedError, ProgrammingError
 from dpsql.result import Result, build_result
@@ -179,7 +179,8 @@ def prepare(
                     "send one workload per table"
                 )
             table = found
-            parts.append((branch, compile_query(query, found.schema, tuple(found.column_types))))
+            schema = keys.schema_with_released_keys(connection, found)  # unknown columns with released keys
+            parts.append((branch, compile_query(query, schema, tuple(found.column_types))))
         branch_parts.append((sql, split, parts, weight))
     assert table is not None
     branch_parts, row_filters = _shared_filters(branch_parts)

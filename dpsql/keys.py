@@ -224,6 +224,18 @@ def released_domain(column: str, keys: tuple[object, ...]) -> ColumnDomain:
     return ColumnDomain(column, "categories", values, nullable=None in keys)
 
 
+def schema_with_released_keys(connection: Connection, table: Table) -> Schema:
+    """``table``'s schema with every unknown column whose key set was released on ``connection`` (under
+    the schema's bounds) declared as those keys: how batches (GROUPING SETS / CUBE / ROLLUP / UNION ALL,
+    ``connection.workload``) group by it afterwards, as post-processing of the release."""
+    schema, bounds = table.schema, KeyBounds.of(table.schema)
+    for column in table.column_types:
+        cached = None if schema.column(column).is_known else connection._released_keys.get(table, column, bounds)
+        if cached:
+            schema = _with_domain(schema, released_domain(column, cached))
+    return schema
+
+
 def _with_domain(schema: Schema, domain: ColumnDomain) -> Schema:
     columns = tuple(c for c in schema.columns if c.name != domain.name) + (domain,)
     return dataclasses.replace(schema, columns=columns)

@@ -362,3 +362,19 @@ def test_integer_keys_and_the_null_key_are_keys_like_any_other() -> None:
     for key, _, n in second:
         by_key[key] = by_key.get(key, 0.0) + n
     assert by_key == {7: pytest.approx(150), 42: pytest.approx(120), None: 0.0}  # COUNT(browser) skips NULL
+
+
+def test_batches_group_by_a_released_key_set_as_a_public_domain(logs: dpsql.Connection) -> None:
+    cursor = logs.cursor()
+    with pytest.raises(dpsql.NotSupportedError, match="GROUP BY: column 'browser' has no declared domain"):
+        cursor.execute("SELECT browser, sex, COUNT(*) FROM logs GROUP BY CUBE (browser, sex)", epsilon=1.0)
+    with dpsql.testing.seeded(8):
+        cursor.execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0)
+    before = logs.budget_spent()
+    with dpsql.testing.noise_disabled():
+        rows = cursor.execute("SELECT browser, sex, COUNT(*) FROM logs GROUP BY CUBE (browser, sex)", epsilon=0.5).fetchall()
+    after = logs.budget_spent()
+    assert (after.epsilon - before.epsilon, after.delta - before.delta) == (pytest.approx(0.5), 0.0)
+    assert {row[0] for row in rows} == {"chrome", "firefox", "safari", None}  # None: the rolled-up browser
+    total = [n for browser, sex, n in rows if browser is None and sex is None]
+    assert total == [pytest.approx(2 * (300 + 200 + 100))]  # lynx's rows are dropped: not a released key
