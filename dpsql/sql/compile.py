@@ -236,9 +236,9 @@ class _Resolver:
         if not domain.is_known:
             if clause == "GROUP BY":
                 advice = (
-                    "or run it as one plain GROUP BY statement with cursor.execute, which selects its keys privately; "
-                    "partition selection does not run inside GROUPING SETS / CUBE / ROLLUP, UNION ALL, "
-                    "connection.workload() or executemany"
+                    "or first run one plain GROUP BY statement on it with cursor.execute, which selects its keys "
+                    "privately; GROUPING SETS / CUBE / ROLLUP, UNION ALL, connection.workload() and executemany "
+                    "then use the released keys, but do not select keys themselves"
                 )
             else:
                 advice = "a predicate on it cannot be compiled to a mask over a public domain"
