@@ -221,6 +221,8 @@ class Ledger:
         if cost.epsilon is None and self.budget.delta == 0:
             return BudgetExceededError("Gaussian noise needs a budget with delta > 0; this budget has delta = 0")
         asked = f"epsilon={cost.epsilon:g}" if cost.epsilon is not None else f"rho={cost.rho:g}"
+        if cost.approximate_epsilon:
+            asked += f" and selection epsilon={cost.approximate_epsilon:g}"
         return BudgetExceededError(
             f"the statement ({asked}) would spend more than the budget has left: spent epsilon={spent.epsilon:.6g} "
             f"of {self.budget.epsilon:g} (after it: {after.epsilon:.6g}); ask for less or start a new budget"

@@ -57,3 +57,10 @@ def test_a_ledger_written_before_the_approximate_part_is_upgraded(tmp_path: Path
     ledger.charge(Cost("laplace", 0.0, 0.0, approximate_epsilon=0.5, delta=1e-7), "new")
     assert (ledger.spent().epsilon, ledger.spent().delta) == (pytest.approx(1.0), pytest.approx(1e-7))
     ledger.close()
+
+
+def test_an_overspending_selection_names_both_parts() -> None:
+    ledger = Ledger(None, Budget(epsilon=1.0, delta=1e-6))
+    with pytest.raises(dpsql.BudgetExceededError, match=r"epsilon=0\.3 and selection epsilon=0\.9"):
+        ledger.charge(Cost("laplace", 0.045, 0.3, approximate_epsilon=0.9, delta=1e-7), "too much")
+    assert ledger.spent().statements == 0
