@@ -32,14 +32,7 @@ from scipy import fft, linalg
 from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_noise
 from planner.privacy import Privacy
 from planner.strategies.base import Candidate, GroupBudget, Measurement
-from planner.strategies.ranges import (
-    Intervals,
-    OrderedCovariance,
-    RangeCandidate,
-    RangeLayout,
-    block_rows,
-    range_layouts,
-)
+from planner.strategies.ranges import DenseCovariance, RangeCandidate, RangeLayout, range_layouts
 from planner.workload import AllRange, Block, Identity, Prefix, Workload
 
 SCALE_BITS = 24  # largest entry of the integer strategy S' (column norms² stay exact in int64 for n ≤ 2^14)
@@ -188,8 +181,8 @@ class EigenDesign:
 
 
 @dataclass(frozen=True, eq=False)
-class EigenCovariance(OrderedCovariance):
-    """``Σ_t = σ² c⁻² D⁻¹ G^{−1/2} D⁻¹``; variances through the prefix-sum covariance ``K = L Σ_t Lᵀ``."""
+class EigenCovariance(DenseCovariance):
+    """``Σ_t = σ² c⁻² D⁻¹ G^{−1/2} D⁻¹`` (the unrounded design at the integer design's scale)."""
 
     design: EigenDesign
     noise_variance: float
@@ -198,40 +191,13 @@ class EigenCovariance(OrderedCovariance):
     def size(self) -> int:  # type: ignore[override]
         return self.design.basis.size
 
-    @cached_property
-    def prefix_covariance(self) -> np.ndarray:
-        """``K`` with a zero row and column in front (index 0 is the empty prefix)."""
-        design, n = self.design, self.size
+    def matrix(self) -> np.ndarray:
+        design = self.design
         inverse_scales = 1 / design.column_scales
         covariance = design.basis.function_matrix(design.spectrum**-0.5)  # G^{−1/2}
         covariance *= inverse_scales[:, None]
         covariance *= inverse_scales[None, :] * (self.noise_variance / design.scale**2)
-        padded = np.zeros((n + 1, n + 1))
-        padded[1:, 1:] = covariance
-        np.cumsum(padded, axis=0, out=padded)
-        np.cumsum(padded, axis=1, out=padded)
-        return padded
-
-    def trace(self, block: Block) -> float:
-        """All ranges: every prefix index ``m`` is an end of ``n`` ranges, so the sum of
-        ``K_hh + K_ll − 2K_lh`` over ``l < h`` is ``(n+1) tr K − ΣK``; prefixes: ``tr K``."""
-        K = self.prefix_covariance
-        if isinstance(block, AllRange):
-            return float((self.size + 1) * np.trace(K) - K.sum())
-        if isinstance(block, Prefix):
-            return float(np.trace(K))
-        return super().trace(block)
-
-    def variances(self, block: Block) -> np.ndarray:
-        K = self.prefix_covariance
-        rows = block_rows(block)
-        if isinstance(rows, Intervals):
-            start, stop = rows.lows, rows.highs + 1
-            return K[stop, stop] + K[start, start] - 2 * K[start, stop]
-        differences = np.zeros((rows.shape[0], self.size + 1))
-        differences[:, 1:] = rows
-        differences[:, :-1] -= rows  # r = Σ_j (r_j − r_{j+1}) · prefix_j
-        return np.einsum("ij,jk,ik->i", differences, K, differences)
+        return covariance
 
 
 def _design_spectrum(layout: RangeLayout) -> tuple[SineBasis, np.ndarray] | None:

@@ -19,6 +19,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -89,6 +90,45 @@ class OrderedCovariance(ABC):
     def trace(self, block: Block) -> float:
         """``tr(B Σ_t Bᵀ)``; strategies override it with closed forms where ``B`` has many rows."""
         return float(self.variances(block).sum())
+
+
+class DenseCovariance(OrderedCovariance):
+    """A covariance given as a dense ``n × n`` matrix; variances through the prefix-sum covariance
+    ``K = L Σ_t Lᵀ`` (a range ``[l, h]`` has variance ``K_hh + K_ll − 2K_lh`` over prefix ends)."""
+
+    @abstractmethod
+    def matrix(self) -> np.ndarray:
+        """``Σ_t`` densely."""
+
+    @cached_property
+    def prefix_covariance(self) -> np.ndarray:
+        """``K`` with a zero row and column in front (index 0 is the empty prefix)."""
+        padded = np.zeros((self.size + 1, self.size + 1))
+        padded[1:, 1:] = self.matrix()
+        np.cumsum(padded, axis=0, out=padded)
+        np.cumsum(padded, axis=1, out=padded)
+        return padded
+
+    def trace(self, block: Block) -> float:
+        """All ranges: every prefix end ``m`` is an end of ``n`` ranges, so the sum of
+        ``K_hh + K_ll − 2K_lh`` over ``l < h`` is ``(n+1) tr K − ΣK``; prefixes: ``tr K``."""
+        K = self.prefix_covariance
+        if isinstance(block, AllRange):
+            return float((self.size + 1) * np.trace(K) - K.sum())
+        if isinstance(block, Prefix):
+            return float(np.trace(K))
+        return super().trace(block)
+
+    def variances(self, block: Block) -> np.ndarray:
+        K = self.prefix_covariance
+        rows = block_rows(block)
+        if isinstance(rows, Intervals):
+            start, stop = rows.lows, rows.highs + 1
+            return K[stop, stop] + K[start, start] - 2 * K[start, stop]
+        differences = np.zeros((rows.shape[0], self.size + 1))
+        differences[:, 1:] = rows
+        differences[:, :-1] -= rows  # r = Σ_j (r_j − r_{j+1}) · prefix_j
+        return np.einsum("ij,jk,ik->i", differences, K, differences)
 
 
 @dataclass(frozen=True)
