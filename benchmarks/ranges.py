@@ -17,17 +17,17 @@ import os
 for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = "1"
 
-import csv  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
+import csv
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from planner import AllRange, Domain, Prefix, Privacy, Workload, plan  # noqa: E402
-from planner.strategies import eigen, hierarchy  # noqa: E402
-from planner.strategies.eigen import range_gram_eigenvalues  # noqa: E402
+from planner import AllRange, Domain, Prefix, Privacy, Workload, plan
+from planner.strategies import eigen, hierarchy
+from planner.strategies.eigen import range_gram_eigenvalues
 
 RESULTS = Path(__file__).parent / "results"
 SPEED_LIMIT_SECONDS = 2.0

@@ -7,9 +7,26 @@ import math
 import numpy as np
 import pytest
 
-from planner import AllRange, Domain, Explicit, Factor, Identity, Predicate, Prefix, Privacy, Product, Total, Workload
+from planner import (
+    AllRange,
+    Domain,
+    Explicit,
+    Factor,
+    Identity,
+    Predicate,
+    Prefix,
+    Privacy,
+    Product,
+    Total,
+    Workload,
+)
 from planner.strategies import hierarchy
-from planner.strategies.hierarchy import Tree, TreeCovariance, recovery_masses, tree_error
+from planner.strategies.hierarchy import (
+    Tree,
+    TreeCovariance,
+    recovery_masses,
+    tree_error,
+)
 from planner.strategies.ranges import range_layouts
 
 

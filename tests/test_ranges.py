@@ -7,8 +7,18 @@ import math
 import numpy as np
 import pytest
 
-from planner import AllRange, Domain, Factor, Identity, Predicate, Prefix, Privacy, Product, Workload
-from planner.strategies import eigen, hierarchy
+from planner import (
+    AllRange,
+    Domain,
+    Factor,
+    Identity,
+    Predicate,
+    Prefix,
+    Privacy,
+    Product,
+    Workload,
+)
+from planner.strategies import eigen, hats, hierarchy
 from planner.strategies.eigen import SineBasis, range_gram_eigenvalues
 from planner.workload import Total
 
@@ -121,3 +131,57 @@ def test_eigen_design_beats_the_best_hierarchy_under_zcdp() -> None:
     (design,) = eigen.candidates(workload, Privacy.zcdp(1.0))
     (tree,) = hierarchy.candidates(workload, Privacy.zcdp(1.0))
     assert design.expected_error() < 0.8 * tree.expected_error()
+
+
+# --------------------------------------------------------------------------------------------------
+# Hat hierarchies (ε-DP).
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size, spacing", [(10, 1), (10, 2), (10, 3), (17, 4), (8, 8), (8, 16)])
+def test_hat_levels_have_equal_integer_column_sums(size: int, spacing: int) -> None:
+    rows = hats.hat_rows(size, spacing)
+    assert rows.dtype == np.int64 and (rows >= 0).all()
+    assert np.array_equal(rows.sum(axis=0), np.full(size, hats.magnitude(size, spacing)))
+
+
+def test_hat_variances_equal_brute_force_and_answers_are_exact() -> None:
+    workload = range_workload(24)
+    (candidate,) = hats.candidates(workload, Privacy.laplace(0.8), contributions=2)
+    assert candidate.name.startswith("hats(b=")
+    levels = [np.kron(np.eye(2), r) for r in candidate.rows]  # per sex cell, domain order (sex, age)
+    scales = [2 * hats.magnitude(24, s) / b for s, b in zip(candidate.spacings, candidate.budgets)]
+    variances = [2 * math.exp(-1 / b) / (1 - math.exp(-1 / b)) ** 2 for b in scales]  # discrete Laplace
+    full = np.linalg.inv(sum(L.T @ L / v for L, v in zip(levels, variances)))
+    got = candidate.query_variances()
+    for product, variance in zip(workload.products, got):
+        W = product.matrix_on(("sex", "age"))
+        assert variance == pytest.approx(np.einsum("ij,jk,ik->i", W, full, W), rel=1e-5)
+    assert sum(g.budget for g in candidate.group_budgets()) == pytest.approx(0.8, rel=1e-12)
+    data = np.random.default_rng(6).integers(0, 100, size=(2, 24))
+    answers = candidate.answer(candidate.measure({("sex", "age"): data}, noise=False))
+    for value, want in zip(answers.values, workload.answer({("sex", "age"): data})):
+        assert value == pytest.approx(want, abs=1e-7)
+
+
+def test_hat_empirical_error_matches_the_prediction() -> None:
+    repetitions, size = 800, 16
+    dom = Domain({"rep": repetitions, "age": size}, ordered={"age"})
+    workload = Workload(dom, (Product(dom, (Factor(("rep",), Identity(repetitions)), Factor(("age",), Prefix(size)))),))
+    (candidate,) = hats.candidates(workload, Privacy.laplace(1.0))
+    data = np.random.default_rng(2).integers(0, 50, size=(repetitions, size))
+    truth = workload.answer({("rep", "age"): data})[0]
+    answers = candidate.answer(candidate.measure({("rep", "age"): data}, rng=8)).values[0]
+    errors = ((answers - truth) ** 2).reshape(repetitions, -1).sum(axis=1)
+    assert abs(errors.mean() - candidate.expected_error() / repetitions) < 4 * errors.std(ddof=1) / math.sqrt(repetitions)
+
+
+@pytest.mark.parametrize("kind", [AllRange, Prefix])
+def test_hats_beat_the_best_box_tree(kind: type) -> None:
+    size = 256
+    dom = Domain({"age": size}, ordered={"age"})
+    workload = Workload(dom, (Product(dom, (Factor(("age",), kind(size)),)),))
+    (hat,) = hats.candidates(workload, Privacy.laplace(1.0))
+    (tree,) = hierarchy.candidates(workload, Privacy.laplace(1.0))
+    assert hat.expected_error() < 0.9 * tree.expected_error()
+    assert hats.candidates(workload, Privacy.zcdp(1.0)) == []

@@ -32,7 +32,12 @@ from scipy import fft, linalg
 from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_noise
 from planner.privacy import Privacy
 from planner.strategies.base import Candidate, GroupBudget, Measurement
-from planner.strategies.ranges import DenseCovariance, RangeCandidate, RangeLayout, range_layouts
+from planner.strategies.ranges import (
+    DenseCovariance,
+    RangeCandidate,
+    RangeLayout,
+    range_layouts,
+)
 from planner.workload import AllRange, Block, Identity, Prefix, Workload
 
 SCALE_BITS = 24  # largest entry of the integer strategy S' (column norms² stay exact in int64 for n ≤ 2^14)

@@ -32,7 +32,13 @@ from functools import cached_property
 import numpy as np
 from scipy.optimize import minimize
 
-from planner.budget import GroupNoise, Sensitivity, noise_for_group, optimal_budgets, sample_noise
+from planner.budget import (
+    GroupNoise,
+    Sensitivity,
+    noise_for_group,
+    optimal_budgets,
+    sample_noise,
+)
 from planner.privacy import Privacy
 from planner.strategies.base import Candidate, GroupBudget, Measurement
 from planner.strategies.ranges import (
@@ -348,6 +354,7 @@ class HierarchyCandidate(RangeCandidate):
             for level, budget in enumerate(self.budgets)
             if budget > 0
         }
+        self.branching = branching
         self.name = f"hierarchy(b={branching})"
 
     @cached_property

@@ -26,7 +26,17 @@ import numpy as np
 from planner.privacy import Privacy
 from planner.recovery import integer_counts
 from planner.strategies.base import Answers, Candidate, Measurement
-from planner.workload import AllRange, Block, Identity, Predicate, Prefix, Product, Total, Workload, marginal_for
+from planner.workload import (
+    AllRange,
+    Block,
+    Identity,
+    Predicate,
+    Prefix,
+    Product,
+    Total,
+    Workload,
+    marginal_for,
+)
 
 MAX_MEASURED_CELLS = 2**24  # cells of the measured marginal (other attributes × padded ordered attribute)
 MAX_DENSE_ROWS = 2**22  # entries of a non-interval block on the ordered attribute handled densely

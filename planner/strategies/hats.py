@@ -1,0 +1,187 @@
+"""Hat hierarchies for ranges under ε-DP: the levels of a b-ary tree measured with overlapping hats.
+
+A hierarchy level of spacing ``s`` sums disjoint blocks of ``s`` cells. The hat level instead measures
+translates, every ``s`` cells, of the integer hat ``1, 2, …, s, …, 2, 1`` (the box convolved with itself,
+``2s − 1`` cells wide): every cell lies under two hats whose weights add up to exactly ``s``, so the
+level's column L1 norm is ``s`` (Laplace scale ``k s/ε_ℓ``), the same privacy cost per unit of signal as
+a box level, but the measurements overlap smoothly and GLS recovers ranges from them with less noise:
+about 14% less total error than the best box tree for all ranges or prefixes of 256–1024 cells.
+
+Budgets start from the best box tree's per-level shares (``planner.strategies.hierarchy``, same levels,
+boxes kept for the root and identity for the leaves) and are polished by budget ↔ GLS alternation
+(MATH.md §2–3, magnitudes ``C_ℓ = s``). GLS is dense (``Σ_t = (Σ_ℓ H_ℓᵀH_ℓ/v_ℓ)⁻¹``), so the family is
+offered for ordered attributes of at most ``MAX_SIZE`` cells; variances are exact for the discrete noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from planner.budget import (
+    GroupNoise,
+    Sensitivity,
+    laplace_budgets,
+    noise_for_group,
+    sample_noise,
+)
+from planner.privacy import Privacy
+from planner.strategies.base import Candidate, GroupBudget, Measurement
+from planner.strategies.hierarchy import candidates as tree_candidates
+from planner.strategies.ranges import (
+    DenseCovariance,
+    RangeCandidate,
+    RangeLayout,
+    range_layouts,
+)
+from planner.workload import Workload
+
+MAX_SIZE = 1024  # dense n × n GLS
+POLISH_STEPS = 2
+
+
+def hat_rows(size: int, spacing: int) -> np.ndarray:
+    """Integer rows of one level: identity (spacing 1), the total (spacing ≥ size) or hats."""
+    if spacing == 1:
+        return np.eye(size, dtype=np.int64)
+    if spacing >= size:
+        return np.ones((1, size), dtype=np.int64)
+    kernel = np.convolve(np.ones(spacing, dtype=np.int64), np.ones(spacing, dtype=np.int64))
+    starts = np.arange(-spacing * ((2 * spacing - 2) // spacing), size, spacing)
+    cells = starts[:, None] + np.arange(kernel.size)[None, :]
+    rows = np.zeros((starts.size, size), dtype=np.int64)
+    inside = (cells >= 0) & (cells < size)
+    rows[np.nonzero(inside)[0], cells[inside]] = np.broadcast_to(kernel, cells.shape)[inside]
+    return rows[rows.any(axis=1)]
+
+
+def _gram(rows: np.ndarray) -> np.ndarray:
+    dense = rows.astype(float)  # exact: small integers; float products use BLAS
+    return dense.T @ dense
+
+
+def magnitude(size: int, spacing: int) -> int:
+    """Column L1 norm of a level."""
+    return 1 if spacing == 1 or spacing >= size else spacing
+
+
+@dataclass(frozen=True, eq=False)
+class HatCovariance(DenseCovariance):
+    """``Σ_t = (Σ_ℓ H_ℓᵀ H_ℓ / v_ℓ)⁻¹`` over the measured levels."""
+
+    levels: tuple[np.ndarray, ...]  # integer rows per measured level
+    level_variances: tuple[float, ...]
+
+    @property
+    def size(self) -> int:  # type: ignore[override]
+        return self.levels[0].shape[1]
+
+    @cached_property
+    def _matrix(self) -> np.ndarray:
+        precision = sum(_gram(rows) / v for rows, v in zip(self.levels, self.level_variances))
+        return np.linalg.inv(precision)
+
+    def matrix(self) -> np.ndarray:
+        return self._matrix
+
+
+def _workload_gram(layout: RangeLayout) -> np.ndarray:
+    """``Σ_p w² ‖W_o‖²_F B_pᵀB_p`` on the ordered attribute: the error is ``tr(Σ_t ·)`` of it."""
+    return sum(p.weight**2 * layout.other_mass(p) * layout.ordered_block(p).gram() for p in layout.workload.products)
+
+
+def _polished(layout: RangeLayout, spacings: list[int], budgets: np.ndarray, epsilon: float) -> np.ndarray:
+    """Budget ↔ GLS alternation (continuous Laplace variances ``2(C_ℓ/ε_ℓ)²``), keeping the best."""
+    n = layout.size
+    rows = [hat_rows(n, s).astype(float) for s in spacings]
+    grams = [r.T @ r for r in rows]
+    magnitudes = np.array([magnitude(n, s) for s in spacings], dtype=float)
+    gram = _workload_gram(layout)
+    best, best_error = budgets, np.inf
+    for _ in range(POLISH_STEPS + 1):
+        variances = 2 * (magnitudes / budgets) ** 2
+        covariance = np.linalg.inv(sum(g / v for g, v in zip(grams, variances)))
+        error = float(np.einsum("ij,ji->", covariance, gram))
+        if error >= best_error:
+            break
+        best, best_error = budgets, error
+        spread = covariance @ gram @ covariance
+        masses = np.array([np.einsum("ij,ij->", g, spread) for g in grams]) / variances**2  # tr(H Σ G Σ Hᵀ)
+        budgets = laplace_budgets(masses, magnitudes, epsilon)
+    return best
+
+
+class HatCandidate(RangeCandidate):
+    """Hat levels per cell of the other attributes, per-level ε, dense GLS."""
+
+    def __init__(
+        self, layout: RangeLayout, privacy: Privacy, sensitivity: Sensitivity, branching: int,
+        spacings: list[int], budgets: np.ndarray,
+    ) -> None:
+        super().__init__(layout, privacy)
+        self.name = f"hats(b={branching})"
+        self.spacings = spacings
+        self.budgets = budgets
+        self.rows = tuple(hat_rows(layout.size, s) for s in spacings)
+        self.noises: tuple[GroupNoise, ...] = tuple(
+            noise_for_group(privacy, float(b), sensitivity, magnitude(layout.size, s)) for s, b in zip(spacings, budgets)
+        )
+
+    @cached_property
+    def covariance(self) -> HatCovariance:
+        return HatCovariance(self.rows, tuple(n.variance for n in self.noises))
+
+    def _group(self, spacing: int) -> str:
+        if spacing == 1:
+            return "cells"
+        return "total" if spacing >= self.layout.size else f"hats every {spacing}"
+
+    def group_budgets(self) -> tuple[GroupBudget, ...]:
+        cells = self.layout.other_cells
+        return tuple(
+            GroupBudget(self._group(s), cells * r.shape[0], float(b), n.variance)
+            for s, r, b, n in zip(self.spacings, self.rows, self.budgets, self.noises)
+        )
+
+    def measure(self, marginals: Mapping[tuple[str, ...], np.ndarray], rng: object = None, noise: bool = True) -> Measurement:
+        leaves = self.layout.leaves(marginals)
+        values = [leaves @ rows.T for rows in self.rows]  # (other cells, rows of the level)
+        if noise:
+            sizes = [v.size for v in values]
+            parameters = np.repeat([n.parameter for n in self.noises], sizes)
+            drawn = np.split(sample_noise(self.privacy, parameters, rng), np.cumsum(sizes)[:-1])
+            values = [v + d.reshape(v.shape) for v, d in zip(values, drawn)]
+        return Measurement(
+            self.name,
+            {self._group(s): v for s, v in zip(self.spacings, values)},
+            {self._group(s): np.full(v.shape, n.variance) for s, v, n in zip(self.spacings, values, self.noises)},
+            self.privacy,
+        )
+
+    def estimate(self, measurement: Measurement) -> np.ndarray:
+        weighted = sum(
+            (np.asarray(measurement.values[self._group(s)], dtype=float) / n.variance) @ rows
+            for s, rows, n in zip(self.spacings, self.rows, self.noises)
+        )
+        return weighted @ self.covariance.matrix()
+
+
+def candidates(workload: Workload, privacy: Privacy, contributions: int = 1) -> list[Candidate]:
+    """A hat hierarchy per ordered attribute carrying ranges (ε-DP, at most ``MAX_SIZE`` cells), on the
+    levels and branching of the best box tree."""
+    if not privacy.is_laplace:
+        return []
+    found: list[Candidate] = []
+    trees = {tree.layout.attribute: tree for tree in tree_candidates(workload, privacy, contributions)}
+    for layout in range_layouts(workload):
+        if layout.size > MAX_SIZE or layout.attribute not in trees:
+            continue
+        tree = trees[layout.attribute]
+        measured = [level for level, budget in enumerate(tree.budgets) if budget > 0]
+        spacings = [tree.tree.block_sizes[level] for level in measured]
+        budgets = _polished(layout, spacings, tree.budgets[measured], privacy.epsilon)
+        found.append(HatCandidate(layout, privacy, Sensitivity(contributions), tree.branching, spacings, budgets))
+    return found
