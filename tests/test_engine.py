@@ -216,7 +216,7 @@ def test_one_statement_computes_several_marginals_with_grouping_sets(
         salt=1,
     )
     sql = aggregation.statement().sql(dialect="duckdb")
-    assert sql.count("SELECT") == 4 and "GROUPING SETS" in sql and "ROW_NUMBER()" in sql
+    assert sql.count("GROUPING SETS") == 1 and sql.count("ROW_NUMBER()") == 1  # one statement, one ranking window
     marginals = aggregation.marginal_arrays(adult_connection._backend.run(sql))
     expected_sex_race = pd.crosstab(adult_frame["sex"], adult_frame["race"]).reindex(index=["F", "M"], columns=range(5), fill_value=0)
     assert (marginals[("sex", "race")] == expected_sex_race.to_numpy()).all()

@@ -4,10 +4,19 @@ Built as a sqlglot AST so any backend can transpile it to its dialect::
 
     SELECT c0, c1, [GROUPING(c0, c1) AS grouping_id,] COUNT(*) AS n
     FROM (
-      SELECT c0, c1, ROW_NUMBER() OVER (PARTITION BY unit ORDER BY HASH(unit, c0, c1, <salt>)) AS row_in_unit
-      FROM (SELECT <col0> AS c0, <col1> AS c1, ..., <unit> AS unit FROM <table>)
-      WHERE <every mentioned value lies in its domain> AND <WHERE clause> AND unit IS NOT NULL
-    ) WHERE row_in_unit <= <max_rows_per_unit>
+      WITH candidates AS (
+        SELECT c0, c1, unit FROM (SELECT <col0> AS c0, <col1> AS c1, ..., <unit> AS unit FROM <table>)
+        WHERE <every mentioned value lies in its domain> AND <WHERE clause> AND unit IS NOT NULL
+      ), over_bound AS (
+        SELECT unit FROM candidates GROUP BY unit HAVING COUNT(*) > <max_rows_per_unit>
+      )
+      SELECT c0, c1 FROM candidates WHERE NOT EXISTS (<candidates.unit in over_bound>)
+      UNION ALL
+      SELECT c0, c1 FROM (
+        SELECT c0, c1, ROW_NUMBER() OVER (PARTITION BY unit ORDER BY HASH(HASH(unit, c0, c1, <salt>))) AS row_in_unit
+        FROM candidates WHERE EXISTS (<candidates.unit in over_bound>)
+      ) WHERE row_in_unit <= <max_rows_per_unit>
+    )
     GROUP BY [GROUPING SETS] (...)
 
 Each mentioned column enters as its raw value when that suffices (categories and integer ranges:
@@ -22,8 +31,10 @@ statement counts.
 
 Each unit keeps at most ``max_rows_per_unit`` rows, ordered by a salted hash of the unit and the
 row's cells (a fresh random salt per statement): the choice is random and depends on that unit's own
-rows only. Without a privacy unit (one row = one unit) the window is omitted. Rows whose
-privacy-unit value is NULL are dropped.
+rows only. Units within the bound keep all their rows unranked (the window sorts its input, by far
+the costliest step; only the rows of units over the bound go through it), which keeps exactly the
+rows the window alone would keep. Without a privacy unit (one row = one unit) there is no bounding.
+Rows whose privacy-unit value is NULL are dropped.
 """
 
 from __future__ import annotations
@@ -50,6 +61,8 @@ COUNT_NAME = "n"
 GROUPING_NAME = "grouping_id"
 ROW_NUMBER_NAME = "row_in_unit"
 UNIT_NAME = "unit"
+CANDIDATES_NAME = "candidates"  # the rows that pass the domain tests and WHERE, before bounding
+OVER_BOUND_NAME = "over_bound"  # the units with more candidate rows than the bound
 
 
 def is_numeric_type(type_name: str) -> bool:
@@ -190,21 +203,49 @@ class BoundedAggregation:
         counted: list[exp.Expression] = [exp.column(self.alias(c)) for c in self.counted_columns]
         return counted or [exp.alias_(exp.Literal.number(1), "one")]
 
-    def _bounded(self, kept: exp.Select) -> exp.Select:
-        order_key = exp.func(
+    def _bounded(self, kept: exp.Select) -> exp.Query:
+        """At most ``max_rows_per_unit`` of each unit's rows in ``kept``, ranked by the salted hash.
+
+        Units with at most that many rows keep them all, as the window would, without being ranked:
+        one aggregation finds the units over the bound, and only their rows are numbered (a window
+        sorts its input, the costly step). The kept rows are exactly those of the window alone.
+        """
+        bound = exp.Literal.number(self.max_rows_per_unit)
+        if UNIT_NAME not in kept.named_selects:
+            kept = kept.select(exp.column(UNIT_NAME))
+        over_bound = (
+            exp.select(exp.column(UNIT_NAME)).from_(CANDIDATES_NAME).group_by(exp.column(UNIT_NAME))
+            .having(exp.GT(this=exp.Count(this=exp.Star()), expression=bound))
+        )
+        within = self._over_bound_test()
+        salted = exp.func(
             "HASH", exp.column(UNIT_NAME), *(exp.column(self.alias(c)) for c in self.counted_columns),
             exp.Literal.number(self.salt),
         )
+        # DuckDB's HASH XORs its last argument into the hash of the others: ordering by that alone
+        # would allow only the orders that XOR with a salt can make (8 of the 24 of 4 rows).
+        # Hashing it again mixes the salt into every bit, so each unit's order is uniform.
+        order_key = exp.func("HASH", salted)
         window = exp.Window(
             this=exp.RowNumber(),
             partition_by=[exp.column(UNIT_NAME)],
             order=exp.Order(expressions=[exp.Ordered(this=order_key)]),
         )
-        numbered = kept.select(exp.alias_(window, ROW_NUMBER_NAME))
-        outer = exp.select(*self._counted_references()).from_(numbered.subquery("numbered"))
-        return outer.where(exp.column(ROW_NUMBER_NAME) <= exp.Literal.number(self.max_rows_per_unit))
+        numbered = exp.select(*self._counted_references(), exp.alias_(window, ROW_NUMBER_NAME)).from_(CANDIDATES_NAME).where(within)
+        ranked = exp.select(*self._counted_references()).from_(numbered.subquery("numbered"))
+        ranked = ranked.where(exp.column(ROW_NUMBER_NAME) <= bound.copy())
+        unranked = exp.select(*self._counted_references()).from_(CANDIDATES_NAME).where(exp.Not(this=within.copy()))
+        both = exp.union(unranked, ranked, distinct=False)
+        return both.with_(CANDIDATES_NAME, as_=kept).with_(OVER_BOUND_NAME, as_=over_bound)
 
-    def _aggregate(self, kept: exp.Select) -> exp.Select:
+    def _over_bound_test(self) -> exp.Expression:
+        """``EXISTS (the candidate row's unit is over the bound)`` (EXISTS, not IN: an anti-join everywhere)."""
+        same_unit = exp.EQ(
+            this=exp.column(UNIT_NAME, table=OVER_BOUND_NAME), expression=exp.column(UNIT_NAME, table=CANDIDATES_NAME)
+        )
+        return exp.Exists(this=exp.select(exp.Literal.number(1)).from_(OVER_BOUND_NAME).where(same_unit))
+
+    def _aggregate(self, kept: exp.Query) -> exp.Select:
         counted = [exp.column(self.alias(c)) for c in self.counted_columns]
         query = exp.select(*counted).from_(kept.subquery("bounded"))
         if len(self.marginals) > 1 and counted:
