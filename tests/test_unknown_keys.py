@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ADULT_SCHEMA
 
 import dpsql
 import dpsql.testing
 import planner
 from dpsql import keys
 from dpsql.backends.dialects import POSTGRES, SPARK
-from dpsql.sql.keyed import KeyBoundedAggregation
-from conftest import ADULT_SCHEMA
 from dpsql.schema import ColumnDomain
+from dpsql.sql.keyed import KeyBoundedAggregation
 from planner.partition import optimal
 
 GRAMMAR = Path(__file__).resolve().parent.parent / "grammar"
