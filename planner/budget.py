@@ -120,6 +120,25 @@ def sample_noise(privacy: Privacy, parameters: np.ndarray, rng: noise.RandomLike
     return noise.discrete_gaussian(values, rng=rng)
 
 
+GAUSSIAN_FLAT_FROM = 4.0
+"""From this σ² on, the discrete Gaussian's variance is σ² (rounded as sampled) to double precision:
+its deficit is below ``8π²σ⁴e^{−2π²σ²} < 10^{−30}σ²`` (Poisson summation, see ``planner.noise``)."""
+
+
+def discrete_variance(family: str, parameters: np.ndarray | float) -> np.ndarray:
+    """Exact variance of the discrete noise sampled for each parameter (Laplace scale or Gaussian σ²),
+    vectorized: ``planner.noise`` evaluates the Gaussian series one value at a time, which is only
+    needed below :data:`GAUSSIAN_FLAT_FROM` (above, the series' correction is invisible in a double)."""
+    values = np.asarray(parameters, dtype=float)
+    if family == "laplace":
+        return np.asarray(noise.discrete_laplace_variance(values), dtype=float)
+    result = np.asarray(noise.gaussian_sigma2_used(values), dtype=float).copy()
+    small = result < GAUSSIAN_FLAT_FROM
+    if small.any():
+        result[small] = noise.discrete_gaussian_variance(values[small])
+    return result
+
+
 def noise_for_group(
     privacy: Privacy,
     budget: float,

@@ -134,3 +134,13 @@ def test_svd_bound_unavailable_is_reported_not_raised_by_explain() -> None:
         chosen.svd_bound()
     assert chosen.ratio is None
     assert "unavailable" in chosen.explain()
+
+
+def test_vectorized_discrete_variances_equal_the_noise_module() -> None:
+    from planner import noise
+    from planner.budget import discrete_variance
+
+    sigma2 = np.geomspace(0.05, 1e7, 400)
+    np.testing.assert_array_equal(discrete_variance("gaussian", sigma2), noise.discrete_gaussian_variance(sigma2))
+    scales = np.geomspace(0.05, 1e7, 400)
+    np.testing.assert_array_equal(discrete_variance("laplace", scales), noise.discrete_laplace_variance(scales))

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import noise
-from planner.budget import Sensitivity, optimal_budgets
+from planner.budget import Sensitivity, discrete_variance, optimal_budgets
 from planner.privacy import Privacy
 from planner.recovery import coefficient_masses, downward_closure, hadamard_basis, padded_count
 from planner.strategies.base import Candidate, GroupBudget
@@ -53,24 +52,30 @@ def fourier_candidate(workload: Workload, privacy: Privacy, sensitivity: Sensiti
 
 def _group_budgets(groups: list[tuple[tuple[str, ...], np.ndarray, np.ndarray]], privacy: Privacy) -> tuple[GroupBudget, ...]:
     """One group per measured coefficient, the largest budgets first; a long tail is summarised."""
+    owners, positions, shares, parameters = [], [], [], []
+    for number, (_, share, parameter) in enumerate(groups):
+        used = np.flatnonzero(share > 0)
+        owners.append(np.full(used.size, number))
+        positions.append(used)
+        shares.append(share.ravel()[used])
+        parameters.append(parameter.ravel()[used])
+    owner, position = np.concatenate(owners), np.concatenate(positions)
+    budget, parameter = np.concatenate(shares), np.concatenate(parameters)
+    variance = np.atleast_1d(discrete_variance(privacy.family, parameter))
+    order = np.argsort(-budget, kind="stable")
+    listed = order if order.size <= MAX_LISTED_GROUPS else order[: MAX_LISTED_GROUPS - 1]
     rows = []
-    for subset, share, parameter in groups:
-        for index in np.argwhere(share > 0):
-            index = tuple(int(i) for i in index)
-            if privacy.is_laplace:
-                variance = float(noise.discrete_laplace_variance(parameter[index]))
-            else:
-                variance = float(noise.discrete_gaussian_variance(parameter[index]))
-            label = f"coefficient {subset_name(subset)}[{','.join(str(i + 1) for i in index)}]"
-            rows.append(GroupBudget(label, 1, float(share[index]), variance))
-    rows.sort(key=lambda g: -g.budget)
-    if len(rows) <= MAX_LISTED_GROUPS:
-        return tuple(rows)
-    tail = rows[MAX_LISTED_GROUPS - 1 :]
-    summary = GroupBudget(
-        f"{len(tail)} more coefficients", len(tail), sum(g.budget for g in tail), max(g.noise_variance for g in tail)
-    )
-    return tuple(rows[: MAX_LISTED_GROUPS - 1]) + (summary,)
+    for i in listed:
+        subset, share, _ = groups[owner[i]]
+        index = np.unravel_index(position[i], share.shape)
+        label = f"coefficient {subset_name(subset)}[{','.join(str(int(c) + 1) for c in index)}]"
+        rows.append(GroupBudget(label, 1, float(budget[i]), float(variance[i])))
+    tail = order[listed.size :]
+    if tail.size:
+        rows.append(
+            GroupBudget(f"{tail.size} more coefficients", int(tail.size), float(budget[tail].sum()), float(variance[tail].max()))
+        )
+    return tuple(rows)
 
 
 def candidates(workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool = False) -> list[Candidate]:

@@ -23,8 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from planner import noise
-from planner.budget import Sensitivity, sample_noise, continuous_laplace_variance, optimal_budgets
+from planner.budget import Sensitivity, discrete_variance, sample_noise, continuous_laplace_variance, optimal_budgets
 from planner.privacy import Privacy
 from planner.recovery import (
     Bases,
@@ -199,8 +198,8 @@ def nonnegative_answer(candidate: CoefficientCandidate, measurement: Measurement
 
 def _noise_variances(family: str, parameters: np.ndarray, continuous: bool) -> np.ndarray:
     if family == "laplace":
-        return continuous_laplace_variance(parameters) if continuous else noise.discrete_laplace_variance(parameters)
-    return np.asarray(parameters, dtype=float) if continuous else noise.discrete_gaussian_variance(parameters)
+        return continuous_laplace_variance(parameters) if continuous else discrete_variance(family, parameters)
+    return np.asarray(parameters, dtype=float) if continuous else discrete_variance(family, parameters)
 
 
 class DirectCoefficientCandidate(CoefficientCandidate):
@@ -312,7 +311,7 @@ def residual_candidate(workload: Workload, privacy: Privacy, sensitivity: Sensit
         sigma2 = c2 / (2 * rho)  # per orthonormal coefficient
         parameters[subset] = sigma2 * integer_row_norms2(subset, bases)
         rows = math.prod(shape)
-        exact = float(np.mean(noise.discrete_gaussian_variance(parameters[subset]) / integer_row_norms2(subset, bases)))
+        exact = float(np.mean(discrete_variance("gaussian", parameters[subset]) / integer_row_norms2(subset, bases)))
         groups.append(GroupBudget(f"residual {subset_name(subset)} (variance per unit-norm row)", rows, float(rho), exact))
     return DirectCoefficientCandidate("residual", workload, privacy, sensitivity, bases, parameters, tuple(groups))
 
