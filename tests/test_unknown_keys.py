@@ -392,3 +392,14 @@ def test_units_with_several_keys_keep_k_of_them(adult_frame: pd.DataFrame) -> No
     expected = int(adult_frame.groupby("person_id")["browser"].nunique().clip(upper=2).sum())
     assert sum(row[2] for row in rows) == pytest.approx(expected)
     assert expected < len(adult_frame)  # the bound did drop rows
+
+
+def test_mixed_group_by_with_where_equals_duckdb_without_noise(logs: dpsql.Connection) -> None:
+    frame = logs._backend.connection.execute('SELECT * FROM "__dpsql_logs"').df()  # type: ignore[attr-defined]
+    sql = "SELECT sex, browser, COUNT(*) FROM logs WHERE sex = 'F' GROUP BY sex, browser"
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(6):
+        rows = logs.cursor().execute(sql, epsilon=1.0).fetchall()
+    exact = _exact(frame, sql)
+    assert {(s, b) for s, b, _ in rows} == {(s, b) for s in ("F", "M") for b in ("chrome", "firefox", "safari")}
+    for sex, browser, n in rows:
+        assert n == pytest.approx(exact.get((sex, browser), 0), abs=1e-9)  # M: exactly 0 by the WHERE clause
