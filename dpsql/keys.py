@@ -81,7 +81,7 @@ from planner.partition import (
 if TYPE_CHECKING:
     from dpsql.connection import Connection, Table
 
-SELECTION_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+SELECTION_FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 20))  # 0.05, 0.10, …, 0.95
 DEFAULT_SELECTION_DELTA_SHARE = 0.1  # of the budget's δ, spent by one selection unless configured
 _ALWAYS_KEPT_PROBABILITY = 1 - 1e-9  # where the objective's search over n stops for thresholding
 _KEY_TYPES = ("VARCHAR", "TEXT", "STRING", "CHAR", "BOOLEAN")  # besides numeric types
