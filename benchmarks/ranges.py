@@ -2,7 +2,8 @@
 
 Accuracy: expected total squared error (exact, for the discrete noise actually released) divided by
 the SVD bound (MATH.md §7, with the closed-form range spectra of ``planner.strategies.eigen``), for the
-best hierarchy (over b), the eigen-design (zCDP only) and the planner's choice; ε = 1 or ρ = 1.
+best hierarchy (over b), the eigen-design (zCDP only), the hat hierarchy (ε-DP only) and the
+planner's choice; ε = 1 or ρ = 1.
 Speed: planning (``planner.plan``: every family, the choice, budgets) and answering (measurement with
 discrete noise, GLS, all answers and their variances) on n = 4096, one core (BLAS threads pinned to 1;
 CPU time of the process is the figure, wall-clock beside it).
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from planner import AllRange, Domain, Prefix, Privacy, Workload, plan
-from planner.strategies import eigen, hierarchy
+from planner.strategies import eigen, hats, hierarchy
 from planner.strategies.eigen import range_gram_eigenvalues
 
 RESULTS = Path(__file__).parent / "results"
@@ -71,6 +72,7 @@ def accuracy_rows() -> list[dict[str, object]]:
             bound = row.bound(privacy)
             tree = min(hierarchy.candidates(workload, privacy), key=lambda c: c.expected_error())
             design = _best(eigen.candidates, workload, privacy)
+            hat = _best(hats.candidates, workload, privacy)
             chosen = plan(workload, privacy)
             target = row.laplace_target if privacy.is_laplace else row.gaussian_target
             ratio = chosen.expected_error() / bound
@@ -78,6 +80,7 @@ def accuracy_rows() -> list[dict[str, object]]:
                 "workload": row.name, "privacy": str(privacy), "svd_bound": bound,
                 "hierarchy": f"{tree.expected_error() / bound:.4f} ({tree.name})",
                 "eigen": "" if design is None else f"{design / bound:.4f}",
+                "hats": "" if hat is None else f"{hat / bound:.4f}",
                 "choice": chosen.strategy_name, "ratio": ratio, "target": f"≤ {target:g}",
                 "meets_target": "yes" if ratio <= target else "NO", "published": row.published,
             })

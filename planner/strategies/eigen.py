@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy import fft, linalg
+from scipy import fft
 
 from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_noise
 from planner.privacy import Privacy
@@ -114,15 +114,17 @@ class SineBasis:
             series = np.zeros(length)
             series[1 : n + 1] = spectrum
             symbol = np.real(np.fft.ifft(series)) * length / (n + 1)
-            result = linalg.toeplitz(symbol[:n])
-            result -= linalg.hankel(symbol[2 : n + 2], symbol[n + 1 : 2 * n + 1])
-            return result
-        length = 2 * (2 * n + 1)
-        series = np.zeros(length)
-        series[1 : 2 * n : 2] = spectrum
-        symbol = np.real(np.fft.ifft(series)) * length * 2 / (2 * n + 1)
-        result = linalg.toeplitz(symbol[:n])
-        result -= linalg.hankel(symbol[2 * n : n : -1], symbol[n + 1 : 1 : -1])  # symbol[2n − u − v]
+            hankel = symbol[2 : 2 * n + 1]  # hankel[i + j] = c(i + j + 2)
+        else:
+            length = 2 * (2 * n + 1)
+            series = np.zeros(length)
+            series[1 : 2 * n : 2] = spectrum
+            symbol = np.real(np.fft.ifft(series)) * length * 2 / (2 * n + 1)
+            hankel = symbol[2 * n : 1 : -1]  # hankel[u + v] = e(2n − u − v)
+        toeplitz = np.concatenate([symbol[n - 1 : 0 : -1], symbol[:n]])  # toeplitz[n − 1 − i + j] = c(|i − j|)
+        result = np.empty((n, n))
+        windows = np.lib.stride_tricks.sliding_window_view
+        np.subtract(windows(toeplitz, n)[::-1], windows(hankel, n), out=result)
         return result
 
     def power(self, x: np.ndarray, spectrum: np.ndarray) -> np.ndarray:
@@ -164,7 +166,8 @@ class EigenDesign:
 
     @cached_property
     def integer(self) -> np.ndarray:
-        return np.rint(self.scale * self.real).astype(np.int64)
+        scaled = np.multiply(self.real, self.scale)
+        return np.rint(scaled, out=scaled).astype(np.int64)
 
     @cached_property
     def max_column_norm2(self) -> int:
