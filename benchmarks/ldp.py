@@ -11,7 +11,7 @@ predicted variance, and the time to optimize an n = 256 Prefix workload on one c
 
     python benchmarks/ldp.py [--trials 4000] [--quick]
 
-Prints tables and writes benchmarks/results/ldp.csv and ldp_timing.csv.
+Prints tables and writes benchmarks/results/ldp.csv, ldp_timing.csv and ldp.png.
 """
 
 from __future__ import annotations
@@ -135,6 +135,32 @@ def print_targets(rows: list[dict[str, object]], timing: dict[str, object]) -> N
     print(f"  empirical vs predicted variance: worst deviation {100 * worst_empirical:.1f}% (target ≤ 5%)")
 
 
+def plot(rows: list[dict[str, object]], path: Path) -> None:
+    """Sample complexity against ε, one panel per workload, one line per protocol (log scale)."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(row["workload"] for row in rows))
+    figure, axes = plt.subplots(2, 3, figsize=(14, 8), sharex=True)
+    for axis, name in zip(axes.flat, names):
+        cells = [row for row in rows if row["workload"] == name]
+        for label in PROTOCOLS + ("PGD",):
+            values = [row[label] for row in cells]
+            style = {"color": "black", "linewidth": 2.5} if label == "PGD" else {"linewidth": 1, "alpha": 0.8}
+            axis.plot([row["epsilon"] for row in cells], values, marker="o", label=label, **style)
+        axis.set(title=name, xscale="log", yscale="log", xlabel="ε", ylabel=f"users for normalized variance {TARGET_NORMALIZED_VARIANCE}")
+        axis.set_xticks(EPSILONS, [str(epsilon) for epsilon in EPSILONS])
+        axis.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    axes.flat[0].legend(fontsize=8)
+    figure.suptitle("Local DP: sample complexity of classic protocols and the optimized (PGD) strategy, n = 64")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -153,6 +179,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     write_csv(RESULTS / "ldp.csv", rows)
     write_csv(RESULTS / "ldp_timing.csv", [timing])
+    plot(rows, RESULTS / "ldp.png")
 
 
 if __name__ == "__main__":
