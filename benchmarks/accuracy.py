@@ -61,7 +61,7 @@ def measure_row(row: Row, privacy: Privacy) -> dict[str, object]:
         "privacy": str(privacy),
         "svd_bound": bound,
     }
-    candidates = all_candidates(workload, privacy)
+    candidates = all_candidates(workload, privacy, include_inconsistent=True)
     for family in FAMILIES:
         members = [c for c in candidates if family_of(c.name) == family]
         if not members:

@@ -24,7 +24,7 @@ import numpy as np
 
 from planner.budget import Sensitivity
 from planner.privacy import Privacy
-from planner.strategies import eigen, fourier, hierarchy, identity, marginals, residual
+from planner.strategies import eigen, fourier, hats, hierarchy, identity, marginals, residual
 from planner.strategies.base import Candidate
 from planner.workload import DENSE_LIMIT, AllRange, Block, Identity, Prefix, Total, Workload
 
@@ -45,11 +45,14 @@ class BoundUnavailableError(ValueError):
     """The SVD bound cannot be computed without densifying a large matrix."""
 
 
-def _own_families(distinct_cells: bool) -> list[Family]:
+def _own_families(distinct_cells: bool, include_inconsistent: bool) -> list[Family]:
     def with_flag(module: object) -> Family:
         return lambda w, p, k: module.candidates(w, p, k, distinct_cells=distinct_cells)  # type: ignore[attr-defined]
 
-    return [with_flag(m) for m in (identity, marginals, fourier, residual)]
+    def padded_fourier(w: Workload, p: Privacy, k: int) -> list[Candidate]:
+        return fourier.candidates(w, p, k, include_inconsistent=include_inconsistent)
+
+    return [with_flag(identity), with_flag(marginals), padded_fourier, with_flag(residual)]
 
 
 def _blocks_are_small(workload: Workload) -> bool:
@@ -57,11 +60,16 @@ def _blocks_are_small(workload: Workload) -> bool:
 
 
 def all_candidates(
-    workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False
+    workload: Workload,
+    privacy: Privacy,
+    contributions: int = 1,
+    distinct_cells: bool = False,
+    include_inconsistent: bool = False,
 ) -> list[Candidate]:
-    """Every candidate of every applicable family."""
+    """Every candidate of every applicable family; ``include_inconsistent`` adds bit-encoded Fourier on
+    padded attributes (never chosen, see ``CoefficientCandidate.consistent``; benchmarks report it)."""
     Sensitivity(contributions, distinct_cells)  # validates
-    families = (_own_families(distinct_cells) if _blocks_are_small(workload) else []) + [hierarchy.candidates, eigen.candidates, *FAMILIES]
+    families = (_own_families(distinct_cells, include_inconsistent) if _blocks_are_small(workload) else []) + [hierarchy.candidates, eigen.candidates, hats.candidates, *FAMILIES]
     found: list[Candidate] = []
     for family in families:
         found.extend(family(workload, privacy, contributions))

@@ -63,7 +63,7 @@ CASES = [(seed, privacy) for seed in range(14) for privacy in (Privacy.laplace(0
 def test_candidates_match_dense_gls(seed: int, privacy: Privacy) -> None:
     workload = random_workload(seed)
     contributions = 1 + seed % 2
-    candidates = [c for c in all_candidates(workload, privacy, contributions) if isinstance(c, CoefficientCandidate)]
+    candidates = [c for c in all_candidates(workload, privacy, contributions, include_inconsistent=True) if isinstance(c, CoefficientCandidate)]
     assert candidates
     weights = np.concatenate([np.full(p.rows, p.weight) for p in workload.products])
     for candidate in candidates:
@@ -142,7 +142,7 @@ def test_coupled_predicate_factors_match_dense_gls(privacy: Privacy) -> None:
     coupled = Factor(("a", "b"), Explicit(rng.integers(0, 2, size=(3, 12))))
     workload = Workload(dom, (Product(dom, (coupled, Factor(("c",), Identity(2)))),)) + Workload.marginals(dom, [("b",)])
     assert singular_value_sum(workload) == pytest.approx(np.linalg.svd(workload.dense(), compute_uv=False).sum())
-    for candidate in all_candidates(workload, privacy):
+    for candidate in all_candidates(workload, privacy, include_inconsistent=True):
         if isinstance(candidate, CoefficientCandidate):
             S, _, variances = candidate.dense_strategy()
             want = np.diag(dense_gls(S, variances, candidate.dense_workload()))

@@ -38,7 +38,7 @@ PRIVACIES = [Privacy.laplace(1.0), Privacy.zcdp(0.5)]
 def test_every_candidate_is_exact_without_noise(privacy: Privacy) -> None:
     W = workload()
     exact = W.answer({DOMAIN.attributes: DATA})
-    for candidate in all_candidates(W, privacy):
+    for candidate in all_candidates(W, privacy, include_inconsistent=True):
         answers = candidate.answer(candidate.measure(feed(candidate), noise=False))
         for got, want in zip(answers.values, exact):
             np.testing.assert_allclose(got, want, atol=1e-8, err_msg=candidate.name)
@@ -48,9 +48,10 @@ def test_every_candidate_is_exact_without_noise(privacy: Privacy) -> None:
 def test_every_candidate_answers_consistently(privacy: Privacy) -> None:
     W = workload()
     index = {p.attributes: i for i, p in enumerate(W.products)}
-    candidates = all_candidates(W, privacy)
-    # bit-encoded Fourier pads a (3 → 4 codes): consistent over padded cells only, so never chosen
+    candidates = all_candidates(W, privacy, include_inconsistent=True)
+    # bit-encoded Fourier pads a (3 → 4 codes): consistent over padded cells only, so never offered to plan()
     assert [c.name for c in candidates if not c.consistent] == ["fourier"]
+    assert "fourier" not in {c.name for c in all_candidates(W, privacy)}
     for candidate in candidates:
         if not candidate.consistent:
             continue
@@ -67,7 +68,7 @@ def test_empirical_variance_matches_prediction(privacy: Privacy) -> None:
     W = workload()
     exact = np.concatenate(W.answer({DOMAIN.attributes: DATA}))
     repetitions = 150
-    candidates = all_candidates(W, privacy)
+    candidates = all_candidates(W, privacy, include_inconsistent=True)
     # one of each recovery kind: GLS over several noisy marginals, and directly measured coefficients
     gls = max((c for c in candidates if c.name == "marginals"), key=lambda c: len(c.required_marginals()))
     direct = next(c for c in candidates if c.name == ("fourier" if privacy.is_laplace else "residual"))

@@ -78,10 +78,17 @@ def _group_budgets(groups: list[tuple[tuple[str, ...], np.ndarray, np.ndarray]],
     return tuple(rows)
 
 
-def candidates(workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool = False) -> list[Candidate]:
-    """The Fourier strategy (the distinct-cells bound does not help ±1 rows: a row sees every cell)."""
+def candidates(
+    workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool = False, include_inconsistent: bool = False
+) -> list[Candidate]:
+    """The Fourier strategy (the distinct-cells bound does not help ±1 rows: a row sees every cell).
+    When an attribute the workload reads needs padding, its answers are inconsistent over the real cells,
+    so it is only built when ``include_inconsistent`` asks for it (benchmarks)."""
     domain = workload.domain
     bases = {a: hadamard_basis(domain.size_of(a)) for a in domain.attributes}
+    read = {a for p in workload.products for a in p.attributes}
+    if not include_inconsistent and any(bases[a].padded != bases[a].size for a in read):
+        return []
     if any(padded_count(p.attributes, bases) > MAX_MARGINAL_CELLS for p in workload.products):
         return []
     return [fourier_candidate(workload, privacy, Sensitivity(contributions))]
