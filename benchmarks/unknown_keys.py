@@ -6,7 +6,8 @@ optimal primitive and discrete-Laplace counting, and Laplace thresholding whose 
 released — the table shows, over seeded trials: keys released, and the empirical total squared
 error over ALL keys of the data (a dropped key errs by its whole count, a kept key by its noise),
 beside the design's minimax objective ``max_n π(n)V + (1 − π(n))n²``. ``*`` marks the design
-``dpsql.keys.design`` picks. End-to-end timing of one statement through DuckDB closes the table.
+``dpsql.keys.design`` picks, ``+`` the one it picks when the noisy count may not be re-used (r > 1 or a
+mixed GROUP BY). End-to-end timing of one statement through DuckDB closes the table.
 
     /work/venv/bin/python benchmarks/unknown_keys.py     # prints the table, writes results/unknown_keys.csv
 """
@@ -88,13 +89,15 @@ def main() -> None:
     print(f"{'epsilon':>7} {'design':<34} {'released':>9} {'total sq. error':>16} {'minimax objective':>18}")
     for epsilon in (0.5, 1.0, 2.0):
         chosen = keys.design("laplace", epsilon, DELTA, BOUNDS, True)
+        measured = keys.design("laplace", epsilon, DELTA, BOUNDS, False)
         for candidate in candidates(epsilon):
             released, error = empirical(candidate, counts, epsilon, rng)
-            label = f"{candidate.primitive.name}, f = {candidate.fraction:.1f}"
-            mark = "*" if (candidate.primitive.name, candidate.fraction) == (chosen.primitive.name, chosen.fraction) else " "
+            label = f"{candidate.primitive.name}, f = {candidate.fraction:.2f}"
+            picked = (candidate.primitive.name, candidate.fraction)
+            mark = "*" if picked == (chosen.primitive.name, chosen.fraction) else "+" if picked == (measured.primitive.name, measured.fraction) else " "
             print(f"{epsilon:7.2f} {label:<33}{mark} {released:9.1f} {error:16.4g} {candidate.objective:18.4g}")
             rows.append({"epsilon": epsilon, "primitive": candidate.primitive.name, "fraction": candidate.fraction,
-                         "chosen": mark == "*", "released": released, "total_squared_error": error,
+                         "chosen": mark == "*", "chosen_without_reuse": mark == "+", "released": released, "total_squared_error": error,
                          "objective": candidate.objective})
     released, seconds = timing()
     print(f"\nend to end (DuckDB, 1M rows, 100k units, k = 3): {released} keys released in {seconds:.2f} s")

@@ -22,7 +22,9 @@
    composed by addition (``dpsql.accountant``) plus the counting part — before any key or count
    leaves the engine; nothing is charged when anything fails earlier. The released key set is then
    cached on the connection (per table, column and bounds): later statements over that column are
-   answered over those keys as a public domain and pay for counting only (post-processing).
+   answered over those keys as a public domain and pay for counting only (post-processing); batches
+   (GROUPING SETS / CUBE / ROLLUP / UNION ALL, ``connection.workload``) use it through
+   :func:`schema_with_released_keys` but never select keys themselves.
 
 **The split.** The statement's budget (ε, or ρ with Gaussian noise) is split into a fraction ``f`` for
 selection and ``1 − f`` for counting. ``f`` is chosen on a grid (:data:`SELECTION_FRACTIONS`), and
