@@ -1,0 +1,563 @@
+"""Local differential privacy behind the same SQL: design a survey, randomize on clients, answer SQL.
+
+In the local model there is no trusted curator. A *survey* is designed from a schema and a batch of
+``SELECT … COUNT(*) … [WHERE …] GROUP BY …`` statements: the columns they read (GROUP BY, WHERE and
+counted nullable columns, never the rest of the table) span the survey's domain, whose cells are the
+user types of an ε-LDP randomizer optimized for the statements' workload (``planner.ldp.design``,
+MATH.md §8). Each privacy unit sends ONE report: its record's cell, randomized on its own device.
+The reports then answer the same SQL through a DB-API-like cursor, with error bars::
+
+    survey = dpsql.local.design(schema, ["SELECT sex, COUNT(*) FROM t GROUP BY sex",
+                                         "SELECT age, COUNT(*) FROM t WHERE sex = 'F' GROUP BY age"], epsilon=1.0)
+    shipped = survey.to_json()                          # mechanism + statements + domain, for clients
+    report = dpsql.local.Survey.from_json(shipped).randomize({"sex": "F", "age": 34})    # on a client
+    reports = survey.simulate("people.csv", seed=0)     # or: every unit of a table (for evaluation)
+    cursor = survey.connect(reports).cursor()
+    cursor.execute("SELECT sex, COUNT(*) FROM t GROUP BY sex")
+    cursor.fetchall(), cursor.errors, cursor.confidence_interval(0.95)
+
+Rules:
+
+* **One record per unit.** The schema must have ``max_rows_per_unit: 1``. Without a privacy unit
+  every row is a unit; with one, :meth:`Survey.simulate` keeps ONE row per unit chosen uniformly at
+  random (the central engine's bounding with a bound of 1). Reduce the table yourself first if
+  another rule (the latest row, say) suits your survey better.
+* **Values outside the domain.** :meth:`Survey.randomize` refuses a record with a value outside its
+  column's declared domain (or NULL in a column not declared nullable) with a :class:`DataError`: such
+  a client sends nothing. :meth:`Survey.simulate` applies the same rule to a table (like the central
+  engine's :data:`~dpsql.schema.OUT_OF_DOMAIN_RULE`, such units send no report).
+* **Domain size.** The optimizer works on dense ``4n × n`` strategies; a survey domain of more than
+  :data:`MAX_SURVEY_CELLS` cells is refused (mention fewer or coarser columns).
+* **Answering.** Any statement whose columns the survey collects can be executed: it is answered
+  without bias when its workload lies in the row space of the randomizer (always true for the
+  optimized full-rank strategies), else refused with a :class:`ProgrammingError` asking to design for
+  it. The designed statements get the accuracy the design optimized; others may be far noisier.
+  Answering spends nothing: the users spent ε (the mechanism's) when they randomized.
+* **Error bars.** The variance of an LDP estimate depends on the users' (unknown) values. The
+  standard errors released are the worst case over them: the variance if every reporting unit had the
+  type worst for that query (``planner.ldp.Aggregator.answers``), an upper bound, so the confidence
+  intervals are conservative.
+
+Result rows look like the central engine's for the same statement: same description, every cell of
+the GROUP BY domain (zeros where the WHERE clause excludes a cell), ORDER BY / LIMIT, and GROUPING
+SETS / CUBE / ROLLUP / UNION ALL with NULL keys and ``GROUPING()``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import random
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from dpsql import errors
+from dpsql.backends.factory import open_backend
+from dpsql.batch import CompiledBranch, CompiledStatement, ResultSet, _statement_result, _with_masks, as_result
+from dpsql.connection import Cursor
+from dpsql.errors import DataError, InterfaceError, NotSupportedError, ProgrammingError
+from dpsql.explain import explained_statements
+from dpsql.schema import ColumnDomain, Schema
+from dpsql.sql.bounded import BoundedAggregation, check_column_types
+from dpsql.sql.compile import CompiledQuery, compile_query
+from dpsql.sql.grouping import check_parameter_count, split_statement
+from dpsql.sql.parse import Count, GroupKey, Query, parse, predicate_columns
+from planner import Domain, Product, Workload
+from planner.ldp import (
+    Aggregator,
+    InvalidEpsilonError,
+    Mechanism,
+    MechanismFormatError,
+    WorkloadNotSupportedError,
+)
+from planner.ldp import design as design_mechanism
+from planner.ldp.deploy import Report
+
+MAX_SURVEY_CELLS = 1024
+"""Largest survey domain (cells = user types). The dense optimizer's cost grows as n³: n = 256 takes
+≈ 34 s of one core (README, `benchmarks/ldp.py`), n = 1024 about half an hour."""
+
+FORMAT_NAME = "dpsql-ldp-survey"
+FORMAT_VERSION = 1
+SIMULATION_TABLE = "__dpsql_survey_units"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Statements → workloads over the survey's domain.
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _CompiledSurveyStatement:
+    """A statement split into grouping-set branches, each compiled with its WHERE clause as masks (the
+    local model cannot drop rows before counting: every unit reports its whole cell)."""
+
+    statement: CompiledStatement
+    products: tuple[Product, ...]  # every branch's products, in branch order
+
+    @property
+    def columns(self) -> set[str]:
+        return {name for branch in self.statement.branches for name in branch.compiled.columns}
+
+
+def _compile(sql: object, parameters: Sequence[object] | None, schema: Schema) -> tuple[str, _CompiledSurveyStatement]:
+    """The statement's table name and its compiled branches (columns resolved against ``schema``)."""
+    if not isinstance(sql, str):
+        raise ProgrammingError(f"every statement must be a SQL string, got {type(sql).__name__}")
+    if explained_statements(sql) is not None:
+        raise NotSupportedError("EXPLAIN is not available on a local survey; Survey.describe() says how it answers")
+    split = split_statement(sql)
+    check_parameter_count(split, parameters)
+    table: str | None = None
+    branches: list[CompiledBranch] = []
+    products: list[Product] = []
+    for branch in split.branches:
+        query = parse(branch.sql, branch.bound(parameters))
+        if table is not None and query.table.lower() != table.lower():
+            raise NotSupportedError(f"a survey reads one table; {table!r} and {query.table!r} are both used")
+        table = query.table
+        _check_declared(query, schema)
+        compiled = _with_masks(compile_query(query, schema, schema.column_names))
+        branches.append(CompiledBranch(branch, compiled, len(products)))
+        if compiled.workload is not None:
+            products.extend(compiled.workload.products)
+    assert table is not None
+    return table, _CompiledSurveyStatement(CompiledStatement(sql, split, tuple(branches), 1.0), tuple(products))
+
+
+def _mentioned(query: Query) -> list[str]:
+    names = list(query.group_by)
+    for item in query.select:
+        if isinstance(item, GroupKey) or (isinstance(item, Count) and item.column is not None):
+            names.append(item.column)  # type: ignore[arg-type]
+    if query.where is not None:
+        names.extend(predicate_columns(query.where))
+    return names
+
+
+def _check_declared(query: Query, schema: Schema) -> None:
+    """Every column the statement reads must have a declared domain among ``schema``'s columns."""
+    known = {c.name.lower(): c for c in schema.columns}
+    for name in _mentioned(query):
+        column = known.get(name.lower())
+        if column is None:
+            raise ProgrammingError(
+                f"column {name!r} is not collected by this survey (its columns are {list(schema.column_names)}); "
+                "design a survey whose statements mention it"
+            )
+        if not column.is_known:
+            raise NotSupportedError(
+                f"column {column.name!r} has no declared domain: a local survey needs the categories, range or "
+                "bins of every column it collects (users report a cell of the declared domain)"
+            )
+
+
+def _survey_domain(columns: Sequence[ColumnDomain]) -> Domain:
+    return Domain({c.name: c.size for c in columns}, ordered=[c.name for c in columns if c.is_ordered])
+
+
+def _dense(domain: Domain, products: Sequence[Product]) -> np.ndarray:
+    """The statement products' dense matrix over the survey's domain (no rows: an empty matrix)."""
+    if not products:
+        return np.zeros((0, domain.size))
+    return Workload(domain, tuple(Product(domain, p.factors, p.weight) for p in products)).dense()
+
+
+def _schema_document(schema: Schema) -> dict[str, Any]:
+    columns: dict[str, Any] = {}
+    for column in schema.columns:
+        spec: dict[str, Any] = {column.kind: list(column.values)}
+        if column.nullable:
+            spec["nullable"] = True
+        columns[column.name] = spec
+    return {"privacy_unit": schema.privacy_unit, "max_rows_per_unit": 1, "columns": columns}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Records → cells (the client side).
+# ---------------------------------------------------------------------------------------------------
+
+
+def _cell_of_value(column: ColumnDomain, value: object) -> int:
+    """The cell of ``value`` in ``column``'s domain; a DataError if it has none."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None:
+        if column.nullable:
+            return column.null_cell  # type: ignore[return-value]
+        raise DataError(f"column {column.name!r} is not nullable, but the record's value is NULL (None)")
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if column.kind == "categories":
+        for index, category in enumerate(column.values):
+            if isinstance(category, bool) == isinstance(value, bool) and category == value:
+                return index
+    elif is_number and math.isfinite(value):  # type: ignore[arg-type]
+        if column.kind == "range":
+            low, high = int(column.values[0]), int(column.values[1])
+            if low <= value <= high and value == math.floor(value):  # type: ignore[operator,arg-type]
+                return int(value) - low  # type: ignore[arg-type]
+        else:
+            edges = column.values
+            if edges[0] <= value < edges[-1]:  # type: ignore[operator]
+                return bisect.bisect_right(edges, value) - 1  # type: ignore[arg-type]
+    raise DataError(
+        f"column {column.name!r}: the value {value!r} is outside its declared domain ({column.describe()}); "
+        "a unit with such a value cannot report"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The survey.
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Survey:
+    """An ε-LDP survey: the randomizer, the statements it was designed for and the domain of its cells.
+
+    ``schema`` holds only the columns the survey collects, in cell order: a record's cell is its
+    C-order index over them (the first column varies slowest). Build one with :func:`design`, ship
+    :meth:`to_json` to clients, rebuild with :meth:`from_json`.
+    """
+
+    table: str
+    schema: Schema
+    statements: tuple[str, ...]
+    mechanism: Mechanism
+
+    def __post_init__(self) -> None:
+        if self.mechanism.num_types != self.domain.size:
+            raise DataError(
+                f"the mechanism covers {self.mechanism.num_types} user types but the survey's domain has "
+                f"{self.domain.size} cells"
+            )
+
+    @property
+    def epsilon(self) -> float:
+        """What each reporting unit spends (ε-LDP), once."""
+        return float(self.mechanism.epsilon)
+
+    @cached_property
+    def domain(self) -> Domain:
+        return _survey_domain(self.schema.columns)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.schema.column_names
+
+    # -- workloads -------------------------------------------------------------------------------------
+    def statement_matrix(self, sql: str, parameters: Sequence[object] | None = None) -> np.ndarray:
+        """The dense workload (queries × cells of the survey's domain) of one statement, WHERE as masks."""
+        return _dense(self.domain, self._compile(sql, parameters).products)
+
+    @cached_property
+    def workload_matrix(self) -> np.ndarray:
+        """The designed workload: every statement's matrix, stacked in order."""
+        return np.vstack([self.statement_matrix(sql) for sql in self.statements])
+
+    def _compile(self, sql: object, parameters: Sequence[object] | None) -> _CompiledSurveyStatement:
+        table, compiled = _compile(sql, parameters, self.schema)
+        if table.lower() != self.table.lower():
+            raise ProgrammingError(f"FROM: this survey collects table {self.table!r}, not {table!r}")
+        return compiled
+
+    def describe(self) -> str:
+        """The survey in words: table, privacy, domain, statements."""
+        lines = [
+            f"local survey of table {self.table!r}: each unit sends one {self.epsilon:g}-LDP report "
+            f"({type(self.mechanism).__name__}) about one record",
+            f"domain: {self.domain.size} cells over {list(self.columns)}",
+        ]
+        lines += [f"  {c.name}: {c.describe()}" for c in self.schema.columns]
+        lines += ["designed for:"] + [f"  {sql}" for sql in self.statements]
+        return "\n".join(lines)
+
+    # -- the client side -------------------------------------------------------------------------------
+    def cell(self, record: Mapping[str, object]) -> int:
+        """The cell (user type) of one record: a mapping from the survey's column names to values."""
+        if not isinstance(record, Mapping):
+            raise DataError(f"a record must be a mapping of column names to values, got {type(record).__name__}")
+        index = 0
+        for column in self.schema.columns:
+            if column.name not in record:
+                raise DataError(f"the record has no value for column {column.name!r}; the survey collects {list(self.columns)}")
+            index = index * column.size + _cell_of_value(column, record[column.name])
+        return index
+
+    def randomize(self, record: Mapping[str, object], rng: random.Random | None = None) -> Report:
+        """The record's ε-LDP report (OS entropy unless ``rng`` is given). Only this leaves the device."""
+        return self.mechanism.randomize(self.cell(record), rng)
+
+    def simulate(self, table: object, *, seed: int | None = None) -> list[Report]:
+        """Every unit of ``table`` randomized through the survey (for evaluation), in random order.
+
+        ``table``: a ``.csv``/``.tsv``/``.json``/``.parquet`` path, a pandas DataFrame, an Arrow table
+        or a DuckDB relation. One record per unit (one random row per privacy unit when the schema has
+        one); units whose record lies outside the domain send nothing. ``seed`` makes it reproducible.
+        """
+        rng: random.Random = random.Random(seed) if seed is not None else secrets.SystemRandom()
+        counts = self._cell_counts(table, salt=rng.getrandbits(62))
+        cells = np.repeat(np.arange(self.domain.size), counts).tolist()
+        rng.shuffle(cells)  # the order of reports must not reveal the cells
+        return [self.mechanism.randomize(cell, rng) for cell in cells]
+
+    def _cell_counts(self, table: object, salt: int) -> np.ndarray:
+        """How many units of ``table`` fall in each cell (one record per unit, out-of-domain ones dropped)."""
+        if isinstance(table, duckdb.DuckDBPyRelation):
+            table = table.to_arrow_table()
+        backend = open_backend(None)
+        try:
+            backend.register(SIMULATION_TABLE, table)
+            column_types = backend.describe(SIMULATION_TABLE)
+            needed = list(self.columns) + ([self.schema.privacy_unit] if self.schema.privacy_unit else [])
+            missing = [name for name in needed if name not in column_types]
+            if missing:
+                raise ProgrammingError(f"the table has no column(s) {missing}; its columns are {list(column_types)}")
+            domains = {c.name: c for c in self.schema.columns}
+            problems = check_column_types(domains, column_types, self.table)
+            if problems:
+                raise ProgrammingError("; ".join(problems))
+            aggregation = BoundedAggregation(
+                table=SIMULATION_TABLE,
+                columns=domains,
+                column_types={name: column_types[name] for name in self.columns},
+                marginals=(self.columns,),
+                privacy_unit=self.schema.privacy_unit,
+                max_rows_per_unit=1,
+                salt=salt,
+            )
+            result = backend.run(aggregation.statement().sql(dialect=backend.dialect))
+            return aggregation.marginal_arrays(result)[self.columns].ravel()
+        finally:
+            backend.close()
+
+    # -- the server side -------------------------------------------------------------------------------
+    def connect(self, reports: Iterable[Report]) -> LocalConnection:
+        """A connection answering SQL from the collected ``reports`` (validated here)."""
+        return LocalConnection(self, reports)
+
+    def cursor(self, reports: Iterable[Report]) -> LocalCursor:
+        """Shorthand for ``connect(reports).cursor()``."""
+        return self.connect(reports).cursor()
+
+    # -- shipping --------------------------------------------------------------------------------------
+    def to_json(self) -> str:
+        """The survey as JSON: table, domain (the schema of its columns), statements, mechanism."""
+        return json.dumps(
+            {
+                "format": FORMAT_NAME,
+                "version": FORMAT_VERSION,
+                "table": self.table,
+                "schema": _schema_document(self.schema),
+                "statements": list(self.statements),
+                "mechanism": json.loads(self.mechanism.to_json()),
+            }
+        )
+
+    @staticmethod
+    def from_json(text: str | bytes) -> Survey:
+        """Parse and validate :meth:`to_json` output; a :class:`DataError` says what is wrong."""
+        try:
+            document = json.loads(text)
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as error:
+            raise DataError(f"the survey is not valid JSON: {error}") from None
+        if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
+            raise DataError(f'not a survey: expected a JSON object with "format": "{FORMAT_NAME}"')
+        if document.get("version") != FORMAT_VERSION:
+            raise DataError(f"unsupported survey version {document.get('version')!r}; expected {FORMAT_VERSION}")
+        table, statements = document.get("table"), document.get("statements")
+        if not isinstance(table, str) or not table:
+            raise DataError('"table" must be the name of the surveyed table')
+        if not isinstance(statements, list) or not statements or not all(isinstance(s, str) for s in statements):
+            raise DataError('"statements" must be a non-empty list of SQL strings')
+        try:
+            schema = Schema.from_dict(document.get("schema"))
+            mechanism = Mechanism.from_json(json.dumps(document.get("mechanism")))
+        except ProgrammingError as error:
+            raise DataError(f"the survey's schema is invalid: {error}") from None
+        except MechanismFormatError as error:
+            raise DataError(f"the survey's mechanism is invalid: {error}") from None
+        survey = Survey(table, schema, tuple(statements), mechanism)
+        for sql in statements:
+            try:
+                survey._compile(sql, None)
+            except errors.Error as error:
+                raise DataError(f"the survey's statement {sql!r} does not compile over its domain: {error}") from None
+        return survey
+
+
+def design(
+    schema: Schema | Mapping[str, object] | str | Path,
+    statements: str | Sequence[str],
+    epsilon: float,
+    *,
+    seed: int | None = None,
+    **optimize_options: Any,
+) -> Survey:
+    """An ε-LDP survey optimized for ``statements`` over one table described by ``schema``.
+
+    ``statements``: SELECT … COUNT … GROUP BY statements (GROUPING SETS / CUBE / ROLLUP / UNION ALL
+    allowed), all over one table; their columns span the survey's domain. ``optimize_options`` go to
+    ``planner.ldp.optimize`` (``restarts``, ``iterations``, ``progress``, …); ``seed`` makes the
+    optimization reproducible.
+    """
+    parsed = Schema.load(schema)
+    if parsed.max_rows_per_unit != 1:
+        raise ProgrammingError(
+            f"a local survey collects ONE record per privacy unit, but the schema allows {parsed.max_rows_per_unit} "
+            "rows per unit: set max_rows_per_unit: 1 (simulate() then keeps one random row per unit) or reduce "
+            "the table to one row per unit first"
+        )
+    texts = (statements,) if isinstance(statements, str) else tuple(statements)
+    if not texts:
+        raise ProgrammingError("design() needs at least one SQL statement")
+    compiled = [_compile(sql, None, parsed) for sql in texts]
+    tables = {table.lower(): table for table, _ in compiled}
+    if len(tables) > 1:
+        raise NotSupportedError(f"a survey reads one table; the statements use {sorted(tables.values())}")
+    used = set().union(*(statement.columns for _, statement in compiled))
+    columns = tuple(c for c in parsed.columns if c.name in used)
+    domain = _survey_domain(columns)
+    if domain.size > MAX_SURVEY_CELLS:
+        sizes = ", ".join(f"{c.name}: {c.size}" for c in columns)
+        raise NotSupportedError(
+            f"the statements read {list(domain.attributes)}, whose joint domain has {domain.size} cells ({sizes}); "
+            f"a local survey is limited to {MAX_SURVEY_CELLS} cells: mention fewer columns or declare coarser domains"
+        )
+    survey_schema = Schema(parsed.privacy_unit, 1, columns)
+    workload = np.vstack([_dense(domain, statement.products) for _, statement in compiled])
+    if workload.shape[0] == 0:
+        raise ProgrammingError("every count of the statements is zero by construction (their WHERE selects nothing)")
+    try:
+        mechanism = design_mechanism(workload, epsilon, seed=seed, **optimize_options)
+    except (InvalidEpsilonError, WorkloadNotSupportedError) as error:
+        raise ProgrammingError(str(error)) from None
+    except (ValueError, TypeError) as error:
+        raise ProgrammingError(f"cannot design the survey: {error}") from None
+    return Survey(compiled[0][0], survey_schema, texts, mechanism)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Answering SQL from reports.
+# ---------------------------------------------------------------------------------------------------
+
+
+class LocalConnection:
+    """Answers SQL from a survey's reports. Answering costs nothing: the units spent ε when they
+    randomized. ``commit``/``rollback`` are no-ops (nothing is ever written)."""
+
+    Warning = errors.Warning
+    Error = errors.Error
+    InterfaceError = errors.InterfaceError
+    DatabaseError = errors.DatabaseError
+    DataError = errors.DataError
+    OperationalError = errors.OperationalError
+    IntegrityError = errors.IntegrityError
+    InternalError = errors.InternalError
+    ProgrammingError = errors.ProgrammingError
+    NotSupportedError = errors.NotSupportedError
+
+    def __init__(self, survey: Survey, reports: Iterable[Report]) -> None:
+        self.survey = survey
+        self.reports = list(reports)
+        try:
+            Aggregator(survey.mechanism, np.ones((1, survey.domain.size))).add(self.reports)
+        except MechanismFormatError as error:
+            raise DataError(f"the reports do not come from this survey's mechanism: {error}") from None
+        self._closed = False
+
+    @property
+    def num_reports(self) -> int:
+        return len(self.reports)
+
+    def cursor(self) -> LocalCursor:
+        self._check_open()
+        return LocalCursor(self)
+
+    def close(self) -> None:
+        self._closed = True
+
+    def commit(self) -> None:
+        self._check_open()
+
+    def rollback(self) -> None:
+        self._check_open()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> LocalConnection:
+        self._check_open()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InterfaceError("the connection is closed")
+
+    def answer(self, sql: str, parameters: Sequence[object] | None = None) -> ResultSet:
+        """One statement's rows with their (worst-case) standard errors."""
+        self._check_open()
+        compiled = self.survey._compile(sql, parameters)
+        values: list[np.ndarray] = []
+        variances: list[np.ndarray] = []
+        if compiled.products:
+            matrix = _dense(self.survey.domain, compiled.products)
+            try:
+                aggregator = Aggregator(self.survey.mechanism, matrix)
+            except WorkloadNotSupportedError as error:
+                raise ProgrammingError(
+                    f"the survey cannot answer this statement without bias ({error}); design a survey that includes it"
+                ) from None
+            aggregator.add(self.reports)
+            answers = aggregator.answers()
+            start = 0
+            for product in compiled.products:
+                values.append(answers.estimates[start : start + product.rows])
+                variances.append(answers.variances[start : start + product.rows])
+                start += product.rows
+        return _statement_result(compiled.statement, values, variances)
+
+
+class LocalCursor(Cursor):
+    """A PEP 249 cursor over a survey's reports: ``execute`` answers one statement; ``description``,
+    ``fetch*``, ``rowcount``, ``errors`` and ``confidence_interval`` behave as on the central engine."""
+
+    connection: LocalConnection  # type: ignore[assignment]
+
+    def __init__(self, connection: LocalConnection) -> None:
+        super().__init__(connection)  # type: ignore[arg-type]
+
+    @property
+    def explanation(self) -> str:
+        self._check_result()
+        return self.connection.survey.describe() + f"\nanswered from {self.connection.num_reports} report(s)"
+
+    def execute(self, operation: str, parameters: Sequence[object] | None = None) -> LocalCursor:  # type: ignore[override]
+        self._check_open()
+        self._result, self._position = None, 0
+        self._result = as_result(self.connection.answer(operation, parameters))
+        return self
+
+    def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[object]]) -> LocalCursor:  # type: ignore[override]
+        """Answer the statement once per parameter set; the rows of all runs are concatenated."""
+        self._check_open()
+        self._result, self._position = None, 0
+        results = [self.connection.answer(operation, parameters) for parameters in seq_of_parameters]
+        if results:
+            rows = [row for result in results for row in result.rows]
+            errs = [error for result in results for error in result.errors]
+            self._result = as_result(ResultSet(results[0].description, rows, errs))
+        return self
