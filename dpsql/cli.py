@@ -5,6 +5,7 @@
     dpsql query --data adult.csv --schema adult.yaml --epsilon 0.5 "SELECT sex, COUNT(*) FROM adult GROUP BY sex"
     dpsql query ... --ledger adult.ledger --budget-epsilon 2 --delta 1e-6    # spend from a persistent budget
     dpsql demo [--persons 20000] [--seed 0]
+    dpsql ldp design --schema adult.yaml --epsilon 1 --output survey.json "SELECT ..."   # see dpsql.local_cli
 
 The table is named after the data file (``adult.csv`` → ``adult``) unless ``--table`` says
 otherwise. Without ``--ledger`` the budget is just this statement's cost. Errors print one line to
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import dpsql
-from dpsql import demo
+from dpsql import demo, local_cli
 
 EXIT_BAD_INPUT = 2
 EXIT_BUDGET = 3
@@ -52,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     tour = commands.add_parser("demo", help="generate a census-like table and run a tour of private queries")
     tour.add_argument("--persons", type=int, default=20_000, help="people in the generated table (≈2.5 rows each)")
     tour.add_argument("--seed", type=int, default=0)
+    local_cli.add_commands(commands)
     return parser
 
 
@@ -113,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if arguments.command == "demo":
             demo.tour(arguments.persons, arguments.seed)
+        elif arguments.command == "ldp":
+            local_cli.run(arguments, _print_rows)
         else:
             _query(arguments)
     except dpsql.BudgetExceededError as error:
