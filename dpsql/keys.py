@@ -38,9 +38,10 @@ errs by its count's noise variance ``V_f``, a dropped key by its whole count (it
 balances a late selection midpoint (large ``f`` needed) against noisy counts (small ``f`` needed). The
 grid is searched with the split optimal primitive (closed form); at the best ``f``,
 :func:`planner.partition.choose` may swap in Gaussian thresholding (``k > 1``, lower midpoint). For
-a thresholding primitive ``V`` is its noise variance; the selection bias of a kept key's noisy count
-(keys are kept when the noise is high) is not part of the objective. With Gaussian noise, a fraction
-``f`` of ρ buys selection at ``ε_sel = √(2fρ)`` (the ε of a pure mechanism costing ``fρ`` in zCDP).
+a thresholding primitive whose noisy count is released, ``π(n)·V`` is replaced by the exact
+``E[Z²; kept]``, which includes the selection bias (keys are kept when their noise is high). With
+Gaussian noise, a fraction ``f`` of ρ buys selection at ``ε_sel = √(2fρ)`` (the ε of a pure mechanism
+costing ``fρ`` in zCDP).
 
 **δ.** Selection needs δ > 0 (pure ε-DP admits no selection). Each selection spends
 ``connection.selection_delta``, by default :data:`DEFAULT_SELECTION_DELTA_SHARE` of the budget's δ.
@@ -155,13 +156,19 @@ class SelectionDesign:
         )
 
 
-def worst_key_error(primitive: PartitionSelection, variance: float) -> float:
-    """``max over n ≥ 1 of π(n)·V + (1 − π(n))·n²``: the objective the split minimises."""
+def worst_key_error(primitive: PartitionSelection, variance: float | None) -> float:
+    """``max over n ≥ 1 of π(n)·V + (1 − π(n))·n²``: the objective the split minimises. With
+    ``variance=None`` the primitive's own noisy count is released: ``π(n)·V`` is then the exact
+    ``E[Z²; kept]`` of a thresholding primitive (its selection bias included)."""
     always = primitive.always_kept()
     limit = always if math.isfinite(always) else primitive.n_reaching(_ALWAYS_KEPT_PROBABILITY)
     n = np.arange(1, max(1, math.ceil(limit)) + 1)
     keep = np.asarray(primitive.probability_of_keep(n), dtype=float)
-    return float(np.max(keep * variance + (1 - keep) * n.astype(float) ** 2))
+    if variance is None:
+        kept_error = np.asarray(primitive.kept_squared_error(n), dtype=float)  # type: ignore[attr-defined]
+    else:
+        kept_error = keep * variance
+    return float(np.max(kept_error + (1 - keep) * n.astype(float) ** 2))
 
 
 def _count_variance(privacy: planner.Privacy, contributions: int) -> float:
@@ -195,7 +202,7 @@ def design(family: str, budget: float, delta: float, bounds: KeyBounds, reuse_al
         thresholding = (laplace_threshold if family == "laplace" else gaussian_threshold)(selection_epsilon(1.0), delta, k)
         scale = float(thresholding.noise_scale)
         variance = float(discrete_laplace_variance(scale) if family == "laplace" else discrete_gaussian_variance(scale**2))
-        candidates.append(SelectionDesign(thresholding, 1.0, None, variance, worst_key_error(thresholding, variance)))
+        candidates.append(SelectionDesign(thresholding, 1.0, None, variance, worst_key_error(thresholding, None)))
     return min(candidates, key=lambda candidate: candidate.objective)
 
 

@@ -530,6 +530,19 @@ class _ThresholdingSelection(PartitionSelection):
     def keep(self, counts: np.ndarray, rng: RandomLike = None) -> tuple[np.ndarray, np.ndarray]:
         return self._rule.keep(counts, as_source(rng))
 
+    def kept_squared_error(self, n: ArrayLike) -> float | np.ndarray:
+        """``E[Z² · 1{kept}]`` for a partition with ``n`` units: the expected squared error of its
+        released noisy count ``n + Z``, counted only when it is kept (kept partitions have larger
+        ``Z`` than average, so this exceeds ``π(n)·Var Z`` near the threshold)."""
+        counts = _counts_array(n)
+        rule = self._rule
+        noise = np.arange(-rule.noise.support_bound, rule.noise.support_bound + 1)
+        lowest_kept = rule.threshold - counts[..., None]  # n + z >= T
+        weight = np.where(noise >= lowest_kept, 1.0, np.where(noise == lowest_kept - 1, rule.tie_probability, 0.0))
+        moment = (weight * rule.noise.pmf(noise) * noise.astype(float) ** 2).sum(axis=-1)
+        moment = np.where(counts > 0, moment, 0.0)
+        return float(moment) if moment.ndim == 0 else moment
+
 
 def _require_thresholding_possible(name: str, epsilon: float, delta: float, max_groups: int) -> None:
     _validate(epsilon, delta, max_groups)
