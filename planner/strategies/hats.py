@@ -30,6 +30,7 @@ from planner.budget import (
 )
 from planner.privacy import Privacy
 from planner.strategies.base import Candidate, GroupBudget, Measurement
+from planner.strategies.hierarchy import PRUNE_SHARE
 from planner.strategies.hierarchy import candidates as tree_candidates
 from planner.strategies.ranges import (
     DenseCovariance,
@@ -102,7 +103,8 @@ def _polished(layout: RangeLayout, spacings: list[int], budgets: np.ndarray, eps
     gram = _workload_gram(layout)
     best, best_error = budgets, np.inf
     for _ in range(POLISH_STEPS + 1):
-        variances = 2 * (magnitudes / budgets) ** 2
+        with np.errstate(divide="ignore"):  # an unmeasured level (budget 0) has infinite variance
+            variances = 2 * (magnitudes / budgets) ** 2
         covariance = np.linalg.inv(sum(g / v for g, v in zip(grams, variances)))
         error = float(np.einsum("ij,ji->", covariance, gram))
         if error >= best_error:
@@ -110,8 +112,18 @@ def _polished(layout: RangeLayout, spacings: list[int], budgets: np.ndarray, eps
         best, best_error = budgets, error
         spread = covariance @ gram @ covariance
         masses = np.array([np.einsum("ij,ij->", g, spread) for g in grams]) / variances**2  # tr(H Σ G Σ Hᵀ)
-        budgets = laplace_budgets(masses, magnitudes, epsilon)
+        if not np.all(np.isfinite(masses)):  # an ill-conditioned GLS: keep the best budgets so far
+            break
+        budgets = _floored(laplace_budgets(np.maximum(masses, 0.0), magnitudes, epsilon), epsilon)
     return best
+
+
+def _floored(budgets: np.ndarray, epsilon: float) -> np.ndarray:
+    """The finest level (last) keeps at least ``PRUNE_SHARE · ε`` so the GLS stays invertible and its
+    noise scale finite; the budgets still sum to ``ε``."""
+    floored = budgets.copy()
+    floored[-1] = max(floored[-1], PRUNE_SHARE * epsilon)
+    return floored * (epsilon / floored.sum())
 
 
 class HatCandidate(RangeCandidate):
@@ -183,5 +195,11 @@ def candidates(workload: Workload, privacy: Privacy, contributions: int = 1) -> 
         measured = [level for level, budget in enumerate(tree.budgets) if budget > 0]
         spacings = [tree.tree.block_sizes[level] for level in measured]
         budgets = _polished(layout, spacings, tree.budgets[measured], privacy.epsilon)
-        found.append(HatCandidate(layout, privacy, Sensitivity(contributions), tree.branching, spacings, budgets))
+        kept = budgets > 0
+        found.append(
+            HatCandidate(
+                layout, privacy, Sensitivity(contributions), tree.branching,
+                [s for s, keep in zip(spacings, kept) if keep], budgets[kept],
+            )
+        )
     return found

@@ -306,8 +306,11 @@ def _alternate(tree: Tree, masses: np.ndarray, shares: np.ndarray, privacy: Priv
 
 
 def _pruned(shares: np.ndarray) -> np.ndarray:
+    """Drop non-leaf levels with a negligible share; the leaves (needed for the tree estimate to be
+    identifiable) keep at least ``PRUNE_SHARE`` so their noise scale stays finite and samplable."""
     kept = shares.copy()
     kept[:-1][kept[:-1] < PRUNE_SHARE] = 0.0
+    kept[-1] = max(kept[-1], PRUNE_SHARE)
     return kept / kept.sum()
 
 
