@@ -64,7 +64,7 @@ def candidates(epsilon: float) -> list[keys.SelectionDesign]:
         found.append(keys.SelectionDesign(primitive, fraction, privacy, variance, keys.worst_key_error(primitive, variance)))
     thresholding = laplace_threshold(epsilon, DELTA)
     variance = keys._count_variance(planner.Privacy.laplace(epsilon), BOUNDS.contributions)
-    found.append(keys.SelectionDesign(thresholding, 1.0, None, variance, keys.worst_key_error(thresholding, variance)))
+    found.append(keys.SelectionDesign(thresholding, 1.0, None, variance, keys.worst_key_error(thresholding, None)))
     return found
 
 
