@@ -519,7 +519,13 @@ def _reused_counts(final: CompiledQuery, statement: KeyedStatement, histogram: K
 
 
 def explain_rows(statement: KeyedStatement) -> list[explain.ExplainRow]:
-    """EXPLAIN rows (``dpsql.explain`` layout) for a keyed statement; reads and charges nothing."""
+    """EXPLAIN rows (``dpsql.explain`` layout) for a keyed statement; reads and charges nothing.
+
+    Sections beyond ``dpsql.explain``'s: ``bounds`` (k, r, m and the counts' sensitivity), ``cost``
+    split into the selection's ε and δ and the counting part, ``selection`` (the primitive with its
+    parameters, its midpoint, the ``n`` from which keys are always kept), ``split`` (the selection
+    share and the objective), ``counts`` (noise variance of one count) and ``keys`` (cached key sets;
+    the number considered is withheld; after execution, the number released)."""
     Row = explain.ExplainRow
     cost = statement.cost
     rows = [Row("statement", "1", 1.0, statement.operation)]
