@@ -55,20 +55,27 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import duckdb
 import numpy as np
 
 from dpsql import errors
 from dpsql.backends.factory import open_backend
-from dpsql.batch import CompiledBranch, CompiledStatement, ResultSet, _statement_result, _with_masks, as_result
+from dpsql.batch import (
+    CompiledBranch,
+    CompiledStatement,
+    ResultSet,
+    _statement_result,
+    _with_masks,
+    as_result,
+)
 from dpsql.connection import Cursor
 from dpsql.errors import DataError, InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.explain import explained_statements
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.bounded import BoundedAggregation, check_column_types
-from dpsql.sql.compile import CompiledQuery, compile_query
+from dpsql.sql.compile import compile_query
 from dpsql.sql.grouping import check_parameter_count, split_statement
 from dpsql.sql.parse import Count, GroupKey, Query, parse, predicate_columns
 from planner import Domain, Product, Workload
@@ -264,17 +271,28 @@ class Survey:
         """The designed workload: every statement's matrix, stacked in order."""
         return np.vstack([self.statement_matrix(sql) for sql in self.statements])
 
+    @cached_property
+    def _compiled(self) -> dict[str, _CompiledSurveyStatement]:
+        """Statements without parameters compiled so far (compiling is pure: it depends on the SQL only)."""
+        return {}
+
     def _compile(self, sql: object, parameters: Sequence[object] | None) -> _CompiledSurveyStatement:
+        if parameters is None and isinstance(sql, str) and sql in self._compiled:
+            return self._compiled[sql]
         table, compiled = _compile(sql, parameters, self.schema)
         if table.lower() != self.table.lower():
             raise ProgrammingError(f"FROM: this survey collects table {self.table!r}, not {table!r}")
+        if parameters is None:
+            self._compiled[sql] = compiled  # type: ignore[index]
         return compiled
 
     def describe(self) -> str:
         """The survey in words: table, privacy, domain, statements."""
         lines = [
-            f"local survey of table {self.table!r}: each unit sends one {self.epsilon:g}-LDP report "
-            f"({type(self.mechanism).__name__}) about one record",
+            (
+                f"local survey of table {self.table!r}: each unit sends one {self.epsilon:g}-LDP report "
+                f"({type(self.mechanism).__name__}) about one record"
+            ),
             f"domain: {self.domain.size} cells over {list(self.columns)}",
         ]
         lines += [f"  {c.name}: {c.describe()}" for c in self.schema.columns]
@@ -496,7 +514,7 @@ class LocalConnection:
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self) -> LocalConnection:
+    def __enter__(self) -> Self:
         self._check_open()
         return self
 
