@@ -265,7 +265,7 @@ class Connection:
                 f"FROM: unknown table {query.table!r}; use a registered table {sorted(t.name for t in self._tables.values())} "
                 "or register one with connection.register(name, source, schema=...)"
             )
-        compiled = compile_query(query, table.schema, tuple(table.column_types))
+        compiled = compile_query(query, keys.schema_with_released_keys(self, table), tuple(table.column_types))
         self._ledger.check(cost)
         plan = None
         if compiled.workload is not None:

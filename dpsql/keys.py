@@ -22,9 +22,10 @@
    composed by addition (``dpsql.accountant``) plus the counting part — before any key or count
    leaves the engine; nothing is charged when anything fails earlier. The released key set is then
    cached on the connection (per table, column and bounds): later statements over that column are
-   answered over those keys as a public domain and pay for counting only (post-processing); batches
-   (GROUPING SETS / CUBE / ROLLUP / UNION ALL, ``connection.workload``) use it through
-   :func:`schema_with_released_keys` but never select keys themselves.
+   answered over those keys as a public domain and pay for counting only (post-processing), WHERE
+   conditions on the column included; every other statement (GROUPING SETS / CUBE / ROLLUP / UNION ALL,
+   ``connection.workload``, ``executemany``, a COUNT or WHERE on the column) uses it too, through
+   :func:`schema_with_released_keys`, but only a plain GROUP BY on the column selects keys.
 
 **The split.** The statement's budget (ε, or ρ with Gaussian noise) is split into a fraction ``f`` for
 selection and ``1 − f`` for counting. ``f`` is chosen on a grid (:data:`SELECTION_FRACTIONS`), and
@@ -235,8 +236,8 @@ def released_domain(column: str, keys: tuple[object, ...]) -> ColumnDomain:
 
 def schema_with_released_keys(connection: Connection, table: Table) -> Schema:
     """``table``'s schema with every unknown column whose key set was released on ``connection`` (under
-    the schema's bounds) declared as those keys: how batches (GROUPING SETS / CUBE / ROLLUP / UNION ALL,
-    ``connection.workload``) group by it afterwards, as post-processing of the release."""
+    the schema's bounds) declared as those keys: how every other statement reads such a column
+    afterwards, as post-processing of the release."""
     schema, bounds = table.schema, KeyBounds.of(table.schema)
     for column in table.column_types:
         cached = None if schema.column(column).is_known else connection._released_keys.get(table, column, bounds)
@@ -334,11 +335,6 @@ def prepare(
     """Check, compile, design and price the statement (reads no data, charges nothing; the budget is
     checked by :func:`run`, before reading)."""
     requested = connection._cost(epsilon, rho)
-    if query.where is not None and any(c.lower() == column.lower() for c in predicate_columns(query.where)):
-        raise NotSupportedError(
-            f"WHERE: column {column!r} has no declared domain in the schema of {table.name!r}; declare its categories, "
-            "range or bins (a predicate on it cannot be compiled to a mask over a public domain)"
-        )
     type_name = table.column_types[column]
     if not (is_numeric_type(type_name) or type_name.upper().startswith(_KEY_TYPES)):
         raise NotSupportedError(
@@ -352,6 +348,12 @@ def prepare(
         plan = _count_plan(compiled, _privacy(requested), bounds) if compiled.workload is not None else None
         statement = KeyedStatement(operation, query, table, column, bounds, compiled, requested, None, cached, plan)
     else:
+        if query.where is not None and any(c.lower() == column.lower() for c in predicate_columns(query.where)):
+            raise NotSupportedError(
+                f"WHERE: column {column!r} has no declared domain in the schema of {table.name!r}; declare its "
+                "categories, range or bins, or select its keys first with a GROUP BY on it (a predicate on it "
+                "cannot be compiled to a mask over a public domain)"
+            )
         placeholder = ColumnDomain(column, "categories", (0 if is_numeric_type(type_name) else "",))
         compiled = compile_query(query, _with_domain(table.schema, placeholder), tuple(table.column_types))
         family, budget = ("laplace", requested.epsilon) if requested.epsilon is not None else ("gaussian", requested.rho)

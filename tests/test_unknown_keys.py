@@ -421,3 +421,21 @@ def test_kept_squared_error_matches_simulation_and_tends_to_the_noise_variance(p
     far = primitive.threshold + 60 * math.ceil(scale)  # type: ignore[attr-defined]
     assert primitive.kept_squared_error(far) == pytest.approx(variance, rel=1e-6)  # type: ignore[attr-defined]
     assert primitive.kept_squared_error(0) == 0.0  # type: ignore[attr-defined]
+
+
+def test_other_statements_read_a_released_key_set_as_a_public_domain(logs: dpsql.Connection) -> None:
+    cursor = logs.cursor()
+    with pytest.raises(dpsql.NotSupportedError, match="WHERE: column 'browser' has no declared domain"):
+        cursor.execute("SELECT COUNT(*) FROM logs WHERE browser = 'chrome'", epsilon=1.0)
+    with dpsql.testing.seeded(9):
+        cursor.execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0)
+    with dpsql.testing.noise_disabled():
+        total = cursor.execute("SELECT COUNT(*) FROM logs WHERE browser IN ('chrome', 'safari')", epsilon=0.5).fetchall()
+        keyed = cursor.execute("SELECT browser, COUNT(*) FROM logs WHERE browser <> 'chrome' GROUP BY browser", epsilon=0.5).fetchall()
+        many = cursor.executemany("SELECT browser, COUNT(*) FROM logs WHERE sex = ? GROUP BY browser", [("F",), ("M",)], epsilon=0.5).fetchall()
+    assert total == [(pytest.approx(2 * 400),)]
+    assert keyed == [("chrome", 0.0), ("firefox", pytest.approx(400)), ("safari", pytest.approx(200))]
+    assert sum(n for _, n in many) == pytest.approx(2 * 600) and len(many) == 6
+    with pytest.raises(dpsql.DataError, match="outside the declared domain of 'browser'"):
+        cursor.execute("SELECT COUNT(*) FROM logs WHERE browser = 'lynx'", epsilon=0.5)  # not a released key
+    assert logs.budget_spent().delta == pytest.approx(keys.selection_delta(logs))  # one selection in all

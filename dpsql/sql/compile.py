@@ -237,8 +237,8 @@ class _Resolver:
             if clause == "GROUP BY":
                 advice = (
                     "or first run one plain GROUP BY statement on it with cursor.execute, which selects its keys "
-                    "privately; GROUPING SETS / CUBE / ROLLUP, UNION ALL and connection.workload() then use the "
-                    "released keys (they and executemany never select keys themselves)"
+                    "privately; GROUPING SETS / CUBE / ROLLUP, UNION ALL, connection.workload() and executemany "
+                    "then use the released keys, but never select keys themselves"
                 )
             else:
                 advice = "a predicate on it cannot be compiled to a mask over a public domain"
