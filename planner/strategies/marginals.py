@@ -227,10 +227,10 @@ class BudgetProblem:
             group_mass = precision**2 * (coverage.T @ (self.mass * covariance**2))
             budgets = optimal_budgets(group_mass, np.ones(len(measured)), self.privacy)
         keep = best_budgets >= PRUNE_SHARE * best_budgets.max()
+        if not self.covers([m for m, k in zip(measured, keep) if k]):
+            keep = best_budgets > 0  # a marginal that alone covers a subset never loses all its budget
         kept = [m for m, k in zip(measured, keep) if k]
-        if self.covers(kept):
-            return tuple(kept), best_budgets[keep] * (self.total / best_budgets[keep].sum()), best
-        return tuple(measured), best_budgets, best
+        return tuple(kept), best_budgets[keep] * (self.total / best_budgets[keep].sum()), best
 
 
 def _greedy_cover(
