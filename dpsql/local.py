@@ -109,11 +109,22 @@ class _CompiledSurveyStatement:
     local model cannot drop rows before counting: every unit reports its whole cell)."""
 
     statement: CompiledStatement
-    products: tuple[Product, ...]  # every branch's products, in branch order
+    workloads: tuple[Workload, ...]  # the branches' workloads (over their own domains), in branch order
 
     @property
     def columns(self) -> set[str]:
         return {name for branch in self.statement.branches for name in branch.compiled.columns}
+
+    @property
+    def products(self) -> tuple[Product, ...]:
+        """Every branch's products in order: the statement's answers, product by product."""
+        return tuple(product for workload in self.workloads for product in workload.products)
+
+    def matrix(self, domain: Domain) -> np.ndarray:
+        """The dense workload over the survey's ``domain`` (rows in product order; no rows: empty)."""
+        if not self.workloads:
+            return np.zeros((0, domain.size))
+        return np.vstack([_on_survey_domain(workload, domain) for workload in self.workloads])
 
 
 def _compile(sql: object, parameters: Sequence[object] | None, schema: Schema) -> tuple[str, _CompiledSurveyStatement]:
@@ -126,7 +137,7 @@ def _compile(sql: object, parameters: Sequence[object] | None, schema: Schema) -
     check_parameter_count(split, parameters)
     table: str | None = None
     branches: list[CompiledBranch] = []
-    products: list[Product] = []
+    workloads: list[Workload] = []
     for branch in split.branches:
         query = parse(branch.sql, branch.bound(parameters))
         if table is not None and query.table.lower() != table.lower():
@@ -134,11 +145,11 @@ def _compile(sql: object, parameters: Sequence[object] | None, schema: Schema) -
         table = query.table
         _check_declared(query, schema)
         compiled = _with_masks(compile_query(query, schema, schema.column_names))
-        branches.append(CompiledBranch(branch, compiled, len(products)))
+        branches.append(CompiledBranch(branch, compiled, sum(len(w.products) for w in workloads)))
         if compiled.workload is not None:
-            products.extend(compiled.workload.products)
+            workloads.append(compiled.workload)
     assert table is not None
-    return table, _CompiledSurveyStatement(CompiledStatement(sql, split, tuple(branches), 1.0), tuple(products))
+    return table, _CompiledSurveyStatement(CompiledStatement(sql, split, tuple(branches), 1.0), tuple(workloads))
 
 
 def _mentioned(query: Query) -> list[str]:
@@ -172,11 +183,19 @@ def _survey_domain(columns: Sequence[ColumnDomain]) -> Domain:
     return Domain({c.name: c.size for c in columns}, ordered=[c.name for c in columns if c.is_ordered])
 
 
-def _dense(domain: Domain, products: Sequence[Product]) -> np.ndarray:
-    """The statement products' dense matrix over the survey's domain (no rows: an empty matrix)."""
-    if not products:
-        return np.zeros((0, domain.size))
-    return Workload(domain, tuple(Product(domain, p.factors, p.weight) for p in products)).dense()
+def _on_survey_domain(workload: Workload, domain: Domain) -> np.ndarray:
+    """``workload``'s dense matrix with one column per cell of ``domain`` ⊇ its own attributes.
+
+    Built on the workload's own domain (so rows keep the order its result keys were computed in, which
+    follows the statement's column order, not the survey's) and read at each survey cell's projection.
+    """
+    own = workload.domain
+    coordinates = np.unravel_index(np.arange(domain.size), domain.sizes)
+    if own.attributes:
+        projected = np.ravel_multi_index(tuple(coordinates[domain.index(a)] for a in own.attributes), own.sizes)
+    else:
+        projected = np.zeros(domain.size, dtype=np.int64)
+    return workload.dense()[:, projected]
 
 
 def _schema_document(schema: Schema) -> dict[str, Any]:
@@ -264,7 +283,7 @@ class Survey:
     # -- workloads -------------------------------------------------------------------------------------
     def statement_matrix(self, sql: str, parameters: Sequence[object] | None = None) -> np.ndarray:
         """The dense workload (queries × cells of the survey's domain) of one statement, WHERE as masks."""
-        return _dense(self.domain, self._compile(sql, parameters).products)
+        return self._compile(sql, parameters).matrix(self.domain)
 
     @cached_property
     def workload_matrix(self) -> np.ndarray:
@@ -452,7 +471,7 @@ def design(
             f"a local survey is limited to {MAX_SURVEY_CELLS} cells: mention fewer columns or declare coarser domains"
         )
     survey_schema = Schema(parsed.privacy_unit, 1, columns)
-    workload = np.vstack([_dense(domain, statement.products) for _, statement in compiled])
+    workload = np.vstack([statement.matrix(domain) for _, statement in compiled])
     if workload.shape[0] == 0:
         raise ProgrammingError("every count of the statements is zero by construction (their WHERE selects nothing)")
     try:
@@ -531,8 +550,8 @@ class LocalConnection:
         compiled = self.survey._compile(sql, parameters)
         values: list[np.ndarray] = []
         variances: list[np.ndarray] = []
-        if compiled.products:
-            matrix = _dense(self.survey.domain, compiled.products)
+        if compiled.workloads:
+            matrix = compiled.matrix(self.survey.domain)
             try:
                 aggregator = Aggregator(self.survey.mechanism, matrix)
             except WorkloadNotSupportedError as error:

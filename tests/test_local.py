@@ -57,6 +57,18 @@ def test_designed_workload_equals_the_compiled_statements(survey: local.Survey) 
     np.testing.assert_array_equal(survey.statement_matrix(AGE_OF_WOMEN), reordered)
 
 
+def test_rows_follow_the_statements_column_order_not_the_surveys(survey: local.Survey) -> None:
+    """GROUP BY age, sex: row (age a, sex s) counts survey cell 4·s + a (the survey's order is sex, age)."""
+    matrix = survey.statement_matrix("SELECT age, sex, COUNT(*) FROM t GROUP BY age, sex")
+    expected = np.zeros((8, 8))
+    for age in range(4):
+        for sex in range(2):
+            expected[2 * age + sex, 4 * sex + age] = 1.0
+    np.testing.assert_array_equal(matrix, expected)
+    rollup = survey.statement_matrix("SELECT age, sex, COUNT(*) FROM t GROUP BY ROLLUP (age, sex)")
+    np.testing.assert_array_equal(rollup, np.vstack([expected, np.kron(np.ones((1, 2)), np.eye(4)), np.ones((1, 8))]))
+
+
 # -- (b) unbiased answers, variances as predicted --------------------------------------------------------
 
 
@@ -94,6 +106,7 @@ def test_rows_look_like_the_central_engines(survey: local.Survey) -> None:
     statements = STATEMENTS + [
         "SELECT age, COUNT(*) AS n FROM t WHERE sex = 'F' AND age >= 3 GROUP BY age ORDER BY n DESC LIMIT 3",
         "SELECT sex, age, GROUPING(age) AS g, COUNT(*) FROM t GROUP BY ROLLUP (sex, age) ORDER BY sex, age",
+        "SELECT age, sex, COUNT(*) AS n FROM t GROUP BY age, sex",
     ]
     for sql in statements:
         cursor.execute(sql)
