@@ -119,7 +119,8 @@ def _attribute_spectrum(size: int, blocks: list[Block | None]) -> _AttributeSpec
         for second in grams[i + 1 :]:
             if not np.allclose(first @ second, second @ first, atol=1e-8 * size * size):
                 raise BoundUnavailableError("the workload's query blocks on one attribute do not commute")
-    combination = sum(np.random.default_rng(0).uniform(1, 2) * g for g in grams)
+    weights = np.random.default_rng(0).uniform(1, 2, size=len(grams))  # generic: splits no shared eigenspace
+    combination = sum(w * g for w, g in zip(weights, grams))
     _, vectors = np.linalg.eigh(combination)
     diagonals = np.array([np.einsum("ij,ik,kj->j", vectors, g, vectors) for g in grams])  # grams × eigenvectors
     scale = max(1.0, float(np.abs(diagonals).max()))

@@ -147,3 +147,20 @@ def test_coupled_predicate_factors_match_dense_gls(privacy: Privacy) -> None:
             S, _, variances = candidate.dense_strategy()
             want = np.diag(dense_gls(S, variances, candidate.dense_workload()))
             np.testing.assert_allclose(np.concatenate(candidate.query_variances()), want, rtol=1e-9)
+
+
+def test_singular_values_of_commuting_blocks_with_degenerate_sums() -> None:
+    """Two query blocks on one attribute share eigenvectors, and their plain sum has a repeated
+    eigenvalue: the common eigenbasis must come from a generic combination, not the sum."""
+    q, _ = np.linalg.qr(np.random.default_rng(3).normal(size=(4, 4)))
+    first = Explicit(np.diag(np.sqrt([1.0, 4.0, 9.0, 2.0])) @ q.T)
+    second = Explicit(np.diag(np.sqrt([9.0, 4.0, 1.0, 5.0])) @ q.T)  # Grams sum to 10, 8, 10, 7
+    dom = Domain({"a": 4, "b": 3})
+    workload = Workload(
+        dom,
+        (
+            Product(dom, (Factor(("a",), first), Factor(("b",), Identity(3)))),
+            Product(dom, (Factor(("a",), second), Factor(("b",), Identity(3))), 2.0),
+        ),
+    )
+    assert singular_value_sum(workload) == pytest.approx(np.linalg.svd(workload.dense(), compute_uv=False).sum(), rel=1e-9)
