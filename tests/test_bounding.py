@@ -18,6 +18,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.schema import Schema
 from dpsql.sql.bounded import BoundedAggregation
 from dpsql.sql.compile import CellFilter
+from dpsql.sql.keyed import KeyBoundedAggregation
 
 SIZES = (1, 2, 3, 4, 5, 8)  # rows per unit: below, at and above the bound of 3
 BOUND = 3
@@ -182,5 +183,39 @@ def test_choice_among_a_units_rows_is_uniform_over_salts(bound: int, salts: int)
     subsets = {subset: 0 for subset in itertools.combinations(range(4), bound)}
     for salt in np.random.default_rng(2024).integers(0, 1 << 62, size=salts):
         subsets[kept_slots(database, bound, int(salt))] += 1  # KeyError if not exactly `bound` rows
+    observed = np.array(list(subsets.values()))
+    assert stats.chisquare(observed).pvalue > 1e-3, observed
+
+
+def kept_keys(database: duckdb.DuckDBPyConnection, groups: int, salt: int) -> tuple[str, ...]:
+    """Which keys the single unit of table ``keys`` (one row in each of keys a..d) keeps."""
+    schema = Schema.load(
+        {"privacy_unit": "pid", "max_rows_per_unit": 4, "max_groups_per_unit": groups, "columns": {"key": "unknown"}}
+    )
+    statement = KeyBoundedAggregation(
+        table="keys",
+        columns={"key": schema.column("key")},
+        column_types={"key": "VARCHAR"},
+        marginals=(("key",),),
+        privacy_unit="pid",
+        max_rows_per_unit=4,
+        salt=salt,
+        key_column="key",
+        max_groups_per_unit=groups,
+        max_rows_per_group=1,
+    )
+    histogram = statement.key_histogram(DuckDBBackend(database).run(statement.statement().sql(dialect="duckdb")))
+    return tuple(sorted(str(key) for key in histogram.keys))
+
+
+@pytest.mark.parametrize(("groups", "salts"), [(1, 160), (2, 240)])
+def test_choice_among_a_units_keys_is_uniform_over_salts(groups: int, salts: int) -> None:
+    """Chi-square over which of the C(4, k) key subsets a unit in 4 keys keeps (max_groups_per_unit = k).
+    With the salt as HASH's last argument only 2 of the 6 pairs ever appeared."""
+    database = duckdb.connect()
+    database.register("keys", pd.DataFrame({"pid": [7, 7, 7, 7], "key": ["a", "b", "c", "d"]}))
+    subsets = {subset: 0 for subset in itertools.combinations("abcd", groups)}
+    for salt in np.random.default_rng(2025).integers(0, 1 << 62, size=salts):
+        subsets[kept_keys(database, groups, int(salt))] += 1  # KeyError if not exactly `groups` keys
     observed = np.array(list(subsets.values()))
     assert stats.chisquare(observed).pvalue > 1e-3, observed

@@ -1,8 +1,8 @@
 """sqlglot dialects for the engines dpsql runs its bounded aggregation on.
 
 The bounded statement (:mod:`dpsql.sql.bounded`) orders each privacy unit's rows by
-``HASH(<cells>, <salt>)``, DuckDB's hash function with a secret salt drawn afresh for every
-statement, and labels grouping sets with ``GROUPING(c0, c1, ...)``. sqlglot passes both through
+``HASH(HASH(<unit>, <cells>, <salt>))`` (see ``salted_order_key``), DuckDB's hash function with a
+secret salt drawn afresh for every statement, and labels grouping sets with ``GROUPING(c0, c1, ...)``. sqlglot passes both through
 unchanged to PostgreSQL and Spark, where they do not exist (PostgreSQL has no ``HASH``; Spark's
 ``grouping`` takes one column). The two dialects below are the stock ones plus those rewrites:
 

@@ -74,6 +74,15 @@ def is_integer_type(type_name: str) -> bool:
     return upper.startswith(INTEGER_TYPE_PREFIXES) and not upper.startswith("INTERVAL")
 
 
+def salted_order_key(values: list[exp.Expression], salt: int) -> exp.Expression:
+    """A random-looking order key for ``values`` under a per-query ``salt``: ``HASH(HASH(…, salt))``.
+
+    DuckDB's HASH XORs its last argument into the hash of the others, so ordering by
+    ``HASH(…, salt)`` alone allows only the orders an XOR with a salt can make (8 of the 24 orders of
+    4 rows). Hashing again mixes the salt into every bit, so the order within a unit is uniform."""
+    return exp.func("HASH", exp.func("HASH", *values, exp.Literal.number(salt)))
+
+
 @dataclass(frozen=True)
 class BoundedAggregation:
     """Marginals over the bounded rows of ``table`` that pass the domain tests and ``row_filters``."""
@@ -218,14 +227,9 @@ class BoundedAggregation:
             .having(exp.GT(this=exp.Count(this=exp.Star()), expression=bound))
         )
         within = self._over_bound_test()
-        salted = exp.func(
-            "HASH", exp.column(UNIT_NAME), *(exp.column(self.alias(c)) for c in self.counted_columns),
-            exp.Literal.number(self.salt),
+        order_key = salted_order_key(
+            [exp.column(UNIT_NAME), *(exp.column(self.alias(c)) for c in self.counted_columns)], self.salt
         )
-        # DuckDB's HASH XORs its last argument into the hash of the others: ordering by that alone
-        # would allow only the orders that XOR with a salt can make (8 of the 24 of 4 rows).
-        # Hashing it again mixes the salt into every bit, so each unit's order is uniform.
-        order_key = exp.func("HASH", salted)
         window = exp.Window(
             this=exp.RowNumber(),
             partition_by=[exp.column(UNIT_NAME)],

@@ -4,8 +4,8 @@ contribution bounding per key, then per-key distinct units and the counts over t
 It is :class:`~dpsql.sql.bounded.BoundedAggregation` with two more bounds, applied per unit before
 its ``max_rows_per_unit`` window, each a random choice that depends on the unit's own rows only::
 
-    DENSE_RANK() OVER (PARTITION BY unit ORDER BY HASH(unit, key, <salt>), key) <= max_groups_per_unit
-    ROW_NUMBER() OVER (PARTITION BY unit, key ORDER BY HASH(unit, key, <cells>, <salt>)) <= max_rows_per_group
+    DENSE_RANK() OVER (PARTITION BY unit ORDER BY HASH(HASH(unit, key, <salt>)), key) <= max_groups_per_unit
+    ROW_NUMBER() OVER (PARTITION BY unit, key ORDER BY HASH(HASH(unit, key, <cells>, <salt>))) <= max_rows_per_group
 
 The first keeps at most ``k`` keys per unit (distinct keys never share a rank, because the key
 itself breaks hash ties); the second at most ``r`` rows per unit and key. The aggregation then
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from sqlglot import exp
 
-from dpsql.sql.bounded import COUNT_NAME, GROUPING_NAME, UNIT_NAME, BoundedAggregation
+from dpsql.sql.bounded import COUNT_NAME, GROUPING_NAME, UNIT_NAME, BoundedAggregation, salted_order_key
 
 UNITS_NAME = "units"
 KEY_RANK_NAME = "key_in_unit"
@@ -67,19 +67,21 @@ class KeyBoundedAggregation(BoundedAggregation):
 
     def _bounded(self, kept: exp.Select) -> exp.Select:
         unit, key = exp.column(UNIT_NAME), exp.column(self.alias(self.key_column))
-        salt = exp.Literal.number(self.salt)
         key_rank = exp.Window(
             this=exp.DenseRank(),
             partition_by=[unit],
             order=exp.Order(
-                expressions=[exp.Ordered(this=exp.func("HASH", unit.copy(), key.copy(), salt.copy())), exp.Ordered(this=key.copy())]
+                expressions=[
+                    exp.Ordered(this=salted_order_key([unit.copy(), key.copy()], self.salt)),
+                    exp.Ordered(this=key.copy()),
+                ]
             ),
         )
         cells = [exp.column(self.alias(c)) for c in self.counted_columns]
         row_in_key = exp.Window(
             this=exp.RowNumber(),
             partition_by=[unit.copy(), key.copy()],
-            order=exp.Order(expressions=[exp.Ordered(this=exp.func("HASH", unit.copy(), key.copy(), *cells, salt.copy()))]),
+            order=exp.Order(expressions=[exp.Ordered(this=salted_order_key([unit.copy(), key.copy(), *cells], self.salt))]),
         )
         ranked = kept.select(exp.alias_(key_rank, KEY_RANK_NAME), exp.alias_(row_in_key, ROW_IN_KEY_NAME))
         within = exp.and_(
