@@ -261,6 +261,11 @@ class Survey:
     mechanism: Mechanism
 
     def __post_init__(self) -> None:
+        if self.schema.max_rows_per_unit != 1 or not self.schema.columns:
+            raise DataError("a survey's schema lists the collected columns and has max_rows_per_unit: 1")
+        unknown = [c.name for c in self.schema.columns if not c.is_known]
+        if unknown:
+            raise DataError(f"a survey collects only columns with a declared domain; {unknown} have none")
         if self.mechanism.num_types != self.domain.size:
             raise DataError(
                 f"the mechanism covers {self.mechanism.num_types} user types but the survey's domain has "
