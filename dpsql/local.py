@@ -344,7 +344,8 @@ class Survey:
 
         ``table``: a ``.csv``/``.tsv``/``.json``/``.parquet`` path, a pandas DataFrame, an Arrow table
         or a DuckDB relation. One record per unit (one random row per privacy unit when the schema has
-        one); units whose record lies outside the domain send nothing. ``seed`` makes it reproducible.
+        one; rows with a NULL unit are dropped); units with no record inside the domain send nothing.
+        ``seed`` makes it reproducible.
         """
         rng: random.Random = random.Random(seed) if seed is not None else secrets.SystemRandom()
         counts = self._cell_counts(table, salt=rng.getrandbits(62))
@@ -587,8 +588,16 @@ class LocalCursor(Cursor):
         self._check_result()
         return self.connection.survey.describe() + f"\nanswered from {self.connection.num_reports} report(s)"
 
-    def execute(self, operation: str, parameters: Sequence[object] | None = None) -> LocalCursor:  # type: ignore[override]
+    def execute(  # type: ignore[override]
+        self, operation: str, parameters: Sequence[object] | None = None, *, epsilon: float | None = None, rho: float | None = None
+    ) -> LocalCursor:
+        """Answer one statement from the reports (``epsilon``/``rho`` are refused: answering is free)."""
         self._check_open()
+        if epsilon is not None or rho is not None:
+            raise ProgrammingError(
+                f"answering from LDP reports costs nothing: the units spent ε = {self.connection.survey.epsilon:g} "
+                "when they randomized; drop epsilon=/rho="
+            )
         self._result, self._position = None, 0
         self._result = as_result(self.connection.answer(operation, parameters))
         return self

@@ -269,6 +269,8 @@ def test_statements_outside_the_survey_are_refused(survey: local.Survey) -> None
         cursor.execute("SELECT zip, COUNT(*) FROM t GROUP BY zip")
     with pytest.raises(dpsql.ProgrammingError, match="collects table 't'"):
         cursor.execute("SELECT sex, COUNT(*) FROM other GROUP BY sex")
+    with pytest.raises(dpsql.ProgrammingError, match="costs nothing"):
+        cursor.execute(BY_SEX, epsilon=1.0)
     with pytest.raises(dpsql.NotSupportedError, match="EXPLAIN"):
         cursor.execute(f"EXPLAIN {BY_SEX}")
     with pytest.raises(dpsql.InterfaceError):
