@@ -169,8 +169,8 @@ def _check_declared(query: Query, schema: Schema) -> None:
         column = known.get(name.lower())
         if column is None:
             raise ProgrammingError(
-                f"column {name!r} is not collected by this survey (its columns are {list(schema.column_names)}); "
-                "design a survey whose statements mention it"
+                f"unknown column {name!r}: the survey's columns are {list(schema.column_names)}; design a survey "
+                "whose schema declares it and whose statements mention it"
             )
         if not column.is_known:
             raise NotSupportedError(
@@ -214,13 +214,14 @@ def _schema_document(schema: Schema) -> dict[str, Any]:
 
 
 def _cell_of_value(column: ColumnDomain, value: object) -> int:
-    """The cell of ``value`` in ``column``'s domain; a DataError if it has none."""
+    """The cell of ``value`` in ``column``'s domain (None or a float NaN, pandas' missing value, is
+    NULL); a DataError if it has none."""
     if isinstance(value, np.generic):
         value = value.item()
-    if value is None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         if column.nullable:
             return column.null_cell  # type: ignore[return-value]
-        raise DataError(f"column {column.name!r} is not nullable, but the record's value is NULL (None)")
+        raise DataError(f"column {column.name!r} is not nullable, but the record's value is NULL ({value!r})")
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if column.kind == "categories":
         for index, category in enumerate(column.values):

@@ -159,7 +159,7 @@ def test_json_round_trip(survey: local.Survey) -> None:
         (lambda d: {**d, "schema": {"columns": {"sex": {"categories": ["F", "M"]}}}}, "8 user types"),
         (lambda d: {**d, "schema": {"columns": {"sex": "unknown", "age": {"range": [1, 4]}}}}, "declared domain"),
         (lambda d: {**d, "schema": {"privacy_unit": "p", "max_rows_per_unit": 2, "columns": d["schema"]["columns"]}}, "max_rows"),
-        (lambda d: {**d, "statements": ["SELECT job, COUNT(*) FROM t GROUP BY job"]}, "not collected"),
+        (lambda d: {**d, "statements": ["SELECT job, COUNT(*) FROM t GROUP BY job"]}, "unknown column"),
     ],
 )
 def test_malformed_survey_json_is_a_data_error(survey: local.Survey, change, message: str) -> None:
@@ -186,6 +186,9 @@ def test_nullable_columns_and_bins_have_their_cells() -> None:
     survey = local.design(schema, ["SELECT job, COUNT(income) FROM t WHERE income >= 10 GROUP BY job"], 1.0, seed=0, **FAST)
     assert survey.columns == ("job", "income") and survey.domain.size == 6
     assert [survey.cell({"job": j, "income": i}) for j in ("a", "b", None) for i in (0, 49.5)] == [0, 1, 2, 3, 4, 5]
+    assert survey.cell({"job": math.nan, "income": 10}) == 5
+    with pytest.raises(dpsql.DataError, match="not nullable"):
+        survey.cell({"job": "a", "income": math.nan})
     np.testing.assert_array_equal(survey.workload_matrix, np.kron(np.eye(3), [[0.0, 1.0]]))
 
 
@@ -250,7 +253,7 @@ def test_bad_epsilon_is_a_programming_error(epsilon: float) -> None:
     [
         ({**SCHEMA, "privacy_unit": "pid", "max_rows_per_unit": 2}, [BY_SEX], dpsql.ProgrammingError, "ONE record per privacy unit"),
         (SCHEMA, ["SELECT zip, COUNT(*) FROM t GROUP BY zip"], dpsql.NotSupportedError, "no declared domain"),
-        (SCHEMA, ["SELECT job, COUNT(*) FROM t GROUP BY job"], dpsql.ProgrammingError, "not collected"),
+        (SCHEMA, ["SELECT job, COUNT(*) FROM t GROUP BY job"], dpsql.ProgrammingError, "unknown column"),
         (SCHEMA, [BY_SEX, "SELECT COUNT(*) FROM u"], dpsql.NotSupportedError, "one table"),
         (SCHEMA, [], dpsql.ProgrammingError, "at least one"),
         (SCHEMA, ["SELECT COUNT(*) FROM t WHERE age > 9"], dpsql.ProgrammingError, "zero by construction"),
@@ -265,7 +268,7 @@ def test_bad_designs_are_refused_clearly(schema: dict, statements: list[str], er
 
 def test_statements_outside_the_survey_are_refused(survey: local.Survey) -> None:
     cursor = survey.cursor(survey.simulate(population(), seed=6))
-    with pytest.raises(dpsql.ProgrammingError, match="not collected"):
+    with pytest.raises(dpsql.ProgrammingError, match="unknown column"):
         cursor.execute("SELECT zip, COUNT(*) FROM t GROUP BY zip")
     with pytest.raises(dpsql.ProgrammingError, match="collects table 't'"):
         cursor.execute("SELECT sex, COUNT(*) FROM other GROUP BY sex")

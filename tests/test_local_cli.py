@@ -61,7 +61,7 @@ def test_design_prints_the_survey_without_output(files: dict[str, str], capsys: 
     ("arguments", "message"),
     [
         (["ldp", "design", "--schema", "{schema}", "--epsilon", "0", BY_SEX], "ProgrammingError: epsilon"),
-        (["ldp", "design", "--schema", "{schema}", "--epsilon", "1", "SELECT pid, COUNT(*) FROM people GROUP BY pid"], "not collected"),
+        (["ldp", "design", "--schema", "{schema}", "--epsilon", "1", "SELECT pid, COUNT(*) FROM people GROUP BY pid"], "unknown column"),
         (["ldp", "answer", "--survey", "{schema}", "--reports", "{schema}", BY_SEX], "DataError: the survey is not valid JSON"),
         (["ldp", "answer", "--survey", "{survey}", "--reports", "{survey}", BY_SEX], "must hold a JSON list"),
         (["ldp", "simulate", "--survey", "{missing}", "--data", "{data}"], "cannot read"),
