@@ -326,3 +326,25 @@ def test_item_set_surveys_report_lists() -> None:
     assert abs(total - 1600) <= 5 * cursor.errors[0][0]
     with pytest.raises(dpsql.DataError, match="distinct items"):
         survey.connect([reports[0][:1] * len(reports[0])])
+
+
+def test_simulation_and_client_agree_on_every_cell() -> None:
+    """The table path (DuckDB's domain tests) and the client path (Survey.cell) put each record in the
+    same cell and drop the same records: NULLs, bin edges, non-integer and out-of-range values."""
+    schema = {"columns": {"job": {"categories": ["a", "b"], "nullable": True}, "income": {"bins": [0, 10, 50]}, "age": {"range": [1, 3]}}}
+    survey = local.design(schema, ["SELECT job, income, age, COUNT(*) FROM t GROUP BY job, income, age"], 1.0, seed=0, **FAST)
+    table = pd.DataFrame(
+        {
+            "job": ["a", "b", None, "c", "a", "b", None, "a", "b"],
+            "income": [0.0, 9.99, 10.0, 5.0, 50.0, 49.0, -1.0, 25.0, 10.0],
+            "age": [1.0, 3.0, 2.0, 1.0, 1.0, 2.5, 3.0, 4.0, 1.0],
+        }
+    )
+    cells = []
+    for record in table.to_dict("records"):
+        try:
+            cells.append(survey.cell(record))
+        except dpsql.DataError:
+            continue
+    assert cells == [0, 8, 16, 9]  # 6·job + 3·income bin + age: (a,[0,10),1), (b,[0,10),3), (NULL,[10,50),2), (b,[10,50),1)
+    np.testing.assert_array_equal(survey._cell_counts(table, salt=0), np.bincount(cells, minlength=survey.domain.size))
