@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -118,6 +118,19 @@ class PreparedBatch:
     def text(self) -> str:
         return "; ".join(s.sql for s in self.statements)
 
+    @property
+    def columns(self) -> dict[str, ColumnDomain]:
+        """Every column a branch mentions: its rows are those valid in all of them (one aggregation)."""
+        return _mentioned(b.compiled for s in self.statements for b in s.branches)
+
+
+def _mentioned(compiled: Iterable[CompiledQuery]) -> dict[str, ColumnDomain]:
+    columns: dict[str, ColumnDomain] = {}
+    for query in compiled:
+        for name, column in query.columns.items():
+            columns.setdefault(name, column)
+    return columns
+
 
 def _weights(weights: Sequence[float] | None, count: int) -> list[float]:
     if weights is None:
@@ -197,7 +210,8 @@ def prepare(
     plan = None
     if workload is not None:
         reusable = connection.reuse and not row_filters  # filtered rows: marginals of a subset of the table
-        covered = connection._measurements.covered(table.name, workload) if reusable else (False,) * len(products)
+        mentioned = _mentioned(c for _, _, parts, _ in branch_parts for _, c in parts)
+        covered = connection._measurements.covered(table.name, mentioned, workload) if reusable else (False,) * len(products)
         measured = tuple(i for i, c in enumerate(covered) if not c)
         if measured:
             plan = _plan(Workload(domain, tuple(products[i] for i in measured)), cost, table.schema.contributions)
@@ -272,15 +286,6 @@ def run(connection: Connection, prepared: PreparedBatch) -> list[ResultSet]:
     return [_statement_result(s, values, variances) for s in prepared.statements]
 
 
-def _columns(prepared: PreparedBatch) -> dict[str, ColumnDomain]:
-    columns: dict[str, ColumnDomain] = {}
-    for statement in prepared.statements:
-        for branch in statement.branches:
-            for name, column in branch.compiled.columns.items():
-                columns.setdefault(name, column)
-    return columns
-
-
 def _release(connection: Connection, prepared: PreparedBatch) -> tuple[list[np.ndarray], list[np.ndarray]]:
     workload, table, store = prepared.workload, prepared.table, connection._measurements
     assert workload is not None
@@ -288,7 +293,7 @@ def _release(connection: Connection, prepared: PreparedBatch) -> tuple[list[np.n
     kept_it = False
     if prepared.plan is not None:
         connection._ledger.check(prepared.cost)
-        columns = _columns(prepared)
+        columns = prepared.columns
         aggregation = BoundedAggregation(
             table=table.relation,
             columns=columns,
@@ -309,10 +314,10 @@ def _release(connection: Connection, prepared: PreparedBatch) -> tuple[list[np.n
         _check_spent(measurement.privacy, prepared.cost)
         connection._ledger.charge(prepared.cost, prepared.text)
         fresh = {index: (answers.values[i], answers.variances[i]) for i, index in enumerate(prepared.measured)}
-        kept_it = not prepared.row_filters and store.record(table.name, prepared.plan, measurement) and connection.reuse
+        kept_it = not prepared.row_filters and store.record(table.name, prepared.columns, prepared.plan, measurement) and connection.reuse
     everything = tuple(range(len(workload.products)))
     from_store = everything if kept_it else tuple(i for i in everything if i not in fresh)
-    found = {**fresh, **(store.answer(table.name, workload, from_store) if from_store else {})}
+    found = {**fresh, **(store.answer(table.name, prepared.columns, workload, from_store) if from_store else {})}
     return [found[i][0] for i in everything], [found[i][1] for i in everything]
 
 

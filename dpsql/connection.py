@@ -309,9 +309,9 @@ class Connection:
         compiled = prepared.compiled
         if prepared.plan is None:
             return build_result(compiled, (), ())
-        table_name, workload = prepared.table.name, compiled.workload
-        if self.reuse and not compiled.row_filters and all(self._measurements.covered(table_name, workload)):  # type: ignore[arg-type]
-            kept = self._measurements.answers(table_name, workload)  # type: ignore[arg-type]
+        table_name, columns, workload = prepared.table.name, compiled.columns, compiled.workload
+        if self.reuse and not compiled.row_filters and all(self._measurements.covered(table_name, columns, workload)):  # type: ignore[arg-type]
+            kept = self._measurements.answers(table_name, columns, workload)  # type: ignore[arg-type]
             return build_result(compiled, kept.values, kept.variances)  # GLS on released measurements: free
         self._ledger.check(prepared.cost)
         aggregation = self._aggregation(prepared)
@@ -325,8 +325,8 @@ class Connection:
         charged = _cost_of(measurement.privacy, prepared.cost)
         self._ledger.charge(charged, prepared.operation)
         # rows dropped by WHERE before bounding make the marginals those of a subset: not kept for re-use
-        if not compiled.row_filters and self._measurements.record(table_name, prepared.plan, measurement) and self.reuse:  # type: ignore[arg-type]
-            kept = self._measurements.answers(table_name, workload)  # type: ignore[arg-type]
+        if not compiled.row_filters and self._measurements.record(table_name, columns, prepared.plan, measurement) and self.reuse:  # type: ignore[arg-type]
+            kept = self._measurements.answers(table_name, columns, workload)  # type: ignore[arg-type]
             result = build_result(compiled, kept.values, kept.variances)  # combined with earlier releases
         return result
 

@@ -83,7 +83,7 @@ def explain_rows(prepared: PreparedBatch, store: MeasurementStore) -> list[Expla
     kept = len(prepared.workload.products) - len(prepared.measured)
     if plan is None:
         rows.append(ExplainRow("cost", cost_name, 0.0, "answered from kept measurements by GLS: nothing is charged"))
-        rows.append(ExplainRow("strategy", "kept measurements", None, f"{store.measurement_count(prepared.table.name)} measurement(s) kept"))
+        rows.append(ExplainRow("strategy", "kept measurements", None, f"{store.measurement_count(prepared.table.name, prepared.columns)} measurement(s) kept"))
     else:
         reuse = f"; {kept} of {len(prepared.workload.products)} products answered from kept measurements" if kept else ""
         rows.append(ExplainRow("cost", cost_name, float(cost_value), f"charged once when executed{reuse}"))
@@ -127,7 +127,7 @@ def _product_variances(prepared: PreparedBatch, store: MeasurementStore) -> dict
         variances.update(zip(prepared.measured, prepared.plan.query_variances()))
     covered = tuple(i for i in range(len(workload.products)) if i not in variances)
     if covered:
-        variances.update({i: v for i, (_, v) in store.answer(prepared.table.name, workload, covered).items()})
+        variances.update({i: v for i, (_, v) in store.answer(prepared.table.name, prepared.columns, workload, covered).items()})
     return variances
 
 

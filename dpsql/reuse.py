@@ -15,7 +15,10 @@ subsets they estimate, so a workload product lies in their row space iff every s
 has non-zero recovery mass has been estimated. Such a product is answered from the store by post-
 processing (zero privacy cost); the others must be measured (and the new measurement then joins the store).
 
-Measurements are kept for the lifetime of the connection and only for the table they were made on.
+Measurements are kept for the lifetime of the connection and only for the rows they were made on: the
+table and the set of columns the statement mentions. A row with a NULL or out-of-domain value in a
+mentioned column is dropped before counting (``dpsql.schema.OUT_OF_DOMAIN_RULE``), so statements that
+mention different columns count different rows, and one's measurement never answers the other.
 Strategies whose coefficients live in another basis (the padded Fourier/Hadamard family) are not kept.
 Every measurement bounds contributions with its own random choice of each unit's rows, so combining two
 of them estimates the average of two (equally valid) bounded tables; when no unit exceeds its bound they
@@ -24,6 +27,7 @@ are the same table.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,23 +73,34 @@ def _canonical(subset: Subset) -> tuple[Subset, list[int]]:
     return tuple(subset[i] for i in order), order
 
 
+RowsKey = tuple[str, frozenset[str]]
+
+
+def _rows_key(table: str, columns: Iterable[str]) -> RowsKey:
+    """The rows a statement counts: its table, and every column it mentions (see the module doc)."""
+    return table.lower(), frozenset(columns)
+
+
 class MeasurementStore:
-    """Released measurements of one connection, per table, as combined residual-coefficient estimates."""
+    """Released measurements of one connection, per counted rows (table and mentioned columns), as
+    combined residual-coefficient estimates."""
 
     def __init__(self) -> None:
-        self._tables: dict[str, _TableStore] = {}
+        self._rows: dict[RowsKey, _TableStore] = {}
 
     def forget(self, table: str) -> None:
         """Drop what was kept for ``table`` (it was re-registered: new data)."""
-        self._tables.pop(table.lower(), None)
+        for key in [k for k in self._rows if k[0] == table.lower()]:
+            del self._rows[key]
 
-    def measurement_count(self, table: str) -> int:
-        store = self._tables.get(table.lower())
+    def measurement_count(self, table: str, columns: Iterable[str]) -> int:
+        store = self._rows.get(_rows_key(table, columns))
         return 0 if store is None else store.measurements
 
     # -- recording ------------------------------------------------------------------------------------
-    def record(self, table: str, plan: Plan, measurement: Measurement) -> bool:
-        """Keep a released measurement; False when its strategy's basis cannot be kept (see module doc)."""
+    def record(self, table: str, columns: Iterable[str], plan: Plan, measurement: Measurement) -> bool:
+        """Keep a measurement released on the rows of ``table`` valid in ``columns`` (every column its
+        statement mentions); False when its strategy's basis cannot be kept (see module doc)."""
         candidate = plan.candidate
         domain = candidate.workload.domain
         if not isinstance(candidate, CoefficientCandidate):
@@ -107,9 +122,10 @@ class MeasurementStore:
             for subset in candidate.relevant:
                 variance = np.broadcast_to(variances[subset], residual_shape(subset, bases))
                 estimates.append((subset, np.asarray(residuals[subset], dtype=float), np.asarray(variance, dtype=float)))
-        store = self._tables.setdefault(table.lower(), _TableStore())
+        key = _rows_key(table, columns)
+        store = self._rows.setdefault(key, _TableStore())
         if any(store.sizes.get(a, domain.size_of(a)) != domain.size_of(a) for a in domain.attributes):
-            store = self._tables[table.lower()] = _TableStore()  # the table's domains changed: start afresh
+            store = self._rows[key] = _TableStore()  # the table's domains changed: start afresh
         store.sizes.update(domain.as_dict())
         for subset, estimate, variance in estimates:
             key, order = _canonical(subset)
@@ -122,16 +138,18 @@ class MeasurementStore:
         return True
 
     # -- answering ------------------------------------------------------------------------------------
-    def covered(self, table: str, workload: Workload) -> tuple[bool, ...]:
-        """Per product: whether it lies in the row space of what was kept for ``table``."""
-        store = self._tables.get(table.lower())
+    def covered(self, table: str, columns: Iterable[str], workload: Workload) -> tuple[bool, ...]:
+        """Per product: whether it lies in the row space of what was kept for the same rows."""
+        store = self._rows.get(_rows_key(table, columns))
         return tuple(
             store is not None and all(_canonical(t)[0] in store.coefficients for t in _relevant(p)) for p in workload.products
         )
 
-    def answer(self, table: str, workload: Workload, products: tuple[int, ...] | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def answer(
+        self, table: str, columns: Iterable[str], workload: Workload, products: tuple[int, ...] | None = None
+    ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """GLS answers (unweighted values, variances) of the chosen covered products from the store."""
-        store = self._tables[table.lower()]
+        store = self._rows[_rows_key(table, columns)]
         chosen = range(len(workload.products)) if products is None else products
         answers = {}
         for index in chosen:
@@ -139,9 +157,9 @@ class MeasurementStore:
             answers[index] = _answer_product(product, store)
         return answers
 
-    def answers(self, table: str, workload: Workload) -> Answers:
+    def answers(self, table: str, columns: Iterable[str], workload: Workload) -> Answers:
         """Every product answered from the store (all must be covered)."""
-        found = self.answer(table, workload)
+        found = self.answer(table, columns, workload)
         return Answers(tuple(found[i][0] for i in range(len(found))), tuple(found[i][1] for i in range(len(found))))
 
 

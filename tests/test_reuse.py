@@ -37,18 +37,20 @@ def test_store_reproduces_the_planners_gls(candidate: CoefficientCandidate) -> N
     chosen = Plan(candidate, ())
     measurement = chosen.measure(_marginals(x, domain, chosen.required_marginals()), rng=np.random.default_rng(3))
     expected = chosen.answer(measurement)
-    store = MeasurementStore()
-    assert store.record("t", chosen, measurement)
-    assert store.covered("t", workload) == (True,) * 4
-    found = store.answers("t", workload)
+    store, columns = MeasurementStore(), domain.attributes
+    assert store.record("t", columns, chosen, measurement)
+    assert store.covered("t", columns, workload) == (True,) * 4
+    found = store.answers("t", columns, workload)
     for mine, theirs in zip(found.values, expected.values):
         assert np.allclose(mine, theirs, atol=1e-9)
     for mine, theirs in zip(found.variances, expected.variances):
         assert np.allclose(mine, theirs, rtol=1e-12)
     # a marginal the strategy never measured whole, but whose residuals it did: (b) and (a, c) are not all covered
     other = Workload.marginals(Domain({"d": 6, "c": 5, "a": 9}), [("c",), ("a", "c"), ()])
-    assert store.covered("t", other) == (True, False, True)
-    assert not store.covered("elsewhere", other)[0]
+    assert store.covered("t", columns, other) == (True, False, True)
+    assert not store.covered("elsewhere", columns, other)[0]
+    # the same table counted over other columns holds other rows (out-of-domain rows drop per column)
+    assert not store.covered("t", ("a", "c", "d"), other)[0]
 
 
 def test_two_measurements_combine_by_inverse_variance() -> None:
@@ -61,9 +63,9 @@ def test_two_measurements_combine_by_inverse_variance() -> None:
         chosen = plan(workload, Privacy.laplace(epsilon))
         measurement = chosen.measure(_marginals(x, domain, chosen.required_marginals()), rng=np.random.default_rng(seed))
         values.append((chosen.answer(measurement).values[0], chosen.query_variances()[0]))
-        store.record("t", chosen, measurement)
+        store.record("t", domain.attributes, chosen, measurement)
     (v1, s1), (v2, s2) = values
-    combined = store.answers("t", workload)
+    combined = store.answers("t", domain.attributes, workload)
     assert np.allclose(combined.variances[0], 1 / (1 / s1 + 1 / s2))
     assert np.allclose(combined.values[0], (v1 / s1 + v2 / s2) / (1 / s1 + 1 / s2))
 
@@ -82,11 +84,10 @@ def test_statement_in_the_row_space_is_free_and_consistent(reusing: dpsql.Connec
     spent = reusing.budget_spent()
     monkeypatch.setattr(reusing._backend, "run", lambda sql: pytest.fail("re-use read data"))
     cursor = reusing.cursor()
-    for sql in (
-        "SELECT sex, COUNT(*) FROM adult GROUP BY sex",
+    for sql in (  # every one counts the rows valid in sex and race, as the cube did
+        "SELECT sex, COUNT(*) FROM adult WHERE race IN (0, 1, 2, 3, 4) GROUP BY sex",
         "SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex",
-        "SELECT COUNT(*) FROM adult",
-        "SELECT sex, COUNT(*) FROM adult GROUP BY ROLLUP (sex)",
+        "SELECT sex, race, COUNT(*) FROM adult GROUP BY ROLLUP (sex, race)",
     ):
         cursor.execute(sql, epsilon=1.0)
         for row, error in zip(cursor.fetchall(), cursor.errors):
@@ -96,7 +97,7 @@ def test_statement_in_the_row_space_is_free_and_consistent(reusing: dpsql.Connec
             value, standard_error = cube[(sex, race, mask)]
             assert row[-1] == pytest.approx(value, abs=1e-7) and error[-1] == pytest.approx(standard_error, rel=1e-9)
     assert reusing.budget_spent() == spent
-    rows = reusing.cursor().execute("EXPLAIN SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=1.0).fetchall()
+    rows = reusing.cursor().execute("EXPLAIN SELECT race, sex, COUNT(*) FROM adult GROUP BY sex, race", epsilon=1.0).fetchall()
     assert ("cost", "epsilon", 0.0, "answered from kept measurements by GLS: nothing is charged") in rows
 
 
@@ -105,12 +106,29 @@ def _rows(connection: dpsql.Connection, sql: str) -> tuple[list[tuple], list[tup
     return cursor.fetchall(), cursor.errors
 
 
+def test_a_statement_over_other_columns_counts_other_rows_and_is_measured(adult_frame: pd.DataFrame, adult_schema: dict) -> None:
+    frame = adult_frame.copy()
+    gone = frame["person_id"] <= 50
+    frame.loc[gone, "race"] = 9  # outside race's domain: dropped wherever race is mentioned, counted elsewhere
+    bounded_rows_gone = frame[gone].groupby("person_id").size().clip(upper=adult_schema["max_rows_per_unit"]).sum()
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=10.0))
+    connection.register("adult", frame, schema=adult_schema)
+    with dpsql.testing.noise_disabled():
+        with_race = _rows(connection, "SELECT sex, race, COUNT(*) FROM adult GROUP BY CUBE (sex, race)")[0]
+        without_race = _rows(connection, "SELECT COUNT(*) FROM adult")[0]
+    assert connection.budget_spent().epsilon == pytest.approx(2.0)
+    total_with_race = next(r[2] for r in with_race if r[0] is None and r[1] is None)
+    assert without_race[0][0] == pytest.approx(total_with_race + bounded_rows_gone)
+
+
 def test_only_what_is_missing_is_measured_and_combined(reusing: dpsql.Connection) -> None:
-    _rows(reusing, "SELECT sex, COUNT(*) FROM adult GROUP BY sex")
+    # the batch below counts the rows valid in sex and job: release a sex marginal of those rows first
+    sex_of_job_rows = "SELECT sex, COUNT(*) FROM adult WHERE job IN ('clerk', 'engineer', 'nurse', 'teacher') OR job IS NULL GROUP BY sex"
+    _rows(reusing, sex_of_job_rows)
     statements = ["SELECT sex, COUNT(*) FROM adult GROUP BY sex", "SELECT job, COUNT(*) FROM adult GROUP BY job"]
     explained = reusing.workload(statements, epsilon=0.5, explain=True)[0].rows
     assert explained[2][0] == "cost" and explained[2][2] == 0.5 and "1 of 2 products answered from kept" in explained[2][3]
-    kept_error = _rows(reusing, "SELECT sex, COUNT(*) FROM adult GROUP BY sex")[1][0][1]
+    kept_error = _rows(reusing, sex_of_job_rows)[1][0][1]
     before = reusing.budget_spent()
     results = reusing.workload(statements, epsilon=0.5)
     assert reusing.budget_spent().epsilon == pytest.approx(before.epsilon + 0.5)
@@ -119,13 +137,10 @@ def test_only_what_is_missing_is_measured_and_combined(reusing: dpsql.Connection
     assert sum(r[1] for r in results[0].rows) == pytest.approx(sum(r[1] for r in results[1].rows), abs=1e-7)
 
 
-def test_reuse_is_off_by_default_and_where_filters_are_not_kept(adult_connection: dpsql.Connection, reusing: dpsql.Connection) -> None:
-    for _ in range(2):
-        adult_connection.cursor().execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=1.0)
-    assert adult_connection.budget_spent().epsilon == pytest.approx(2.0)
+def test_where_filters_are_not_kept(reusing: dpsql.Connection) -> None:
     with dpsql.testing.noise_disabled():
         filtered = _rows(reusing, "SELECT sex, COUNT(*) FROM adult WHERE race = 0 GROUP BY CUBE (sex)")[0]
-        assert reusing._measurements.measurement_count("adult") == 0  # a marginal of the rows WHERE keeps
+        assert reusing._measurements.measurement_count("adult", ("sex", "race")) == 0  # a marginal of the rows WHERE keeps
         everything = _rows(reusing, "SELECT sex, COUNT(*) FROM adult GROUP BY sex")[0]
     assert filtered[-1][1] < sum(r[1] for r in everything) - 100
     assert reusing.budget_spent().epsilon == pytest.approx(2.0)
