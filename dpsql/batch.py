@@ -282,8 +282,29 @@ def run(connection: Connection, prepared: PreparedBatch) -> list[ResultSet]:
     values: list[np.ndarray] = []
     variances: list[np.ndarray] = []
     if prepared.workload is not None:
-        values, variances = _release(connection, prepared)
+        values, variances = (_in_statement_order(prepared, a) for a in _release(connection, prepared))
     return [_statement_result(s, values, variances) for s in prepared.statements]
+
+
+def _in_statement_order(prepared: PreparedBatch, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Per-product arrays of the merged workload, with each product's rows put back in the order of
+    the statement it came from. The merged domain may order attributes differently from a statement
+    (``GROUP BY race, sex`` after ``GROUP BY sex, race``), and a product's rows follow the Kronecker
+    order of its factors, which the domain sorts."""
+    assert prepared.workload is not None
+    own = [
+        product
+        for statement in prepared.statements
+        for branch in statement.branches
+        if branch.compiled.workload is not None
+        for product in branch.compiled.workload.products
+    ]
+    return [_rows_in_order_of(array, mine, merged) for array, mine, merged in zip(arrays, own, prepared.workload.products)]
+
+
+def _rows_in_order_of(values: np.ndarray, own: Product, merged: Product) -> np.ndarray:
+    order = [merged.factors.index(factor) for factor in own.factors]
+    return np.asarray(values).reshape(merged.row_shape).transpose(order).reshape(-1)
 
 
 def _release(connection: Connection, prepared: PreparedBatch) -> tuple[list[np.ndarray], list[np.ndarray]]:

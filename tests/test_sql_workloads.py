@@ -333,3 +333,18 @@ def test_batch_input_errors(adult_connection: dpsql.Connection, adult_frame: pd.
         small.workload(["SELECT sex, COUNT(*) FROM adult GROUP BY CUBE (sex)"], epsilon=2.0)
     assert small.budget_spent().statements == 0
     small.close()
+
+
+def test_batch_statements_grouping_the_same_columns_in_other_orders(adult_connection: dpsql.Connection, adult_frame: pd.DataFrame) -> None:
+    """Regression: the merged domain takes the first statement's column order; a later statement's
+    rows must still come back under its own keys (they were permuted: (0, 'M') got ('F', 1)'s count)."""
+    statements = [
+        "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race",
+        "SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex",
+        "SELECT race, job, sex, COUNT(*) FROM adult GROUP BY GROUPING SETS ((race, job, sex), (sex, race))",
+    ]
+    with dpsql.testing.noise_disabled():
+        results = adult_connection.workload(statements, epsilon=1.0)
+    for sql, result in zip(statements, results):
+        counts = [len(result.rows[0]) - 1]  # the count is the last column
+        assert _without_zero_counts(result.rows, counts) == _without_zero_counts(_duckdb_rows(sql, adult_frame), counts)
