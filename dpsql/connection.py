@@ -96,7 +96,7 @@ class Connection:
         ledger: str | Path | None = None,
         noise: str = "laplace",
         default_epsilon: float | None = None,
-        reuse: bool = False,
+        reuse: bool = True,
     ) -> None:
         if noise not in NOISE_FAMILIES:
             raise ProgrammingError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r}")
@@ -529,7 +529,7 @@ def connect(
     ledger: str | Path | None = None,
     noise: str = "laplace",
     default_epsilon: float | None = None,
-    reuse: bool = False,
+    reuse: bool = True,
 ) -> Connection:
     """Open a connection.
 
@@ -542,8 +542,10 @@ def connect(
     (psycopg), a ``pyspark`` SparkSession (see :func:`dpsql.backends.factory.open_backend`); the
     engine then runs the bounded aggregation and dpsql never moves the rows. ``default_epsilon``: the cost of a
     statement executed without ``epsilon=``/``rho=`` (default None: such statements are refused).
-    ``reuse``: answer a statement whose queries lie in the row space of measurements this connection
-    has already released from those measurements by GLS, charging nothing (see :mod:`dpsql.reuse`);
-    otherwise only the queries not covered are measured, and combined with what is kept.
+    ``reuse`` (default True): answer a statement whose queries lie in the row space of measurements this
+    connection has already released from those measurements by GLS, charging nothing (see
+    :mod:`dpsql.reuse`); otherwise only the queries not covered are measured, and combined with what is
+    kept. Repeating a statement therefore returns the same values at no cost. ``reuse=False`` opts out:
+    every statement is measured afresh, with fresh noise and a fresh charge.
     """
     return Connection(database, backend=backend, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon, reuse=reuse)

@@ -19,6 +19,7 @@ Measurements are kept for the lifetime of the connection and only for the rows t
 table and the set of columns the statement mentions. A row with a NULL or out-of-domain value in a
 mentioned column is dropped before counting (``dpsql.schema.OUT_OF_DOMAIN_RULE``), so statements that
 mention different columns count different rows, and one's measurement never answers the other.
+Answering from them is on by default; ``dpsql.connect(..., reuse=False)`` measures every statement afresh.
 Strategies whose coefficients live in another basis (the padded Fourier/Hadamard family) are not kept.
 Every measurement bounds contributions with its own random choice of each unit's rows, so combining two
 of them estimates the average of two (equally valid) bounded tables; when no unit exceeds its bound they

@@ -68,7 +68,7 @@ def _units_frame(units: int, rows_each: int) -> pd.DataFrame:
 
 def test_bounding_keeps_at_most_k_random_rows_per_unit() -> None:
     schema = {"privacy_unit": "pid", "max_rows_per_unit": 2, "columns": {"slot": {"range": [0, 4]}}}
-    connection = dpsql.connect(budget=dpsql.Budget(1000.0))
+    connection = dpsql.connect(budget=dpsql.Budget(1000.0), reuse=False)  # every statement bounds afresh
     connection.register("t", _units_frame(units=300, rows_each=5), schema=schema)
     rows = _exact(connection, "SELECT slot, COUNT(*) FROM t GROUP BY slot")
     counts = np.array([n for _, n in rows])
@@ -102,7 +102,7 @@ def _variance_check(noise: str, cost: dict[str, float], runs: int) -> None:
     rng = np.random.default_rng(3)
     frame = pd.DataFrame({"race": rng.integers(0, 5, 400), "age": rng.integers(20, 30, 400)})
     schema = {"columns": {"race": {"categories": [0, 1, 2, 3, 4]}, "age": {"range": [20, 29]}}}
-    connection = dpsql.connect(budget=dpsql.Budget(1e9, 1e-6), noise=noise)
+    connection = dpsql.connect(budget=dpsql.Budget(1e9, 1e-6), noise=noise, reuse=False)  # fresh noise per run
     connection.register("t", frame, schema=schema)
     sql = "SELECT race, COUNT(*) FROM t WHERE age < 25 GROUP BY race"
     truth = np.array([n for _, n in _exact(connection, sql)])

@@ -153,7 +153,7 @@ QUERY = "SELECT sex, COUNT(*) FROM t GROUP BY sex"
 
 
 def _connection(path: Path | None, budget: dpsql.Budget | None = dpsql.Budget(1.0)) -> dpsql.Connection:
-    connection = dpsql.connect(budget=budget, ledger=path)
+    connection = dpsql.connect(budget=budget, ledger=path, reuse=False)  # every repetition is charged afresh
     connection.register("t", FRAME, schema=SCHEMA)
     return connection
 
@@ -232,7 +232,7 @@ def test_threads_through_the_engine_cannot_overspend(tmp_path: Path) -> None:
 
 
 def test_gaussian_mode_charges_rho() -> None:
-    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1.0, delta=1e-6), noise="gaussian")
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1.0, delta=1e-6), noise="gaussian", reuse=False)
     connection.register("t", FRAME, schema=SCHEMA)
     connection.cursor().execute(QUERY, rho=0.001)
     connection.cursor().execute(QUERY, epsilon=0.1)  # rho = 0.1^2 / 2

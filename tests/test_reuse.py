@@ -137,6 +137,24 @@ def test_only_what_is_missing_is_measured_and_combined(reusing: dpsql.Connection
     assert sum(r[1] for r in results[0].rows) == pytest.approx(sum(r[1] for r in results[1].rows), abs=1e-7)
 
 
+def test_a_repeated_statement_is_charged_once_by_default(adult_frame: pd.DataFrame, adult_schema: dict) -> None:
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=10.0))
+    connection.register("adult", adult_frame, schema=adult_schema)
+    sql = "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race"
+    first = _rows(connection, sql)
+    spent = connection.budget_spent()
+    assert spent.epsilon == pytest.approx(1.0)
+    second = _rows(connection, sql)
+    assert connection.budget_spent() == spent
+    assert second == first and len(first[0]) == 10
+    # reuse=False opts out: fresh noise at a fresh charge
+    fresh = dpsql.connect(budget=dpsql.Budget(epsilon=10.0), reuse=False)
+    fresh.register("adult", adult_frame, schema=adult_schema)
+    once, twice = _rows(fresh, sql), _rows(fresh, sql)
+    assert fresh.budget_spent().epsilon == pytest.approx(2.0)
+    assert once[0] != twice[0] and once[1] == twice[1]
+
+
 def test_where_filters_are_not_kept(reusing: dpsql.Connection) -> None:
     with dpsql.testing.noise_disabled():
         filtered = _rows(reusing, "SELECT sex, COUNT(*) FROM adult WHERE race = 0 GROUP BY CUBE (sex)")[0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -177,9 +178,18 @@ def test_one_backend_statement_and_one_charge_per_batch(adult_connection: dpsql.
     assert [len(r.rows) for r in results] == [3 * 6, 5, 1]
 
 
-def test_noisy_cube_is_consistent(adult_connection: dpsql.Connection) -> None:
+@pytest.fixture()
+def fresh_connection(adult_frame: pd.DataFrame, adult_schema: dict) -> Iterator[dpsql.Connection]:
+    """``adult`` on a connection that measures every release afresh (reuse=False): fresh noise each time."""
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1000.0), reuse=False)
+    connection.register("adult", adult_frame, schema=adult_schema)
+    yield connection
+    connection.close()
+
+
+def test_noisy_cube_is_consistent(fresh_connection: dpsql.Connection) -> None:
     with dpsql.testing.seeded(11):
-        results = adult_connection.workload(
+        results = fresh_connection.workload(
             [
                 "SELECT sex, race, GROUPING(sex, race) AS g, COUNT(*) AS n FROM adult GROUP BY CUBE (sex, race)",
                 "SELECT race, COUNT(*) AS n FROM adult GROUP BY race",
@@ -189,7 +199,7 @@ def test_noisy_cube_is_consistent(adult_connection: dpsql.Connection) -> None:
     cube = {(r[0], r[1], r[2]): r[3] for r in results[0].rows}
     cells = {k: v for k, v in cube.items() if k[2] == 0}
     with dpsql.testing.noise_disabled():
-        exact = adult_connection.workload(["SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race"], epsilon=0.5)
+        exact = fresh_connection.workload(["SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race"], epsilon=0.5)
     assert sum(abs(a[2] - b) for a, b in zip(exact[0].rows, cells.values())) > 5  # noise was added
     for sex in ("F", "M"):
         assert cube[(sex, None, 1)] == pytest.approx(sum(v for k, v in cells.items() if k[0] == sex), abs=1e-7)
@@ -224,14 +234,14 @@ def test_errors_are_the_plans_standard_errors_with_correlations(adult_connection
         cursor.confidence_interval(1.5)
 
 
-def test_empirical_variance_of_a_cube_subtotal_matches_its_error(adult_connection: dpsql.Connection) -> None:
+def test_empirical_variance_of_a_cube_subtotal_matches_its_error(fresh_connection: dpsql.Connection) -> None:
     """Over 300 seeded releases the sample variance of the grand total is within the χ² 99.9% band."""
     sql = "SELECT sex, race, COUNT(*) FROM adult GROUP BY CUBE (sex, race)"
-    prepared = prepare(adult_connection, [sql], epsilon=1.0)
+    prepared = prepare(fresh_connection, [sql], epsilon=1.0)
     with dpsql.testing.seeded(5):
         totals = []
         for _ in range(300):
-            rows = dpsql.batch.run(adult_connection, prepared)[0].rows
+            rows = dpsql.batch.run(fresh_connection, prepared)[0].rows
             totals.append(rows[-1][2])
     expected = float(prepared.plan.query_variances()[-1][0])
     ratio = np.var(totals, ddof=1) / expected
