@@ -133,6 +133,8 @@ def _attribute_spectrum(size: int, blocks: list[Block | None]) -> _AttributeSpec
 def singular_value_sum(workload: Workload) -> float:
     """``Σ_i σ_i(W)`` by Kronecker structure (see the module docstring), or a small dense SVD."""
     domain = workload.domain
+    if not domain.attributes:  # one cell (e.g. COUNT(*) with its WHERE applied in SQL): W is the column of weights
+        return math.sqrt(sum(p.weight**2 for p in workload.products))
     if all(len(f.attributes) == 1 for p in workload.products for f in p.factors):
         try:
             return _structured_singular_value_sum(workload)

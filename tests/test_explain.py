@@ -53,6 +53,13 @@ def test_explained_rmse_is_the_released_error(adult_connection: dpsql.Connection
     assert cursor.errors[-1][2] == pytest.approx(total_rmse, rel=1e-12)
 
 
+def test_explanation_of_a_filtered_total_has_its_svd_bound(adult_connection: dpsql.Connection) -> None:
+    """COUNT(*) with its WHERE applied in SQL is planned over a domain with no attributes (one cell)."""
+    cursor = adult_connection.cursor().execute("SELECT COUNT(*) FROM adult WHERE age > 30", epsilon=1.0)
+    assert "unavailable" not in cursor.explanation
+    assert "SVD lower bound: 18 " in cursor.explanation  # 2k²(Σσ)²/(nε²) with k = 3 rows per unit, σ = n = 1
+
+
 def test_explain_of_a_batch(adult_connection: dpsql.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
     _no_reads(adult_connection, monkeypatch)
     before = adult_connection.budget_spent()

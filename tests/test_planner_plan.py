@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -100,6 +102,14 @@ def test_svd_bound_of_the_total_query() -> None:
     assert chosen.svd_bound() == pytest.approx(1 / 4)
     laplace = plan(Workload.total(dom), Privacy.laplace(1.0))
     assert laplace.svd_bound() == pytest.approx(2.0)
+    # the total has the single singular value √n: Σσ²/n = 1 on any domain, also one with no attributes
+    for cells in (Domain({"a": 7}), Domain({})):
+        chosen = plan(Workload.total(cells), Privacy.laplace(0.5))
+        q = math.exp(-0.5)  # one measured total with discrete Laplace noise: variance 2q/(1-q)² below 2/ε² = 8
+        assert chosen.svd_bound() == pytest.approx(8.0) and chosen.ratio == pytest.approx(2 * q / (1 - q) ** 2 / 8.0)
+        assert "unavailable" not in chosen.explain()
+    twice = plan(Workload(Domain({}), Workload.total(Domain({})).products * 2), Privacy.laplace(1.0))
+    assert twice.svd_bound() == pytest.approx(2 * 2.0)  # σ = √2 on one cell: 2(Σσ)²/ε² = 4
 
 
 def test_contributions_scale_the_error() -> None:
