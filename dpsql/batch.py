@@ -26,7 +26,7 @@ import numpy as np
 from scipy import stats
 
 import planner
-from dpsql import explain, keys, testing
+from dpsql import explain, keys, nonnegative, testing
 from dpsql.accountant import Cost
 from dpsql.errors import InternalError, NotSupportedError, ProgrammingError
 from dpsql.result import Result, build_result
@@ -37,6 +37,7 @@ from dpsql.sql.grouping import Branch, Constant, SplitStatement, check_parameter
 from dpsql.sql.parse import parse
 from dpsql.types import NUMBER
 from planner import Domain, Product, Workload
+from planner.strategies.base import Answers
 
 if TYPE_CHECKING:
     from dpsql.connection import Connection, Table
@@ -65,11 +66,12 @@ def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: floa
 @dataclass(frozen=True)
 class ResultSet:
     """One statement's released rows, their standard errors (aligned, None in key columns) and the
-    PEP 249 description."""
+    PEP 249 description; ``note``: what ``non_negative=True`` did to the batch (None when not asked)."""
 
     description: tuple[tuple[object, ...], ...]
     rows: list[Row]
     errors: list[Row]
+    note: str | None = None
 
     def fetchall(self) -> list[Row]:
         return list(self.rows)
@@ -276,14 +278,17 @@ def _plan(workload: Workload, cost: Cost, contributions: int) -> planner.Plan:
 # ---------------------------------------------------------------------------------------------------
 
 
-def run(connection: Connection, prepared: PreparedBatch) -> list[ResultSet]:
-    """Release the batch: one result set per statement, in order."""
+def run(connection: Connection, prepared: PreparedBatch, non_negative: bool = False) -> list[ResultSet]:
+    """Release the batch: one result set per statement, in order; with ``non_negative`` the answers
+    are post-processed into those of non-negative counts (:mod:`dpsql.nonnegative`)."""
     connection._check_open()
     values: list[np.ndarray] = []
     variances: list[np.ndarray] = []
+    note = None
     if prepared.workload is not None:
-        values, variances = (_in_statement_order(prepared, a) for a in _release(connection, prepared))
-    return [_statement_result(s, values, variances) for s in prepared.statements]
+        answers, note = _release(connection, prepared, non_negative)
+        values, variances = (_in_statement_order(prepared, list(a)) for a in (answers.values, answers.variances))
+    return [dataclasses.replace(_statement_result(s, values, variances), note=note) for s in prepared.statements]
 
 
 def _in_statement_order(prepared: PreparedBatch, arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -307,7 +312,8 @@ def _rows_in_order_of(values: np.ndarray, own: Product, merged: Product) -> np.n
     return np.asarray(values).reshape(merged.row_shape).transpose(order).reshape(-1)
 
 
-def _release(connection: Connection, prepared: PreparedBatch) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _release(connection: Connection, prepared: PreparedBatch, non_negative: bool) -> tuple[Answers, str | None]:
+    """The batch's answers (GLS, or non-negative ones when asked) and the note saying how."""
     workload, table, store = prepared.workload, prepared.table, connection._measurements
     assert workload is not None
     fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -339,7 +345,16 @@ def _release(connection: Connection, prepared: PreparedBatch) -> tuple[list[np.n
     everything = tuple(range(len(workload.products)))
     from_store = everything if kept_it else tuple(i for i in everything if i not in fresh)
     found = {**fresh, **(store.answer(table.name, prepared.columns, workload, from_store) if from_store else {})}
-    return [found[i][0] for i in everything], [found[i][1] for i in everything]
+    gls = Answers(tuple(found[i][0] for i in everything), tuple(found[i][1] for i in everything))
+    if not non_negative:
+        return gls, None
+    if from_store == everything:
+        finished = nonnegative.from_store(store, table.name, prepared.columns, workload, gls)
+    elif not from_store:
+        finished = nonnegative.from_measurement(prepared.plan, measurement, gls)  # type: ignore[arg-type]
+    else:
+        finished = nonnegative.unavailable(gls, "the batch combines kept measurements with a fresh one that cannot be kept")
+    return finished.answers, finished.note
 
 
 def _check_spent(privacy: planner.Privacy, requested: Cost) -> None:
@@ -417,17 +432,23 @@ def run_workload(
     epsilon: float | None = None,
     rho: float | None = None,
     explain_only: bool = False,
+    non_negative: bool = False,
 ) -> list[ResultSet]:
     """``connection.workload``: one result set per statement, the budget charged once for all of them;
     with ``explain_only`` a single result set of EXPLAIN rows, nothing read or charged."""
     prepared = prepare(connection, statements, parameters=parameters, weights=weights, epsilon=epsilon, rho=rho)
     if explain_only:
         return [_explain_result(prepared, connection)]
-    return run(connection, prepared)
+    return run(connection, prepared, non_negative)
 
 
 def execute_statement(
-    connection: Connection, sql: str, parameters: Sequence[object] | None, epsilon: float | None, rho: float | None
+    connection: Connection,
+    sql: str,
+    parameters: Sequence[object] | None,
+    epsilon: float | None,
+    rho: float | None,
+    non_negative: bool = False,
 ) -> tuple[Result, str]:
     """``cursor.execute`` of an EXPLAIN / grouping-set / UNION ALL statement: its result and explanation."""
     explained = explain.explained_statements(sql)
@@ -440,7 +461,8 @@ def execute_statement(
         return as_result(_explain_result(prepared, connection)), text
     prepared = prepare(connection, [sql], parameters=[parameters], epsilon=epsilon, rho=rho)
     text = explain.explain_text(prepared, connection._measurements)
-    return as_result(run(connection, prepared)[0]), text
+    released = run(connection, prepared, non_negative)[0]
+    return as_result(released), text if released.note is None else f"{text}\n{released.note}"
 
 
 def _explain_result(prepared: PreparedBatch, connection: Connection) -> ResultSet:

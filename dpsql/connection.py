@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 import planner
-from dpsql import batch, errors, keys, testing
+from dpsql import batch, errors, keys, nonnegative, testing
 from dpsql.accountant import Budget, Cost, Ledger, Remaining, Spent
 from dpsql.backends.dialects import engine_name
 from dpsql.backends.factory import open_backend
@@ -41,6 +41,7 @@ from dpsql.schema import OUT_OF_DOMAIN_RULE, Schema
 from dpsql.sql.bounded import BoundedAggregation, check_column_types
 from dpsql.sql.compile import CompiledQuery, compile_query
 from dpsql.sql.parse import parse
+from planner.strategies.base import Answers
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 PLAN_CACHE_SIZE = 64  # plans kept per connection (least recently used evicted)
@@ -97,6 +98,7 @@ class Connection:
         noise: str = "laplace",
         default_epsilon: float | None = None,
         reuse: bool = True,
+        non_negative: bool = False,
     ) -> None:
         if noise not in NOISE_FAMILIES:
             raise ProgrammingError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r}")
@@ -107,6 +109,9 @@ class Connection:
         self.noise = noise
         self.default_epsilon = None if default_epsilon is None else Cost.pure(default_epsilon).epsilon
         self.reuse = reuse  # answer statements in the row space of released measurements from them, free
+        if not isinstance(non_negative, bool):
+            raise ProgrammingError(f"non_negative must be True or False, got {non_negative!r}")
+        self.non_negative = non_negative  # default of execute(..., non_negative=): see dpsql.nonnegative
         self._ledger = Ledger(ledger, budget)
         if noise == "gaussian" and self._ledger.budget.delta == 0:
             self._ledger.close()
@@ -224,19 +229,30 @@ class Connection:
         weights: Sequence[float] | None = None,
         parameters: Sequence[Sequence[object] | None] | None = None,
         explain: bool = False,
+        non_negative: bool | None = None,
     ) -> list[batch.ResultSet]:
         """Plan, measure and charge several statements on one table together: one result set per
         statement (rows, ``errors``, ``confidence_interval(level)``), the cost charged ONCE for the batch.
         ``weights`` (one per statement, default equal) trade accuracy between statements;
-        ``explain=True`` returns the EXPLAIN rows instead, reading and charging nothing."""
+        ``explain=True`` returns the EXPLAIN rows instead, reading and charging nothing.
+        ``non_negative`` (default: the connection's): answers of non-negative counts, free post-processing
+        (:mod:`dpsql.nonnegative`); each result set's ``note`` says what it changed."""
         return batch.run_workload(
-            self, statements, parameters=parameters, weights=weights, epsilon=epsilon, rho=rho, explain_only=explain
+            self, statements, parameters=parameters, weights=weights, epsilon=epsilon, rho=rho, explain_only=explain,
+            non_negative=self._non_negative(non_negative),
         )
 
     # -- execution ------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise InterfaceError("the connection is closed")
+
+    def _non_negative(self, asked: bool | None) -> bool:
+        """A statement's ``non_negative=`` choice, the connection's default when not given."""
+        chosen = self.non_negative if asked is None else asked
+        if not isinstance(chosen, bool):
+            raise ProgrammingError(f"non_negative must be True or False, got {chosen!r}")
+        return chosen
 
     def _cost(self, epsilon: float | None, rho: float | None) -> Cost:
         if epsilon is not None and rho is not None:
@@ -304,15 +320,16 @@ class Connection:
             row_filters=compiled.row_filters,
         )
 
-    def _run(self, prepared: _Prepared) -> Result:
-        """Steps 3-6 of the module docstring for one prepared statement."""
+    def _run(self, prepared: _Prepared, non_negative: bool = False) -> tuple[Result, str | None]:
+        """Steps 3-6 of the module docstring for one prepared statement. With ``non_negative`` the
+        answers are post-processed (:mod:`dpsql.nonnegative`) and the note says how; else it is None."""
         compiled = prepared.compiled
         if prepared.plan is None:
-            return build_result(compiled, (), ())
+            return build_result(compiled, (), ()), None
         table_name, columns, workload = prepared.table.name, compiled.columns, compiled.workload
         if self.reuse and not compiled.row_filters and all(self._measurements.covered(table_name, columns, workload)):  # type: ignore[arg-type]
             kept = self._measurements.answers(table_name, columns, workload)  # type: ignore[arg-type]
-            return build_result(compiled, kept.values, kept.variances)  # GLS on released measurements: free
+            return self._released(compiled, kept, self._nonnegative_from_store(prepared, kept) if non_negative else None)  # free
         self._ledger.check(prepared.cost)
         aggregation = self._aggregation(prepared)
         marginals = aggregation.marginal_arrays(self._backend.run(aggregation.statement().sql(dialect=self._backend.dialect)))
@@ -321,14 +338,26 @@ class Connection:
             answers = prepared.plan.answer(measurement)  # type: ignore[union-attr]
         except (ValueError, TypeError, KeyError) as error:
             raise InternalError(f"measuring the statement failed: {error}") from error
-        result = build_result(compiled, answers.values, answers.variances)
+        build_result(compiled, answers.values, answers.variances)  # fails, if it must, before the charge
         charged = _cost_of(measurement.privacy, prepared.cost)
         self._ledger.charge(charged, prepared.operation)
         # rows dropped by WHERE before bounding make the marginals those of a subset: not kept for re-use
         if not compiled.row_filters and self._measurements.record(table_name, columns, prepared.plan, measurement) and self.reuse:  # type: ignore[arg-type]
             kept = self._measurements.answers(table_name, columns, workload)  # type: ignore[arg-type]
-            result = build_result(compiled, kept.values, kept.variances)  # combined with earlier releases
-        return result
+            # combined with earlier releases
+            return self._released(compiled, kept, self._nonnegative_from_store(prepared, kept) if non_negative else None)
+        return self._released(compiled, answers, nonnegative.from_measurement(prepared.plan, measurement, answers) if non_negative else None)  # type: ignore[arg-type]
+
+    def _nonnegative_from_store(self, prepared: _Prepared, gls: Answers) -> nonnegative.Finished:
+        compiled = prepared.compiled
+        return nonnegative.from_store(self._measurements, prepared.table.name, compiled.columns, compiled.workload, gls)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _released(compiled: CompiledQuery, gls: Answers, finished: nonnegative.Finished | None) -> tuple[Result, str | None]:
+        """Result rows of the GLS answers, or of the non-negative ones (``finished``) with their note."""
+        if finished is None:
+            return build_result(compiled, gls.values, gls.variances), None
+        return build_result(compiled, finished.answers.values, finished.answers.variances), finished.note
 
 
 def _cost_of(privacy: planner.Privacy, requested: Cost) -> Cost:
@@ -374,6 +403,7 @@ class Cursor:
         self._position = 0
         self._prepared: _Prepared | None = None
         self._batch_explanation: str | None = None
+        self._note: str | None = None  # what non_negative=True did to the last statement
 
     # -- attributes -------------------------------------------------------------------------------------
     @property
@@ -396,11 +426,11 @@ class Cursor:
 
     @property
     def explanation(self) -> str:
-        """How the last statement was answered: domains, the drop rule, bounding and the plan."""
+        """How the last statement was answered: domains, the drop rule, bounding, the plan and, with
+        ``non_negative=True``, what the non-negative fit changed (or why GLS answers were released)."""
         self._check_result()
-        if self._batch_explanation is not None:
-            return self._batch_explanation
-        return _explanation(self._prepared)  # type: ignore[arg-type]
+        text = self._batch_explanation if self._batch_explanation is not None else _explanation(self._prepared)  # type: ignore[arg-type]
+        return text if self._note is None else f"{text}\n{self._note}"
 
     def confidence_interval(self, level: float = 0.95) -> list[tuple[tuple[float, float] | None, ...]]:
         """Per row and column, ``(low, high)`` at two-sided ``level`` from the standard errors (None in
@@ -416,19 +446,25 @@ class Cursor:
         *,
         epsilon: float | None = None,
         rho: float | None = None,
+        non_negative: bool | None = None,
     ) -> Cursor:
-        """Run one statement at privacy cost ``epsilon`` (or ``rho`` with Gaussian noise)."""
+        """Run one statement at privacy cost ``epsilon`` (or ``rho`` with Gaussian noise).
+        ``non_negative`` (default: the connection's): release answers of non-negative counts, free
+        post-processing of the same measurement (:mod:`dpsql.nonnegative`); standard errors stay GLS's."""
         self._check_open()
-        self._result, self._position, self._prepared, self._batch_explanation = None, 0, None, None
+        self._result, self._position, self._prepared, self._batch_explanation, self._note = None, 0, None, None, None
+        wanted = self.connection._non_negative(non_negative)
         keyed = keys.execute(self.connection, operation, parameters, epsilon, rho)  # GROUP BY a column with no domain
         if keyed is not None:
             self._result, self._batch_explanation = keyed
+            if wanted:
+                self._note = "non-negative answers are unavailable when grouping by a column without a domain; released the GLS answers"
             return self
         if batch.is_batch_statement(operation):  # EXPLAIN, GROUPING SETS / CUBE / ROLLUP, UNION ALL
-            self._result, self._batch_explanation = batch.execute_statement(self.connection, operation, parameters, epsilon, rho)
+            self._result, self._batch_explanation = batch.execute_statement(self.connection, operation, parameters, epsilon, rho, wanted)
             return self
         prepared = self.connection._prepare(operation, parameters, epsilon, rho)
-        self._result = self.connection._run(prepared)
+        self._result, self._note = self.connection._run(prepared, wanted)
         self._prepared = prepared
         return self
 
@@ -444,11 +480,13 @@ class Cursor:
         concatenated. Every run is compiled, planned and priced first, and the batch is refused whole
         (nothing read, nothing charged) if its total cost does not fit in the budget."""
         self._check_open()
-        self._result, self._position, self._prepared = None, 0, None
+        self._result, self._position, self._prepared, self._note = None, 0, None, None
         prepared = [self.connection._prepare(operation, p, epsilon, rho) for p in seq_of_parameters]
         if prepared:
             self.connection._ledger.check(Cost.combined([p.cost for p in prepared]))
-        results = [self.connection._run(p) for p in prepared]
+        released = [self.connection._run(p, self.connection.non_negative) for p in prepared]
+        results = [result for result, _ in released]
+        self._note = released[-1][1] if released else None  # like the explanation: the last run's
         rows = [row for r in results for row in r.rows]
         errs = [e for r in results for e in r.errors]
         description = results[0].description if results else None
@@ -530,6 +568,7 @@ def connect(
     noise: str = "laplace",
     default_epsilon: float | None = None,
     reuse: bool = True,
+    non_negative: bool = False,
 ) -> Connection:
     """Open a connection.
 
@@ -547,5 +586,11 @@ def connect(
     :mod:`dpsql.reuse`); otherwise only the queries not covered are measured, and combined with what is
     kept. Repeating a statement therefore returns the same values at no cost. ``reuse=False`` opts out:
     every statement is measured afresh, with fresh noise and a fresh charge.
+    ``non_negative`` (default False): release answers of non-negative counts (NNLS, consistent across
+    every query) instead of GLS ones, for statements that do not say ``non_negative=``; free post-
+    processing, standard errors stay GLS's (see :mod:`dpsql.nonnegative`).
     """
-    return Connection(database, backend=backend, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon, reuse=reuse)
+    return Connection(
+        database, backend=backend, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon, reuse=reuse,
+        non_negative=non_negative,
+    )

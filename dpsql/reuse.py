@@ -163,6 +163,23 @@ class MeasurementStore:
         found = self.answer(table, columns, workload)
         return Answers(tuple(found[i][0] for i in range(len(found))), tuple(found[i][1] for i in range(len(found))))
 
+    def estimates(
+        self, table: str, columns: Iterable[str], attributes: Subset
+    ) -> tuple[dict[Subset, np.ndarray], dict[Subset, np.ndarray]]:
+        """The combined estimate and its variance of every kept ``φ_T`` with ``T ⊆ attributes`` (axes in
+        ``attributes`` order), for fits over the whole store such as ``dpsql.nonnegative``."""
+        store = self._rows[_rows_key(table, columns)]
+        estimates: dict[Subset, np.ndarray] = {}
+        variances: dict[Subset, np.ndarray] = {}
+        for subset in subsets(attributes):
+            key, order = _canonical(subset)
+            if key in store.coefficients:
+                kept, back = store.coefficients[key], np.argsort(order)
+                variance = 1.0 / kept.precision
+                estimates[subset] = np.transpose(kept.weighted_sum * variance, back)
+                variances[subset] = np.transpose(variance, back)
+        return estimates, variances
+
 
 def _relevant(product: Product) -> list[Subset]:
     """Subsets of the product's attributes on which it has non-zero recovery mass (Helmert basis)."""
