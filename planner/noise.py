@@ -15,9 +15,14 @@ Privacy" (NeurIPS 2020):
 Rational parameters. A requested scale b or variance parameter σ² is replaced by the smallest number
 ``m·2^-k`` at or above it with ``m ≤ 2^21`` (21 significant bits) and ``k ≤ 40``, so its denominator is a
 power of two at most 2^40. Rounding *up* only adds noise, so privacy is never weakened; the relative
-increase is below 2^-20 (absolute below 2^-40 for values under 2^-20). `laplace_scale_used` and
-`gaussian_sigma2_used` return the value actually used (exactly representable as a float), and
-`discrete_laplace_variance` / `discrete_gaussian_variance` report the variance at that value.
+increase is below 2^-20 (absolute below 2^-40 for values under 2^-20). Scales below
+``MIN_LAPLACE_SCALE`` = 2^-8 and σ² below ``MIN_GAUSSIAN_SIGMA2`` = 2^-9 (a very large ε or ρ) are raised
+to them: the noise is then 0 except with probability about 2e^-256 either way, and the exact variance,
+about 2e^-256 ≈ 10^-111, stays a positive double whose reciprocal and square are finite (below that it
+would underflow to 0, and GLS weights by its reciprocal). Raising, like rounding up, only adds noise.
+`laplace_scale_used` and `gaussian_sigma2_used` return the value actually used (exactly representable
+as a float), and `discrete_laplace_variance` / `discrete_gaussian_variance` report the variance at
+that value.
 
 Arithmetic. The samplers are vectorized: each step draws for a batch of pending candidates, masks
 out the decided ones and loops until none is left. Integers are numpy int64; where an intermediate
@@ -46,6 +51,8 @@ from numpy.typing import ArrayLike, NDArray
 __all__ = [
     "MAX_GAUSSIAN_SIGMA2",
     "MAX_LAPLACE_SCALE",
+    "MIN_GAUSSIAN_SIGMA2",
+    "MIN_LAPLACE_SCALE",
     "NoiseParameterError",
     "RandomLike",
     "RandomSource",
@@ -65,6 +72,10 @@ MAX_DENOMINATOR_EXPONENT = 40
 """A rounded parameter's denominator is at most 2^MAX_DENOMINATOR_EXPONENT."""
 MAX_LAPLACE_SCALE = 2.0**40
 MAX_GAUSSIAN_SIGMA2 = 2.0**60
+MIN_LAPLACE_SCALE = 2.0**-8
+"""Smaller discrete Laplace scales are raised to it (their variance would underflow; see the module doc)."""
+MIN_GAUSSIAN_SIGMA2 = 2.0**-9
+"""Smaller discrete Gaussian σ² are raised to it (their variance would underflow; see the module doc)."""
 
 IntArray: TypeAlias = NDArray[np.int64]
 Size: TypeAlias = int | tuple[int, ...] | None
@@ -171,13 +182,15 @@ def as_source(rng: RandomLike = None) -> RandomSource:
 
 
 def laplace_scale_used(scale: ArrayLike) -> float | NDArray[np.float64]:
-    """The scale `discrete_laplace` really uses for ``scale``: rounded up to 21 significant bits."""
-    return _like(scale, _dyadic_value(_checked(scale, "discrete Laplace scale", MAX_LAPLACE_SCALE)))
+    """The scale `discrete_laplace` really uses for ``scale``: rounded up to 21 significant bits, at
+    least ``MIN_LAPLACE_SCALE``."""
+    return _like(scale, _dyadic_value(_laplace_scales(scale)))
 
 
 def gaussian_sigma2_used(sigma2: ArrayLike) -> float | NDArray[np.float64]:
-    """The σ² `discrete_gaussian` really uses for ``sigma2``: rounded up to 21 significant bits."""
-    return _like(sigma2, _dyadic_value(_checked(sigma2, "discrete Gaussian sigma2", MAX_GAUSSIAN_SIGMA2)))
+    """The σ² `discrete_gaussian` really uses for ``sigma2``: rounded up to 21 significant bits, at
+    least ``MIN_GAUSSIAN_SIGMA2``."""
+    return _like(sigma2, _dyadic_value(_gaussian_sigma2s(sigma2)))
 
 
 def discrete_laplace_variance(scale: ArrayLike) -> float | NDArray[np.float64]:
@@ -204,7 +217,7 @@ def discrete_laplace(scale: ArrayLike, size: Size = None, rng: RandomLike = None
 
     Adding this noise to an integer query of L1 sensitivity Δ with b = Δ/ε is ε-DP.
     """
-    scales = _checked(scale, "discrete Laplace scale", MAX_LAPLACE_SCALE)
+    scales = _laplace_scales(scale)
     shape = _output_shape(scales.shape, size)
     numerator, denominator = (_per_entry(part, shape) for part in _round_up_dyadic(scales))
     return _discrete_laplace_rational(numerator, denominator, math.prod(shape), as_source(rng)).reshape(shape)
@@ -215,7 +228,7 @@ def discrete_gaussian(sigma2: ArrayLike, size: Size = None, rng: RandomLike = No
 
     Adding this noise to an integer query of L2 sensitivity Δ is Δ²/(2σ²)-zCDP.
     """
-    variances = _checked(sigma2, "discrete Gaussian sigma2", MAX_GAUSSIAN_SIGMA2)
+    variances = _gaussian_sigma2s(sigma2)
     shape = _output_shape(variances.shape, size)
     numerator, denominator = _round_up_dyadic(variances)
     laplace_scale = _integer_sqrt(numerator // denominator) + 1  # ⌊σ⌋ + 1, exactly
@@ -378,6 +391,14 @@ def _checked(values: ArrayLike, name: str, maximum: float) -> NDArray[np.float64
             " (a zero, negative or NaN value usually means ε, ρ or a sensitivity was not set)"
         )
     return array
+
+
+def _laplace_scales(scale: ArrayLike) -> NDArray[np.float64]:
+    return np.maximum(_checked(scale, "discrete Laplace scale", MAX_LAPLACE_SCALE), MIN_LAPLACE_SCALE)
+
+
+def _gaussian_sigma2s(sigma2: ArrayLike) -> NDArray[np.float64]:
+    return np.maximum(_checked(sigma2, "discrete Gaussian sigma2", MAX_GAUSSIAN_SIGMA2), MIN_GAUSSIAN_SIGMA2)
 
 
 def _round_up_dyadic(values: NDArray[np.float64]) -> tuple[IntArray, IntArray]:

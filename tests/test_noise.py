@@ -17,6 +17,8 @@ from planner import noise
 from planner.noise import (
     MAX_GAUSSIAN_SIGMA2,
     MAX_LAPLACE_SCALE,
+    MIN_GAUSSIAN_SIGMA2,
+    MIN_LAPLACE_SCALE,
     NoiseParameterError,
     RandomSource,
     _bernoulli_exp,
@@ -170,17 +172,18 @@ def test_discrete_gaussian_variance_is_exact() -> None:
 
 
 @pytest.mark.parametrize(
-    "used, maximum", [(laplace_scale_used, MAX_LAPLACE_SCALE), (gaussian_sigma2_used, MAX_GAUSSIAN_SIGMA2)]
+    "used, minimum, maximum",
+    [(laplace_scale_used, MIN_LAPLACE_SCALE, MAX_LAPLACE_SCALE), (gaussian_sigma2_used, MIN_GAUSSIAN_SIGMA2, MAX_GAUSSIAN_SIGMA2)],
 )
-def test_rounding_never_goes_below_the_request(used, maximum) -> None:
+def test_rounding_never_goes_below_the_request(used, minimum, maximum) -> None:
     requested = np.exp(np.random.default_rng(31).uniform(math.log(2.0**-45), math.log(maximum), 20_000))
     requested = np.concatenate((requested, [2.0**-20, 0.5, 1.0, 3.7, 1 / 3, maximum, np.nextafter(maximum, 0)]))
     rounded = used(requested)
     assert np.all(rounded >= requested)
     assert np.all(np.diff(rounded[np.argsort(requested)]) >= 0)
-    large = requested >= 2.0**-20
-    assert np.all(rounded[large] <= requested[large] * (1 + 2.0**-20))
-    assert np.all(rounded[~large] <= requested[~large] + 2.0**-40)
+    raised = requested <= minimum
+    assert raised.sum() > 1000 and np.all(rounded[raised] == minimum)
+    assert np.all(rounded[~raised] <= requested[~raised] * (1 + 2.0**-20))
     for value in rounded[::97]:
         fraction = Fraction(float(value))
         assert fraction.denominator <= 2**40
@@ -192,7 +195,8 @@ def test_rounding_of_known_values() -> None:
     assert laplace_scale_used(0.5) == 0.5
     assert laplace_scale_used(3.7) == math.ceil(3.7 * 2**19) / 2**19
     assert gaussian_sigma2_used(100.0) == 100.0
-    assert gaussian_sigma2_used(1e-30) == 2.0**-40
+    assert gaussian_sigma2_used(1e-30) == MIN_GAUSSIAN_SIGMA2 == 2.0**-9
+    assert laplace_scale_used(1e-30) == MIN_LAPLACE_SCALE == 2.0**-8
     assert laplace_scale_used(2.0**21 + 1) == 2.0**21 + 2  # integers above 2^21 keep 21 significant bits
     np.testing.assert_array_equal(laplace_scale_used([0.5, 100.0]), [0.5, 100.0])
 
@@ -207,13 +211,24 @@ def test_rounded_values_are_used_as_they_are() -> None:
 def test_extreme_parameters() -> None:
     n = 20_000
     assert not discrete_laplace(0.01, n, rng=33).any()  # P[Z != 0] ≈ 2e^-100
-    assert not discrete_gaussian(1e-6, n, rng=33).any()  # P[Z != 0] ≈ 2e^-500000
+    assert not discrete_gaussian(1e-6, n, rng=33).any()  # σ² raised to 2^-9: P[Z != 0] ≈ 2e^-256
+    assert not discrete_laplace(1e-6, n, rng=33).any()  # scale raised to 2^-8: P[Z != 0] ≈ 2e^-256
     for sampler, parameter, variance, kurtosis in [
         (discrete_laplace, MAX_LAPLACE_SCALE, 2 * MAX_LAPLACE_SCALE**2, 6.0),
         (discrete_gaussian, MAX_GAUSSIAN_SIGMA2, MAX_GAUSSIAN_SIGMA2, 3.0),
     ]:
         samples = sampler(parameter, n, rng=34).astype(np.float64)
         assert abs(samples.var() / variance - 1) <= 5 * math.sqrt((kurtosis - 1) / n)
+
+
+def test_variances_at_tiny_scales_are_positive_with_finite_reciprocals() -> None:
+    """A very large ε or ρ: the exact variance would underflow to 0 (and GLS divide by it); at the raised
+    scale it is 2e^-256/(1 - e^-256)² for both families (the Gaussian's z = ±1 terms dominate alike)."""
+    expected = 2 * math.exp(-256)
+    for variance in (discrete_laplace_variance(1e-9), discrete_gaussian_variance(1e-12)):
+        assert variance == pytest.approx(expected, rel=1e-12)
+        assert math.isfinite(1 / variance**2)
+    assert discrete_laplace_variance(MIN_LAPLACE_SCALE) == discrete_laplace_variance(MIN_LAPLACE_SCALE / 1000)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf, 2.0**70, "big", [1.0, -2.0]])

@@ -358,3 +358,19 @@ def test_batch_statements_grouping_the_same_columns_in_other_orders(adult_connec
     for sql, result in zip(statements, results):
         counts = [len(result.rows[0]) - 1]  # the count is the last column
         assert _without_zero_counts(result.rows, counts) == _without_zero_counts(_duckdb_rows(sql, adult_frame), counts)
+
+
+@pytest.mark.parametrize("noise, cost", [("laplace", {"epsilon": 5000.0}), ("gaussian", {"rho": 1e7})])
+def test_a_very_large_budget_releases_exact_counts_with_tiny_positive_errors(
+    noise: str, cost: dict[str, float], adult_frame: pd.DataFrame, adult_schema: dict
+) -> None:
+    """The noise scale would be so small that its variance underflows to 0 (GLS then divided by it);
+    the sampler raises it to planner.noise's minimum, where the noise is 0 but the variance positive."""
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e9, delta=1e-6), noise=noise)
+    connection.register("adult", adult_frame, schema=adult_schema)
+    cursor = connection.cursor().execute("SELECT sex, COUNT(*) FROM adult GROUP BY CUBE (sex)", **cost)
+    rows, errors = cursor.fetchall(), cursor.errors
+    exact = adult_frame.groupby("sex").size()
+    assert rows == [("F", pytest.approx(exact["F"])), ("M", pytest.approx(exact["M"])), (None, pytest.approx(exact.sum()))]
+    assert all(0 < e[1] < 1e-50 for e in errors)
+    assert "svd bound" in cursor.explanation.lower()  # the report divides by the expected error too
