@@ -31,12 +31,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsql.reuse import MeasurementStore
 from planner import Plan, Workload
 from planner.recovery import helmert_basis, nonnegative_fit
 from planner.strategies.base import Answers, Measurement
 from planner.strategies.residual import NonNegativityReport
 from planner.workload import marginal_for
-from dpsql.reuse import MeasurementStore
 
 GLS_ERRORS_NOTE = "standard errors are the GLS ones"
 

@@ -98,6 +98,12 @@ def test_connection_default_and_per_call_override(frame: pd.DataFrame) -> None:
         cursor.execute(PAIR, epsilon=0.05, non_negative=False)
     assert min(counts(cursor.fetchall()).values()) < 0
     assert "non-negativity" not in cursor.explanation
+    with dpsql.testing.seeded(3):  # executemany follows the connection's default
+        cursor.executemany("SELECT a, COUNT(*) FROM t WHERE b = ? GROUP BY a", [[1], [2]], epsilon=0.02)
+    rows = cursor.fetchall()
+    assert [row[0] for row in rows] == [0, 1, 2, 3] * 2
+    assert min(float(row[-1]) for row in rows) >= 0  # type: ignore[arg-type]
+    assert "non-negativity: " in cursor.explanation and " 0 answer(s) changed" not in cursor.explanation
     with pytest.raises(dpsql.ProgrammingError, match="non_negative must be True or False"):
         cursor.execute(PAIR, epsilon=0.05, non_negative="yes")  # type: ignore[arg-type]
     with pytest.raises(dpsql.ProgrammingError, match="non_negative must be True or False"):
