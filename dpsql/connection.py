@@ -68,25 +68,13 @@ class _Prepared:
     cost: Cost
 
 
-class Connection:
+class Connection(errors.ExceptionsOnConnection):
     """A connection to a privacy-protected database. Not safe to share between threads
     (``threadsafety = 1``); open one connection per thread on the same ledger instead.
 
     ``commit()`` and ``rollback()`` are no-ops: dpsql only reads, and every charge to the budget is
     committed durably by the statement that makes it (it can never be rolled back).
     """
-
-    Warning = errors.Warning
-    Error = errors.Error
-    InterfaceError = errors.InterfaceError
-    DatabaseError = errors.DatabaseError
-    DataError = errors.DataError
-    OperationalError = errors.OperationalError
-    IntegrityError = errors.IntegrityError
-    InternalError = errors.InternalError
-    ProgrammingError = errors.ProgrammingError
-    NotSupportedError = errors.NotSupportedError
-    BudgetExceededError = errors.BudgetExceededError
 
     def __init__(
         self,

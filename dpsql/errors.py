@@ -62,11 +62,29 @@ class BudgetExceededError(DatabaseError):
     """The statement would exceed the privacy budget; it was refused before any data was read."""
 
 
+class ExceptionsOnConnection:
+    """PEP 249's optional extension: the module's exception classes as connection attributes, so code
+    holding only a connection can write ``except connection.ProgrammingError``."""
+
+    Warning = Warning
+    Error = Error
+    InterfaceError = InterfaceError
+    DatabaseError = DatabaseError
+    DataError = DataError
+    OperationalError = OperationalError
+    IntegrityError = IntegrityError
+    InternalError = InternalError
+    ProgrammingError = ProgrammingError
+    NotSupportedError = NotSupportedError
+    BudgetExceededError = BudgetExceededError
+
+
 __all__ = [
     "BudgetExceededError",
     "DataError",
     "DatabaseError",
     "Error",
+    "ExceptionsOnConnection",
     "IntegrityError",
     "InterfaceError",
     "InternalError",

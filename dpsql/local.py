@@ -495,20 +495,9 @@ def design(
 # ---------------------------------------------------------------------------------------------------
 
 
-class LocalConnection:
+class LocalConnection(errors.ExceptionsOnConnection):
     """Answers SQL from a survey's reports. Answering costs nothing: the units spent ε when they
     randomized. ``commit``/``rollback`` are no-ops (nothing is ever written)."""
-
-    Warning = errors.Warning
-    Error = errors.Error
-    InterfaceError = errors.InterfaceError
-    DatabaseError = errors.DatabaseError
-    DataError = errors.DataError
-    OperationalError = errors.OperationalError
-    IntegrityError = errors.IntegrityError
-    InternalError = errors.InternalError
-    ProgrammingError = errors.ProgrammingError
-    NotSupportedError = errors.NotSupportedError
 
     def __init__(self, survey: Survey, reports: Iterable[Report]) -> None:
         self.survey = survey
