@@ -29,8 +29,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numpy as np
-
 from dpsql.reuse import MeasurementStore
 from planner import Plan, Workload
 from planner.recovery import helmert_basis, nonnegative_fit
@@ -75,13 +73,6 @@ def from_store(store: MeasurementStore, table: str, columns: Iterable[str], work
     except (ValueError, ArithmeticError) as error:
         return unavailable(gls, str(error))
     values = tuple(p.unweighted_answer(marginal_for(domain, {union: fitted}, p.attributes)) for p in workload.products)
-    report = _report(gls.values, values)
+    report = NonNegativityReport.comparing(gls.values, values)
     return Finished(Answers(values, gls.variances), f"{report} (fitted on the kept measurements); {GLS_ERRORS_NOTE}")
 
-
-def _report(gls: tuple[np.ndarray, ...], fitted: tuple[np.ndarray, ...]) -> NonNegativityReport:
-    before = np.concatenate(gls) if gls else np.zeros(0)
-    change = np.abs(np.concatenate(fitted) - before) if fitted else np.zeros(0)
-    return NonNegativityReport(
-        int(np.count_nonzero(before < 0)), int(np.count_nonzero(change > 1e-6)), float(change.max(initial=0.0)), float(change.sum())
-    )

@@ -19,7 +19,7 @@ import functools
 import math
 from abc import abstractmethod
 from dataclasses import dataclass
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -158,14 +158,30 @@ class CoefficientCandidate(Candidate):
         return Answers(values, self.query_variances())
 
 
+CHANGE_TOLERANCE = 1e-6  # smaller moves (and negatives) are floating-point round-off
+
+
 @dataclass(frozen=True)
 class NonNegativityReport:
     """What forcing the answers to come from non-negative counts changed."""
 
     negative_before: int  # GLS answers below zero
-    changed: int  # answers that moved by more than 1e-6
+    changed: int  # answers that moved by more than CHANGE_TOLERANCE
     largest_change: float
     total_change: float  # sum of absolute changes over all answers
+
+    @classmethod
+    def comparing(cls, gls: Sequence[np.ndarray], fitted: Sequence[np.ndarray]) -> NonNegativityReport:
+        """The report for answers ``fitted`` against the GLS answers ``gls`` (same layout); GLS answers
+        within ``CHANGE_TOLERANCE`` of zero are round-off, not negative."""
+        before = np.concatenate(gls) if len(gls) else np.zeros(0)
+        change = np.abs(np.concatenate(fitted) - before) if len(fitted) else np.zeros(0)
+        return cls(
+            int(np.count_nonzero(before < -CHANGE_TOLERANCE)),
+            int(np.count_nonzero(change > CHANGE_TOLERANCE)),
+            float(change.max(initial=0.0)),
+            float(change.sum()),
+        )
 
     def __str__(self) -> str:
         return (
@@ -186,14 +202,7 @@ def nonnegative_answer(candidate: CoefficientCandidate, measurement: Measurement
     fitted = nonnegative_fit(union, {t: estimates[t] for t in candidate.relevant}, variances, candidate.bases)
     values = tuple(p.unweighted_answer(marginal_for(candidate.workload.domain, {union: fitted}, p.attributes))
                    for p in candidate.workload.products)
-    change = np.abs(np.concatenate(values) - np.concatenate(gls.values))
-    report = NonNegativityReport(
-        int(np.count_nonzero(np.concatenate(gls.values) < 0)),
-        int(np.count_nonzero(change > 1e-6)),
-        float(change.max(initial=0.0)),
-        float(change.sum()),
-    )
-    return Answers(values, gls.variances), report
+    return Answers(values, gls.variances), NonNegativityReport.comparing(gls.values, values)
 
 
 def _noise_variances(family: str, parameters: np.ndarray, continuous: bool) -> np.ndarray:
