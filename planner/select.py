@@ -24,7 +24,7 @@ import numpy as np
 
 from planner.budget import Sensitivity
 from planner.privacy import Privacy
-from planner.strategies import eigen, fourier, hats, hierarchy, identity, marginals, residual
+from planner.strategies import eigen, fourier, hats, hierarchy, identity, marginals, pidentity, residual
 from planner.strategies.base import Candidate
 from planner.workload import DENSE_LIMIT, AllRange, Block, Identity, Prefix, Total, Workload
 
@@ -69,7 +69,7 @@ def all_candidates(
     """Every candidate of every applicable family; ``include_inconsistent`` adds bit-encoded Fourier on
     padded attributes (never chosen, see ``CoefficientCandidate.consistent``; benchmarks report it)."""
     Sensitivity(contributions, distinct_cells)  # validates
-    families = (_own_families(distinct_cells, include_inconsistent) if _blocks_are_small(workload) else []) + [hierarchy.candidates, eigen.candidates, hats.candidates, *FAMILIES]
+    families = (_own_families(distinct_cells, include_inconsistent) if _blocks_are_small(workload) else []) + [hierarchy.candidates, eigen.candidates, hats.candidates, pidentity.candidates, *FAMILIES]
     found: list[Candidate] = []
     for family in families:
         found.extend(family(workload, privacy, contributions))

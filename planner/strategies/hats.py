@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+from scipy.linalg import lapack
 
 from planner.budget import (
     GroupNoise,
@@ -59,6 +60,16 @@ def hat_rows(size: int, spacing: int) -> np.ndarray:
     return rows[rows.any(axis=1)]
 
 
+def spd_inverse(matrix: np.ndarray) -> np.ndarray:
+    """The inverse of a symmetric positive definite matrix by Cholesky (about half the time of LU)."""
+    factor, info = lapack.dpotrf(matrix, lower=1)
+    if info == 0:
+        inverse, info = lapack.dpotri(factor, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("the GLS precision matrix is not positive definite")
+    return np.tril(inverse) + np.tril(inverse, -1).T
+
+
 def _gram(rows: np.ndarray) -> np.ndarray:
     dense = rows.astype(float)  # exact: small integers; float products use BLAS
     return dense.T @ dense
@@ -83,7 +94,7 @@ class HatCovariance(DenseCovariance):
     @cached_property
     def _matrix(self) -> np.ndarray:
         precision = sum(_gram(rows) / v for rows, v in zip(self.levels, self.level_variances))
-        return np.linalg.inv(precision)
+        return spd_inverse(precision)
 
     def matrix(self) -> np.ndarray:
         return self._matrix
@@ -105,7 +116,7 @@ def _polished(layout: RangeLayout, spacings: list[int], budgets: np.ndarray, eps
     for _ in range(POLISH_STEPS + 1):
         with np.errstate(divide="ignore"):  # an unmeasured level (budget 0) has infinite variance
             variances = 2 * (magnitudes / budgets) ** 2
-        covariance = np.linalg.inv(sum(g / v for g, v in zip(grams, variances)))
+        covariance = spd_inverse(sum(g / v for g, v in zip(grams, variances)))
         error = float(np.einsum("ij,ji->", covariance, gram))
         if error >= best_error:
             break

@@ -1,0 +1,208 @@
+"""p-Identity strategies for ranges under ε-DP (HDMM's parameterisation, Laplace version).
+
+The strategy is ``A = [I; Θ] · diag(1/c)`` with ``Θ ∈ ℝ₊^{p×n}`` and ``c_j = 1 + Σ_i Θ_ij``, so every
+column of ``A`` has L1 norm exactly 1 (the ε-DP sensitivity). With ``G = Σ_p w² ‖W_o‖²_F B_pᵀB_p`` the
+workload Gram on the ordered attribute, the expected error is ``(2/ε²) f(Θ)`` with
+
+    f(Θ) = tr(C G C X),   C = diag(c),   X = (I + ΘᵀΘ)⁻¹ = I − Θᵀ Y,   Y = (I_p + ΘΘᵀ)⁻¹ Θ
+
+(Woodbury; note ``Θ X = Y``). Its gradient is ``∂f/∂Θ = −2 Y G̃ X + 2·1 dᵀ`` with ``G̃ = C G C`` and
+``d_k = (G C X)_kk``; each evaluation costs two products of ``G`` with ``n × p`` matrices, which for
+prefixes, all ranges, identities and totals take ``O(n p)`` by cumulative sums (:class:`GramOperator`).
+
+``Θ`` starts from the hat hierarchy of ``planner.strategies.hats`` (its non-leaf hat rows, scaled by
+their budgets relative to the leaves'; one hat level every ``⌈√n⌉`` cells when it measures only the
+leaves), and is improved by L-BFGS-B with ``Θ ≥ 0``. The real strategy
+is then scaled by ``2^SCALE_BITS`` and rounded to integers; the sensitivity (largest integer column
+sum), the discrete Laplace noise and the GLS covariance ``v (SᵀS)⁻¹`` are those of the rounded matrix,
+so the stated error is exact for what is released. All rows get the same noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from scipy.optimize import minimize
+
+from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_noise
+from planner.privacy import Privacy
+from planner.strategies import hats
+from planner.strategies.base import Candidate, GroupBudget, Measurement
+from planner.strategies.ranges import DenseCovariance, RangeCandidate, RangeLayout
+from planner.workload import AllRange, Block, Identity, Prefix, Total, Workload
+
+MAX_SIZE = hats.MAX_SIZE  # dense n × n GLS of the rounded strategy
+MIN_SIZE = 16  # below this the hats (or boxes) are as good and the optimisation is not worth it
+MAX_ITERATIONS = 120  # L-BFGS-B iterations (n = 1024: about a second)
+SCALE_BITS = 16  # the real strategy (entries ≤ 1) is scaled by 2^16 before rounding
+GROUP = "p-identity rows"
+
+
+class GramOperator:
+    """``X ↦ G X`` for the workload Gram on the ordered attribute, without forming ``G`` when the
+    blocks are ranges (cumulative sums), identities or totals."""
+
+    def __init__(self, layout: RangeLayout) -> None:
+        self.size = layout.size
+        self.terms: list[tuple[float, Block]] = [
+            (p.weight**2 * layout.other_mass(p), layout.ordered_block(p)) for p in layout.workload.products
+        ]
+        self.dense = {id(block): block.matrix() for _, block in self.terms if not _structured(block)}
+
+    @cached_property
+    def diagonal(self) -> np.ndarray:
+        cells = np.arange(self.size, dtype=float)
+        total = np.zeros(self.size)
+        for weight, block in self.terms:
+            if isinstance(block, Prefix):
+                total += weight * (self.size - cells)
+            elif isinstance(block, AllRange):
+                total += weight * (cells + 1) * (self.size - cells)
+            elif isinstance(block, (Identity, Total)):
+                total += weight
+            else:
+                total += weight * (self.dense[id(block)] ** 2).sum(axis=0)
+        return total
+
+    def __call__(self, matrix: np.ndarray) -> np.ndarray:
+        result = np.zeros_like(matrix)
+        for weight, block in self.terms:
+            result += weight * self._apply(block, matrix)
+        return result
+
+    def _apply(self, block: Block, matrix: np.ndarray) -> np.ndarray:
+        if isinstance(block, Prefix):  # LᵀL: prefix sums, then suffix sums
+            return np.cumsum(np.cumsum(matrix, axis=0)[::-1], axis=0)[::-1]
+        if isinstance(block, AllRange):  # rows P_h − P_l over prefix ends 0..n: DᵀD = (n+1)I − 11ᵀ
+            prefixes = np.zeros((self.size + 1, matrix.shape[1]))
+            np.cumsum(matrix, axis=0, out=prefixes[1:])
+            spread = (self.size + 1) * prefixes - prefixes.sum(axis=0)
+            return np.cumsum(spread[::-1], axis=0)[::-1][1:]
+        if isinstance(block, Identity):
+            return matrix
+        if isinstance(block, Total):
+            return np.broadcast_to(matrix.sum(axis=0), matrix.shape)
+        rows = self.dense[id(block)]
+        return rows.T @ (rows @ matrix)
+
+
+def _structured(block: Block) -> bool:
+    return isinstance(block, (Prefix, AllRange, Identity, Total))
+
+
+def objective(theta: np.ndarray, gram: GramOperator) -> tuple[float, np.ndarray]:
+    """``f(Θ)`` and its gradient (see the module docstring); ``theta`` is ``Θ`` flattened."""
+    n = gram.size
+    T = theta.reshape(-1, n)
+    c = 1.0 + T.sum(axis=0)
+    Y = np.linalg.solve(np.eye(T.shape[0]) + T @ T.T, T)
+    GCT = gram(c[:, None] * T.T)  # G C Θᵀ
+    GCY = gram(c[:, None] * Y.T)  # G C Yᵀ
+    value = float(np.sum(c * c * gram.diagonal) - np.sum(Y.T * (c[:, None] * GCT)))
+    YGT = Y @ (c[:, None] * GCT)  # Y G̃ Θᵀ
+    gradient = -2.0 * ((c[:, None] * GCY).T - YGT @ Y)
+    gradient += 2.0 * (gram.diagonal * c - np.sum(GCT * Y.T, axis=1))[None, :]
+    return value, gradient.ravel()
+
+
+def optimised_theta(layout: RangeLayout, start: np.ndarray) -> np.ndarray:
+    """L-BFGS-B on ``f`` from ``start`` with ``Θ ≥ 0`` (deterministic)."""
+    result = minimize(
+        objective, start.ravel(), args=(GramOperator(layout),), jac=True, method="L-BFGS-B",
+        bounds=[(0.0, None)] * start.size, options={"maxiter": MAX_ITERATIONS},
+    )
+    return np.maximum(result.x, 0.0).reshape(start.shape)
+
+
+def hat_start(candidate: hats.HatCandidate) -> np.ndarray | None:
+    """``Θ`` equal to a hat hierarchy: non-leaf rows scaled by ``(ε_ℓ/C_ℓ)/ε_leaves``. When the hierarchy
+    measures only the leaves, hats every ``⌈√n⌉`` cells at the leaves' budget; None without leaves."""
+    if 1 not in candidate.spacings:
+        return None
+    n = candidate.layout.size
+    leaves = candidate.budgets[candidate.spacings.index(1)]
+    levels = [
+        rows * (budget / hats.magnitude(n, spacing) / leaves)
+        for spacing, budget, rows in zip(candidate.spacings, candidate.budgets, candidate.rows)
+        if spacing != 1
+    ]
+    if not levels:
+        spacing = math.isqrt(n - 1) + 1
+        levels = [hats.hat_rows(n, spacing) / hats.magnitude(n, spacing)]
+    return np.vstack(levels).astype(float)
+
+
+def integer_strategy(theta: np.ndarray) -> np.ndarray:
+    """``round(2^SCALE_BITS · [I; Θ] diag(1/c))``, without rows that round to zero."""
+    c = 1.0 + theta.sum(axis=0)
+    real = np.vstack([np.diag(1.0 / c), theta / c])
+    rows = np.rint(real * 2**SCALE_BITS).astype(np.int64)
+    return rows[rows.any(axis=1)]
+
+
+@dataclass(frozen=True, eq=False)
+class StrategyCovariance(DenseCovariance):
+    """``Σ_t = v (SᵀS)⁻¹`` for integer rows ``S`` that all receive noise of variance ``v``."""
+
+    rows: np.ndarray
+    variance: float
+
+    @property
+    def size(self) -> int:  # type: ignore[override]
+        return self.rows.shape[1]
+
+    @cached_property
+    def _matrix(self) -> np.ndarray:
+        dense = self.rows.astype(float)
+        return self.variance * hats.spd_inverse(dense.T @ dense)
+
+    def matrix(self) -> np.ndarray:
+        return self._matrix
+
+
+class PIdentityCandidate(RangeCandidate):
+    """Integer p-Identity rows per cell of the other attributes, one noise scale, dense GLS."""
+
+    def __init__(self, layout: RangeLayout, privacy: Privacy, sensitivity: Sensitivity, rows: np.ndarray) -> None:
+        super().__init__(layout, privacy)
+        self.rows = rows
+        self.name = f"p-identity(p={rows.shape[0] - layout.size})"
+        self.magnitude = int(np.abs(rows).sum(axis=0).max())  # exact L1 sensitivity of one row
+        self.noise: GroupNoise = noise_for_group(privacy, privacy.epsilon, sensitivity, self.magnitude)
+
+    @cached_property
+    def covariance(self) -> StrategyCovariance:
+        return StrategyCovariance(self.rows, self.noise.variance)
+
+    def group_budgets(self) -> tuple[GroupBudget, ...]:
+        rows = self.layout.other_cells * self.rows.shape[0]
+        return (GroupBudget(GROUP, rows, self.privacy.epsilon, self.noise.variance),)
+
+    def measure(self, marginals: Mapping[tuple[str, ...], np.ndarray], rng: object = None, noise: bool = True) -> Measurement:
+        values = self.layout.leaves(marginals) @ self.rows.T  # exact integers (other cells, rows)
+        if noise:
+            values = values + sample_noise(self.privacy, np.full(values.size, self.noise.parameter), rng).reshape(values.shape)
+        return Measurement(self.name, {GROUP: values}, {GROUP: np.full(values.shape, self.noise.variance)}, self.privacy)
+
+    def estimate(self, measurement: Measurement) -> np.ndarray:
+        weighted = np.asarray(measurement.values[GROUP], dtype=float) @ self.rows.astype(float)
+        return weighted @ self.covariance.matrix() / self.noise.variance
+
+
+def candidates(workload: Workload, privacy: Privacy, contributions: int = 1) -> list[Candidate]:
+    """A p-Identity strategy per ordered attribute that has a hat hierarchy (ε-DP, ``MIN_SIZE`` to
+    ``MAX_SIZE`` cells), started from it."""
+    if not privacy.is_laplace:
+        return []
+    found: list[Candidate] = []
+    for hat in hats.candidates(workload, privacy, contributions):
+        start = hat_start(hat) if isinstance(hat, hats.HatCandidate) else None
+        if start is None or not MIN_SIZE <= hat.layout.size <= MAX_SIZE:
+            continue
+        theta = optimised_theta(hat.layout, start)
+        found.append(PIdentityCandidate(hat.layout, privacy, Sensitivity(contributions), integer_strategy(theta)))
+    return found

@@ -1,0 +1,118 @@
+"""p-Identity (ε-DP): objective and gradient against dense brute force, the integer strategy's exact
+sensitivity and variances, exact noise-free answers, empirical error, and the gain over hats."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from planner import AllRange, Domain, Factor, Identity, Predicate, Prefix, Privacy, Product, Workload
+from planner.strategies import hats, pidentity
+from planner.strategies.ranges import range_layouts
+from planner.workload import Total
+
+
+def mixed_workload(size: int) -> Workload:
+    """Every kind of block on the ordered attribute: ranges, a non-interval predicate, total, cells."""
+    dom = Domain({"sex": 2, "age": size}, ordered={"age"})
+    mask = np.zeros(size, dtype=bool)
+    mask[[0, 3, 4, size - 1]] = True
+    return Workload(dom, (
+        Product(dom, (Factor(("sex",), Identity(2)), Factor(("age",), AllRange(size)))),
+        Product(dom, (Factor(("age",), Prefix(size)),), 0.5),
+        Product(dom, (Factor(("age",), Predicate(mask)),)),
+        Product(dom, (Factor(("sex",), Identity(2)), Factor(("age",), Total(size)))),
+        Product(dom, (Factor(("age",), Identity(size)),), 2.0),
+    ))
+
+
+def dense_gram(workload: Workload) -> np.ndarray:
+    """``Σ_p w² ‖W_o‖²_F B_pᵀB_p`` on the ordered attribute, from the dense workload matrix."""
+    (layout,) = range_layouts(workload)
+    return sum(p.weight**2 * layout.other_mass(p) * layout.ordered_block(p).gram() for p in workload.products)
+
+
+def test_gram_operator_equals_the_dense_gram() -> None:
+    workload = mixed_workload(20)
+    (layout,) = range_layouts(workload)
+    operator = pidentity.GramOperator(layout)
+    gram = dense_gram(workload)
+    assert operator(np.eye(20)) == pytest.approx(gram, rel=1e-12)
+    assert operator.diagonal == pytest.approx(np.diag(gram), rel=1e-12)
+
+
+def test_objective_and_gradient_equal_brute_force() -> None:
+    size, p = 20, 3
+    workload = mixed_workload(size)
+    (layout,) = range_layouts(workload)
+    operator = pidentity.GramOperator(layout)
+    theta = np.random.default_rng(5).uniform(0, 1, (p, size))
+    value, gradient = pidentity.objective(theta.ravel(), operator)
+
+    def brute(t: np.ndarray) -> float:
+        strategy = np.vstack([np.eye(size), t.reshape(p, size)]) / (1 + t.reshape(p, size).sum(axis=0))
+        assert np.abs(strategy).sum(axis=0) == pytest.approx(np.ones(size))  # L1 sensitivity 1
+        return float(np.trace(dense_gram(workload) @ np.linalg.inv(strategy.T @ strategy)))
+
+    assert value == pytest.approx(brute(theta.ravel()), rel=1e-10)
+    step = 1e-6
+    numeric = [
+        (brute(theta.ravel() + step * e) - brute(theta.ravel() - step * e)) / (2 * step) for e in np.eye(p * size)
+    ]
+    assert gradient == pytest.approx(np.array(numeric), rel=1e-5, abs=1e-6 * np.abs(numeric).max())
+
+
+def test_integer_strategy_sensitivity_variances_and_exact_answers() -> None:
+    workload = mixed_workload(24)
+    epsilon, contributions = 0.8, 2
+    (candidate,) = pidentity.candidates(workload, Privacy.laplace(epsilon), contributions)
+    rows = candidate.rows
+    assert rows.dtype == np.int64 and (rows >= 0).all() and rows.any(axis=1).all()
+    column_sums = rows.sum(axis=0)
+    assert candidate.magnitude == column_sums.max()
+    assert abs(column_sums.max() - 2**pidentity.SCALE_BITS) <= rows.shape[0]  # rounding moves sums by < ½ per row
+    assert candidate.noise.parameter == pytest.approx(contributions * candidate.magnitude / epsilon, rel=1e-15)
+    (group,) = candidate.group_budgets()
+    assert group.budget == epsilon and group.rows == 2 * rows.shape[0]
+    b = candidate.noise.parameter  # the noise module rounds scales up to a dyadic rational: b ≈ 3e5 here
+    assert candidate.noise.variance == pytest.approx(2 * math.exp(-1 / b) / (1 - math.exp(-1 / b)) ** 2, rel=1e-6)
+    full = np.kron(np.eye(2), candidate.noise.variance * np.linalg.inv(rows.T.astype(float) @ rows))
+    for product, variance in zip(workload.products, candidate.query_variances()):
+        W = product.matrix_on(("sex", "age"))
+        assert variance == pytest.approx(np.einsum("ij,jk,ik->i", W, full, W), rel=1e-8)
+    data = np.random.default_rng(6).integers(0, 100, size=(2, 24))
+    answers = candidate.answer(candidate.measure({("sex", "age"): data}, noise=False))
+    for value, want in zip(answers.values, workload.answer({("sex", "age"): data})):
+        assert value == pytest.approx(want, abs=1e-6)
+
+
+def test_empirical_error_matches_the_prediction() -> None:
+    """800 independent repetitions (cells of a GROUP BY attribute) within 4 standard errors."""
+    repetitions, size = 800, 16
+    dom = Domain({"rep": repetitions, "age": size}, ordered={"age"})
+    workload = Workload(dom, (Product(dom, (Factor(("rep",), Identity(repetitions)), Factor(("age",), AllRange(size)))),))
+    (candidate,) = pidentity.candidates(workload, Privacy.laplace(1.0))
+    data = np.random.default_rng(2).integers(0, 50, size=(repetitions, size))
+    truth = workload.answer({("rep", "age"): data})[0]
+    answers = candidate.answer(candidate.measure({("rep", "age"): data}, rng=9)).values[0]
+    errors = ((answers - truth) ** 2).reshape(repetitions, -1).sum(axis=1)
+    assert abs(errors.mean() - candidate.expected_error() / repetitions) < 4 * errors.std(ddof=1) / math.sqrt(repetitions)
+
+
+@pytest.mark.parametrize("kind, gain", [(AllRange, 0.98), (Prefix, 0.92)])
+def test_p_identity_beats_hats(kind: type, gain: float) -> None:
+    size = 256
+    dom = Domain({"age": size}, ordered={"age"})
+    workload = Workload(dom, (Product(dom, (Factor(("age",), kind(size)),)),))
+    (hat,) = hats.candidates(workload, Privacy.laplace(1.0))
+    (candidate,) = pidentity.candidates(workload, Privacy.laplace(1.0))
+    assert candidate.expected_error() < gain * hat.expected_error()
+
+
+def test_only_for_laplace_and_mid_sized_attributes() -> None:
+    small = Domain({"age": pidentity.MIN_SIZE - 1}, ordered={"age"})
+    assert pidentity.candidates(Workload.all_range(small, "age"), Privacy.laplace(1.0)) == []
+    dom = Domain({"age": 64}, ordered={"age"})
+    assert pidentity.candidates(Workload.all_range(dom, "age"), Privacy.zcdp(1.0)) == []
