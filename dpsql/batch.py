@@ -122,8 +122,8 @@ class PreparedBatch:
 
     @property
     def columns(self) -> dict[str, ColumnDomain]:
-        """Every column a branch mentions: its rows are those valid in all of them (one aggregation)."""
-        return _mentioned(b.compiled for s in self.statements for b in s.branches)
+        """The columns whose domain tests decide the counted rows (``Table.counted_columns``)."""
+        return self.table.counted_columns(_mentioned(b.compiled for s in self.statements for b in s.branches))
 
 
 def _mentioned(compiled: Iterable[CompiledQuery]) -> dict[str, ColumnDomain]:
@@ -212,7 +212,7 @@ def prepare(
     plan = None
     if workload is not None:
         reusable = connection.reuse and not row_filters  # filtered rows: marginals of a subset of the table
-        mentioned = _mentioned(c for _, _, parts, _ in branch_parts for _, c in parts)
+        mentioned = table.counted_columns(_mentioned(c for _, _, parts, _ in branch_parts for _, c in parts))
         covered = connection._measurements.covered(table.name, mentioned, workload) if reusable else (False,) * len(products)
         measured = tuple(i for i, c in enumerate(covered) if not c)
         if measured:

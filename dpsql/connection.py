@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,7 +37,7 @@ from dpsql.errors import (
 )
 from dpsql.result import Result, build_result
 from dpsql.reuse import MeasurementStore
-from dpsql.schema import OUT_OF_DOMAIN_RULE, Schema
+from dpsql.schema import OUT_OF_DOMAIN_RULE, ColumnDomain, Schema
 from dpsql.sql.bounded import BoundedAggregation, check_column_types
 from dpsql.sql.compile import CompiledQuery, compile_query
 from dpsql.sql.parse import parse
@@ -55,6 +55,15 @@ class Table:
     relation: str
     schema: Schema
     column_types: dict[str, str]
+
+    def counted_columns(self, mentioned: Mapping[str, ColumnDomain]) -> dict[str, ColumnDomain]:
+        """The columns whose domain test decides which rows a statement counts: every column the
+        schema declares with a public domain, plus the statement's own (``mentioned``: a released key
+        set of an unknown column applies only where a statement mentions that column). Every central
+        statement therefore counts the same rows, whatever it mentions, so a kept measurement answers
+        any later statement in its row space (``GROUP BY sex`` after ``CUBE (sex, race)``)."""
+        declared = {c.name: c for c in self.schema.columns if c.is_known and c.name in self.column_types}
+        return {**mentioned, **{name: c for name, c in declared.items() if name not in mentioned}}
 
 
 @dataclass(frozen=True)
@@ -297,10 +306,11 @@ class Connection(errors.ExceptionsOnConnection):
 
     def _aggregation(self, prepared: _Prepared) -> BoundedAggregation:
         compiled, table = prepared.compiled, prepared.table
+        columns = table.counted_columns(compiled.columns)
         return BoundedAggregation(
             table=table.relation,
-            columns=compiled.columns,
-            column_types={c: table.column_types[c] for c in compiled.columns},
+            columns=columns,
+            column_types={c: table.column_types[c] for c in columns},
             marginals=tuple(prepared.plan.required_marginals()),  # type: ignore[union-attr]
             privacy_unit=table.schema.privacy_unit,
             max_rows_per_unit=table.schema.max_rows_per_unit,
@@ -314,7 +324,7 @@ class Connection(errors.ExceptionsOnConnection):
         compiled = prepared.compiled
         if prepared.plan is None:
             return build_result(compiled, (), ()), None
-        table_name, columns, workload = prepared.table.name, compiled.columns, compiled.workload
+        table_name, columns, workload = prepared.table.name, prepared.table.counted_columns(compiled.columns), compiled.workload
         if self.reuse and not compiled.row_filters and all(self._measurements.covered(table_name, columns, workload)):  # type: ignore[arg-type]
             kept = self._measurements.answers(table_name, columns, workload)  # type: ignore[arg-type]
             return self._released(compiled, kept, self._nonnegative_from_store(prepared, kept) if non_negative else None)  # free
@@ -338,7 +348,8 @@ class Connection(errors.ExceptionsOnConnection):
 
     def _nonnegative_from_store(self, prepared: _Prepared, gls: Answers) -> nonnegative.Finished:
         compiled = prepared.compiled
-        return nonnegative.from_store(self._measurements, prepared.table.name, compiled.columns, compiled.workload, gls)  # type: ignore[arg-type]
+        columns = prepared.table.counted_columns(compiled.columns)
+        return nonnegative.from_store(self._measurements, prepared.table.name, columns, compiled.workload, gls)  # type: ignore[arg-type]
 
     @staticmethod
     def _released(compiled: CompiledQuery, gls: Answers, finished: nonnegative.Finished | None) -> tuple[Result, str | None]:

@@ -16,9 +16,10 @@ has non-zero recovery mass has been estimated. Such a product is answered from t
 processing (zero privacy cost); the others must be measured (and the new measurement then joins the store).
 
 Measurements are kept for the lifetime of the connection and only for the rows they were made on: the
-table and the set of columns the statement mentions. A row with a NULL or out-of-domain value in a
-mentioned column is dropped before counting (``dpsql.schema.OUT_OF_DOMAIN_RULE``), so statements that
-mention different columns count different rows, and one's measurement never answers the other.
+table and the columns whose domain tests decide the counted rows (``Table.counted_columns``: every
+column with a declared domain, plus a released key set the statement groups by; see
+``dpsql.schema.OUT_OF_DOMAIN_RULE``). Statements over declared columns all count the same rows and share
+one store; a statement grouping by released keys counts fewer rows and has its own.
 Answering from them is on by default; ``dpsql.connect(..., reuse=False)`` measures every statement afresh.
 Strategies whose coefficients live in another basis (the padded Fourier/Hadamard family) are not kept.
 Every measurement bounds contributions with its own random choice of each unit's rows, so combining two
@@ -83,7 +84,7 @@ def _rows_key(table: str, columns: Iterable[str]) -> RowsKey:
 
 
 class MeasurementStore:
-    """Released measurements of one connection, per counted rows (table and mentioned columns), as
+    """Released measurements of one connection, per counted rows (table and counted columns), as
     combined residual-coefficient estimates."""
 
     def __init__(self) -> None:

@@ -37,8 +37,9 @@ from dpsql.errors import ProgrammingError
 
 OUT_OF_DOMAIN_RULE = (
     "rows with a NULL (in a column not declared nullable) or a value outside the declared domain, in any "
-    "column the statement mentions, are dropped before contribution bounding; a nullable column has an "
-    "explicit NULL cell after its declared values"
+    "column with a declared domain (and in a released key set the statement groups by), are dropped before "
+    "contribution bounding, so every statement counts the same rows; a nullable column has an explicit NULL "
+    "cell after its declared values"
 )
 
 Scalar = str | int | float | bool
