@@ -401,7 +401,7 @@ class Outcome:
 
 def _aggregation(statement: KeyedStatement) -> KeyBoundedAggregation:
     compiled, table = statement.compiled, statement.table
-    columns = dict(compiled.columns)
+    columns = table.counted_columns(compiled.columns)  # the rows every statement counts
     if statement.needs_selection:
         columns[statement.column] = ColumnDomain(statement.column, "unknown")
     attributes = compiled.domain.attributes

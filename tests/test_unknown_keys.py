@@ -439,3 +439,14 @@ def test_other_statements_read_a_released_key_set_as_a_public_domain(logs: dpsql
     with pytest.raises(dpsql.DataError, match="outside the declared domain of 'browser'"):
         cursor.execute("SELECT COUNT(*) FROM logs WHERE browser = 'lynx'", epsilon=0.5)  # not a released key
     assert logs.budget_spent().delta == pytest.approx(keys.selection_delta(logs))  # one selection in all
+
+
+def test_rows_outside_a_declared_domain_are_not_counted_for_any_key() -> None:
+    """The row rule of every statement: a row with an out-of-domain value in a declared column (sex =
+    'X') is not counted, even by a GROUP BY on an unknown column that does not mention it."""
+    frame = _one_key_per_user({"chrome": 300, "firefox": 200}, rows_per_unit=1)
+    frame.loc[frame.index[:50], "sex"] = "X"  # 50 chrome users outside sex's domain
+    connection = _connect(frame, _schema(m=1))
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(3):
+        rows = dict(connection.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0).fetchall())
+    assert rows == {"chrome": pytest.approx(250.0), "firefox": pytest.approx(200.0)}
