@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from planner import AllRange, Domain, Factor, Identity, Predicate, Prefix, Privacy, Product, Workload
+from planner.budget import Sensitivity
 from planner.strategies import hats, pidentity
 from planner.strategies.ranges import range_layouts
 from planner.workload import Total
@@ -116,3 +117,19 @@ def test_only_for_laplace_and_mid_sized_attributes() -> None:
     assert pidentity.candidates(Workload.all_range(small, "age"), Privacy.laplace(1.0)) == []
     dom = Domain({"age": 64}, ordered={"age"})
     assert pidentity.candidates(Workload.all_range(dom, "age"), Privacy.zcdp(1.0)) == []
+
+
+def test_the_start_keeps_the_coarsest_hat_levels_that_fit() -> None:
+    dom = Domain({"age": 64}, ordered={"age"})
+    (hat,) = hats.candidates(Workload.all_range(dom, "age"), Privacy.laplace(1.0))
+    fine = hats.HatCandidate(hat.layout, hat.privacy, Sensitivity(1), 2, [64, 16, 2, 1], np.array([0.1, 0.2, 0.3, 0.4]))
+    start = pidentity.hat_start(fine)  # the 33 rows of spacing 2 would exceed the n/8 = 8 rows allowed
+    assert start == pytest.approx(np.vstack([np.full((1, 64), 0.25), hats.hat_rows(64, 16) / 32]), rel=1e-14)
+
+
+def test_every_cell_keeps_a_leaf_row_of_the_least_weight() -> None:
+    theta = np.array([[1e9, 3.0, 0.0], [0.0, 1.0, 0.0]])
+    rows = pidentity.integer_strategy(theta)
+    scale = 2**pidentity.SCALE_BITS
+    assert np.array_equal(np.diag(rows[:3]), [round(scale * pidentity.MIN_LEAF_WEIGHT), scale // 5, scale])
+    assert np.array_equal(rows[3:], [[scale - 256, round(scale * 3 / 5), 0], [0, round(scale / 5), 0]])

@@ -11,8 +11,8 @@ workload Gram on the ordered attribute, the expected error is ``(2/ε²) f(Θ)``
 prefixes, all ranges, identities and totals take ``O(n p)`` by cumulative sums (:class:`GramOperator`).
 
 ``Θ`` starts from the hat hierarchy of ``planner.strategies.hats`` (its non-leaf hat rows, scaled by
-their budgets relative to the leaves'; one hat level every ``⌈√n⌉`` cells when it measures only the
-leaves), and is improved by L-BFGS-B with ``Θ ≥ 0``. The real strategy
+their budgets relative to the leaves', at most ``n/8`` rows; one hat level every ``⌈√n⌉`` cells when
+none fits), and is improved by L-BFGS-B with ``Θ ≥ 0``. The real strategy
 is then scaled by ``2^SCALE_BITS`` and rounded to integers; the sensitivity (largest integer column
 sum), the discrete Laplace noise and the GLS covariance ``v (SᵀS)⁻¹`` are those of the rounded matrix,
 so the stated error is exact for what is released. All rows get the same noise.
@@ -39,6 +39,7 @@ MAX_SIZE = hats.MAX_SIZE  # dense n × n GLS of the rounded strategy
 MIN_SIZE = 16  # below this the hats (or boxes) are as good and the optimisation is not worth it
 MAX_ITERATIONS = 120  # L-BFGS-B iterations (n = 1024: about a second)
 SCALE_BITS = 16  # the real strategy (entries ≤ 1) is scaled by 2^16 before rounding
+MIN_LEAF_WEIGHT = 2.0**-8  # least weight of a cell's identity row in the released strategy
 GROUP = "p-identity rows"
 
 
@@ -118,18 +119,24 @@ def optimised_theta(layout: RangeLayout, start: np.ndarray) -> np.ndarray:
     return np.maximum(result.x, 0.0).reshape(start.shape)
 
 
+def max_rows(size: int) -> int:
+    """The most rows ``Θ`` may have: each objective evaluation costs ``O(n p²)``."""
+    return max(8, size // 8)
+
+
 def hat_start(candidate: hats.HatCandidate) -> np.ndarray | None:
-    """``Θ`` equal to a hat hierarchy: non-leaf rows scaled by ``(ε_ℓ/C_ℓ)/ε_leaves``. When the hierarchy
-    measures only the leaves, hats every ``⌈√n⌉`` cells at the leaves' budget; None without leaves."""
+    """``Θ`` equal to a hat hierarchy: its non-leaf rows, coarsest levels first while they fit in
+    :func:`max_rows`, scaled by ``(ε_ℓ/C_ℓ)/ε_leaves``. When no such level fits, hats every ``⌈√n⌉``
+    cells at the leaves' budget; None when the hierarchy does not measure the leaves."""
     if 1 not in candidate.spacings:
         return None
     n = candidate.layout.size
     leaves = candidate.budgets[candidate.spacings.index(1)]
-    levels = [
-        rows * (budget / hats.magnitude(n, spacing) / leaves)
-        for spacing, budget, rows in zip(candidate.spacings, candidate.budgets, candidate.rows)
-        if spacing != 1
-    ]
+    levels: list[np.ndarray] = []
+    for spacing, budget, rows in sorted(zip(candidate.spacings, candidate.budgets, candidate.rows), key=lambda l: -l[0]):
+        if spacing == 1 or sum(level.shape[0] for level in levels) + rows.shape[0] > max_rows(n):
+            break
+        levels.append(rows * (budget / hats.magnitude(n, spacing) / leaves))
     if not levels:
         spacing = math.isqrt(n - 1) + 1
         levels = [hats.hat_rows(n, spacing) / hats.magnitude(n, spacing)]
@@ -137,9 +144,13 @@ def hat_start(candidate: hats.HatCandidate) -> np.ndarray | None:
 
 
 def integer_strategy(theta: np.ndarray) -> np.ndarray:
-    """``round(2^SCALE_BITS · [I; Θ] diag(1/c))``, without rows that round to zero."""
-    c = 1.0 + theta.sum(axis=0)
-    real = np.vstack([np.diag(1.0 / c), theta / c])
+    """``round(2^SCALE_BITS · [I; Θ] diag(1/c))``, without rows that round to zero. Columns of ``Θ``
+    summing to more than ``1/MIN_LEAF_WEIGHT − 1`` are scaled down first, so every cell keeps a leaf row of
+    weight ``≥ MIN_LEAF_WEIGHT`` and the GLS stays well conditioned (such cells carry almost no error)."""
+    sums = theta.sum(axis=0)
+    bounded = theta * np.minimum(1.0, (1.0 / MIN_LEAF_WEIGHT - 1.0) / np.maximum(sums, 1e-300))
+    c = 1.0 + bounded.sum(axis=0)
+    real = np.vstack([np.diag(1.0 / c), bounded / c])
     rows = np.rint(real * 2**SCALE_BITS).astype(np.int64)
     return rows[rows.any(axis=1)]
 
