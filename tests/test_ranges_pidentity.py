@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from planner import AllRange, Domain, Factor, Identity, Predicate, Prefix, Privacy, Product, Workload
+from planner import AllRange, Domain, Explicit, Factor, Identity, Predicate, Prefix, Privacy, Product, Workload
 from planner.budget import Sensitivity
 from planner.strategies import hats, pidentity
 from planner.strategies.ranges import range_layouts
@@ -35,10 +35,16 @@ def dense_gram(workload: Workload) -> np.ndarray:
     return sum(p.weight**2 * layout.other_mass(p) * layout.ordered_block(p).gram() for p in workload.products)
 
 
-def test_gram_operator_equals_the_dense_gram() -> None:
+@pytest.mark.parametrize("explicit_rows", [0, 30])
+def test_gram_operator_equals_the_dense_gram(explicit_rows: int) -> None:
+    """With 30 explicit rows (more rows than 20 cells) the operator applies their Gram densely."""
     workload = mixed_workload(20)
+    if explicit_rows:
+        rows = Explicit(np.random.default_rng(3).normal(size=(explicit_rows, 20)))
+        workload = workload + Workload(workload.domain, (Product(workload.domain, (Factor(("age",), rows),), 1.5),))
     (layout,) = range_layouts(workload)
     operator = pidentity.GramOperator(layout)
+    assert (operator.factor is None) == (explicit_rows > 20)
     gram = dense_gram(workload)
     assert operator(np.eye(20)) == pytest.approx(gram, rel=1e-12)
     assert operator.diagonal == pytest.approx(np.diag(gram), rel=1e-12)

@@ -33,7 +33,7 @@ from planner.privacy import Privacy
 from planner.strategies import hats
 from planner.strategies.base import Candidate, GroupBudget, Measurement
 from planner.strategies.ranges import DenseCovariance, RangeCandidate, RangeLayout
-from planner.workload import AllRange, Block, Identity, Prefix, Total, Workload
+from planner.workload import AllRange, Identity, Prefix, Total, Workload
 
 MAX_SIZE = hats.MAX_SIZE  # dense n × n GLS of the rounded strategy
 MIN_SIZE = 16  # below this the hats (or boxes) are as good and the optimisation is not worth it
@@ -44,55 +44,48 @@ GROUP = "p-identity rows"
 
 
 class GramOperator:
-    """``X ↦ G X`` for the workload Gram on the ordered attribute, without forming ``G`` when the
-    blocks are ranges (cumulative sums), identities or totals."""
+    """``X ↦ G X`` for the workload Gram on the ordered attribute: prefixes and all ranges by cumulative
+    sums, identities and totals directly (one weight per kind), every other block's rows stacked into
+    one matrix ``F`` (``FᵀF`` instead when ``F`` has more rows than cells)."""
+
+    STRUCTURED = (Prefix, AllRange, Identity, Total)
 
     def __init__(self, layout: RangeLayout) -> None:
         self.size = layout.size
-        self.terms: list[tuple[float, Block]] = [
-            (p.weight**2 * layout.other_mass(p), layout.ordered_block(p)) for p in layout.workload.products
-        ]
-        self.dense = {id(block): block.matrix() for _, block in self.terms if not _structured(block)}
-
-    @cached_property
-    def diagonal(self) -> np.ndarray:
-        cells = np.arange(self.size, dtype=float)
-        total = np.zeros(self.size)
-        for weight, block in self.terms:
-            if isinstance(block, Prefix):
-                total += weight * (self.size - cells)
-            elif isinstance(block, AllRange):
-                total += weight * (cells + 1) * (self.size - cells)
-            elif isinstance(block, (Identity, Total)):
-                total += weight
+        self.weights = dict.fromkeys(self.STRUCTURED, 0.0)
+        others = [np.zeros((0, self.size))]
+        for product in layout.workload.products:
+            weight, block = product.weight**2 * layout.other_mass(product), layout.ordered_block(product)
+            if isinstance(block, self.STRUCTURED):
+                self.weights[type(block)] += weight
             else:
-                total += weight * (self.dense[id(block)] ** 2).sum(axis=0)
-        return total
+                others.append(math.sqrt(weight) * block.matrix())
+        stacked = np.vstack(others)
+        self.diagonal = self._structured_diagonal() + (stacked**2).sum(axis=0)
+        self.factor: np.ndarray | None = stacked if stacked.shape[0] <= self.size else None
+        self.dense: np.ndarray | None = None if self.factor is not None else stacked.T @ stacked
+
+    def _structured_diagonal(self) -> np.ndarray:
+        cells = np.arange(self.size, dtype=float)
+        return (
+            self.weights[Prefix] * (self.size - cells)
+            + self.weights[AllRange] * (cells + 1) * (self.size - cells)
+            + self.weights[Identity]
+            + self.weights[Total]
+        )
 
     def __call__(self, matrix: np.ndarray) -> np.ndarray:
-        result = np.zeros_like(matrix)
-        for weight, block in self.terms:
-            result += weight * self._apply(block, matrix)
-        return result
-
-    def _apply(self, block: Block, matrix: np.ndarray) -> np.ndarray:
-        if isinstance(block, Prefix):  # LᵀL: prefix sums, then suffix sums
-            return np.cumsum(np.cumsum(matrix, axis=0)[::-1], axis=0)[::-1]
-        if isinstance(block, AllRange):  # rows P_h − P_l over prefix ends 0..n: DᵀD = (n+1)I − 11ᵀ
+        result = self.weights[Identity] * matrix + self.weights[Total] * matrix.sum(axis=0)
+        if self.weights[Prefix]:  # LᵀL: prefix sums, then suffix sums
+            result += self.weights[Prefix] * np.cumsum(np.cumsum(matrix, axis=0)[::-1], axis=0)[::-1]
+        if self.weights[AllRange]:  # rows P_h − P_l over prefix ends 0..n: DᵀD = (n+1)I − 11ᵀ
             prefixes = np.zeros((self.size + 1, matrix.shape[1]))
             np.cumsum(matrix, axis=0, out=prefixes[1:])
             spread = (self.size + 1) * prefixes - prefixes.sum(axis=0)
-            return np.cumsum(spread[::-1], axis=0)[::-1][1:]
-        if isinstance(block, Identity):
-            return matrix
-        if isinstance(block, Total):
-            return np.broadcast_to(matrix.sum(axis=0), matrix.shape)
-        rows = self.dense[id(block)]
-        return rows.T @ (rows @ matrix)
-
-
-def _structured(block: Block) -> bool:
-    return isinstance(block, (Prefix, AllRange, Identity, Total))
+            result += self.weights[AllRange] * np.cumsum(spread[::-1], axis=0)[::-1][1:]
+        if self.factor is not None:
+            return result + self.factor.T @ (self.factor @ matrix)
+        return result + self.dense @ matrix
 
 
 def objective(theta: np.ndarray, gram: GramOperator) -> tuple[float, np.ndarray]:
