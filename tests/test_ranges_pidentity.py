@@ -8,7 +8,18 @@ import math
 import numpy as np
 import pytest
 
-from planner import AllRange, Domain, Explicit, Factor, Identity, Predicate, Prefix, Privacy, Product, Workload
+from planner import (
+    AllRange,
+    Domain,
+    Explicit,
+    Factor,
+    Identity,
+    Predicate,
+    Prefix,
+    Privacy,
+    Product,
+    Workload,
+)
 from planner.budget import Sensitivity
 from planner.strategies import hats, pidentity
 from planner.strategies.ranges import range_layouts
