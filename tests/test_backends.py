@@ -60,7 +60,7 @@ def unavailable(reason: str) -> None:
     """Skip locally, fail in CI (CI must really exercise every engine)."""
     if IN_CI:
         pytest.fail(f"CI=true but {reason}")
-    pytest.skip(reason)
+    pytest.skip(reason=reason)
 
 
 def no_nan(frame: pd.DataFrame) -> pd.DataFrame:

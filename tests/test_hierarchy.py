@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from range_checks import assert_empirical_error_matches_prediction
+
 from planner import (
     AllRange,
     Domain,
@@ -185,18 +187,8 @@ def test_answers_are_consistent_ranges_sum_their_leaves() -> None:
 
 @pytest.mark.parametrize("privacy", [Privacy.laplace(1.0), Privacy.zcdp(0.5)])
 def test_empirical_error_matches_the_prediction(privacy: Privacy) -> None:
-    """Total squared error per repetition, averaged over 800 independent repetitions (the cells of an
-    extra GROUP BY attribute, all measured in one call), within 4 standard errors of the prediction."""
-    repetitions = 800
-    dom = Domain({"rep": repetitions, "age": 10}, ordered={"age"})
-    workload = Workload(dom, (Product(dom, (Factor(("rep",), Identity(repetitions)), Factor(("age",), AllRange(10)))),))
-    (candidate,) = hierarchy.candidates(workload, privacy)
-    data = np.random.default_rng(0).integers(0, 30, size=(repetitions, 10))
-    truth = workload.answer({("rep", "age"): data})[0]
-    answers = candidate.answer(candidate.measure({("rep", "age"): data}, rng=11)).values[0]
-    errors = ((answers - truth) ** 2).reshape(repetitions, -1).sum(axis=1)
-    standard_error = errors.std(ddof=1) / math.sqrt(repetitions)
-    assert abs(errors.mean() - candidate.expected_error() / repetitions) < 4 * standard_error
+    """800 independent repetitions within 4 standard errors of the prediction."""
+    assert_empirical_error_matches_prediction(hierarchy.candidates, privacy, 10, high=30, data_seed=0, noise_seed=11)
 
 
 def test_discrete_noise_variances_are_used() -> None:

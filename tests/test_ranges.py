@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from range_checks import assert_empirical_error_matches_prediction
+
 from planner import (
     AllRange,
     Domain,
@@ -99,16 +101,8 @@ def test_exact_measurement_is_solved_exactly() -> None:
 
 
 def test_empirical_error_matches_the_prediction() -> None:
-    """800 independent repetitions (cells of a GROUP BY attribute) within 4 standard errors."""
-    repetitions, size = 800, 12
-    dom = Domain({"rep": repetitions, "age": size}, ordered={"age"})
-    workload = Workload(dom, (Product(dom, (Factor(("rep",), Identity(repetitions)), Factor(("age",), AllRange(size)))),))
-    (candidate,) = eigen.candidates(workload, Privacy.zcdp(2.0))
-    data = np.random.default_rng(1).integers(0, 50, size=(repetitions, size))
-    truth = workload.answer({("rep", "age"): data})[0]
-    answers = candidate.answer(candidate.measure({("rep", "age"): data}, rng=3)).values[0]
-    errors = ((answers - truth) ** 2).reshape(repetitions, -1).sum(axis=1)
-    assert abs(errors.mean() - candidate.expected_error() / repetitions) < 4 * errors.std(ddof=1) / math.sqrt(repetitions)
+    """800 independent repetitions within 4 standard errors of the prediction."""
+    assert_empirical_error_matches_prediction(eigen.candidates, Privacy.zcdp(2.0), 12, high=50, data_seed=1, noise_seed=3)
 
 
 @pytest.mark.parametrize("kind, target", [(AllRange, 1.05), (Prefix, 1.05)])

@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from range_checks import assert_empirical_error_matches_prediction
+
 from planner import (
     AllRange,
     Domain,
@@ -107,16 +109,8 @@ def test_integer_strategy_sensitivity_variances_and_exact_answers() -> None:
 
 
 def test_empirical_error_matches_the_prediction() -> None:
-    """800 independent repetitions (cells of a GROUP BY attribute) within 4 standard errors."""
-    repetitions, size = 800, 16
-    dom = Domain({"rep": repetitions, "age": size}, ordered={"age"})
-    workload = Workload(dom, (Product(dom, (Factor(("rep",), Identity(repetitions)), Factor(("age",), AllRange(size)))),))
-    (candidate,) = pidentity.candidates(workload, Privacy.laplace(1.0))
-    data = np.random.default_rng(2).integers(0, 50, size=(repetitions, size))
-    truth = workload.answer({("rep", "age"): data})[0]
-    answers = candidate.answer(candidate.measure({("rep", "age"): data}, rng=9)).values[0]
-    errors = ((answers - truth) ** 2).reshape(repetitions, -1).sum(axis=1)
-    assert abs(errors.mean() - candidate.expected_error() / repetitions) < 4 * errors.std(ddof=1) / math.sqrt(repetitions)
+    """800 independent repetitions within 4 standard errors of the prediction."""
+    assert_empirical_error_matches_prediction(pidentity.candidates, Privacy.laplace(1.0), 16, high=50, data_seed=2, noise_seed=9)
 
 
 @pytest.mark.parametrize("kind, gain", [(AllRange, 0.98), (Prefix, 0.92)])
