@@ -29,3 +29,11 @@ def assert_empirical_error_matches_prediction(
     errors = ((answers - truth) ** 2).reshape(repetitions, -1).sum(axis=1)
     standard_error = errors.std(ddof=1) / math.sqrt(repetitions)
     assert abs(errors.mean() - candidate.expected_error() / repetitions) < 4 * standard_error
+
+
+def assert_noise_free_answers_exact(candidate: Candidate, workload: Workload, data: np.ndarray, tolerance: float = 1e-6) -> None:
+    """With noise switched off, the candidate's GLS answers equal the workload's exact answers on the
+    (sex, age) marginal ``data``."""
+    answers = candidate.answer(candidate.measure({("sex", "age"): data}, noise=False))
+    for value, want in zip(answers.values, workload.answer({("sex", "age"): data})):
+        np.testing.assert_allclose(value, want, rtol=0, atol=tolerance)

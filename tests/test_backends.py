@@ -32,6 +32,7 @@ from dpsql.backends.factory import open_backend
 from dpsql.schema import Schema
 from dpsql.sql.bounded import BoundedAggregation
 from conftest import ADULT_SCHEMA
+from recording_backend import RecordingBackend
 
 GRAMMAR_ACCEPTED = Path(__file__).resolve().parent.parent / "grammar" / "accepted"
 ACCEPTED = sorted(GRAMMAR_ACCEPTED.rglob("*.sql"))  # plain, workloads/ (CUBE, ROLLUP, UNION ALL), unknown/
@@ -196,18 +197,6 @@ def assert_same_rows(rows: list[tuple], expected: list[tuple]) -> None:
 
 
 # -- dialects ------------------------------------------------------------------------------------------
-class RecordingBackend(DuckDBBackend):
-    """DuckDB that keeps every bounded statement it is sent."""
-
-    def __init__(self, database: duckdb.DuckDBPyConnection) -> None:
-        super().__init__(database)
-        self.statements: list[str] = []
-
-    def run(self, sql: str) -> dict[str, np.ndarray]:
-        self.statements.append(sql)
-        return super().run(sql)
-
-
 @dataclass(frozen=True)
 class DuckDBAnswer:
     """What dpsql on DuckDB releases for a statement (noise-free, seeded) and the SQL it sent."""

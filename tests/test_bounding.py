@@ -12,6 +12,8 @@ import pytest
 import sqlglot
 from scipy import stats
 
+from recording_backend import RecordingBackend
+
 import dpsql
 import dpsql.testing
 from dpsql.backends.duckdb import DuckDBBackend
@@ -125,16 +127,6 @@ def salt_of(sql: str) -> int:
     ranking = sqlglot.parse_one(sql, read="duckdb").find(sqlglot.exp.Window)
     (salt,) = [h.expressions[-1] for h in ranking.find_all(sqlglot.exp.Anonymous) if isinstance(h.expressions[-1], sqlglot.exp.Literal)]
     return int(salt.name)
-
-
-class RecordingBackend(DuckDBBackend):
-    def __init__(self, database: duckdb.DuckDBPyConnection) -> None:
-        super().__init__(database)
-        self.statements: list[str] = []
-
-    def run(self, sql: str) -> dict[str, np.ndarray]:
-        self.statements.append(sql)
-        return super().run(sql)
 
 
 def test_noise_free_answers_equal_the_exact_answers_on_the_bounded_rows(database: duckdb.DuckDBPyConnection) -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from range_checks import assert_empirical_error_matches_prediction
+from range_checks import assert_empirical_error_matches_prediction, assert_noise_free_answers_exact
 
 from planner import (
     AllRange,
@@ -95,9 +95,7 @@ def test_exact_measurement_is_solved_exactly() -> None:
     workload = range_workload(40)
     (candidate,) = eigen.candidates(workload, Privacy.zcdp(1.0))
     data = np.random.default_rng(4).integers(0, 1000, size=(2, 40))
-    answers = candidate.answer(candidate.measure({("sex", "age"): data}, noise=False))
-    for got, want in zip(answers.values, workload.answer({("sex", "age"): data})):
-        assert got == pytest.approx(want, abs=1e-6)
+    assert_noise_free_answers_exact(candidate, workload, data, tolerance=1e-6)
 
 
 def test_empirical_error_matches_the_prediction() -> None:
@@ -154,9 +152,7 @@ def test_hat_variances_equal_brute_force_and_answers_are_exact() -> None:
         assert variance == pytest.approx(np.einsum("ij,jk,ik->i", W, full, W), rel=1e-5)
     assert sum(g.budget for g in candidate.group_budgets()) == pytest.approx(0.8, rel=1e-12)
     data = np.random.default_rng(6).integers(0, 100, size=(2, 24))
-    answers = candidate.answer(candidate.measure({("sex", "age"): data}, noise=False))
-    for value, want in zip(answers.values, workload.answer({("sex", "age"): data})):
-        assert value == pytest.approx(want, abs=1e-7)
+    assert_noise_free_answers_exact(candidate, workload, data, tolerance=1e-7)
 
 
 def test_hat_empirical_error_matches_the_prediction() -> None:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from range_checks import assert_empirical_error_matches_prediction
+from range_checks import assert_empirical_error_matches_prediction, assert_noise_free_answers_exact
 
 from planner import (
     AllRange,
@@ -103,9 +103,7 @@ def test_integer_strategy_sensitivity_variances_and_exact_answers() -> None:
         W = product.matrix_on(("sex", "age"))
         assert variance == pytest.approx(np.einsum("ij,jk,ik->i", W, full, W), rel=1e-8)
     data = np.random.default_rng(6).integers(0, 100, size=(2, 24))
-    answers = candidate.answer(candidate.measure({("sex", "age"): data}, noise=False))
-    for value, want in zip(answers.values, workload.answer({("sex", "age"): data})):
-        assert value == pytest.approx(want, abs=1e-6)
+    assert_noise_free_answers_exact(candidate, workload, data, tolerance=1e-6)
 
 
 def test_empirical_error_matches_the_prediction() -> None:

@@ -1,0 +1,20 @@
+"""A DuckDB backend that keeps every statement it is sent (tests read salts and SQL back from it)."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+
+from dpsql.backends.duckdb import DuckDBBackend
+
+
+class RecordingBackend(DuckDBBackend):
+    """DuckDB that keeps every bounded statement it is sent."""
+
+    def __init__(self, database: duckdb.DuckDBPyConnection) -> None:
+        super().__init__(database)
+        self.statements: list[str] = []
+
+    def run(self, sql: str) -> dict[str, np.ndarray]:
+        self.statements.append(sql)
+        return super().run(sql)
