@@ -82,7 +82,7 @@ def main() -> None:
 
     records = []
     for setting, schema, query in CASES:
-        connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1e6))
+        connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1e6), reuse=False)  # time a fresh release each run
         connection.register("census", None, schema=schema)
         cursor = connection.cursor()
         cold = timed(lambda: cursor.execute(query, epsilon=0.5).fetchall())

@@ -36,6 +36,8 @@ def test_null_and_out_of_domain_rows_are_dropped_in_every_declared_column() -> N
             "age": [20.0, 21.0, 20.0, 20.0, 200.0, 20.5, None, 25.0],
             "job": ["a", None, "b", "a", "zzz", None, "b", "b"],
             "note": ["x", "y", "z", "w", "v", "u", "t", None],  # unknown domain: never a reason to drop
+            "income": [5, 500, 5, 5, 5, 5, 5, 1000],  # bins [0, 100), [100, 1000): 1000 is outside
+            "wage": [5.0, 999.5, 5.0, 5.0, 5.0, 5.0, 5.0, 50.0],
         }
     )
     schema = {
@@ -44,16 +46,22 @@ def test_null_and_out_of_domain_rows_are_dropped_in_every_declared_column() -> N
             "age": {"range": [18, 30]},
             "job": {"categories": ["a", "b"], "nullable": True},
             "note": "unknown",
+            "income": {"bins": [0, 100, 1000]},
+            "wage": {"bins": [0, 100, 1000]},
         }
     }
     connection = dpsql.connect(budget=dpsql.Budget(100.0), reuse=False)
     connection.register("t", frame, schema=schema)
-    # rows 2 (NULL sex), 3 ('X'), 4 (age 200, job 'zzz'), 5 (age 20.5, not an integer), 6 (NULL age) are dropped
-    assert _exact(connection, "SELECT sex, COUNT(*) FROM t GROUP BY sex") == [("F", 1.0), ("M", 2.0)]
-    assert _exact(connection, "SELECT sex, COUNT(*) FROM t WHERE age >= 18 GROUP BY sex") == [("F", 1.0), ("M", 2.0)]
+    # rows 2 (NULL sex), 3 ('X'), 4 (age 200, job 'zzz'), 5 (age 20.5, not an integer), 6 (NULL age) and
+    # 7 (income 1000, past the last bin edge) are dropped, whatever the statement mentions
+    assert _exact(connection, "SELECT sex, COUNT(*) FROM t GROUP BY sex") == [("F", 1.0), ("M", 1.0)]
+    assert _exact(connection, "SELECT sex, COUNT(*) FROM t WHERE age >= 18 GROUP BY sex") == [("F", 1.0), ("M", 1.0)]
     # nullable job: NULL is its own cell (last)
-    assert _exact(connection, "SELECT job, COUNT(*) FROM t GROUP BY job") == [("a", 1.0), ("b", 1.0), (None, 1.0)]
-    assert _exact(connection, "SELECT COUNT(job), COUNT(*) FROM t") == [(2.0, 3.0)]
+    assert _exact(connection, "SELECT job, COUNT(*) FROM t GROUP BY job") == [("a", 1.0), ("b", 0.0), (None, 1.0)]
+    assert _exact(connection, "SELECT COUNT(job), COUNT(*) FROM t") == [(1.0, 2.0)]
+    # a counted binned column (cell numbers in SQL) and a filtered one agree with the raw-value test
+    assert _exact(connection, "SELECT income, COUNT(*) FROM t GROUP BY income") == [("[0, 100)", 1.0), ("[100, 1000)", 1.0)]
+    assert _exact(connection, "SELECT COUNT(*) FROM t WHERE wage >= 100") == [(1.0,)]
     explanation = connection.cursor().execute("SELECT COUNT(*) FROM t WHERE sex = 'F'", epsilon=0.1).explanation
     assert "dropped before contribution bounding" in explanation
 

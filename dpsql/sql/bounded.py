@@ -101,9 +101,14 @@ class BoundedAggregation:
 
     @cached_property
     def indexed_columns(self) -> frozenset[str]:
-        """Columns that enter the SQL as cell numbers (CASE); the others enter as raw values."""
+        """Columns that enter the SQL as cell numbers (CASE); the others enter as raw values. A binned
+        column that is neither counted nor filtered only needs its domain test (``e0 ≤ v < ek``), which
+        raw values answer more cheaply than the CASE."""
         coupled = {c for f in self.row_filters if len(f.scope) > 1 for c in f.scope}
-        return frozenset(c for c, d in self.columns.items() if d.kind == "bins" or c in coupled)
+        filtered = {c for f in self.row_filters for c in f.scope}
+        counted = {c for marginal in self.marginals for c in marginal}
+        binned = {c for c, d in self.columns.items() if d.kind == "bins" and c in counted | filtered}
+        return frozenset(c for c in self.columns if c in binned or c in coupled)
 
     @cached_property
     def _tested_elsewhere(self) -> frozenset[str]:
@@ -159,6 +164,9 @@ class BoundedAggregation:
         column = self.columns[name]
         if column.kind == "categories":
             test: exp.Expression = exp.In(this=reference, expressions=[self._literal(name, v) for v in column.values])
+        elif column.kind == "bins":  # left-closed bins: inside [e0, ek)
+            low, high = (exp.Literal.number(column.values[0]), exp.Literal.number(column.values[-1]))
+            test = exp.and_(exp.GTE(this=reference, expression=low), exp.LT(this=reference.copy(), expression=high))
         else:
             low, high = int(column.values[0]), int(column.values[1])
             test = exp.Between(this=reference, low=exp.Literal.number(low), high=exp.Literal.number(high))
