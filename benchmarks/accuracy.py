@@ -9,16 +9,13 @@ answers would be inconsistent is marked "*"), the planner's choice comes last. Î
 
 from __future__ import annotations
 
-import csv
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from planner import Domain, Privacy, Workload, plan
 from planner.select import all_candidates
+from results_io import number_text, print_table, write_csv
 
-RESULTS = Path(__file__).parent / "results"
 
 ADULT = Domain(
     {"workclass": 9, "education": 16, "marital": 7, "occupation": 15, "relationship": 6, "race": 5, "sex": 2, "income": 2}
@@ -82,22 +79,9 @@ def measure_row(row: Row, privacy: Privacy) -> dict[str, object]:
 def main() -> None:
     results = [measure_row(row, privacy) for row in ROWS for privacy in (Privacy.zcdp(1.0), Privacy.laplace(1.0))]
     columns = ["workload", "cells", "privacy", *FAMILIES, "choice", "ratio", "target", "meets_target", "published"]
-    widths = {c: max(len(c), *(len(_text(r[c])) for r in results)) for c in columns}
     print("expected total squared error / SVD bound (* = inconsistent over real cells, not selectable)")
-    print("  ".join(c.ljust(widths[c]) for c in columns))
-    for r in results:
-        print("  ".join(_text(r[c]).ljust(widths[c]) for c in columns))
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "accuracy.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[*columns, "svd_bound"])
-        writer.writeheader()
-        writer.writerows(results)
-
-
-def _text(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}" if math.isfinite(value) else str(value)
-    return "â€”" if value == "" else str(value)
+    print_table(results, columns, number_text)
+    write_csv("accuracy.csv", results, [*columns, "svd_bound"])
 
 
 if __name__ == "__main__":

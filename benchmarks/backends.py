@@ -22,7 +22,6 @@ Writes ``benchmarks/results/backends.csv`` and ``backends.png``.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import tempfile
 import time
@@ -38,8 +37,8 @@ import dpsql
 from dpsql.backends.base import Backend
 from dpsql.backends.dialects import POSTGRES, SPARK
 from dpsql.backends.factory import open_backend
+from results_io import RESULTS, write_csv
 
-RESULTS = Path(__file__).parent / "results"
 STATEMENT = "SELECT a, b, c, d, COUNT(*) FROM events GROUP BY CUBE (a, b, c, d)"
 #: the columns of `events` as DuckDB expressions of the row number i (transpiled for the others)
 COLUMNS = {
@@ -231,11 +230,7 @@ def main() -> None:
                 )
         finally:
             release()
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "backends.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv("backends.csv", rows)
     plot(rows, RESULTS / "backends.png")
     print(f"wrote {RESULTS / 'backends.csv'} and {RESULTS / 'backends.png'}")
 

@@ -16,14 +16,13 @@ Prints a table and writes benchmarks/results/latency.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import time
-from pathlib import Path
 
 import duckdb
 
 import dpsql
+from results_io import write_csv
 
 QUERY = "SELECT sex, race, COUNT(*) AS n FROM census WHERE age BETWEEN 20 AND 40 GROUP BY sex, race"
 UNFILTERED_QUERY = "SELECT sex, race, COUNT(*) AS n FROM census GROUP BY sex, race"
@@ -40,7 +39,6 @@ CASES = (  # (setting, schema, statement)
     ("person-level (k=3)", PERSON_LEVEL, QUERY),
     ("person-level (k=3), no WHERE", PERSON_LEVEL, UNFILTERED_QUERY),
 )
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def generate(database: duckdb.DuckDBPyConnection, rows: int) -> None:
@@ -106,12 +104,8 @@ def main() -> None:
     print(f"{'setting':<30} {'DuckDB exact (s)':>17} {'dpsql (s)':>10} {'ratio':>7} {'dpsql cold (s)':>15}")
     for r in records:
         print(f"{r['setting']:<30} {r['duckdb_exact_s']:>17.3f} {r['dpsql_s']:>10.3f} {r['ratio']:>7.2f} {r['dpsql_cold_s']:>15.3f}")
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "latency.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(records[0]))
-        writer.writeheader()
-        writer.writerows(records)
-    print(f"\nmedians of {arguments.repeats} runs; written to {RESULTS / 'latency.csv'}")
+    path = write_csv("latency.csv", records)
+    print(f"\nmedians of {arguments.repeats} runs; written to {path}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # "one core": single-threade
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import csv  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -30,8 +29,8 @@ import numpy as np  # noqa: E402
 
 from planner.ldp import Factorization, classic_protocols, optimize  # noqa: E402
 from planner.ldp.workloads import all_range, histogram, marginals, parity, prefix  # noqa: E402
+from results_io import RESULTS, write_csv  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_NORMALIZED_VARIANCE = 0.01
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 USERS = 100_000
@@ -161,13 +160,6 @@ def plot(rows: list[dict[str, object]], path: Path) -> None:
     plt.close(figure)
 
 
-def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=4000, help="simulated surveys per cell")
@@ -176,9 +168,8 @@ def main() -> None:
     rows = run_grid(arguments.trials, 50 if arguments.quick else None)
     timing = time_large(64 if arguments.quick else 256)
     print_tables(rows, timing)
-    RESULTS.mkdir(exist_ok=True)
-    write_csv(RESULTS / "ldp.csv", rows)
-    write_csv(RESULTS / "ldp_timing.csv", [timing])
+    write_csv("ldp.csv", rows)
+    write_csv("ldp_timing.csv", [timing])
     plot(rows, RESULTS / "ldp.png")
 
 

@@ -13,15 +13,14 @@ Run: ``/work/venv/bin/python benchmarks/partition_selection.py``; writes
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 import numpy as np
 
 from planner.partition import PartitionSelection, choose, gaussian_threshold, laplace_threshold, optimal
+from results_io import RESULTS, write_csv
 
-RESULTS = Path(__file__).parent / "results"
 ROWS, KEYS, ZIPF_EXPONENT, SEED = 1_000_000, 100_000, 1.0, 20261122
 EPSILONS, DELTAS = (0.1, 1.0, 5.0), (1e-5, 1e-8)
 # (ε, δ) → (optimal, Laplace thresholding, Gaussian thresholding) midpoints quoted in issue 5
@@ -80,11 +79,7 @@ def main() -> None:
               f"{str(r['reference_midpoint']):>6} {r['always_kept']:>7} {r['expected_fraction_kept']:>8.4f} "
               f"{r['sampled_fraction_kept']:>8.4f} {r['fraction_of_rows_kept']:>9.4f}")
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS / "partition_selection.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv("partition_selection.csv", rows)
     plot_keep_curves(RESULTS / "partition_selection.png")
     print(f"\nwrote {RESULTS / 'partition_selection.csv'} and {RESULTS / 'partition_selection.png'}")
 

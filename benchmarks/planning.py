@@ -15,19 +15,17 @@ import os
 for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = "1"
 
-import csv  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from planner import Domain, Privacy, Workload, plan  # noqa: E402
 from planner.recovery import clear_caches  # noqa: E402
+from results_io import print_table, write_csv  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 REPEATS = 3
 ROWS_OF_DATA = 48_842  # as many rows as the Adult data set
 
@@ -100,16 +98,9 @@ def time_case(case: Case, privacy: Privacy) -> dict[str, object]:
 def main() -> None:
     results = [time_case(case, privacy) for case in CASES for privacy in (Privacy.zcdp(1.0), Privacy.laplace(1.0))]
     columns = list(results[0])
-    widths = {c: max(len(c), *(len(str(r[c])) for r in results)) for c in columns}
     print(f"planning and answering: CPU seconds on one core (wall beside), median of {REPEATS} cold runs")
-    print("  ".join(c.ljust(widths[c]) for c in columns))
-    for r in results:
-        print("  ".join(str(r[c]).ljust(widths[c]) for c in columns))
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "planning.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(results)
+    print_table(results, columns)
+    write_csv("planning.csv", results)
 
 
 if __name__ == "__main__":

@@ -19,19 +19,17 @@ import os
 for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = "1"
 
-import csv
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from planner import AllRange, Domain, Prefix, Privacy, Workload, plan
 from planner.strategies import eigen, hats, hierarchy, pidentity
 from planner.strategies.eigen import range_gram_eigenvalues
+from results_io import number_text, print_table, write_csv
 
-RESULTS = Path(__file__).parent / "results"
 SPEED_LIMIT_SECONDS = 2.0
 P_IDENTITY_LIMIT_SECONDS = 3.0  # n = 1024 under ε-DP, where p-Identity is optimised
 ROWS_OF_DATA = 48_842
@@ -123,33 +121,16 @@ def speed_rows() -> list[dict[str, object]]:
     return results
 
 
-def _print_and_write(title: str, results: list[dict[str, object]], path: Path) -> None:
-    columns = list(results[0])
-    shown = [c for c in columns if c != "svd_bound"]
-    widths = {c: max(len(c), *(len(_text(r[c])) for r in results)) for c in shown}
+def _print_and_write(title: str, results: list[dict[str, object]], name: str) -> None:
     print(title)
-    print("  ".join(c.ljust(widths[c]) for c in shown))
-    for r in results:
-        print("  ".join(_text(r[c]).ljust(widths[c]) for c in shown))
+    print_table(results, [c for c in results[0] if c != "svd_bound"], number_text)
     print()
-    RESULTS.mkdir(exist_ok=True)
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(results)
-
-
-def _text(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return "—" if value == "" else str(value)
+    write_csv(name, results)
 
 
 def main() -> None:
-    _print_and_write("range workloads: expected total squared error / SVD bound", accuracy_rows(),
-                     RESULTS / "ranges_accuracy.csv")
-    _print_and_write("range workloads: planning + answering time (one core)", speed_rows(),
-                     RESULTS / "ranges_speed.csv")
+    _print_and_write("range workloads: expected total squared error / SVD bound", accuracy_rows(), "ranges_accuracy.csv")
+    _print_and_write("range workloads: planning + answering time (one core)", speed_rows(), "ranges_speed.csv")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,7 @@ mixed GROUP BY). End-to-end timing of one statement through DuckDB closes the ta
 
 from __future__ import annotations
 
-import csv
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -26,8 +24,8 @@ import planner
 from dpsql import keys
 from planner.noise import discrete_laplace
 from planner.partition import laplace_threshold, optimal
+from results_io import write_csv
 
-RESULTS = Path(__file__).parent / "results"
 KEYS, UNITS, TRIALS, DELTA = 5000, 200_000, 40, 1e-6
 BOUNDS = keys.KeyBounds(max_groups_per_unit=1, max_rows_per_group=1, max_rows_per_unit=1)
 
@@ -101,11 +99,7 @@ def main() -> None:
                          "objective": candidate.objective})
     released, seconds = timing()
     print(f"\nend to end (DuckDB, 1M rows, 100k units, k = 3): {released} keys released in {seconds:.2f} s")
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "unknown_keys.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv("unknown_keys.csv", rows)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ Run: ``/work/venv/bin/python benchmarks/workloads.py``; writes ``benchmarks/resu
 
 from __future__ import annotations
 
-import csv
 import itertools
 import json
 import time
@@ -37,9 +36,9 @@ import dpsql
 import dpsql.testing
 from dpsql.batch import ResultSet, prepare, run
 from dpsql.sql.grouping import split_statement
+from results_io import print_table, write_csv
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
-RESULTS = Path(__file__).parent / "results"
 EPSILON, TRIALS, SEED = 1.0, 100, 20261122
 CUBE_COLUMNS = ("workclass", "education_num", "race", "sex")
 PAIR_COLUMNS = ("workclass", "education_num", "marital_status", "race", "sex")
@@ -122,16 +121,8 @@ def main() -> list[dict[str, object]]:
 
 
 def report(table: list[dict[str, object]]) -> None:
-    columns = list(table[0])
-    widths = [max(len(c), *(len(str(r[c])) for r in table)) for c in columns]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
-    for row in table:
-        print("  ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths)))
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "workloads.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(table)
+    print_table(table, list(table[0]))
+    write_csv("workloads.csv", table)
 
 
 if __name__ == "__main__":
