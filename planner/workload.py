@@ -149,8 +149,13 @@ class AllRange(Block):
     def apply(self, tensor: np.ndarray, axis: int) -> np.ndarray:
         moved = np.moveaxis(tensor, axis, -1)
         padded = np.concatenate([np.zeros(moved.shape[:-1] + (1,)), np.cumsum(moved, axis=-1)], axis=-1)
-        lows, highs = self.interval_bounds()
-        return np.moveaxis(padded[..., highs + 1] - padded[..., lows], -1, axis)
+        result = np.empty(moved.shape[:-1] + (self.rows,))
+        offset = 0
+        for low in range(self.size):  # the intervals [low, low..n−1]: contiguous slices, no index arrays
+            count = self.size - low
+            np.subtract(padded[..., low + 1 :], padded[..., low : low + 1], out=result[..., offset : offset + count])
+            offset += count
+        return np.moveaxis(result, -1, axis)
 
     def gram(self) -> np.ndarray:
         # cell pair (u, v), u ≤ v, lies in (u + 1)(n − v) intervals

@@ -50,7 +50,11 @@ def test_sine_bases_diagonalise_the_grams_and_fast_transforms_match(size: int, k
     assert basis.analyse(x) == pytest.approx(V.T @ x, abs=1e-12)
     assert basis.synthesise(x) == pytest.approx(V @ x, abs=1e-12)
     spectrum = np.random.default_rng(size + 1).uniform(0.5, 2.0, size)
-    assert basis.function_matrix(spectrum) == pytest.approx((V * spectrum) @ V.T, abs=1e-12)
+    function = basis.function(spectrum)
+    dense = (V * spectrum) @ V.T
+    assert function.dense() == pytest.approx(dense, abs=1e-12)
+    assert function.diagonal() == pytest.approx(np.diag(dense), abs=1e-12)
+    assert function.rows(size // 3, size // 2 + 1) == pytest.approx(dense[size // 3 : size // 2 + 1], abs=1e-12)
 
 
 def range_workload(size: int) -> Workload:
@@ -69,8 +73,15 @@ def range_workload(size: int) -> Workload:
 def test_integer_design_has_unit_columns_and_exact_sensitivity() -> None:
     (candidate,) = eigen.candidates(range_workload(24), Privacy.zcdp(0.5), contributions=3)
     design = candidate.design
-    assert np.linalg.norm(design.real, axis=0) == pytest.approx(np.ones(24), rel=1e-12)
-    assert np.abs(design.integer - design.scale * design.real).max() <= 0.5
+    V = design.basis.matrix()
+    root = (V * design.spectrum**0.25) @ V.T  # G^{1/4} densely
+    assert design.column_scales == pytest.approx(1 / np.linalg.norm(root, axis=0), rel=1e-12)
+    real = np.vstack([design.real_rows(start, min(start + 5, 24)) for start in range(0, 24, 5)])
+    assert real == pytest.approx(root * design.column_scales, abs=1e-12)
+    assert np.linalg.norm(real, axis=0) == pytest.approx(np.ones(24), rel=1e-12)
+    assert design.scale == 2.0**eigen.SCALE_BITS / np.abs(real).max()
+    assert design.integer.dtype == np.int64
+    assert np.array_equal(design.integer, np.rint(real * design.scale))
     assert np.abs(design.integer).max() == 2**eigen.SCALE_BITS
     assert design.max_column_norm2 == max(sum(int(v) ** 2 for v in column) for column in design.integer.T)
     assert candidate.noise.parameter == pytest.approx(9 * design.max_column_norm2 / (2 * 0.5), rel=1e-15)

@@ -37,6 +37,7 @@ from planner.strategies.ranges import (
     RangeCandidate,
     RangeLayout,
     range_layouts,
+    row_blocks,
 )
 from planner.workload import AllRange, Block, Identity, Prefix, Workload
 
@@ -56,6 +57,37 @@ def range_gram_eigenvalues(block: Block) -> np.ndarray:
     if isinstance(block, Prefix):
         return 1 / (2 - 2 * np.cos((2 * k - 1) * np.pi / (2 * n + 1)))
     raise TypeError(f"closed-form spectra exist for Prefix and AllRange blocks, not {type(block).__name__}")
+
+
+@dataclass(frozen=True, eq=False)
+class ToeplitzMinusHankel:
+    """The symmetric ``n × n`` matrix ``M_ij = toeplitz[n − 1 − i + j] − hankel[i + j]``, stored as its two
+    generating vectors (length ``2n − 1``): any row block or the diagonal costs only its own size."""
+
+    toeplitz: np.ndarray
+    hankel: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return (self.toeplitz.size + 1) // 2
+
+    def diagonal(self) -> np.ndarray:
+        return self.toeplitz[self.size - 1] - self.hankel[0::2]
+
+    @cached_property
+    def _windows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Row ``i`` of the Toeplitz part and of the Hankel part, as strided views of the two vectors."""
+        n = self.size
+        windows = np.lib.stride_tricks.sliding_window_view
+        return windows(self.toeplitz, n)[::-1], windows(self.hankel, n)
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """``M[start:stop]`` (a new array)."""
+        toeplitz, hankel = self._windows
+        return np.subtract(toeplitz[start:stop], hankel[start:stop])
+
+    def dense(self) -> np.ndarray:
+        return self.rows(0, self.size)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -102,8 +134,8 @@ class SineBasis:
         grid = np.outer(np.arange(n, 0, -1), np.arange(1, 2 * n, 2)) * (np.pi / (2 * n + 1))
         return math.sqrt(4 / (2 * n + 1)) * np.sin(grid)
 
-    def function_matrix(self, spectrum: np.ndarray) -> np.ndarray:
-        """``V diag(spectrum) Vᵀ`` densely in ``O(n²)``: Toeplitz minus Hankel, from one FFT.
+    def function(self, spectrum: np.ndarray) -> ToeplitzMinusHankel:
+        """``V diag(spectrum) Vᵀ`` as Toeplitz minus Hankel, from one FFT of length ``O(n)``.
 
         All ranges: ``(2/(n+1)) Σ_k f_k sin(a_i k) sin(a_j k) = c(i−j) − c(i+j+2)`` with
         ``c(m) = (1/(n+1)) Σ_k f_k cos(π m k/(n+1))``. Prefixes (``i = n − u``, ``N = 2n+1``):
@@ -122,10 +154,7 @@ class SineBasis:
             symbol = np.real(np.fft.ifft(series)) * length * 2 / (2 * n + 1)
             hankel = symbol[2 * n : 1 : -1]  # hankel[u + v] = e(2n − u − v)
         toeplitz = np.concatenate([symbol[n - 1 : 0 : -1], symbol[:n]])  # toeplitz[n − 1 − i + j] = c(|i − j|)
-        result = np.empty((n, n))
-        windows = np.lib.stride_tricks.sliding_window_view
-        np.subtract(windows(toeplitz, n)[::-1], windows(hankel, n), out=result)
-        return result
+        return ToeplitzMinusHankel(toeplitz, np.ascontiguousarray(hankel))
 
     def power(self, x: np.ndarray, spectrum: np.ndarray) -> np.ndarray:
         """``V diag(spectrum) Vᵀ x``."""
@@ -146,28 +175,40 @@ class EigenDesign:
     spectrum: np.ndarray  # eigenvalues of G in the basis' order
 
     @cached_property
-    def _root(self) -> np.ndarray:
-        """``G^{1/4} = V Λ^{1/4} Vᵀ`` (dense n × n); its column norms² are the diagonal of ``G^{1/2}``."""
-        return self.basis.function_matrix(self.spectrum**0.25)
+    def _root(self) -> ToeplitzMinusHankel:
+        """``G^{1/4} = V Λ^{1/4} Vᵀ``."""
+        return self.basis.function(self.spectrum**0.25)
 
     @cached_property
     def column_scales(self) -> np.ndarray:
-        """``d_j = (G^{1/2})_jj^{−1/2}``."""
-        return 1 / np.linalg.norm(self._root, axis=0)
+        """``d_j = (G^{1/2})_jj^{−1/2}``: the column norms² of ``G^{1/4}`` are the diagonal of ``G^{1/2}``."""
+        return 1 / np.sqrt(self.basis.function(self.spectrum**0.5).diagonal())
 
-    @cached_property
-    def real(self) -> np.ndarray:
-        """``G^{1/4} D``: unit columns."""
-        return self._root * self.column_scales
+    def real_rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of ``S = G^{1/4} D`` (unit columns)."""
+        rows = self._root.rows(start, stop)
+        rows *= self.column_scales
+        return rows
 
     @cached_property
     def scale(self) -> float:
-        return 2.0**SCALE_BITS / float(np.abs(self.real).max())
+        """``c = 2^SCALE_BITS / max |S_ij|`` (a first pass over the row blocks of ``S``)."""
+        largest = 0.0
+        for start, stop in row_blocks(self.basis.size):
+            rows = self.real_rows(start, stop)
+            largest = max(largest, float(rows.max()), -float(rows.min()))
+        return 2.0**SCALE_BITS / largest
 
     @cached_property
     def integer(self) -> np.ndarray:
-        scaled = np.multiply(self.real, self.scale)
-        return np.rint(scaled, out=scaled).astype(np.int64)
+        """``S' = rint(c S)`` as int64, generated block by block (only ``S'`` itself is ever dense)."""
+        n = self.basis.size
+        result = np.empty((n, n), dtype=np.int64)
+        for start, stop in row_blocks(self.basis.size):
+            rows = self.real_rows(start, stop)
+            rows *= self.scale
+            result[start:stop] = np.rint(rows, out=rows)
+        return result
 
     @cached_property
     def max_column_norm2(self) -> int:
@@ -181,11 +222,23 @@ class EigenDesign:
 
     def solve(self, y: np.ndarray) -> np.ndarray:
         """``S'⁻¹ y`` by iterative refinement with the structured inverse of ``c S``."""
-        dense = self.integer.astype(float)
         x = self.apply_inverse_real(y)
+        previous = math.inf
         for _ in range(REFINEMENT_STEPS):
-            x = x + self.apply_inverse_real(y - dense @ x)
+            correction = self.apply_inverse_real(self._residual(y, x))
+            x = x + correction
+            size = float(np.abs(correction).max(initial=0.0))
+            if size >= previous / 2:  # no longer converging: x is as exact as floating point allows
+                break
+            previous = size
         return x
+
+    def _residual(self, y: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """``y − S' x`` with ``S'`` converted to floats one row block at a time (its entries are exact)."""
+        residual = np.array(y, dtype=float)
+        for start, stop in row_blocks(self.basis.size):
+            residual[start:stop] -= self.integer[start:stop] @ x
+        return residual
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,13 +252,23 @@ class EigenCovariance(DenseCovariance):
     def size(self) -> int:  # type: ignore[override]
         return self.design.basis.size
 
-    def matrix(self) -> np.ndarray:
-        design = self.design
-        inverse_scales = 1 / design.column_scales
-        covariance = design.basis.function_matrix(design.spectrum**-0.5)  # G^{−1/2}
-        covariance *= inverse_scales[:, None]
-        covariance *= inverse_scales[None, :] * (self.noise_variance / design.scale**2)
+    @cached_property
+    def _inverse_root(self) -> ToeplitzMinusHankel:
+        return self.design.basis.function(self.design.spectrum**-0.5)  # G^{−1/2}
+
+    @cached_property
+    def _inverse_scales(self) -> np.ndarray:
+        return 1 / self.design.column_scales
+
+    def row_block(self, start: int, stop: int) -> np.ndarray:
+        inverse_scales = self._inverse_scales
+        covariance = self._inverse_root.rows(start, stop)
+        covariance *= inverse_scales[start:stop, None]
+        covariance *= inverse_scales[None, :] * (self.noise_variance / self.design.scale**2)
         return covariance
+
+    def matrix(self) -> np.ndarray:
+        return self.row_block(0, self.size)
 
 
 def _design_spectrum(layout: RangeLayout) -> tuple[SineBasis, np.ndarray] | None:

@@ -40,6 +40,13 @@ from planner.workload import (
 
 MAX_MEASURED_CELLS = 2**24  # cells of the measured marginal (other attributes × padded ordered attribute)
 MAX_DENSE_ROWS = 2**22  # entries of a non-interval block on the ordered attribute handled densely
+BLOCK_ENTRIES = 2**15  # dense n × n work goes through row blocks of about this many entries (256 KiB: in cache)
+
+
+def row_blocks(size: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive blocks of rows of an ``size × size`` matrix."""
+    step = max(1, BLOCK_ENTRIES // size)
+    return [(start, min(start + step, size)) for start in range(0, size, step)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,13 +117,22 @@ class DenseCovariance(OrderedCovariance):
     def matrix(self) -> np.ndarray:
         """``Σ_t`` densely."""
 
+    def row_block(self, start: int, stop: int) -> np.ndarray:
+        """``Σ_t[start:stop]`` (overridden where rows are generated without the dense matrix)."""
+        return self.matrix()[start:stop]
+
     @cached_property
     def prefix_covariance(self) -> np.ndarray:
-        """``K`` with a zero row and column in front (index 0 is the empty prefix)."""
-        padded = np.zeros((self.size + 1, self.size + 1))
-        padded[1:, 1:] = self.matrix()
-        np.cumsum(padded, axis=0, out=padded)
-        np.cumsum(padded, axis=1, out=padded)
+        """``K`` with a zero row and column in front (index 0 is the empty prefix), one row block of
+        ``Σ_t`` at a time: cumulative sums along each row, then a running sum down the rows."""
+        n = self.size
+        padded = np.empty((n + 1, n + 1))
+        padded[0] = 0.0
+        padded[:, 0] = 0.0
+        for start, stop in row_blocks(n):
+            block = np.cumsum(self.row_block(start, stop), axis=1)
+            for row, sums in enumerate(block, start=start):
+                np.add(padded[row, 1:], sums, out=padded[row + 1, 1:])
         return padded
 
     def trace(self, block: Block) -> float:
@@ -131,6 +147,8 @@ class DenseCovariance(OrderedCovariance):
 
     def variances(self, block: Block) -> np.ndarray:
         K = self.prefix_covariance
+        if isinstance(block, AllRange):
+            return all_range_variances(K)
         rows = block_rows(block)
         if isinstance(rows, Intervals):
             start, stop = rows.lows, rows.highs + 1
@@ -139,6 +157,21 @@ class DenseCovariance(OrderedCovariance):
         differences[:, 1:] = rows
         differences[:, :-1] -= rows  # r = Σ_j (r_j − r_{j+1}) · prefix_j
         return np.einsum("ij,jk,ik->i", differences, K, differences)
+
+
+def all_range_variances(K: np.ndarray) -> np.ndarray:
+    """``K_hh + K_ll − 2K_lh`` over prefix ends ``l < h`` in ``AllRange`` order (by ``l``, then ``h``),
+    one contiguous row slice of ``K`` per ``l`` instead of gathering ``3·n²/2`` scattered entries."""
+    n = K.shape[0] - 1
+    diagonal = np.diagonal(K)
+    result = np.empty(n * (n + 1) // 2)
+    offset = 0
+    for low in range(n):
+        out = result[offset : offset + n - low]
+        np.add(diagonal[low + 1 :], diagonal[low], out=out)
+        out -= 2 * K[low, low + 1 :]
+        offset += n - low
+    return result
 
 
 @dataclass(frozen=True)
@@ -187,9 +220,11 @@ class RangeLayout:
         mentions = False
         for factor in product.factors:
             if self.attribute in factor.attributes:
-                result, mentions = np.multiply.outer(result, ordered), True
+                rows, mentions = ordered, True
             else:
-                result = np.multiply.outer(result, row_norms2(factor.block))
+                rows = row_norms2(factor.block)
+            # 1 ⊗ rows = rows exactly: skip the copy (all ranges on one attribute have n²/2 rows)
+            result = rows if result.ndim == 0 and float(result) == 1.0 else np.multiply.outer(result, rows)
         if not mentions:
             result = result * ordered[0]
         return np.asarray(result, dtype=float).reshape(-1)
