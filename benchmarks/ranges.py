@@ -10,6 +10,7 @@ prefixes, n = 1024, under ε-DP (where p-Identity is optimised at planning time)
 pinned to 1; CPU time of the process is the figure, wall-clock beside it).
 
     /work/venv/bin/python benchmarks/ranges.py     # prints both tables, writes results/ranges*.csv
+    /work/venv/bin/python benchmarks/ranges.py --only speed   # one table (and its CSV) only
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = "1"
 
+import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,8 +131,13 @@ def _print_and_write(title: str, results: list[dict[str, object]], name: str) ->
 
 
 def main() -> None:
-    _print_and_write("range workloads: expected total squared error / SVD bound", accuracy_rows(), "ranges_accuracy.csv")
-    _print_and_write("range workloads: planning + answering time (one core)", speed_rows(), "ranges_speed.csv")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=("accuracy", "speed"), help="run one of the two tables (default: both)")
+    only = parser.parse_args().only
+    if only in (None, "accuracy"):
+        _print_and_write("range workloads: expected total squared error / SVD bound", accuracy_rows(), "ranges_accuracy.csv")
+    if only in (None, "speed"):
+        _print_and_write("range workloads: planning + answering time (one core)", speed_rows(), "ranges_speed.csv")
 
 
 if __name__ == "__main__":

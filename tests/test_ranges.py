@@ -21,8 +21,9 @@ from planner import (
     Workload,
     plan,
 )
-from planner.strategies import eigen, hats, hierarchy
+from planner.strategies import eigen, hats, hierarchy, ranges
 from planner.strategies.eigen import SineBasis, range_gram_eigenvalues
+from planner.strategies.ranges import Intervals, all_range_variances, block_rows
 from planner.workload import Total
 
 
@@ -52,7 +53,7 @@ def test_sine_bases_diagonalise_the_grams_and_fast_transforms_match(size: int, k
     spectrum = np.random.default_rng(size + 1).uniform(0.5, 2.0, size)
     function = basis.function(spectrum)
     dense = (V * spectrum) @ V.T
-    assert function.dense() == pytest.approx(dense, abs=1e-12)
+    assert function.rows(0, size) == pytest.approx(dense, abs=1e-12)
     assert function.diagonal() == pytest.approx(np.diag(dense), abs=1e-12)
     assert function.rows(size // 3, size // 2 + 1) == pytest.approx(dense[size // 3 : size // 2 + 1], abs=1e-12)
 
@@ -100,6 +101,52 @@ def test_variances_match_dense_gls_of_the_integer_strategy() -> None:
         assert got == pytest.approx(np.einsum("ij,jk,ik->i", W, full, W), rel=1e-6)
     summed = sum(p.weight**2 * v.sum() for p, v in zip(workload.products, candidate.query_variances()))
     assert candidate.expected_error() == pytest.approx(summed, rel=1e-10)  # closed-form traces
+
+
+def test_row_blocks_give_the_same_design_and_covariance_as_one_dense_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S', its scale and K = LΣLᵀ built from 2-row blocks equal the one-block results bit for bit, and
+    K equals the double cumulative sum of the dense Σ (generated rows for eigen, a dense one for hats)."""
+    workload = range_workload(24)
+    (whole,) = eigen.candidates(workload, Privacy.zcdp(1.0))
+    monkeypatch.setattr(ranges, "BLOCK_ENTRIES", 2 * 24)
+    assert len(ranges.block_bounds(24)) == 12
+    (blocked,) = eigen.candidates(workload, Privacy.zcdp(1.0))
+    assert blocked.design.scale == whole.design.scale
+    assert np.array_equal(blocked.design.integer, whole.design.integer)
+    assert blocked.noise.variance == whole.noise.variance
+    assert np.array_equal(blocked.covariance.prefix_covariance, whole.covariance.prefix_covariance)
+    (hat,) = hats.candidates(workload, Privacy.laplace(1.0))  # a dense Σ_t, sliced into blocks
+    for covariance in (blocked.covariance, hat.covariance):
+        dense = np.zeros((25, 25))
+        dense[1:, 1:] = covariance.matrix().cumsum(axis=0).cumsum(axis=1)
+        K = covariance.prefix_covariance
+        assert K == pytest.approx(dense, rel=1e-12, abs=1e-12 * np.abs(dense).max())
+
+
+def test_refinement_solves_the_integer_system_to_floating_point() -> None:
+    (candidate,) = eigen.candidates(range_workload(40), Privacy.zcdp(1.0))
+    design = candidate.design
+    y = np.random.default_rng(7).normal(scale=1e8, size=(40, 3))
+    want = np.linalg.solve(design.integer.astype(float), y)
+    assert design.solve(y) == pytest.approx(want, rel=1e-10, abs=1e-10 * np.abs(want).max())
+    assert np.array_equal(design.solve(np.zeros((40, 2))), np.zeros((40, 2)))
+
+
+def test_all_range_variances_equal_the_gathered_interval_formula() -> None:
+    size = 9
+    K = np.random.default_rng(3).normal(size=(size + 1, size + 1))
+    K = K @ K.T
+    intervals = block_rows(AllRange(size))
+    assert isinstance(intervals, Intervals)
+    start, stop = intervals.lows, intervals.highs + 1
+    assert np.array_equal(all_range_variances(K), K[stop, stop] + K[start, start] - 2 * K[start, stop])
+
+
+def test_all_range_answers_along_a_middle_axis_equal_the_dense_product() -> None:
+    tensor = np.random.default_rng(5).integers(-50, 50, size=(3, 7, 2)).astype(float)
+    got = AllRange(7).apply(tensor, 1)
+    assert got.shape == (3, 28, 2)
+    assert np.array_equal(got, np.einsum("rj,ajb->arb", AllRange(7).matrix(), tensor))
 
 
 def test_exact_measurement_is_solved_exactly() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -43,8 +43,8 @@ MAX_DENSE_ROWS = 2**22  # entries of a non-interval block on the ordered attribu
 BLOCK_ENTRIES = 2**15  # dense n × n work goes through row blocks of about this many entries (256 KiB: in cache)
 
 
-def row_blocks(size: int) -> list[tuple[int, int]]:
-    """``(start, stop)`` of consecutive blocks of rows of an ``size × size`` matrix."""
+def block_bounds(size: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive blocks of rows of a ``size × size`` matrix."""
     step = max(1, BLOCK_ENTRIES // size)
     return [(start, min(start + step, size)) for start in range(0, size, step)]
 
@@ -117,9 +117,12 @@ class DenseCovariance(OrderedCovariance):
     def matrix(self) -> np.ndarray:
         """``Σ_t`` densely."""
 
-    def row_block(self, start: int, stop: int) -> np.ndarray:
-        """``Σ_t[start:stop]`` (overridden where rows are generated without the dense matrix)."""
-        return self.matrix()[start:stop]
+    def row_blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """``(start, Σ_t[start:stop])`` over :func:`block_bounds` (overridden where rows are generated
+        without the dense matrix)."""
+        dense = self.matrix()
+        for start, stop in block_bounds(self.size):
+            yield start, dense[start:stop]
 
     @cached_property
     def prefix_covariance(self) -> np.ndarray:
@@ -129,9 +132,8 @@ class DenseCovariance(OrderedCovariance):
         padded = np.empty((n + 1, n + 1))
         padded[0] = 0.0
         padded[:, 0] = 0.0
-        for start, stop in row_blocks(n):
-            block = np.cumsum(self.row_block(start, stop), axis=1)
-            for row, sums in enumerate(block, start=start):
+        for start, rows in self.row_blocks():
+            for row, sums in enumerate(np.cumsum(rows, axis=1), start=start):
                 np.add(padded[row, 1:], sums, out=padded[row + 1, 1:])
         return padded
 
