@@ -40,8 +40,8 @@ from planner.strategies.ranges import (
     DenseCovariance,
     RangeCandidate,
     RangeLayout,
-    range_layouts,
     block_bounds,
+    range_layouts,
 )
 from planner.workload import AllRange, Block, Identity, Prefix, Workload
 
