@@ -10,8 +10,17 @@ in one common eigenbasis when they commute; eigenvectors on which every block ha
 form a *class*. ``WᵀW = Σ_P w_P² ⊗_a G_{P,a}`` is then diagonal with eigenvalue
 ``Σ_P w_P² Π_a λ_{P,a}(class_a)`` of multiplicity ``Π_a |class_a|`` — for marginals the classes are the
 constant vector and its complement, giving ResidualPlanner's subset formula; a prefix or all-range block
-(alone on its attribute but for GROUP BY) uses its closed-form spectrum (``planner.strategies.eigen``). Products with multi-attribute
-factors, or blocks that do not commute, fall back to a dense SVD when the matrix is small.
+(alone on its attribute but for GROUP BY) uses its closed-form spectrum (``planner.strategies.eigen``).
+
+Products with multi-attribute factors, or blocks that do not commute (ranges on an attribute that
+another product sums out), go through the *marginal space*: each product reads the marginal on its
+attributes, so with ``Π_T`` the summing map onto the marginal on ``T`` and the products grouped under the
+maximal attribute sets ``T`` (a product on ``S ⊆ T`` lifted by ``11ᵀ`` on ``T∖S``),
+``WᵀW = Σ_T Π_Tᵀ G_T Π_T = FᵀF`` with ``F`` stacking ``G_T^{1/2} Π_T``. The nonzero eigenvalues of
+``FᵀF`` are those of ``FFᵀ``, whose ``(T, U)`` block ``G_T^{1/2} (Π_T Π_Uᵀ) G_U^{1/2}`` only involves
+marginal cells: ``Π_T Π_Uᵀ`` is the Kronecker product over attributes of ``I`` (in both), a column or a
+row of ones (in one) and the attribute's size (in neither). So ``Σσ = tr((FFᵀ)^{1/2})`` costs a dense
+eigenproblem of ``Σ_T |T|`` cells, not of the full domain.
 """
 
 from __future__ import annotations
@@ -23,10 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.budget import Sensitivity
+from planner.domain import Domain
 from planner.privacy import Privacy
 from planner.strategies import eigen, fourier, hats, hierarchy, identity, marginals, pidentity, residual
 from planner.strategies.base import Candidate
-from planner.workload import DENSE_LIMIT, AllRange, Block, Identity, Prefix, Total, Workload
+from planner.workload import AllRange, Block, Identity, Prefix, Product, Total, Workload
 
 Family = Callable[[Workload, Privacy, int], list[Candidate]]
 
@@ -34,6 +44,7 @@ FAMILIES: list[Family] = []
 """Strategy families registered from other modules (each appends its ``candidates`` function)."""
 
 MAX_EIGEN_SIZE = 4096  # largest attribute whose Gram blocks are diagonalised densely
+MAX_MARGINAL_SPACE = 1500  # most marginal cells (over maximal attribute sets) of the dense fallback: ≲ 1 s
 MAX_FACTOR_ENTRIES = 2**22  # marginal-type families need each factor block densely (rows × cells)
 
 
@@ -131,7 +142,7 @@ def _attribute_spectrum(size: int, blocks: list[Block | None]) -> _AttributeSpec
 
 
 def singular_value_sum(workload: Workload) -> float:
-    """``Σ_i σ_i(W)`` by Kronecker structure (see the module docstring), or a small dense SVD."""
+    """``Σ_i σ_i(W)`` by Kronecker structure, else in the marginal space (see the module docstring)."""
     domain = workload.domain
     if not domain.attributes:  # one cell (e.g. COUNT(*) with its WHERE applied in SQL): W is the column of weights
         return math.sqrt(sum(p.weight**2 for p in workload.products))
@@ -139,11 +150,73 @@ def singular_value_sum(workload: Workload) -> float:
         try:
             return _structured_singular_value_sum(workload)
         except BoundUnavailableError:
-            if workload.query_count * domain.size > DENSE_LIMIT:
-                raise
-    if workload.query_count * domain.size > DENSE_LIMIT:
-        raise BoundUnavailableError("multi-attribute query blocks: the SVD bound needs a dense matrix, too large here")
-    return float(np.linalg.svd(workload.dense(), compute_uv=False).sum())
+            pass
+    return _marginal_space_singular_value_sum(workload)
+
+
+def _product_gram(product: Product, attributes: tuple[str, ...]) -> np.ndarray:
+    """``w² Π_{S→T}ᵀ G_P Π_{S→T}``: the product's weighted Gram lifted to the marginal on ``attributes``."""
+    domain = product.domain
+    gram = np.full((1, 1), product.weight**2)
+    scope: list[str] = []
+    for factor in product.factors:
+        gram = np.kron(gram, factor.block.gram())
+        scope.extend(factor.attributes)
+    for attribute in attributes:
+        if attribute not in scope:
+            gram = np.kron(gram, np.ones((domain.size_of(attribute),) * 2))
+            scope.append(attribute)
+    shape = domain.shape(scope)
+    order = [scope.index(a) for a in attributes]
+    tensor = gram.reshape(shape + shape).transpose(order + [len(shape) + i for i in order])
+    cells = math.prod(shape)
+    return tensor.reshape(cells, cells)
+
+
+def _summing_overlap(domain: Domain, rows: tuple[str, ...], columns: tuple[str, ...]) -> np.ndarray:
+    """``Π_T Π_Uᵀ`` between the marginals on ``rows`` (T) and ``columns`` (U)."""
+    overlap = np.ones((1, 1))
+    for attribute in domain.attributes:
+        size = domain.size_of(attribute)
+        in_rows, in_columns = attribute in rows, attribute in columns
+        if in_rows and in_columns:
+            overlap = np.kron(overlap, np.eye(size))
+        elif in_rows or in_columns:
+            overlap = np.kron(overlap, np.ones((size, 1) if in_rows else (1, size)))
+        else:
+            overlap = overlap * size
+    return overlap
+
+
+def _marginal_space_singular_value_sum(workload: Workload) -> float:
+    domain = workload.domain
+    scopes = {p.attributes for p in workload.products}
+    maximal = sorted(t for t in scopes if not any(set(t) < set(u) for u in scopes))
+    union = domain.canonical(a for t in scopes for a in t)
+    cells = sum(math.prod(domain.shape(t)) for t in maximal)
+    if cells > math.prod(domain.shape(union)):  # one marginal holding every product is smaller
+        maximal, cells = [union], math.prod(domain.shape(union))
+    if cells > MAX_MARGINAL_SPACE:
+        raise BoundUnavailableError(
+            f"the SVD bound needs a dense eigenproblem over {cells} marginal cells (at most {MAX_MARGINAL_SPACE})"
+        )
+    grams: dict[tuple[str, ...], np.ndarray] = {}
+    for product in workload.products:
+        owner = next(t for t in maximal if set(product.attributes) <= set(t))
+        grams[owner] = grams.get(owner, 0.0) + _product_gram(product, owner)
+    roots = {}
+    for scope, gram in grams.items():
+        values, vectors = np.linalg.eigh(gram)
+        roots[scope] = (vectors * np.sqrt(_without_rounding_noise(values))) @ vectors.T
+    stacked = np.block([[roots[t] @ _summing_overlap(domain, t, u) @ roots[u] for u in maximal] for t in maximal])
+    return float(np.sqrt(_without_rounding_noise(np.linalg.eigvalsh(stacked))).sum())
+
+
+def _without_rounding_noise(eigenvalues: np.ndarray) -> np.ndarray:
+    """Eigenvalues of a PSD matrix with those at rounding level set to 0 (their square roots would
+    otherwise add ``√(10⁻¹⁶ λ_max)`` each)."""
+    floor = eigenvalues.size * np.finfo(float).eps * max(float(np.abs(eigenvalues).max(initial=0.0)), 1e-300)
+    return np.where(eigenvalues > floor, eigenvalues, 0.0)
 
 
 def _structured_singular_value_sum(workload: Workload) -> float:

@@ -164,3 +164,24 @@ def test_singular_values_of_commuting_blocks_with_degenerate_sums() -> None:
         ),
     )
     assert singular_value_sum(workload) == pytest.approx(np.linalg.svd(workload.dense(), compute_uv=False).sum(), rel=1e-9)
+
+
+def _non_commuting_workloads() -> list[Workload]:
+    """Ranges on an attribute that another product sums out: no common eigenbasis per attribute."""
+    dom = Domain({"a": 3, "t": 9, "u": 7, "s": 2}, ordered={"t", "u"})
+    coupled = Factor(("s", "a"), Explicit(np.random.default_rng(5).integers(0, 2, size=(4, 6))))
+    return [
+        Workload.prefix(dom, "t") + Workload.marginals(dom, [("a",)]),
+        Workload.all_range(dom, "t") + 2.0 * Workload.all_range(dom, "u") + Workload.marginals(dom, [("s",), ("a", "s")]),
+        Workload(dom, (Product(dom, (Factor(("t",), AllRange(9)), Factor(("s",), Identity(2)))),))
+        + Workload.prefix(dom, "t", weight=0.5)
+        + Workload.marginals(dom, [("a", "u")]),
+        Workload(dom, (Product(dom, (coupled, Factor(("t",), Prefix(9)))),)) + Workload.all_range(dom, "u"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_singular_value_sum_in_the_marginal_space_matches_dense_svd(index: int) -> None:
+    workload = _non_commuting_workloads()[index]
+    want = np.linalg.svd(workload.dense(), compute_uv=False).sum()
+    assert singular_value_sum(workload) == pytest.approx(want, rel=1e-9)
