@@ -371,7 +371,7 @@ def _root_at_least(square: int) -> float:
 # --------------------------------------------------------------------------------------------------
 
 
-def _sub_weights(layout: KroneckerLayout, attribute: str, traces: list[dict[str, float]]) -> list[float]:
+def sub_weights(layout: KroneckerLayout, attribute: str, traces: list[dict[str, float]]) -> list[float]:
     """``w_p² ‖W_{p,O}‖²_F Π_{b≠a} tr_b`` per product."""
     return [
         p.weight**2 * layout.other_mass(p) * math.prod(t[b] for b in layout.ordered if b != attribute)
@@ -379,15 +379,20 @@ def _sub_weights(layout: KroneckerLayout, attribute: str, traces: list[dict[str,
     ]
 
 
+def frobenius_traces(layout: KroneckerLayout) -> list[dict[str, float]]:
+    """``‖B_{p,a}‖²_F`` per product and ordered attribute: the traces for ``C_a = I``, where alternation starts."""
+    return [{a: float(row_norms2(layout.block(p, a)).sum()) for a in layout.ordered} for p in layout.workload.products]
+
+
 def kronecker_candidate(layout: KroneckerLayout, privacy: Privacy, contributions: int = 1) -> KroneckerCandidate | None:
     """Factors by alternation (see the module doc), keeping the round with the least exact error."""
     bits = TOTAL_SCALE_BITS // len(layout.ordered)
     build = factor_builder(privacy, bits)
     sensitivity = Sensitivity(contributions)
-    traces = [{a: float(row_norms2(layout.block(p, a)).sum()) for a in layout.ordered} for p in layout.workload.products]
+    traces = frobenius_traces(layout)
     best: KroneckerCandidate | None = None
     for _ in range(ALTERNATION_ROUNDS):
-        subs = {a: layout.sub_workload(a, _sub_weights(layout, a, traces)) for a in layout.ordered}
+        subs = {a: layout.sub_workload(a, sub_weights(layout, a, traces)) for a in layout.ordered}
         if any(sub is None for sub in subs.values()):
             return best
         try:
