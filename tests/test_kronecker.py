@@ -209,3 +209,44 @@ def test_alternation_weights_factors_by_the_other_attributes_traces() -> None:
         + 900 * final.product_trace(second, "x") * final.product_trace(second, "y")
     )
     assert final.expected_error() == pytest.approx(closed, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("privacy", "bits"), [(Privacy.zcdp(1.0), 12), (Privacy.zcdp(1e-9), 6), (Privacy.laplace(1e-6), 9), (Privacy.laplace(1e-9), 4)]
+)
+def test_tiny_budgets_get_coarser_factors_within_the_noise_limits(privacy: Privacy, bits: int) -> None:
+    """``bits = min(24, ⌊log₂ room⌋ − 2) // 2`` with room ``2^40 ε`` (Laplace scale limit) or
+    ``√(2^60 · 2ρ)`` (σ² limit); below 6 bits the family stays out."""
+    assert kronecker.factor_bits(2, privacy, 1) == bits
+    dom = Domain({"x": 16, "y": 16}, ordered={"x", "y"})
+    workload = Workload(dom, (Product(dom, (Factor(("x",), Prefix(16)), Factor(("y",), Prefix(16)))),))
+    found = kronecker.candidates(workload, privacy)
+    if bits < kronecker.MIN_FACTOR_BITS:
+        assert found == []
+        return
+    (candidate,) = found
+    largest = max(int(np.abs(f.rows).max()) for f in candidate.factors.values())
+    assert 2 ** (bits - 1) < largest <= 2**bits
+    data = np.random.default_rng(7).integers(0, 5, size=(16, 16))
+    assert candidate.measure({("x", "y"): data}, rng=8).values[kronecker.GROUP].dtype == np.int64
+
+
+@pytest.mark.parametrize("privacy", PRIVACY)
+def test_three_ordered_attributes_match_dense_gls(privacy: Privacy) -> None:
+    """|T| = 3 (8 scale bits per factor): error and noise-free answers against the dense computation."""
+    dom = Domain({"x": 4, "y": 3, "z": 5}, ordered={"x", "y", "z"})
+    workload = Workload(dom, (
+        Product(dom, (Factor(("x",), AllRange(4)), Factor(("y",), Prefix(3)), Factor(("z",), AllRange(5)))),
+        Product(dom, (Factor(("x",), Prefix(4)), Factor(("z",), Identity(5))), 3.0),
+    ))
+    candidate = only_candidate(workload, privacy)
+    assert candidate.layout.ordered == ("x", "y", "z")
+    assert max(int(np.abs(f.rows).max()) for f in candidate.factors.values()) <= 2**8
+    dense = full_strategy(candidate).astype(float)
+    W = workload.dense()
+    exact = candidate.noise.variance * np.trace(W @ np.linalg.inv(dense.T @ dense) @ W.T)
+    assert candidate.expected_error() == pytest.approx(exact, rel=1e-9)
+    data = np.random.default_rng(9).integers(0, 25, size=(4, 3, 5))
+    answers = candidate.answer(candidate.measure({("x", "y", "z"): data}, noise=False))
+    for value, want in zip(answers.values, workload.answer({("x", "y", "z"): data})):
+        np.testing.assert_allclose(value, want, rtol=0, atol=1e-7)

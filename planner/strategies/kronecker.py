@@ -26,9 +26,10 @@ sub-workloads (same size, blocks and normalised weights) are built once.
 
 Integer rows. A 1-D candidate is turned into one real matrix with uniform noise (a level measured with
 budget ``ε_ℓ`` and column magnitude ``C_ℓ`` becomes its rows times ``ε_ℓ/C_ℓ``, or ``√ρ_ℓ/C_ℓ``), scaled so
-that its largest column norm is ``2^(TOTAL_SCALE_BITS/|T|)`` and rounded; noise, sensitivity, GLS and
-every stated variance are those of the rounded matrices, so the stated error is exact for what is
-released.
+that its largest column norm is ``2^bits`` and rounded; noise, sensitivity, GLS and every stated
+variance are those of the rounded matrices, so the stated error is exact for what is released. ``bits``
+is ``TOTAL_SCALE_BITS/|T|`` (12 for two attributes: rounding then costs about 0.05% of error per factor),
+fewer when a tiny ε or ρ would otherwise push the noise parameter past ``planner.noise``'s limits.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import numpy as np
 from planner import select
 from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_noise
 from planner.domain import Domain
+from planner.noise import MAX_GAUSSIAN_SIGMA2, MAX_LAPLACE_SCALE, NoiseParameterError
 from planner.privacy import Privacy
 from planner.recovery import integer_counts
 from planner.strategies import eigen, hats, hierarchy, pidentity
@@ -58,6 +60,8 @@ from planner.workload import Block, Factor, Product, Total, Workload, marginal_f
 MAX_FACTOR_SIZE = hats.MAX_SIZE  # per-attribute dense GLS
 PIDENTITY_MAX_SIZE = 256  # the p-identity optimisation costs seconds beyond this
 TOTAL_SCALE_BITS = 24  # Π_a (largest column norm of S_a) ≤ about 2^24 (see measure())
+MIN_FACTOR_BITS = 6  # coarser factors lose too much to rounding: no candidate then
+ROUNDING_SLACK_BITS = 2  # rounded column norms may exceed 2^bits a little
 ALTERNATION_ROUNDS = 3
 MAX_VALUE = 2**62  # measured integers stay below this (int64)
 GROUP = "kronecker rows"
@@ -177,7 +181,7 @@ class IntegerFactor:
 
     @property
     def max_column_norm2(self) -> int:
-        """Exact: entries ≤ 2^TOTAL_SCALE_BITS and at most a few thousand rows keep the sums in int64."""
+        """Exact: entries ≤ about 2^TOTAL_SCALE_BITS and a few thousand rows keep the sums in int64."""
         return int(np.einsum("ij,ij->j", self.rows, self.rows).max())
 
 
@@ -233,13 +237,16 @@ FactorBuilder = Callable[[Workload], IntegerFactor]
 
 
 def factor_builder(privacy: Privacy, bits: int) -> FactorBuilder:
-    """Builds the integer factor of the best 1-D candidate, once per distinct sub-workload."""
+    """Builds the integer factor of the best 1-D candidate, once per distinct sub-workload. The 1-D
+    candidates are planned for a unit budget (their shapes and ranking do not depend on it, and a tiny
+    ε or ρ would push their own 2^16–2^24-scaled noise past the sampler's limits)."""
     built: dict[tuple[object, ...], IntegerFactor] = {}
+    unit = Privacy.laplace(1.0) if privacy.is_laplace else Privacy.zcdp(1.0)
 
     def build(sub: Workload) -> IntegerFactor:
         key = (sub.domain.size, tuple((p.factors[0].block if p.factors else None, round(p.weight, 12)) for p in sub.products))
         if key not in built:
-            best = min(one_dimensional_candidates(sub, privacy), key=lambda c: c.expected_error())
+            best = min(one_dimensional_candidates(sub, unit), key=lambda c: c.expected_error())
             built[key] = IntegerFactor(best.name, integer_rows(real_rows(best), bits, privacy.is_laplace))
         return built[key]
 
@@ -379,6 +386,16 @@ def sub_weights(layout: KroneckerLayout, attribute: str, traces: list[dict[str, 
     ]
 
 
+def factor_bits(attributes: int, privacy: Privacy, contributions: int) -> int:
+    """Scale bits per factor: ``TOTAL_SCALE_BITS / |T|``, or fewer so that the noise parameter
+    ``k Π‖·‖₁/ε ≤ MAX_LAPLACE_SCALE`` or ``k² Π‖·‖₂²/(2ρ) ≤ MAX_GAUSSIAN_SIGMA2`` (with rounding slack)."""
+    if privacy.is_laplace:
+        room = math.log2(MAX_LAPLACE_SCALE * privacy.epsilon / contributions)
+    else:
+        room = math.log2(MAX_GAUSSIAN_SIGMA2 * 2 * privacy.rho / contributions**2) / 2
+    return min(TOTAL_SCALE_BITS, math.floor(room) - ROUNDING_SLACK_BITS) // attributes
+
+
 def frobenius_traces(layout: KroneckerLayout) -> list[dict[str, float]]:
     """``‖B_{p,a}‖²_F`` per product and ordered attribute: the traces for ``C_a = I``, where alternation starts."""
     return [{a: float(row_norms2(layout.block(p, a)).sum()) for a in layout.ordered} for p in layout.workload.products]
@@ -386,7 +403,9 @@ def frobenius_traces(layout: KroneckerLayout) -> list[dict[str, float]]:
 
 def kronecker_candidate(layout: KroneckerLayout, privacy: Privacy, contributions: int = 1) -> KroneckerCandidate | None:
     """Factors by alternation (see the module doc), keeping the round with the least exact error."""
-    bits = TOTAL_SCALE_BITS // len(layout.ordered)
+    bits = factor_bits(len(layout.ordered), privacy, contributions)
+    if bits < MIN_FACTOR_BITS:
+        return None
     build = factor_builder(privacy, bits)
     sensitivity = Sensitivity(contributions)
     traces = frobenius_traces(layout)
@@ -398,7 +417,7 @@ def kronecker_candidate(layout: KroneckerLayout, privacy: Privacy, contributions
         try:
             candidate = KroneckerCandidate(layout, privacy, sensitivity, {a: build(sub) for a, sub in subs.items()})
             error = candidate.expected_error()
-        except np.linalg.LinAlgError:  # a factor rounded to a rank-deficient matrix
+        except (np.linalg.LinAlgError, NoiseParameterError):  # a rank-deficient rounding; noise beyond the sampler
             return best
         if best is not None and not error < best.expected_error():
             return best
