@@ -94,20 +94,18 @@ class KroneckerLayout:
                 return factor.block
         return Total(self.domain.size_of(attribute))
 
-    def other_mass(self, product: Product) -> float:
-        """``‖W_{p,O}‖²_F``: the product's factors off ``T``, and the sizes of the attributes of ``O`` it
-        sums out."""
-        read = set(product.attributes) | set(self.ordered)
-        mass = float(math.prod(self.domain.size_of(a) for a in self.measured if a not in read))
-        for factor in product.factors:
-            if not set(factor.attributes) & set(self.ordered):
-                mass *= float(row_norms2(factor.block).sum())
-        return mass
-
     def other_scale(self, product: Product) -> float:
         """The variance factor of the attributes of ``O`` the product sums out (their sizes)."""
         read = set(product.attributes) | set(self.ordered)
         return float(math.prod(self.domain.size_of(a) for a in self.measured if a not in read))
+
+    def other_mass(self, product: Product) -> float:
+        """``‖W_{p,O}‖²_F``: :meth:`other_scale` times the squared norms of the product's factors off ``T``."""
+        mass = self.other_scale(product)
+        for factor in product.factors:
+            if not set(factor.attributes) & set(self.ordered):
+                mass *= float(row_norms2(factor.block).sum())
+        return mass
 
     def sub_workload(self, attribute: str, weights2: list[float]) -> Workload | None:
         """The one-attribute workload whose 1-D error is the Kronecker error as a function of ``S_a``:
