@@ -33,6 +33,7 @@ import numpy as np
 
 from planner.budget import Sensitivity
 from planner.domain import Domain
+from planner.noise import NoiseParameterError
 from planner.privacy import Privacy
 from planner.strategies import eigen, fourier, hats, hierarchy, identity, marginals, pidentity, residual
 from planner.strategies.base import Candidate
@@ -82,9 +83,18 @@ def all_candidates(
     Sensitivity(contributions, distinct_cells)  # validates
     families = (_own_families(distinct_cells, include_inconsistent) if _blocks_are_small(workload) else []) + [hierarchy.candidates, eigen.candidates, hats.candidates, pidentity.candidates, *FAMILIES]
     found: list[Candidate] = []
+    out_of_range: list[NoiseParameterError] = []
     for family in families:
-        found.extend(family(workload, privacy, contributions))
+        try:
+            found.extend(family(workload, privacy, contributions))
+        except NoiseParameterError as error:  # its integer rows would need noise beyond the exact samplers
+            out_of_range.append(error)
     if not found:
+        if out_of_range:
+            raise NoCandidateError(
+                f"no strategy can add exact discrete noise at {privacy}: the noise would be too large to"
+                f" sample ({out_of_range[0]}); use a larger budget"
+            )
         raise NoCandidateError(
             "no strategy can answer this workload: its marginals or query blocks are too large to plan;"
             " group by fewer or coarser columns"

@@ -154,3 +154,12 @@ def test_vectorized_discrete_variances_equal_the_noise_module() -> None:
     np.testing.assert_array_equal(discrete_variance("gaussian", sigma2), noise.discrete_gaussian_variance(sigma2))
     scales = np.geomspace(0.05, 1e7, 400)
     np.testing.assert_array_equal(discrete_variance("laplace", scales), noise.discrete_laplace_variance(scales))
+
+
+def test_a_budget_too_small_for_any_exact_sampler_is_refused_with_advice() -> None:
+    from planner.select import NoCandidateError
+
+    workload = Workload.marginals(Domain({"x": 8}), [("x",)])
+    with pytest.raises(NoCandidateError, match="use a larger budget"):
+        plan(workload, Privacy.laplace(1e-13))  # identity needs scale 1e13 > 2^40
+    assert plan(workload, Privacy.laplace(1e-9)).strategy_name == "identity"

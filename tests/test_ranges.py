@@ -89,10 +89,13 @@ def test_integer_design_has_unit_columns_and_exact_sensitivity() -> None:
     assert candidate.noise.parameter * 2 * 0.5 >= 9 * design.max_column_norm2  # rounding never lowers σ²
 
 
-def test_variances_match_dense_gls_of_the_integer_strategy() -> None:
-    """The structured variances (unrounded design) are within 1e-6 of the exact dense ones for S'."""
+@pytest.mark.parametrize("rho,bits", [(1.0, eigen.SCALE_BITS), (1e-5, eigen.MIN_SCALE_BITS)])
+def test_variances_match_dense_gls_of_the_integer_strategy(rho: float, bits: int) -> None:
+    """The structured variances (unrounded design) are within 1e-6 of the exact dense ones for S', also
+    when a tiny ρ forces fewer integer bits (σ² would exceed the exact sampler's range at 2^24)."""
     workload = range_workload(24)
-    (candidate,) = eigen.candidates(workload, Privacy.zcdp(1.0))
+    (candidate,) = eigen.candidates(workload, Privacy.zcdp(rho))
+    assert candidate.design.scale_bits == bits
     S = candidate.design.integer.astype(float)
     age = candidate.noise.variance * np.linalg.inv(S.T @ S)
     full = np.kron(np.eye(2), age)  # domain order (sex, age) = measured order
@@ -254,3 +257,9 @@ def test_a_range_predicate_beside_marginals_plans_and_measures() -> None:
     counts = np.arange(148).reshape(74, 2)
     answers = chosen.answer(chosen.measure({("age", "sex"): counts}, rng=1, noise=False))
     assert answers.values[0][0] == pytest.approx(counts[8:18].sum())
+
+
+def test_eigen_is_not_offered_when_no_integer_scale_fits_the_noise_sampler() -> None:
+    workload = range_workload(24)
+    assert eigen.candidates(workload, Privacy.zcdp(1e-6)) == []
+    assert plan(workload, Privacy.zcdp(1e-6)).strategy_name != "eigen"  # another family answers

@@ -34,6 +34,7 @@ import numpy as np
 from scipy import fft
 
 from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_noise
+from planner.noise import NoiseParameterError
 from planner.privacy import Privacy
 from planner.strategies.base import Candidate, GroupBudget, Measurement
 from planner.strategies.ranges import (
@@ -48,6 +49,7 @@ from planner.workload import AllRange, Block, Identity, Prefix, Workload
 SCALE_BITS = 24  # largest entry of the integer strategy S' (column norms² stay exact in int64 for n ≤ 2^14)
 MAX_SIZE = 4096  # the integer strategy is a dense n × n matrix (and n ≤ 2^14 keeps its norms exact)
 MAX_MULTIPLY = 2**31  # n² × other cells: integer products computed per measurement
+MIN_SCALE_BITS = 22  # fewest bits when a tiny ρ needs a smaller scale (reported variances stay within 1e-6)
 REFINEMENT_STEPS = 8
 GROUP = "eigen rows"
 
@@ -174,6 +176,7 @@ class EigenDesign:
 
     basis: SineBasis
     spectrum: np.ndarray  # eigenvalues of G in the basis' order
+    scale_bits: int = SCALE_BITS  # largest entry of S'
 
     @cached_property
     def _root(self) -> ToeplitzMinusHankel:
@@ -193,12 +196,12 @@ class EigenDesign:
 
     @cached_property
     def scale(self) -> float:
-        """``c = 2^SCALE_BITS / max |S_ij|`` (a first pass over the row blocks of ``S``)."""
+        """``c = 2^scale_bits / max |S_ij|`` (a first pass over the row blocks of ``S``)."""
         largest = 0.0
         for start, stop in block_bounds(self.basis.size):
             rows = self.real_rows(start, stop)
             largest = max(largest, float(rows.max()), -float(rows.min()))
-        return 2.0**SCALE_BITS / largest
+        return 2.0**self.scale_bits / largest
 
     @cached_property
     def integer(self) -> np.ndarray:
@@ -308,7 +311,7 @@ class EigenCandidate(RangeCandidate):
 
     def measure(self, marginals: Mapping[tuple[str, ...], np.ndarray], rng: object = None, noise: bool = True) -> Measurement:
         leaves = self.layout.leaves(marginals)
-        if int(np.abs(leaves).sum()) >= 2**62 // (2**SCALE_BITS + 1):
+        if int(np.abs(leaves).sum()) >= 2**62 // (2**self.design.scale_bits + 1):
             raise ValueError("too many rows for the eigen strategy's exact integer arithmetic; use a hierarchy")
         values = leaves @ self.design.integer.T  # (other cells, n): S' applied per cell
         if noise:
@@ -328,5 +331,20 @@ def candidates(workload: Workload, privacy: Privacy, contributions: int = 1) -> 
         spectrum = _design_spectrum(layout)
         if spectrum is None or layout.size > MAX_SIZE or layout.size**2 * layout.other_cells > MAX_MULTIPLY:
             continue
-        found.append(EigenCandidate(layout, privacy, Sensitivity(contributions), EigenDesign(*spectrum)))
+        candidate = _candidate_within_noise_range(layout, privacy, Sensitivity(contributions), *spectrum)
+        if candidate is not None:
+            found.append(candidate)
     return found
+
+
+def _candidate_within_noise_range(
+    layout: RangeLayout, privacy: Privacy, sensitivity: Sensitivity, basis: SineBasis, spectrum: np.ndarray
+) -> EigenCandidate | None:
+    """The design with the most integer bits, from ``SCALE_BITS`` down to ``MIN_SCALE_BITS``, whose noise
+    the exact sampler can draw (σ² grows as the square of the integer scale, and as 1/ρ); None if none can."""
+    for bits in range(SCALE_BITS, MIN_SCALE_BITS - 1, -1):
+        try:
+            return EigenCandidate(layout, privacy, sensitivity, EigenDesign(basis, spectrum, bits))
+        except NoiseParameterError:
+            continue
+    return None
