@@ -154,8 +154,10 @@ def test_offered_only_for_ranges_on_two_ordered_attributes() -> None:
         Product(dom, (Factor(("x",), AllRange(16)), Factor(("y",), AllRange(16)))),
     ))
     assert kronecker.candidates(coupled, zcdp) == []
-    separate = Workload.prefix(dom, "x") + Workload.prefix(dom, "y")
-    assert len(kronecker.candidates(separate, zcdp)) == 1
+    separate = Workload.prefix(dom, "x") + Workload.prefix(dom, "y")  # no product ranges over both
+    assert kronecker.candidates(separate, zcdp) == []
+    together = separate + Workload(dom, (Product(dom, (Factor(("x",), Prefix(16)), Factor(("y",), Prefix(16)))),))
+    assert len(kronecker.candidates(together, zcdp)) == 1
     assert kronecker.candidates in select.FAMILIES
 
 

@@ -129,8 +129,8 @@ class KroneckerLayout:
 
 
 def kronecker_layout(workload: Workload) -> KroneckerLayout | None:
-    """The layout when at least two ordered attributes carry ranges, every factor touching them is
-    one-attribute, the blocks are cheap and the measured marginal small; None otherwise."""
+    """The layout when some product has ranges on at least two ordered attributes, every factor touching
+    them is one-attribute, the blocks are cheap and the measured marginal small; None otherwise."""
     domain = workload.domain
     ordered = []
     for attribute in domain.attributes:
@@ -139,8 +139,9 @@ def kronecker_layout(workload: Workload) -> KroneckerLayout | None:
         factors = [f for p in workload.products for f in p.factors if attribute in f.attributes]
         if any(is_range_block(f.block) for f in factors) and all(len(f.attributes) == 1 for f in factors):
             ordered.append(attribute)
-    if len(ordered) < 2 or not all(_cheap(f.block) for p in workload.products for f in p.factors):
-        return None
+    together = any(sum(is_range_block(f.block) and f.attributes[0] in ordered for f in p.factors) >= 2 for p in workload.products)
+    if not together or not all(_cheap(f.block) for p in workload.products for f in p.factors):
+        return None  # ranges on different attributes in separate products: each its own strategy (composite)
     layout = KroneckerLayout(workload, tuple(ordered))
     if math.prod(domain.shape(layout.measured)) > MAX_MEASURED_CELLS:
         return None
