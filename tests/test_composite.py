@@ -1,0 +1,358 @@
+"""Composite strategies: parts, budget split, the link to the total against dense covariances, every
+answer's variance against dense brute-force GLS over the stacked parts, exact agreement of the parts'
+totals, noise-free and empirical checks, and when the planner chooses it."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+
+from planner import (
+    AllRange,
+    Domain,
+    Explicit,
+    Factor,
+    Identity,
+    Prefix,
+    Privacy,
+    Product,
+    Workload,
+    plan,
+)
+from planner.select import all_candidates, svd_bound
+from planner.strategies import (
+    composite,
+    eigen,
+    fourier,
+    hats,
+    hierarchy,
+    identity,
+    marginals,
+    pidentity,
+    residual,
+)
+from planner.strategies.base import Candidate
+from planner.strategies.composite import (
+    CompositeCandidate,
+    Part,
+    parts_of,
+    split_budget,
+    total_link,
+)
+from planner.strategies.ranges import OrderedCovariance, RangeCandidate
+from planner.strategies.residual import CoefficientCandidate
+
+DOM = Domain({"x": 8, "y": 4, "s": 2}, ordered={"x", "y"})
+ZCDP, LAPLACE = Privacy.zcdp(0.7), Privacy.laplace(0.9)
+
+
+def product(*factors: tuple[str, object], weight: float = 1.0, dom: Domain = DOM) -> Workload:
+    return Workload(dom, (Product(dom, tuple(Factor((a,), b) for a, b in factors), weight),))
+
+
+# --------------------------------------------------------------------------------------------------
+# Parts and budgets.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_parts_are_connected_components_and_totals_join_the_largest() -> None:
+    workload = (
+        Workload.prefix(DOM, "x")
+        + Workload.marginals(DOM, [("s",), ()])
+        + product(("y", AllRange(4)), ("s", Identity(2)))
+        + Workload.all_range(DOM, "x")
+    )
+    # products: 0 prefix x (8 rows), 1 s, 2 total, 3 ranges y by s (20 rows), 4 all ranges x (36 rows)
+    assert parts_of(workload) == [(0, 2, 4), (1, 3)]  # the x part has 44 queries, the (y, s) part 22
+    assert parts_of(Workload.marginals(DOM, [("x", "y"), ("y", "s")])) == [(0, 1)]
+    assert parts_of(Workload.marginals(DOM, [(), ()])) == [(0, 1)]
+
+
+def test_offered_only_for_two_or_more_parts_and_never_for_a_part() -> None:
+    assert composite.candidates(Workload.marginals(DOM, [("x", "y"), ("y", "s")]), ZCDP, 1) == []
+    workload = Workload.prefix(DOM, "x") + Workload.marginals(DOM, [("y", "s")])
+    (candidate,) = composite.candidates(workload, ZCDP, 1)
+    for part in candidate.parts:
+        assert not any(isinstance(c, CompositeCandidate) for c in all_candidates(part.candidate.workload, ZCDP))
+
+
+@pytest.mark.parametrize("privacy,power", [(Privacy.zcdp(0.3), 1 / 2), (Privacy.laplace(0.3), 1 / 3)])
+def test_budget_split_is_the_closed_form_and_never_exceeds_the_spec(privacy: Privacy, power: float) -> None:
+    errors = [1.0, 7.0, 3.0, 1e-3, 0.1]
+    shares = split_budget(privacy, errors)
+    amounts = [s.epsilon if privacy.is_laplace else s.rho for s in shares]
+    assert all(s.family == privacy.family for s in shares)
+    assert math.fsum(amounts) <= 0.3
+    assert math.fsum(amounts) == pytest.approx(0.3, rel=1e-15)
+    weights = np.array(errors) ** power
+    np.testing.assert_allclose(amounts, 0.3 * weights / weights.sum(), rtol=1e-14)
+    # the closed form is optimal: moving budget between two parts only increases Σ E_i/ρ_i or Σ E_i/ε_i²
+    exponent = round(1 / power) - 1
+    total = sum(e / a**exponent for e, a in zip(errors, amounts))
+    for delta in (1e-4, -1e-4):
+        moved = [amounts[0] + delta, amounts[1] - delta] + amounts[2:]
+        assert sum(e / a**exponent for e, a in zip(errors, moved)) > total
+
+
+# --------------------------------------------------------------------------------------------------
+# Dense references.
+# --------------------------------------------------------------------------------------------------
+
+
+def dense_ordered_covariance(covariance: OrderedCovariance) -> np.ndarray:
+    """``Σ_t`` densely by polarisation of the variances of the rows ``e_j + e_k``."""
+    n = covariance.size
+    pairs = np.array([(j, k) for j in range(n) for k in range(j, n)])
+    rows = np.zeros((len(pairs), n))
+    np.add.at(rows, (np.arange(len(pairs)), pairs[:, 0]), 1.0)
+    np.add.at(rows, (np.arange(len(pairs)), pairs[:, 1]), 1.0)
+    single = covariance.variances(Identity(n))
+    summed = covariance.variances(Explicit(rows))
+    sigma = np.zeros((n, n))
+    sigma[pairs[:, 0], pairs[:, 1]] = (summed - single[pairs[:, 0]] - single[pairs[:, 1]]) / 2
+    return np.triu(sigma) + np.triu(sigma, 1).T
+
+
+def dense_precision(candidate: Candidate) -> np.ndarray:
+    """Information ``Σ SᵀV⁻¹S`` of one part over the full domain: its dense strategy for marginal-type
+    candidates, ``Mᵀ(I ⊗ Σ_t)⁻¹M`` (``M`` = the measured marginal) for range candidates."""
+    dom = candidate.workload.domain
+    if isinstance(candidate, CoefficientCandidate):
+        strategy, _, variances = candidate.dense_strategy()
+        return strategy.T @ (strategy / variances[:, None])
+    assert isinstance(candidate, RangeCandidate)
+    layout = candidate.layout
+    sigma_t = dense_ordered_covariance(candidate.covariance)
+    sigma = functools.reduce(
+        np.kron, [sigma_t if a == layout.attribute else np.eye(dom.size_of(a)) for a in layout.measured], np.ones((1, 1))
+    )
+    summing = Workload.marginals(dom, [layout.measured]).dense()
+    return summing.T @ np.linalg.solve(sigma, summing)
+
+
+def unweighted_dense(workload: Workload) -> np.ndarray:
+    return np.vstack([p.matrix_on(workload.domain.attributes) for p in workload.products])
+
+
+def assert_matches_dense_gls(candidate: CompositeCandidate) -> None:
+    information = sum(dense_precision(part.candidate) for part in candidate.parts)
+    W = unweighted_dense(candidate.workload)
+    covariance = W @ np.linalg.pinv(information, rcond=1e-12, hermitian=True) @ W.T
+    want = np.diag(covariance)
+    np.testing.assert_allclose(np.concatenate(candidate.query_variances()), want, rtol=1e-7)
+    weights = np.concatenate([np.full(p.rows, p.weight) for p in candidate.workload.products])
+    assert candidate.expected_error() == pytest.approx(float(weights**2 @ want), rel=1e-7)
+    # and the parts alone (no total correction) are worse on every query that covaries with a total
+    separate = np.concatenate([v for part in candidate.parts for v in part.candidate.query_variances()])
+    assert np.concatenate(candidate.query_variances()).sum() < separate.sum()
+
+
+# --------------------------------------------------------------------------------------------------
+# The link to the total.
+# --------------------------------------------------------------------------------------------------
+
+COEFFICIENT_FAMILIES = [identity.candidates, marginals.candidates, fourier.candidates, residual.candidates]
+
+
+@pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
+def test_coefficient_candidates_covary_with_their_total_uniformly(privacy: Privacy) -> None:
+    """``Cov(x̂, T) = (s/N)·1`` on the part's marginal, from the dense GLS covariance."""
+    workload = Workload.marginals(DOM, [("y", "s"), ("y",)], weight=1.5) + product(("s", Explicit([[2.0, -1.0]])))
+    found = [c for family in COEFFICIENT_FAMILIES for c in family(workload, privacy, 2) if isinstance(c, CoefficientCandidate)]
+    assert len(found) >= 3
+    summing = Workload.marginals(DOM, [("y", "s")]).dense()
+    for candidate in found:
+        link = total_link(candidate)
+        assert link is not None and link.attributes == ("y", "s")
+        covariance = np.linalg.pinv(dense_precision(candidate), rcond=1e-12, hermitian=True)
+        want = summing @ covariance @ np.ones(DOM.size)
+        np.testing.assert_allclose(link.covariance.ravel(), want, rtol=1e-8)
+        assert link.total_variance == pytest.approx(float(np.ones(DOM.size) @ covariance @ np.ones(DOM.size)), rel=1e-8)
+        assert np.ptp(want) < 1e-9 * want.max()  # uniform
+
+
+RANGE_FAMILIES = [
+    (hierarchy.candidates, ZCDP),
+    (hierarchy.candidates, LAPLACE),
+    (eigen.candidates, ZCDP),
+    (hats.candidates, LAPLACE),
+    (pidentity.candidates, LAPLACE),
+]
+
+
+@pytest.mark.parametrize("family,privacy", RANGE_FAMILIES, ids=lambda v: getattr(v, "__module__", str(v)))
+def test_range_candidates_covary_with_their_total_by_the_row_sums_of_sigma(family, privacy: Privacy) -> None:
+    n = 16 if family is pidentity.candidates else 7  # p-identity from 16 cells; 7 cells: padded trees
+    dom = Domain({"x": n, "y": 4, "s": 2}, ordered={"x", "y"})
+    workload = product(("x", AllRange(n)), ("s", Identity(2)), dom=dom) + product(("x", Prefix(n)), dom=dom)
+    (candidate,) = family(workload, privacy, 1)
+    link = total_link(candidate)
+    assert link is not None and link.attributes == ("x", "s")
+    sigma_t = dense_ordered_covariance(candidate.covariance)
+    np.testing.assert_allclose(link.covariance, np.repeat(sigma_t.sum(axis=1)[:, None], 2, axis=1), rtol=1e-9)
+    assert link.total_variance == pytest.approx(2 * sigma_t.sum(), rel=1e-9)
+
+
+def test_an_unhandled_candidate_type_is_never_a_part() -> None:
+    """2-D ranges over (x, y) beside a marginal on s: the Kronecker family (not handled) is not used."""
+    from planner.strategies import kronecker
+
+    workload = product(("x", AllRange(8)), ("y", AllRange(4))) + Workload.marginals(DOM, [("s",)])
+    ranges = Workload(DOM, workload.products[:1])
+    offered = [c for c in all_candidates(ranges, ZCDP) if isinstance(c, kronecker.KroneckerCandidate)]
+    assert offered and all(total_link(c) is None for c in offered)
+    (candidate,) = composite.candidates(workload, ZCDP, 1)
+    assert not any(isinstance(p.candidate, kronecker.KroneckerCandidate) for p in candidate.parts)
+    assert_matches_dense_gls(candidate)
+
+
+# --------------------------------------------------------------------------------------------------
+# Exact variances against dense GLS over the stacked parts.
+# --------------------------------------------------------------------------------------------------
+
+WORKLOADS = {
+    "prefix x + marginal (y, s)": Workload.prefix(DOM, "x") + Workload.marginals(DOM, [("y", "s")]),
+    "ranges x + ranges y + s + total": Workload.all_range(DOM, "x")
+    + Workload.all_range(DOM, "y", weight=0.5)
+    + Workload.marginals(DOM, [("s",), ()], weight=2.0),
+    "x + (y, s) marginals": Workload.marginals(DOM, [("x",)], weight=3.0) + Workload.marginals(DOM, [("y", "s"), ("s",)]),
+}
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+@pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
+def test_planned_composite_matches_dense_gls(name: str, privacy: Privacy) -> None:
+    workload = WORKLOADS[name]
+    (candidate,) = composite.candidates(workload, privacy, 2)
+    assert len(candidate.parts) == len(parts_of(workload))
+    assert_matches_dense_gls(candidate)
+
+
+PAIRS = [
+    (family, privacy, other)
+    for family, privacy in RANGE_FAMILIES
+    for other in COEFFICIENT_FAMILIES
+    if not (other is residual.candidates and privacy.is_laplace)  # the residual strategy is zCDP only
+]
+
+
+@pytest.mark.parametrize("family,privacy,other", PAIRS, ids=lambda v: getattr(v, "__module__", str(v)).rsplit(".", 1)[-1])
+def test_every_range_family_beside_every_marginal_family_matches_dense_gls(family, privacy: Privacy, other) -> None:
+    n = 16 if family is pidentity.candidates else 8
+    dom = Domain({"x": n, "y": 4, "s": 2}, ordered={"x", "y"})  # Fourier's dense strategy pads x
+    ranges_part = product(("x", AllRange(n)), dom=dom) + Workload.marginals(dom, [()])
+    marginal_part = Workload.marginals(dom, [("y", "s"), ("s",)])
+    workload = ranges_part + marginal_part
+    shares = (privacy.scaled(0.625), privacy.scaled(0.375))
+    first = family(ranges_part, shares[0], 1)
+    second = other(marginal_part, shares[1], 1)
+    parts = [Part((0, 1), first[0], total_link(first[0])), Part((2, 3), second[0], total_link(second[0]))]
+    assert_matches_dense_gls(CompositeCandidate(workload, privacy, parts))
+
+
+def test_two_range_parts_and_a_padded_tree_match_dense_gls() -> None:
+    dom = Domain({"x": 6, "y": 5, "s": 2}, ordered={"x", "y"})
+    workload = Workload.all_range(dom, "x") + product(("y", Prefix(5)), ("s", Identity(2)), dom=dom)
+    parts = []
+    for products, family, share in [((0,), hierarchy.candidates, 0.25), ((1,), eigen.candidates, 0.75)]:
+        (candidate,) = family(Workload(dom, tuple(workload.products[i] for i in products)), ZCDP.scaled(share), 1)
+        parts.append(Part(products, candidate, total_link(candidate)))
+    assert_matches_dense_gls(CompositeCandidate(workload, ZCDP, parts))
+
+
+# --------------------------------------------------------------------------------------------------
+# Answers: totals agree, noise-free answers exact, empirical variances, the contract.
+# --------------------------------------------------------------------------------------------------
+
+
+def random_data(dom: Domain, seed: int = 3) -> dict[tuple[str, ...], np.ndarray]:
+    return {dom.attributes: np.random.default_rng(seed).integers(0, 20, size=dom.shape(dom.attributes))}
+
+
+@pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
+def test_totals_of_every_part_agree_exactly(privacy: Privacy) -> None:
+    workload = Workload.prefix(DOM, "x") + Workload.all_range(DOM, "y") + Workload.marginals(DOM, [("s",)])
+    (candidate,) = composite.candidates(workload, privacy, 1)
+    measurement = candidate.measure(random_data(DOM), rng=11)
+    answers = candidate.answer(measurement)
+    prefix_total, range_total, cells = answers.values[0][-1], answers.values[1][3], answers.values[2]  # range [0, 3]
+    raw = [composite.answers_and_total(p.candidate, candidate._part_measurement(i, measurement))[1] for i, p in enumerate(candidate.parts)]
+    variances = [p.link.total_variance for p in candidate.parts]
+    assert len(set(np.round(raw, 6))) == 3  # the parts' own totals differ (noise) …
+    grand = sum(t / s for t, s in zip(raw, variances)) / sum(1 / s for s in variances)
+    for total in (prefix_total, range_total, cells.sum()):  # … and all become the GLS total
+        assert total == pytest.approx(grand, rel=1e-12, abs=1e-9)
+    # the total's variance is 1/S on every part
+    expected = 1 / sum(1 / s for s in variances)
+    assert candidate.query_variances()[0][-1] == pytest.approx(expected, rel=1e-9)
+    assert candidate.query_variances()[1][3] == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
+def test_noise_free_answers_are_exact_and_the_contract_holds(privacy: Privacy) -> None:
+    workload = WORKLOADS["ranges x + ranges y + s + total"]
+    (candidate,) = composite.candidates(workload, privacy, 1)
+    data = random_data(DOM)
+    measurement = candidate.measure(data, noise=False)
+    for got, want in zip(candidate.answer(measurement).values, workload.answer(data)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-7)
+    assert measurement.privacy == privacy and measurement.strategy == candidate.name
+    assert all(key.startswith("part ") for key in measurement.values)
+    groups = candidate.group_budgets()
+    amount = privacy.epsilon if privacy.is_laplace else privacy.rho
+    assert math.fsum(g.budget for g in groups) <= amount
+    assert math.fsum(g.budget for g in groups) == pytest.approx(amount, rel=1e-12)
+    assert {g.name.split(":")[0] for g in groups} == {f"part {i}" for i in range(len(candidate.parts))}
+    assert set(candidate.required_marginals()) == {m for p in candidate.parts for m in p.candidate.required_marginals()}
+    assert [v.shape for v in candidate.query_variances()] == [(p.rows,) for p in workload.products]
+    with pytest.raises(ValueError, match="made by"):
+        candidate.answer(candidate.parts[0].candidate.measure(data, noise=False))
+
+
+def test_empirical_error_matches_the_prediction() -> None:
+    """600 independent releases (one seeded stream): the mean total squared error lies within 4
+    standard errors of the expected error."""
+    workload = Workload.prefix(DOM, "x") + Workload.marginals(DOM, [("y", "s")])
+    (candidate,) = composite.candidates(workload, Privacy.zcdp(2.0), 1)
+    data = random_data(DOM)
+    truth = np.concatenate(workload.answer(data))
+    rng = np.random.default_rng(5)
+    errors = np.array(
+        [((np.concatenate(candidate.answer(candidate.measure(data, rng=rng)).values) - truth) ** 2).sum() for _ in range(600)]
+    )
+    assert abs(errors.mean() - candidate.expected_error()) < 4 * errors.std(ddof=1) / math.sqrt(errors.size)
+
+
+def test_the_parts_draw_independent_noise_from_one_seed() -> None:
+    workload = Workload.prefix(DOM, "x") + Workload.prefix(DOM, "y")
+    (candidate,) = composite.candidates(workload, ZCDP, 1)
+    data = random_data(DOM)
+    exact = candidate.measure(data, noise=False)
+    noisy = candidate.measure(data, rng=4)
+    drawn = [np.concatenate([np.ravel(noisy.values[k] - exact.values[k]) for k in exact.values if k.startswith(f"part {i}")]) for i in range(2)]
+    assert not np.array_equal(drawn[0], drawn[1][: drawn[0].size])
+
+
+# --------------------------------------------------------------------------------------------------
+# The planner's choice.
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [64])
+def test_the_planner_chooses_it_for_disjoint_parts(size: int) -> None:
+    dom = Domain({"x": size, "y": size, "s": 4}, ordered={"x", "y"})
+    cases = {
+        "prefix x + prefix y": (Workload.prefix(dom, "x") + Workload.prefix(dom, "y"), 1.09),
+        "ranges x + marginal (y, s)": (Workload.all_range(dom, "x") + Workload.marginals(dom, [("y", "s")]), 1.03),
+        "ranges x + ranges y + s": (Workload.all_range(dom, "x") + Workload.all_range(dom, "y") + Workload.marginals(dom, [("s",)]), 1.04),
+    }
+    for name, (workload, ratio) in cases.items():
+        chosen = plan(workload, Privacy.zcdp(1.0))
+        assert isinstance(chosen.candidate, CompositeCandidate), name
+        others = [c for c in all_candidates(workload, Privacy.zcdp(1.0)) if not isinstance(c, CompositeCandidate)]
+        assert chosen.expected_error() < 0.95 * min(c.expected_error() for c in others), name
+        assert chosen.expected_error() / svd_bound(workload, Privacy.zcdp(1.0)) < ratio, name
+        assert "composite(" in chosen.explain()
