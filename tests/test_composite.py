@@ -45,7 +45,7 @@ from planner.strategies.composite import (
 from planner.strategies.ranges import OrderedCovariance, RangeCandidate
 from planner.strategies.residual import CoefficientCandidate
 
-DOM = Domain({"x": 8, "y": 4, "s": 2}, ordered={"x", "y"})
+DOM = Domain({"x": 32, "y": 4, "s": 2}, ordered={"x", "y"})  # x large enough for range families under ε-DP
 ZCDP, LAPLACE = Privacy.zcdp(0.7), Privacy.laplace(0.9)
 
 
@@ -65,14 +65,16 @@ def test_parts_are_connected_components_and_totals_join_the_largest() -> None:
         + product(("y", AllRange(4)), ("s", Identity(2)))
         + Workload.all_range(DOM, "x")
     )
-    # products: 0 prefix x (8 rows), 1 s, 2 total, 3 ranges y by s (20 rows), 4 all ranges x (36 rows)
-    assert parts_of(workload) == [(0, 2, 4), (1, 3)]  # the x part has 44 queries, the (y, s) part 22
+    # products: 0 prefix x (32 rows), 1 s, 2 total, 3 ranges y by s (20 rows), 4 all ranges x (528 rows)
+    assert parts_of(workload) == [(0, 2, 4), (1, 3)]  # the x part has 561 queries, the (y, s) part 22
     assert parts_of(Workload.marginals(DOM, [("x", "y"), ("y", "s")])) == [(0, 1)]
     assert parts_of(Workload.marginals(DOM, [(), ()])) == [(0, 1)]
 
 
-def test_offered_only_for_two_or_more_parts_and_never_for_a_part() -> None:
+def test_offered_only_for_two_or_more_parts_with_a_range_part_and_never_for_a_part() -> None:
     assert composite.candidates(Workload.marginals(DOM, [("x", "y"), ("y", "s")]), ZCDP, 1) == []
+    for privacy in (ZCDP, LAPLACE):  # every part marginal-type: the joint marginal families cover it
+        assert composite.candidates(Workload.marginals(DOM, [("x",), ("y", "s")]), privacy, 1) == []
     workload = Workload.prefix(DOM, "x") + Workload.marginals(DOM, [("y", "s")])
     (candidate,) = composite.candidates(workload, ZCDP, 1)
     for part in candidate.parts:
@@ -197,11 +199,12 @@ def test_range_candidates_covary_with_their_total_by_the_row_sums_of_sigma(famil
 
 
 def test_an_unhandled_candidate_type_is_never_a_part() -> None:
-    """2-D ranges over (x, y) beside a marginal on s: the Kronecker family (not handled) is not used."""
+    """2-D ranges over (x, y) beside ranges on z: the Kronecker family (not handled) is not used."""
     from planner.strategies import kronecker
 
-    workload = product(("x", AllRange(8)), ("y", AllRange(4))) + Workload.marginals(DOM, [("s",)])
-    ranges = Workload(DOM, workload.products[:1])
+    dom = Domain({"x": 8, "y": 4, "z": 16}, ordered={"x", "y", "z"})
+    workload = product(("x", AllRange(8)), ("y", AllRange(4)), dom=dom) + Workload.all_range(dom, "z")
+    ranges = Workload(dom, workload.products[:1])
     offered = [c for c in all_candidates(ranges, ZCDP) if isinstance(c, kronecker.KroneckerCandidate)]
     assert offered and all(total_link(c) is None for c in offered)
     (candidate,) = composite.candidates(workload, ZCDP, 1)
@@ -218,7 +221,9 @@ WORKLOADS = {
     "ranges x + ranges y + s + total": Workload.all_range(DOM, "x")
     + Workload.all_range(DOM, "y", weight=0.5)
     + Workload.marginals(DOM, [("s",), ()], weight=2.0),
-    "x + (y, s) marginals": Workload.marginals(DOM, [("x",)], weight=3.0) + Workload.marginals(DOM, [("y", "s"), ("s",)]),
+    "ranges y by s + ranges x + x": product(("y", AllRange(4)), ("s", Identity(2)), weight=3.0)
+    + Workload.all_range(DOM, "x", weight=0.5)
+    + Workload.marginals(DOM, [("x",)]),
 }
 
 
@@ -253,6 +258,16 @@ def test_every_range_family_beside_every_marginal_family_matches_dense_gls(famil
     assert_matches_dense_gls(CompositeCandidate(workload, privacy, parts))
 
 
+@pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
+def test_two_marginal_parts_match_dense_gls(privacy: Privacy) -> None:
+    workload = Workload.marginals(DOM, [("x",)], weight=3.0) + Workload.marginals(DOM, [("y", "s"), ("s",), ()])
+    parts = []
+    for products, family, share in [((0,), fourier.candidates, 0.3), ((1, 2, 3), marginals.candidates, 0.7)]:
+        candidate = family(Workload(DOM, tuple(workload.products[i] for i in products)), privacy.scaled(share), 1)[0]
+        parts.append(Part(products, candidate, total_link(candidate)))
+    assert_matches_dense_gls(CompositeCandidate(workload, privacy, parts))
+
+
 def test_two_range_parts_and_a_padded_tree_match_dense_gls() -> None:
     dom = Domain({"x": 6, "y": 5, "s": 2}, ordered={"x", "y"})
     workload = Workload.all_range(dom, "x") + product(("y", Prefix(5)), ("s", Identity(2)), dom=dom)
@@ -276,7 +291,7 @@ def random_data(dom: Domain, seed: int = 3) -> dict[tuple[str, ...], np.ndarray]
 def test_totals_of_every_part_agree_exactly(privacy: Privacy) -> None:
     workload = Workload.prefix(DOM, "x") + Workload.all_range(DOM, "y") + Workload.marginals(DOM, [("s",)])
     (candidate,) = composite.candidates(workload, privacy, 1)
-    measurement = candidate.measure(random_data(DOM), rng=11)
+    measurement = candidate.measure(random_data(DOM), rng=12)
     answers = candidate.answer(measurement)
     prefix_total, range_total, cells = answers.values[0][-1], answers.values[1][3], answers.values[2]  # range [0, 3]
     raw = [composite.answers_and_total(p.candidate, candidate._part_measurement(i, measurement))[1] for i, p in enumerate(candidate.parts)]

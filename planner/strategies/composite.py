@@ -5,7 +5,8 @@ linear function they share, the grand total, by exact GLS.
 *Parts.* Two products belong to one part when their attribute sets intersect (connected components
 of the "shares an attribute" graph); products reading no attribute (the total) join the part with
 the most queries. ``Workload.prefix(dom, "x") + Workload.prefix(dom, "y")`` has two parts; the family
-is offered only for two or more, so a part (connected by construction) never offers it again.
+is offered only for two or more, so a part (connected by construction) never offers it again, and
+only when some part's best strategy is a range family (see :func:`candidates`).
 
 *Budgets.* Each part is planned by every family (``planner.select.all_candidates``) at the full
 budget, giving its least error ``E_i``. With ``error_i = E_i/ρ_i`` (zCDP) the split minimising
@@ -350,15 +351,18 @@ def _best_part(
 
 
 def candidates(workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool = False) -> list[Candidate]:
-    """The composite candidate when the workload has two or more parts and every part can be planned
-    by a family the composite handles exactly."""
+    """The composite candidate when the workload has two or more parts, every part can be planned by a
+    family the composite handles exactly, and some part is best measured by a range family: when every
+    part's best is marginal-type, the joint marginal-type families (one GLS over every part, budgets
+    optimised jointly) already contain the composite's strategy, and choosing a composite there would
+    only cost planning time and the connection's measurement re-use (``dpsql.reuse``)."""
     groups = parts_of(workload)
     if len(groups) < 2:
         return []
     reads = [{a for i in group for a in workload.products[i].attributes} for group in groups]
     foreign = [set().union(*(r for j, r in enumerate(reads) if j != i)) for i in range(len(groups))]
     first = [_best_part(g, workload, f, privacy, contributions, distinct_cells) for g, f in zip(groups, foreign)]
-    if any(p is None for p in first):
+    if any(p is None for p in first) or all(isinstance(p.candidate, CoefficientCandidate) for p in first):  # type: ignore[union-attr]
         return []
     errors = [p.candidate.expected_error() for p in first]  # type: ignore[union-attr]
     if not all(e > 0 for e in errors):
