@@ -33,6 +33,7 @@ ADULT = Domain(
     {"workclass": 9, "education": 16, "marital": 7, "occupation": 15, "relationship": 6, "race": 5, "sex": 2, "income": 2}
 )
 BINARY16 = Domain({f"x{i:02d}": 2 for i in range(16)})
+RANGE4096 = Domain({"t": 4096}, ordered={"t"})
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ CASES: list[Case] = [
     Case("all 2-way marginals, Adult", lambda: Workload.all_kway(ADULT, 2), 1.0),
     Case("all 2-way marginals, 16 binary", lambda: Workload.all_kway(BINARY16, 2), None),
     Case("all 3-way marginals, 16 binary", lambda: Workload.all_kway(BINARY16, 3), 2.0),
+    Case("all ranges (8.4 M), n = 4096", lambda: Workload.all_range(RANGE4096, "t"), 2.0),
 ]
 
 
