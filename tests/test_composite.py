@@ -371,3 +371,45 @@ def test_the_planner_chooses_it_for_disjoint_parts(size: int) -> None:
         assert chosen.expected_error() < 0.95 * min(c.expected_error() for c in others), name
         assert chosen.expected_error() / svd_bound(workload, Privacy.zcdp(1.0)) < ratio, name
         assert "composite(" in chosen.explain()
+
+
+# --------------------------------------------------------------------------------------------------
+# Through SQL: a batch of range statements beside a GROUP BY.
+# --------------------------------------------------------------------------------------------------
+
+BATCH = [
+    "SELECT COUNT(*) FROM adult WHERE age BETWEEN 25 AND 34",
+    "SELECT COUNT(*) FROM adult WHERE age BETWEEN 35 AND 60",
+    "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race",
+    "SELECT COUNT(*) FROM adult",
+]
+
+
+def test_a_sql_batch_of_ranges_beside_a_group_by_is_answered_by_a_composite(adult_connection, adult_frame) -> None:
+    import dpsql.testing
+    from dpsql.batch import prepare
+
+    prepared = prepare(adult_connection, BATCH, epsilon=1.0)
+    candidate = prepared.plan.candidate
+    assert isinstance(candidate, CompositeCandidate)
+    assert [p.link.attributes for p in candidate.parts] == [("age",), ("sex", "race")]
+    with dpsql.testing.noise_disabled():
+        exact = adult_connection.workload(BATCH, epsilon=1.0)
+    ages = adult_frame.age
+    assert exact[0].rows[0][0] == pytest.approx(((ages >= 25) & (ages <= 34)).sum(), abs=1e-6)
+    assert exact[1].rows[0][0] == pytest.approx(((ages >= 35) & (ages <= 60)).sum(), abs=1e-6)
+    cells = adult_frame.groupby(["sex", "race"]).size().to_dict()
+    assert {(sex, race): count for sex, race, count in exact[2].rows if count} == pytest.approx(cells, abs=1e-6)
+    assert exact[3].rows[0][0] == pytest.approx(len(adult_frame), abs=1e-6)
+
+    with dpsql.testing.seeded(3):
+        noisy = adult_connection.workload(BATCH, epsilon=1.0, non_negative=True)
+    cells, total = noisy[2].rows, noisy[3].rows[0][0]
+    assert sum(count for *_, count in cells) == pytest.approx(total, rel=1e-12)  # the parts agree on the total
+    assert total != pytest.approx(len(adult_frame), abs=0.5)  # noise was added
+    variances = candidate.query_variances()
+    assert [e[2] for e in noisy[2].errors] == pytest.approx(np.sqrt(variances[2]).tolist(), rel=1e-9)
+    assert noisy[3].errors[0][0] == pytest.approx(math.sqrt(variances[3][0]), rel=1e-9)
+    assert "non-negative answers unavailable" in noisy[0].note and "composite(" in noisy[0].note
+    explained = adult_connection.cursor().execute("EXPLAIN " + "; ".join(BATCH), epsilon=1.0).fetchall()
+    assert any(row[0] == "strategy" and str(row[1]).startswith("composite(age: ") for row in explained)
