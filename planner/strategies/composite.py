@@ -105,7 +105,7 @@ class TotalLink:
     attributes: tuple[str, ...]
     covariance: np.ndarray
 
-    @property
+    @functools.cached_property
     def total_variance(self) -> float:
         return float(self.covariance.sum())
 
