@@ -10,7 +10,8 @@ Privacy" (NeurIPS 2020):
 * Bernoulli(exp(-gamma)) for rational gamma by the alternating-series method (their Algorithm 1),
 * the discrete Laplace, P[Z=z] ∝ exp(-|z|/b), for a rational scale b = t/s (their Algorithm 2),
 * the discrete Gaussian, P[Z=z] ∝ exp(-z²/(2σ²)), by rejection from a discrete Laplace of scale
-  ⌊σ⌋+1 (their Algorithm 3).
+  ⌊σ⌋+1 (their Algorithm 3; for σ² ≥ 2^42 the largest power of two ≤ σ, which divides σ² and keeps the
+  acceptance test in int64 — the law is exact for any scale).
 
 Rational parameters. A requested scale b or variance parameter σ² is replaced by the smallest number
 ``m·2^-k`` at or above it with ``m ≤ 2^21`` (21 significant bits) and ``k ≤ 40``, so its denominator is a
@@ -26,7 +27,7 @@ that value.
 
 Arithmetic. The samplers are vectorized: each step draws for a batch of pending candidates, masks
 out the decided ones and loops until none is left. Integers are numpy int64; where an intermediate
-could leave int64 (the discrete Gaussian's acceptance test for σ² ≳ 2^30, or far-tail candidates)
+could leave int64 (the discrete Gaussian's acceptance test for 2^30 ≲ σ² < 2^42, or far-tail candidates)
 those entries run through the same code on Python integers (numpy object arrays).
 
 Randomness. `RandomSource` turns random bytes into unbiased bounded integers by masking and rejection
@@ -72,6 +73,8 @@ MAX_DENOMINATOR_EXPONENT = 40
 """A rounded parameter's denominator is at most 2^MAX_DENOMINATOR_EXPONENT."""
 MAX_LAPLACE_SCALE = 2.0**40
 MAX_GAUSSIAN_SIGMA2 = 2.0**60
+LARGE_GAUSSIAN_SIGMA2 = 2**42
+"""From this σ² on the rejection sampler's Laplace scale is a power of two dividing σ² (int64 arithmetic)."""
 MIN_LAPLACE_SCALE = 2.0**-8
 """Smaller discrete Laplace scales are raised to it (their variance would underflow; see the module doc)."""
 MIN_GAUSSIAN_SIGMA2 = 2.0**-9
@@ -231,8 +234,7 @@ def discrete_gaussian(sigma2: ArrayLike, size: Size = None, rng: RandomLike = No
     variances = _gaussian_sigma2s(sigma2)
     shape = _output_shape(variances.shape, size)
     numerator, denominator = _round_up_dyadic(variances)
-    laplace_scale = _integer_sqrt(numerator // denominator) + 1  # ⌊σ⌋ + 1, exactly
-    p, q, t = (_per_entry(part, shape) for part in (numerator, denominator, laplace_scale))
+    p, q, t = (_per_entry(part, shape) for part in (numerator, denominator, _proposal_scale(numerator, denominator)))
     return _discrete_gaussian_rational(p, q, t, math.prod(shape), as_source(rng)).reshape(shape)
 
 
@@ -337,8 +339,20 @@ def _discrete_laplace_rational(t: IntArray, s: IntArray, count: int, source: Ran
     return result
 
 
+def _proposal_scale(p: IntArray, q: IntArray) -> IntArray:
+    """The discrete Laplace scale t of the rejection sampler for σ² = p/q: ⌊σ⌋ + 1, except for
+    σ² ≥ ``LARGE_GAUSSIAN_SIGMA2`` the largest power of two ≤ σ, which divides p (σ² = m·2^e with
+    m ≤ 2^21 has e ≥ 21 ≥ log₂σ − e/2 there), so the acceptance test reduces to int64 arithmetic (see
+    :func:`_gaussian_acceptance`). Any t > 0 gives the exact law; t within a factor 2 of σ only costs
+    a few more rejections."""
+    floor_sigma = _integer_sqrt(p // q)
+    _, exponent = np.frexp(floor_sigma.astype(np.float64))  # exact: ⌊σ⌋ < 2^31
+    power = np.ldexp(1.0, exponent - 1).astype(np.int64)  # largest power of two ≤ ⌊σ⌋
+    return np.where(p >= LARGE_GAUSSIAN_SIGMA2 * q, power, floor_sigma + 1)
+
+
 def _discrete_gaussian_rational(p: IntArray, q: IntArray, t: IntArray, count: int, source: RandomSource) -> IntArray:
-    """``count`` discrete Gaussian samples with σ² = p/q from discrete Laplace candidates of scale t = ⌊σ⌋+1.
+    """``count`` discrete Gaussian samples with σ² = p/q from discrete Laplace candidates of scale t.
 
     Algorithm 3: a candidate Y is accepted with probability exp(-(|Y| - σ²/t)²/(2σ²)), which in
     integers is exp(-(|Y|·t·q - p)² / (2·p·q·t²)). p, q, t are 0-d or per sample.
@@ -359,18 +373,24 @@ def _discrete_gaussian_rational(p: IntArray, q: IntArray, t: IntArray, count: in
 def _gaussian_acceptance(
     magnitude: IntArray, p: IntArray, q: IntArray, t: IntArray, source: RandomSource
 ) -> NDArray[np.bool_]:
-    # Floats only choose the arithmetic: where |Y|·t·q and p are below 2^31 (so the squared offset is
-    # below 2^62) and 2pqt² is below 2^61 (a margin far beyond float rounding) int64 is exact; the
-    # other entries use Python ints.
+    """Bernoulli(exp(-γ)) with γ = (|Y|·t·q - p)² / (2·p·q·t²), or, where q = 1 and t divides p
+    (c = p/t), the same γ reduced by t²: (|Y| - c)² / (2p)."""
+    count = magnitude.size
+    p, q, t = (np.broadcast_to(part, (count,)) for part in (p, q, t))
+    reduced = (q == 1) & (p % t == 0)
+    # Floats only choose the arithmetic: int64 is exact where the offset is below 2^31 (its square below
+    # 2^62) and the denominator below 2^61 — margins far beyond float rounding; other entries use Python ints.
     t_q = t.astype(np.float64) * q
-    in_int64 = (magnitude * t_q < 2.0**31) & (p < 2**31) & (2.0 * p * t_q * t < 2.0**61)
-    accepted = np.empty(magnitude.size, dtype=bool)
+    small_general = (magnitude * t_q < 2.0**31) & (p < 2**31) & (2.0 * p * t_q * t < 2.0**61)
+    small_reduced = np.abs(magnitude - (p // np.where(reduced, t, 1)).astype(np.float64)) < 2.0**31
+    in_int64 = np.where(reduced, small_reduced, small_general)
+    accepted = np.empty(count, dtype=bool)
     for rows, dtype in ((np.flatnonzero(in_int64), np.int64), (np.flatnonzero(~in_int64), object)):
-        y, p_rows, q_rows, t_rows = (_take(part, rows).astype(dtype) for part in (magnitude, p, q, t))
-        offset = y * t_rows * q_rows - p_rows
-        squared = offset * offset
-        denominator = np.broadcast_to(2 * p_rows * q_rows * t_rows * t_rows, squared.shape)
-        accepted[rows] = _bernoulli_exp(squared, denominator, source)
+        y, p_rows, q_rows, t_rows = (part[rows].astype(dtype) for part in (magnitude, p, q, t))
+        short = reduced[rows]
+        offset = np.where(short, y - p_rows // t_rows, y * t_rows * q_rows - p_rows)
+        denominator = np.where(short, 2 * p_rows, 2 * p_rows * q_rows * t_rows * t_rows)
+        accepted[rows] = _bernoulli_exp(offset * offset, denominator, source)
     return accepted
 
 

@@ -136,9 +136,10 @@ def test_discrete_gaussian_matches_exact_pmf(sigma2: float) -> None:
     assert_distribution(samples, gaussian_pmf, gaussian_sigma2_used(sigma2), ALPHA, sigmas=5)
 
 
-@pytest.mark.parametrize("sigma2", [2.0**28 + 0.3, 2.0**40 / 3])
+@pytest.mark.parametrize("sigma2", [2.0**28 + 0.3, 2.0**40 / 3, 2.0**44 + 12345, 2.0**59])
 def test_discrete_gaussian_with_python_integer_arithmetic(sigma2: float) -> None:
-    """Large σ² sends (some or all) acceptance tests through Python ints; the law must not change."""
+    """Large σ² sends acceptance tests through Python ints (below 2^42) or through the reduced int64
+    form with a power-of-two proposal scale (from 2^42); the law must not change."""
     n = 20_000
     samples = discrete_gaussian(sigma2, n, rng=22)
     used = gaussian_sigma2_used(sigma2)
@@ -147,6 +148,32 @@ def test_discrete_gaussian_with_python_integer_arithmetic(sigma2: float) -> None
     assert abs(samples.var() / used - 1) <= 5 * math.sqrt(2 / n)  # fourth moment 3σ⁴ at this σ
     within_one_sigma = int(np.count_nonzero(np.abs(samples) <= sigma))
     assert stats.binomtest(within_one_sigma, n, stats.norm.cdf(1) - stats.norm.cdf(-1)).pvalue >= ALPHA
+
+
+@pytest.mark.parametrize("sigma2", [2.0**42, 2.0**42 * 1.3 + 7, 2.0**50 / 3, 2.0**59 + 2.0**40, 2.0**60])
+def test_large_sigma2_proposal_scale_divides_it_and_the_acceptance_reduces_exactly(sigma2: float) -> None:
+    p, q = (int(v[0]) for v in noise._round_up_dyadic(np.array([sigma2])))  # noqa: SLF001 (the sampler's own parameters)
+    t = int(noise._proposal_scale(np.array([p]), np.array([q]))[0])  # noqa: SLF001
+    sigma = math.sqrt(p / q)
+    assert q == 1 and p % t == 0 and t & (t - 1) == 0 and sigma / 2 < t <= sigma
+    rng = np.random.default_rng(41)
+    for y in [0, 1, t, p // t, p // t + 1, *rng.integers(0, 40 * t, 20).tolist()]:
+        general = Fraction((y * t * q - p) ** 2, 2 * p * q * t * t)
+        assert Fraction((y - p // t) ** 2, 2 * p) == general
+
+
+def test_large_sigma2_acceptance_runs_in_int64(monkeypatch: pytest.MonkeyPatch) -> None:
+    dtypes: list[object] = []
+    original = noise._bernoulli_exp  # noqa: SLF001
+
+    def recording(numerator: np.ndarray, denominator: np.ndarray, source: noise.RandomSource) -> np.ndarray:
+        if numerator.size:
+            dtypes.append(numerator.dtype)
+        return original(numerator, denominator, source)
+
+    monkeypatch.setattr(noise, "_bernoulli_exp", recording)
+    discrete_gaussian(2.0**50, 5_000, rng=42)
+    assert dtypes and all(d == np.int64 for d in dtypes)  # |Y| − σ²/t ≥ 2^31 would need |Y| ≳ 64σ
 
 
 def test_discrete_gaussian_with_one_sigma2_per_entry() -> None:
