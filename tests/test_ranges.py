@@ -263,3 +263,26 @@ def test_eigen_is_not_offered_when_no_integer_scale_fits_the_noise_sampler() -> 
     workload = range_workload(24)
     assert eigen.candidates(workload, Privacy.zcdp(1e-6)) == []
     assert plan(workload, Privacy.zcdp(1e-6)).strategy_name != "eigen"  # another family answers
+
+
+def test_hats_for_a_few_interval_predicates_stay_well_conditioned() -> None:
+    """Two intervals and the total on 74 cells: the box tree gives the leaves 10⁻⁶ ε, whose dense GLS has
+    condition number ~10¹², which made the hat budgets (and stated variances) depend on rounding — on the
+    BLAS thread count. The finest hat level keeps ε/256; the stated error then equals a computation by
+    triangular solves on the Cholesky factor (stable) to 1e-9."""
+    from scipy.linalg import cholesky, solve_triangular
+
+    size = 74
+    dom = Domain({"age": size}, ordered={"age"})
+    cells = np.arange(size)
+    workload = Workload(dom, tuple(
+        Product(dom, (Factor(("age",), Predicate((cells >= low) & (cells <= high))),)) for low, high in [(8, 17), (18, 43)]
+    )) + Workload.total(dom)
+    (candidate,) = hats.candidates(workload, Privacy.laplace(1.0))
+    assert candidate.spacings[-1] == 1 and candidate.budgets[-1] >= 2.0**-8 * (1 - 1e-12)
+    assert candidate.budgets.sum() == pytest.approx(1.0, rel=1e-12)
+    precision = sum(r.T.astype(float) @ r / n.variance for r, n in zip(candidate.rows, candidate.noises))
+    factor = cholesky(precision, lower=True)
+    queries = np.vstack([p.matrix_on(("age",)) for p in workload.products])
+    stable = float((solve_triangular(factor, queries.T, lower=True) ** 2).sum())
+    assert candidate.expected_error() == pytest.approx(stable, rel=1e-9)
