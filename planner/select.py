@@ -12,8 +12,11 @@ form a *class*. ``WᵀW = Σ_P w_P² ⊗_a G_{P,a}`` is then diagonal with eigen
 constant vector and its complement, giving ResidualPlanner's subset formula; a prefix or all-range block
 (alone on its attribute but for GROUP BY) uses its closed-form spectrum (``planner.strategies.eigen``).
 
-Products with multi-attribute factors, or blocks that do not commute (ranges on an attribute that
-another product sums out), go through the *marginal space*: each product reads the marginal on its
+When blocks on some attributes ``N`` do not commute (ranges on an attribute that another product sums
+out) and ``N`` has at most ``MAX_MARGINAL_SPACE`` cells, the other attributes are still diagonalised and
+``N`` is kept dense: on each joint class ``k`` of the others ``WᵀW`` is ``Σ_P c_P(k) ⊗_{a∈N} G_{P,a}``,
+one small eigenproblem per distinct coefficient vector. Products with multi-attribute factors, or
+too many non-commuting cells, go through the *marginal space*: each product reads the marginal on its
 attributes, so with ``Π_T`` the summing map onto the marginal on ``T`` and the products grouped under the
 maximal attribute sets ``T`` (a product on ``S ⊆ T`` lifted by ``11ᵀ`` on ``T∖S``),
 ``WᵀW = Σ_T Π_Tᵀ G_T Π_T = FᵀF`` with ``F`` stacking ``G_T^{1/2} Π_T``. The nonzero eigenvalues of
@@ -157,10 +160,11 @@ def singular_value_sum(workload: Workload) -> float:
     if not domain.attributes:  # one cell (e.g. COUNT(*) with its WHERE applied in SQL): W is the column of weights
         return math.sqrt(sum(p.weight**2 for p in workload.products))
     if all(len(f.attributes) == 1 for p in workload.products for f in p.factors):
-        try:
-            return _structured_singular_value_sum(workload)
-        except BoundUnavailableError:
-            pass
+        for method in (_structured_singular_value_sum, _partly_structured_singular_value_sum):
+            try:
+                return method(workload)
+            except BoundUnavailableError:
+                pass
     return _marginal_space_singular_value_sum(workload)
 
 
@@ -232,37 +236,97 @@ def _without_rounding_noise(eigenvalues: np.ndarray) -> np.ndarray:
 def _structured_singular_value_sum(workload: Workload) -> float:
     domain = workload.domain
     per_product = [{f.attributes[0]: f.block for f in p.factors} for p in workload.products]
-    spectra = [
-        _attribute_spectrum(domain.size_of(a), [blocks.get(a) for blocks in per_product]) for a in domain.attributes
-    ]
+    spectra = [_attribute_spectrum(domain.size_of(a), [blocks.get(a) for blocks in per_product]) for a in domain.attributes]
+    classes = _product_classes(workload, per_product, spectra)
+    if classes is None:
+        return 0.0
+    unique, inverse, multiplicity = _class_table(classes, spectra)
+    eigenvalues = np.bincount(inverse, weights=np.concatenate([values for _, _, values in classes]))
+    return float(np.sum(multiplicity * np.sqrt(np.maximum(eigenvalues, 0.0))))
+
+
+def _partly_structured_singular_value_sum(workload: Workload) -> float:
+    """Attributes whose blocks commute are diagonalised as in the structured case; the others (``N``,
+    e.g. ranges on an attribute other products sum out) stay dense: on each joint eigen-class ``k`` of
+    the commuting attributes ``WᵀW`` acts as ``M_k = Σ_P c_P(k) ⊗_{a∈N} G_{P,a}`` with ``c_P(k)`` the
+    product's weight² times its class eigenvalues, so ``Σσ = Σ_k |k| tr(M_k^{1/2})`` — one dense
+    eigenproblem over the cells of ``N`` per distinct coefficient vector ``c(k)``."""
+    domain = workload.domain
+    per_product = [{f.attributes[0]: f.block for f in p.factors} for p in workload.products]
+    spectra: list[_AttributeSpectrum] = []
+    dense: list[str] = []
+    for attribute in domain.attributes:
+        size = domain.size_of(attribute)
+        try:
+            spectra.append(_attribute_spectrum(size, [blocks.get(attribute) for blocks in per_product]))
+        except BoundUnavailableError:
+            dense.append(attribute)
+            spectra.append(_AttributeSpectrum({b.get(attribute): np.ones(1) for b in per_product}, np.ones(1, dtype=int)))
+    cells = math.prod(domain.shape(dense))
+    if not dense or cells > MAX_MARGINAL_SPACE:
+        raise BoundUnavailableError(f"the non-commuting attributes {dense} have {cells} cells (at most {MAX_MARGINAL_SPACE})")
+    classes = _product_classes(workload, per_product, spectra)
+    if classes is None:
+        return 0.0
+    unique, inverse, multiplicity = _class_table(classes, spectra)
+    coefficients = np.zeros((unique.size, len(workload.products)))
+    offset = 0
+    for index, keys, values in classes:
+        coefficients[inverse[offset : offset + keys.size], index] = values
+        offset += keys.size
+    rows, row_of_class = np.unique(coefficients, axis=0, return_inverse=True)
+    weights = np.bincount(row_of_class.ravel(), weights=multiplicity)
+    grams = []
+    for blocks in per_product:
+        gram = np.ones((1, 1))
+        for attribute in dense:
+            block = blocks.get(attribute)
+            size = domain.size_of(attribute)
+            gram = np.kron(gram, np.ones((size, size)) if block is None else block.gram())
+        grams.append(gram)
+    total = 0.0
+    for row, weight in zip(rows, weights):
+        matrix = sum(c * g for c, g in zip(row, grams) if c != 0)
+        total += weight * float(np.sqrt(_without_rounding_noise(np.linalg.eigvalsh(matrix))).sum())
+    return total
+
+
+ProductClasses = list[tuple[int, np.ndarray, np.ndarray]]  # (product index, class keys, coefficients)
+
+
+def _product_classes(
+    workload: Workload, per_product: list[dict[str, Block]], spectra: list[_AttributeSpectrum]
+) -> ProductClasses | None:
+    """Per product, the joint eigen-classes on which its Gram is nonzero (flat keys) and ``w² Π_a λ``
+    there; None when there are too many classes, an empty list when every product is zero."""
     class_counts = [len(s.multiplicity) for s in spectra]
     if math.prod(class_counts) >= 2**62:
         raise BoundUnavailableError("too many eigen-classes to enumerate")
-    keys, values = [], []
-    for product, blocks in zip(workload.products, per_product):
+    found: ProductClasses = []
+    for index, (product, blocks) in enumerate(zip(workload.products, per_product)):
         supports, factors = [], []
-        for a, spectrum in zip(domain.attributes, spectra):
-            eigen = spectrum.eigenvalues[blocks.get(a)]
+        for attribute, spectrum in zip(workload.domain.attributes, spectra):
+            eigen = spectrum.eigenvalues[blocks.get(attribute)]
             support = np.flatnonzero(np.abs(eigen) > 1e-12 * max(1.0, float(np.abs(eigen).max())))
             supports.append(support)
             factors.append(eigen[support])
-        if any(s.size == 0 for s in supports):
+        if any(support.size == 0 for support in supports):
             continue
         grids = np.meshgrid(*supports, indexing="ij")
-        keys.append(np.ravel_multi_index([g.ravel() for g in grids], class_counts))
         value = product.weight**2
         for factor in factors:
             value = np.multiply.outer(value, factor)
-        values.append(np.asarray(value).ravel())
-    if not keys:
-        return 0.0
-    unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)
-    eigenvalues = np.bincount(inverse.ravel(), weights=np.concatenate(values))
-    classes = np.unravel_index(unique, class_counts)
+        found.append((index, np.ravel_multi_index([g.ravel() for g in grids], class_counts), np.asarray(value).ravel()))
+    return found or None
+
+
+def _class_table(classes: ProductClasses, spectra: list[_AttributeSpectrum]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct class keys, each key's position among them, and each distinct class's multiplicity."""
+    unique, inverse = np.unique(np.concatenate([keys for _, keys, _ in classes]), return_inverse=True)
     multiplicity = np.ones(unique.size)
-    for spectrum, index in zip(spectra, classes):
+    for spectrum, index in zip(spectra, np.unravel_index(unique, [len(s.multiplicity) for s in spectra])):
         multiplicity *= spectrum.multiplicity[index]
-    return float(np.sum(multiplicity * np.sqrt(np.maximum(eigenvalues, 0.0))))
+    return unique, inverse.ravel(), multiplicity
 
 
 def svd_bound(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> float:

@@ -136,8 +136,9 @@ def test_bad_inputs_are_rejected_with_clear_errors() -> None:
 
 
 def test_svd_bound_unavailable_is_reported_not_raised_by_explain() -> None:
-    # prefix sums and the summed-out 11ᵀ do not commute on t, and the marginal space has 50 + 10⁴ cells (more than MAX_MARGINAL_SPACE)
-    dom = Domain({"a": 3, "b": 100, "c": 100, "t": 50}, ordered={"t"})
+    # prefix sums and the summed-out 11ᵀ do not commute on t (2,000 cells to treat densely), and the
+    # marginal space has 2,000 + 10⁴ cells: both beyond MAX_MARGINAL_SPACE
+    dom = Domain({"a": 3, "b": 100, "c": 100, "t": 2000}, ordered={"t"})
     workload = Workload.prefix(dom, "t") + Workload.marginals(dom, [("b", "c")])
     chosen = plan(workload, Privacy.zcdp(1.0))
     with pytest.raises(BoundUnavailableError):
