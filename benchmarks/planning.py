@@ -23,7 +23,7 @@ from dataclasses import dataclass  # noqa: E402
 import numpy as np  # noqa: E402
 
 from planner import Domain, Privacy, Workload, plan  # noqa: E402
-from planner.recovery import clear_caches  # noqa: E402
+from planner.caches import clear_caches  # noqa: E402
 from results_io import print_table, write_csv  # noqa: E402
 
 REPEATS = 3

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner import caches
 from planner.workload import Block, Factor, Product, Workload
 
 Subset = tuple[str, ...]
@@ -352,7 +353,5 @@ def _complete(attributes: Subset, estimates: Mapping[Subset, np.ndarray], bases:
     return {t: estimates.get(t, np.zeros(residual_shape(t, bases))) for t in subsets(attributes)}
 
 
-def clear_caches() -> None:
-    """Forget cached coefficient squares and masses (benchmarks time cold planning with it)."""
-    for cached in (_coefficient_squares, _summed_coefficient_squares, _coefficient_masses):
-        cached.cache_clear()
+for _cached in (_coefficient_squares, _summed_coefficient_squares, _coefficient_masses):
+    caches.register(_cached.cache_clear)

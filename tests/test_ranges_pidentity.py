@@ -142,3 +142,23 @@ def test_every_cell_keeps_a_leaf_row_of_the_least_weight() -> None:
     scale = 2**pidentity.SCALE_BITS
     assert np.array_equal(np.diag(rows[:3]), [round(scale * pidentity.MIN_LEAF_WEIGHT), scale // 5, scale])
     assert np.array_equal(rows[3:], [[scale - 256, round(scale * 3 / 5), 0], [0, round(scale / 5), 0]])
+
+
+def test_optimised_theta_and_tree_shares_are_memoized_across_budgets() -> None:
+    """Θ and a tree's budget shares do not depend on ε: asking again (a composite part at its share, a
+    Kronecker factor in another round, hats and p-Identity re-deriving the box tree) reuses them, also
+    for a start that differs in its last bits; clear_caches() forgets them."""
+    from planner import caches
+    from planner.strategies import hierarchy
+
+    caches.clear_caches()
+    workload = Workload.all_range(Domain({"t": 48}, ordered={"t"}), "t")
+    (layout,) = range_layouts(workload)
+    start = pidentity.hat_start(hats.candidates(workload, Privacy.laplace(1.0))[0])
+    first = pidentity.optimised_theta(layout, start)
+    again = pidentity.optimised_theta(layout, start * (1 + 2.0**-52))
+    assert len(pidentity._THETA_CACHE) == 1 and np.array_equal(first, again)
+    budgets = [hierarchy.hierarchy_candidate(layout, Privacy.laplace(e), 1, 4).budgets / e for e in (1.0, 0.3)]
+    np.testing.assert_allclose(*budgets, rtol=1e-15)  # one optimisation, scaled to each ε
+    caches.clear_caches()
+    assert not pidentity._THETA_CACHE and not hierarchy._SHARES_CACHE

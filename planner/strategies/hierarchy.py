@@ -32,6 +32,7 @@ from functools import cached_property
 import numpy as np
 from scipy.optimize import minimize
 
+from planner import caches
 from planner.budget import (
     GroupNoise,
     Sensitivity,
@@ -55,6 +56,7 @@ BRANCHINGS = (2, 4, 8, 16, 32, 64)
 MAX_ITERATIONS = 200
 TOLERANCE = 1e-10  # stop alternating when an iteration improves the error by less than this fraction
 RANDOM_STARTS = 8  # sparse random starting budgets (fixed seed: planning is deterministic)
+SHARES_CACHE_SIZE = 256  # memoized optimal shares (a few levels each)
 PRUNE_SHARE = 1e-6  # a non-leaf level whose budget share falls below this is not measured
 
 
@@ -318,7 +320,22 @@ def optimal_shares(tree: Tree, masses: np.ndarray, privacy: Privacy) -> np.ndarr
     """Budget shares per level (summing to 1) minimising the continuous-noise GLS error.
 
     Gradient descent on the simplex from the uniform split and a few sparse random starts (the Laplace
-    objective is not convex), each polished by budget ↔ GLS alternation; the best is kept."""
+    objective is not convex), each polished by budget ↔ GLS alternation; the best is kept. Shares do
+    not depend on ε or ρ, only on the tree, the masses and the kind of noise: they are memoized (hats,
+    p-Identity and composite parts ask for the same trees again)."""
+    key = (tree, masses.tobytes(), privacy.is_laplace)
+    if key not in _SHARES_CACHE:
+        if len(_SHARES_CACHE) >= SHARES_CACHE_SIZE:
+            del _SHARES_CACHE[next(iter(_SHARES_CACHE))]  # the oldest
+        _SHARES_CACHE[key] = _optimal_shares(tree, masses, privacy)
+    return _SHARES_CACHE[key].copy()
+
+
+_SHARES_CACHE: dict[tuple[object, ...], np.ndarray] = {}
+caches.register(_SHARES_CACHE.clear)
+
+
+def _optimal_shares(tree: Tree, masses: np.ndarray, privacy: Privacy) -> np.ndarray:
     starts = [np.full(tree.levels, 1.0 / tree.levels)]
     rng = np.random.default_rng(0)
     for _ in range(RANDOM_STARTS if privacy.is_laplace and tree.levels > 2 else 0):
