@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
-
-from planner import Domain, Plan, Privacy, Workload, plan
+from planner import Domain, Plan, Privacy, Workload
 from planner.strategies import composite
+
 from results_io import number_text, print_table, write_csv
+from timing import cold_plan
 
 SIZES = (64, 256)
 ROWS_OF_DATA = 48_842
@@ -55,12 +56,6 @@ def without_composite() -> Iterator[None]:
         composite.candidates = offered  # type: ignore[assignment]
 
 
-def timed_plan(workload: Workload, privacy: Privacy) -> tuple[Plan, float]:
-    start = time.process_time()
-    chosen = plan(workload, privacy)
-    return chosen, time.process_time() - start
-
-
 def answer_seconds(chosen: Plan, data: dict[tuple[str, ...], np.ndarray]) -> float:
     start = time.process_time()
     chosen.answer(chosen.measure(data, rng=1))
@@ -81,9 +76,9 @@ def rows() -> list[dict[str, object]]:
             workload = make(dom)
             for label, privacy in PRIVACIES.items():
                 with without_composite():
-                    before, before_plan = timed_plan(workload, privacy)
+                    before, before_plan = cold_plan(workload, privacy)
                 before_answer = answer_seconds(before, data)
-                after, after_plan = timed_plan(workload, privacy)
+                after, after_plan = cold_plan(workload, privacy)
                 after_answer = answer_seconds(after, data)
                 result.append({
                     "workload": name, "n": size, "privacy": label,

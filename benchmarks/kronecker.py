@@ -24,10 +24,22 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
-
-from planner import AllRange, Domain, Factor, Identity, Plan, Prefix, Privacy, Product, Workload, plan, select
+from planner import (
+    AllRange,
+    Domain,
+    Factor,
+    Identity,
+    Plan,
+    Prefix,
+    Privacy,
+    Product,
+    Workload,
+    select,
+)
 from planner.strategies import kronecker
+
 from results_io import number_text, print_table, write_csv
+from timing import cold_plan
 
 MAX_ANSWERED = 2**25
 ROWS_OF_DATA = 48_842
@@ -64,12 +76,6 @@ def without_kronecker() -> Iterator[None]:
         select.FAMILIES.append(kronecker.candidates)
 
 
-def timed_plan(workload: Workload, privacy: Privacy) -> tuple[Plan, float]:
-    start = time.process_time()
-    chosen = plan(workload, privacy)
-    return chosen, time.process_time() - start
-
-
 def answer_seconds(chosen: Plan, data: dict[tuple[str, ...], np.ndarray]) -> tuple[float, str]:
     start = time.process_time()
     measurement = chosen.measure(data, rng=1)
@@ -95,9 +101,9 @@ def rows() -> list[dict[str, object]]:
         data = data_for(workload)
         for label, privacy in PRIVACIES.items():
             with without_kronecker():
-                before, before_plan = timed_plan(workload, privacy)
+                before, before_plan = cold_plan(workload, privacy)
                 before_answer, _ = answer_seconds(before, data)
-            after, after_plan = timed_plan(workload, privacy)
+            after, after_plan = cold_plan(workload, privacy)
             after_answer, answered = answer_seconds(after, data)
             result.append({
                 "workload": name, "privacy": label,
