@@ -20,10 +20,10 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import stats
 
 import planner
 from dpsql import explain, keys, nonnegative, testing
@@ -56,7 +56,7 @@ def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: floa
     GROUPING(), NULL). Post-processing: free of privacy cost."""
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ProgrammingError(f"the confidence level must lie strictly between 0 and 1, got {level!r}")
-    z = float(stats.norm.ppf(0.5 + level / 2))
+    z = NormalDist().inv_cdf(0.5 + level / 2)
     return [
         tuple(None if e is None or v is None else (float(v) - z * float(e), float(v) + z * float(e)) for v, e in zip(row, err))  # type: ignore[arg-type]
         for row, err in zip(rows, errors)

@@ -36,7 +36,6 @@ from typing import ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import optimize, signal
 
 from planner.noise import (
     RandomLike,
@@ -368,6 +367,12 @@ class _DiscreteLaplace(_SymmetricIntegerNoise):
 _DIRECT_CONVOLUTION_WORK = 2 * 10**8
 
 
+def _fftconvolve(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    from scipy import signal  # imported when first needed: scipy.signal costs ~0.4 s at import
+
+    return signal.fftconvolve(first, second)
+
+
 def _convolve_trimmed(first: tuple[int, np.ndarray], second: tuple[int, np.ndarray]) -> tuple[int, np.ndarray]:
     """Law of the sum of two independent integer variables given as ``(lowest value, pmf)``, with
     outer tails of mass below 1e-60 cut off (the sum concentrates on far fewer values than its range)."""
@@ -375,7 +380,7 @@ def _convolve_trimmed(first: tuple[int, np.ndarray], second: tuple[int, np.ndarr
     if first_pmf.size * second_pmf.size <= _DIRECT_CONVOLUTION_WORK:
         pmf = np.convolve(first_pmf, second_pmf)
     else:
-        pmf = np.clip(signal.fftconvolve(first_pmf, second_pmf), 0, None)
+        pmf = np.clip(_fftconvolve(first_pmf, second_pmf), 0, None)
     start = int(np.searchsorted(np.cumsum(pmf), _NEGLIGIBLE_MASS, side="right"))
     stop = pmf.size - int(np.searchsorted(np.cumsum(pmf[::-1]), _NEGLIGIBLE_MASS, side="right"))
     return first_low + second_low + start, pmf[start:stop] / pmf[start:stop].sum()
@@ -598,6 +603,8 @@ def _smallest_sigma(epsilon: float, delta_noise: float, coordinates: int) -> flo
     low = high / 2
     while log_excess(low) <= 0:
         high, low = low, low / 2
+    from scipy import optimize  # imported when first needed: scipy.optimize costs ~0.3 s at import
+
     sigma = optimize.brentq(log_excess, low, high, xtol=1e-12, rtol=1e-10)
     while log_excess(sigma) > 0:  # the root may sit a rounding error on the wrong side
         sigma *= 1 + 1e-10
@@ -650,6 +657,8 @@ class GaussianThresholding(_ThresholdingSelection):
 
         def midpoint_for(fraction: float) -> float:
             return self._rule_for(fraction).midpoint()
+
+        from scipy import optimize  # imported when first needed (~0.3 s)
 
         grid = np.linspace(0.1, 0.9, 9)
         best = grid[int(np.argmin([midpoint_for(f) for f in grid]))]

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy.optimize import minimize
 
 from planner import caches
 from planner.budget import (
@@ -282,6 +281,8 @@ def _error_and_gradient(weights: np.ndarray, tree: Tree, masses: np.ndarray, pri
 
 
 def _descend(tree: Tree, masses: np.ndarray, start: np.ndarray, privacy: Privacy) -> np.ndarray:
+    from scipy.optimize import minimize  # imported when first planned: scipy.optimize costs ~0.3 s at import
+
     result = minimize(
         _error_and_gradient, start, args=(tree, masses, privacy), jac=True, method="L-BFGS-B",
         bounds=[(0.0, None)] * (tree.levels - 1) + [(1e-9, None)],

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy.optimize import minimize
 
 from planner import caches
 from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_noise
@@ -121,6 +120,8 @@ def optimised_theta(layout: RangeLayout, start: np.ndarray) -> np.ndarray:
     gram = GramOperator(layout)
     key = (gram.signature(), start.shape, start.tobytes())
     if key not in _THETA_CACHE:
+        from scipy.optimize import minimize  # imported when first needed (~0.3 s)
+
         result = minimize(
             objective, start.ravel(), args=(gram,), jac=True, method="L-BFGS-B",
             bounds=[(0.0, None)] * start.size, options={"maxiter": MAX_ITERATIONS},
