@@ -252,3 +252,27 @@ def test_three_ordered_attributes_match_dense_gls(privacy: Privacy) -> None:
     answers = candidate.answer(candidate.measure({("x", "y", "z"): data}, noise=False))
     for value, want in zip(answers.values, workload.answer({("x", "y", "z"): data})):
         np.testing.assert_allclose(value, want, rtol=0, atol=1e-7)
+
+
+def test_a_sql_batch_of_two_dimensional_ranges_is_answered_by_a_kronecker_strategy(adult_connection, adult_frame) -> None:
+    """Twenty statements filtering on an age range AND an income range: one Kronecker plan, and with the
+    noise disabled every count equals the table's."""
+    import itertools
+
+    import dpsql.testing
+    from dpsql.batch import prepare
+
+    ages = [(17, 29), (30, 44), (45, 64), (65, 90), (17, 44)]
+    incomes = [(0, 10_000), (10_000, 50_000), (0, 50_000), (50_000, 1_000_000)]
+    cases = list(itertools.product(ages, incomes))
+    batch = [
+        f"SELECT COUNT(*) FROM adult WHERE age BETWEEN {a} AND {b} AND income >= {low} AND income < {high}"
+        for (a, b), (low, high) in cases
+    ]
+    assert prepare(adult_connection, batch, epsilon=1.0).plan.strategy_name.startswith("kronecker(age: ")
+    with dpsql.testing.noise_disabled():
+        results = adult_connection.workload(batch, epsilon=1.0)
+    frame = adult_frame
+    for ((a, b), (low, high)), result in zip(cases, results):
+        want = ((frame.age >= a) & (frame.age <= b) & (frame.income >= low) & (frame.income < high)).sum()
+        assert result.rows[0][0] == pytest.approx(want, abs=1e-6)
