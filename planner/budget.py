@@ -14,8 +14,10 @@ exact variance of that noise (``planner.noise`` rounds parameters up to a dyadic
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -43,14 +45,25 @@ def laplace_budgets(masses: Sequence[float], magnitudes: Sequence[float], epsilo
     """``ε_g = ε (a_g C_g²)^{1/3} / Σ_h (a_h C_h²)^{1/3}``: minimises ``Σ_g 2 a_g (k C_g/ε_g)²``."""
     mass, magnitude = _checked_masses(masses, magnitudes)
     weight = np.cbrt(mass * magnitude**2)
-    return epsilon * weight / weight.sum()
+    return within(epsilon * weight / weight.sum(), epsilon)
 
 
 def gaussian_budgets(masses: Sequence[float], magnitudes: Sequence[float], rho: float) -> np.ndarray:
     """``ρ_g = ρ √a_g C_g / Σ_h √a_h C_h``: minimises ``Σ_g a_g k² C_g² / (2ρ_g)``."""
     mass, magnitude = _checked_masses(masses, magnitudes)
     weight = np.sqrt(mass) * magnitude
-    return rho * weight / weight.sum()
+    return within(rho * weight / weight.sum(), rho)
+
+
+def within(budgets: Sequence[float] | np.ndarray, total: float) -> np.ndarray:
+    """``budgets`` with the largest lowered ulp by ulp until their exact (rational) sum is at most
+    ``total``: a split computed in floating point (``total·w_g/Σw``) can exceed the spec by a few ulps,
+    and sequential composition needs ``Σ_g ε_g ≤ ε`` exactly."""
+    result = np.array(budgets, dtype=float)
+    while result.size and sum(map(Fraction, result.tolist())) > Fraction(total):
+        largest = int(np.argmax(result))
+        result[largest] = math.nextafter(result[largest], 0.0)
+    return result
 
 
 def optimal_budgets(masses: Sequence[float], magnitudes: Sequence[float], privacy: Privacy) -> np.ndarray:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from planner import Domain, Identity, Predicate, Privacy, Product, Factor, Workload, plan
+from planner import AllRange, Domain, Factor, Identity, Predicate, Prefix, Privacy, Product, Workload, plan
 from planner.budget import Sensitivity, grouped_error, laplace_budgets
 from planner.select import BoundUnavailableError
 from planner.strategies.marginals import MarginalsCandidate
@@ -164,3 +164,43 @@ def test_a_budget_too_small_for_any_exact_sampler_is_refused_with_advice() -> No
     with pytest.raises(NoCandidateError, match="use a larger budget"):
         plan(workload, Privacy.laplace(1e-13))  # identity needs scale 1e13 > 2^40
     assert plan(workload, Privacy.laplace(1e-9)).strategy_name == "identity"
+
+
+def test_budget_splits_never_exceed_the_spec_in_exact_arithmetic() -> None:
+    """ε·w_g/Σw in floating point sums to more than ε for about half of all random splits (by ulps);
+    sequential composition needs Σ ε_g ≤ ε exactly."""
+    from fractions import Fraction
+
+    from planner.budget import gaussian_budgets, laplace_budgets, within
+
+    rng = np.random.default_rng(0)
+    exceeded = 0
+    for _ in range(300):
+        weights, total = rng.random(int(rng.integers(2, 30))), float(rng.choice([1.0, 0.3, 0.7, 2.5]))
+        naive = total * weights / weights.sum()
+        exceeded += sum(map(Fraction, naive.tolist())) > Fraction(total)
+        for split in (within(naive, total), laplace_budgets(weights, np.ones(weights.size), total),
+                      gaussian_budgets(weights, np.ones(weights.size), total)):
+            assert sum(map(Fraction, split.tolist())) <= Fraction(total)
+            np.testing.assert_allclose(split.sum(), total, rtol=1e-14)
+    assert exceeded > 50  # the guard is needed
+
+
+@pytest.mark.parametrize("privacy", [Privacy.laplace(0.7), Privacy.zcdp(0.3)])
+def test_every_candidates_group_budgets_fit_the_spec_exactly(privacy: Privacy) -> None:
+    from fractions import Fraction
+
+    from planner.select import all_candidates
+
+    dom = Domain({"a": 3, "b": 4, "c": 5, "t": 24, "u": 20}, ordered={"t", "u"})
+    workloads = [
+        Workload.all_kway(Domain({"a": 3, "b": 4, "c": 5}), 2),
+        Workload.all_range(dom, "t") + Workload.marginals(dom, [("a", "b")]),
+        Workload(dom, (Product(dom, (Factor(("t",), AllRange(24)), Factor(("u",), Prefix(20)))),)),
+        Workload.prefix(dom, "t") + 2.0 * Workload.marginals(dom, [("a",), ("b", "c")]),
+    ]
+    spec = Fraction(privacy.epsilon if privacy.is_laplace else privacy.rho)
+    for workload in workloads:
+        for candidate in all_candidates(workload, privacy):
+            spent = sum(Fraction(g.budget) for g in candidate.group_budgets())
+            assert spent <= spec, (candidate.name, float(spent - spec))

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.budget import within
 from planner.noise import as_source
 from planner.privacy import Privacy
 from planner.recovery import marginal_from_residuals, product_variances
@@ -311,10 +312,7 @@ def split_budget(privacy: Privacy, errors: Sequence[float]) -> list[Privacy]:
     power = 1 / 3 if privacy.is_laplace else 1 / 2
     weights = np.asarray(errors, dtype=float) ** power
     total = _amount(privacy)
-    shares = [float(total * w / weights.sum()) for w in weights]
-    while math.fsum(shares) > total:  # rounding: take the excess off the largest share
-        largest = int(np.argmax(shares))
-        shares[largest] = math.nextafter(shares[largest], 0.0)
+    shares = within(total * weights / weights.sum(), total).tolist()
     return [Privacy.laplace(s) if privacy.is_laplace else Privacy.zcdp(s) for s in shares]
 
 

@@ -28,6 +28,7 @@ from planner.budget import (
     laplace_budgets,
     noise_for_group,
     sample_noise,
+    within,
 )
 from planner.privacy import Privacy
 from planner.strategies.base import Candidate, GroupBudget, Measurement
@@ -137,7 +138,7 @@ def _floored(budgets: np.ndarray, epsilon: float) -> np.ndarray:
     to ``ε``."""
     floored = budgets.copy()
     floored[-1] = max(floored[-1], LEAF_SHARE * epsilon)
-    return floored * (epsilon / floored.sum())
+    return within(floored * (epsilon / floored.sum()), epsilon)
 
 
 class HatCandidate(RangeCandidate):

@@ -38,6 +38,7 @@ from planner.budget import (
     noise_for_group,
     optimal_budgets,
     sample_noise,
+    within,
 )
 from planner.privacy import Privacy
 from planner.strategies.base import Candidate, GroupBudget, Measurement
@@ -369,7 +370,7 @@ class HierarchyCandidate(RangeCandidate):
         self.tree = Tree.with_branching(layout.size, branching)
         self.sensitivity = sensitivity
         total = privacy.epsilon if privacy.is_laplace else privacy.rho
-        self.budgets = np.asarray(shares, dtype=float) * total
+        self.budgets = within(np.asarray(shares, dtype=float) * total, total)
         self.noises: dict[int, GroupNoise] = {
             level: noise_for_group(privacy, float(budget), sensitivity)
             for level, budget in enumerate(self.budgets)

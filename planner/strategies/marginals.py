@@ -35,7 +35,14 @@ import numpy as np
 from scipy import sparse
 
 from planner.domain import Domain
-from planner.budget import Sensitivity, continuous_laplace_variance, noise_for_group, optimal_budgets, sample_noise
+from planner.budget import (
+    Sensitivity,
+    continuous_laplace_variance,
+    noise_for_group,
+    optimal_budgets,
+    sample_noise,
+    within,
+)
 from planner.privacy import Privacy
 from planner.recovery import (
     Subset,
@@ -230,7 +237,7 @@ class BudgetProblem:
         if not self.covers([m for m, k in zip(measured, keep) if k]):
             keep = best_budgets > 0  # a marginal that alone covers a subset never loses all its budget
         kept = [m for m, k in zip(measured, keep) if k]
-        return tuple(kept), best_budgets[keep] * (self.total / best_budgets[keep].sum()), best
+        return tuple(kept), within(best_budgets[keep] * (self.total / best_budgets[keep].sum()), self.total), best
 
 
 def _greedy_cover(
