@@ -57,7 +57,9 @@ MAX_ITERATIONS = 200
 TOLERANCE = 1e-10  # stop alternating when an iteration improves the error by less than this fraction
 RANDOM_STARTS = 8  # sparse random starting budgets (fixed seed: planning is deterministic)
 SHARES_CACHE_SIZE = 256  # memoized optimal shares (a few levels each)
-PRUNE_SHARE = 1e-6  # a non-leaf level whose budget share falls below this is not measured
+PRUNE_SHARE = 2.0**-8  # a non-leaf level below this share is not measured, and the leaves keep at least it:
+# shares down to 10⁻⁶ made the tree GLS ill-conditioned (variance ratios ~10¹²: noise-free answers off by
+# 1e-2, stated variances by 1e-3); a level this small carries under 1e-5 of the information of a full one
 
 
 # --------------------------------------------------------------------------------------------------
@@ -298,7 +300,7 @@ def _alternate(tree: Tree, masses: np.ndarray, shares: np.ndarray, privacy: Priv
     error = tree_error(tree, _continuous_variances(shares, privacy), masses)
     for _ in range(MAX_ITERATIONS):
         recovery = recovery_masses(tree, _continuous_variances(shares, privacy), masses)
-        proposal = optimal_budgets(recovery, np.ones(tree.levels), unit)
+        proposal = _pruned(optimal_budgets(recovery, np.ones(tree.levels), unit))  # keeps the GLS well conditioned
         proposal_error = tree_error(tree, _continuous_variances(proposal, privacy), masses)
         if not proposal_error < error:
             break
@@ -311,11 +313,15 @@ def _alternate(tree: Tree, masses: np.ndarray, shares: np.ndarray, privacy: Priv
 
 def _pruned(shares: np.ndarray) -> np.ndarray:
     """Drop non-leaf levels with a negligible share; the leaves (needed for the tree estimate to be
-    identifiable) keep at least ``PRUNE_SHARE`` so their noise scale stays finite and samplable."""
+    identifiable) keep at least ``PRUNE_SHARE`` so the tree GLS stays well conditioned."""
     kept = shares.copy()
     kept[:-1][kept[:-1] < PRUNE_SHARE] = 0.0
-    kept[-1] = max(kept[-1], PRUNE_SHARE)
-    return kept / kept.sum()
+    kept /= kept.sum()
+    if kept[-1] < PRUNE_SHARE:
+        above = kept[:-1].sum()
+        kept[:-1] *= (1.0 - PRUNE_SHARE) / above if above > 0 else 0.0
+        kept[-1] = PRUNE_SHARE if above > 0 else 1.0
+    return kept
 
 
 def optimal_shares(tree: Tree, masses: np.ndarray, privacy: Privacy) -> np.ndarray:
