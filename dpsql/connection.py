@@ -32,7 +32,6 @@ from dpsql.errors import (
     InterfaceError,
     InternalError,
     NotSupportedError,
-    OperationalError,
     ProgrammingError,
 )
 from dpsql.result import Result, build_result

@@ -129,7 +129,7 @@ def _random_condition(rng: np.random.Generator, depth: int = 0) -> str:
         lambda: f"income {rng.choice(['<', '>='])} {int(rng.choice([0, 10000, 50000, 100000, 1000000]))}",
         lambda: f"job IS {rng.choice(['', 'NOT '])}NULL",
         lambda: f"job {rng.choice(['=', '<>'])} '{rng.choice(['clerk', 'engineer', 'nurse', 'teacher'])}'",
-        lambda: f"job IN ('nurse', 'teacher')",
+        lambda: "job IN ('nurse', 'teacher')",
         lambda: f"{int(rng.integers(17, 91))} < age",
     ]
     return atoms[int(rng.integers(len(atoms)))]()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from planner import AllRange, Domain, Explicit, Factor, Identity, Predicate, Prefix, Privacy, Product, Workload, plan
-from planner.budget import Sensitivity, grouped_error, laplace_budgets, gaussian_budgets, optimal_row_budgets_cvx
+from planner.budget import grouped_error, laplace_budgets, gaussian_budgets, optimal_row_budgets_cvx
 from planner.select import all_candidates, singular_value_sum
 from planner.strategies.residual import CoefficientCandidate
 
