@@ -39,7 +39,7 @@ coefficients, and the total's coefficient is the only one whose marginal is not 
 ``d_i = (s_i/N_i)·1`` over the ``N_i`` cells of the part's marginal (the tests check it against the
 dense GLS covariance). A 1-D range candidate has ``Σ_i = I ⊗ Σ_t``, so ``d_i = 1 ⊗ Σ_t1``: row sums
 of ``Σ_t`` block by block for dense covariances (eigen, HATs, p-identity), ``Σ_ℓ c_ℓ E_ℓ 1`` for a
-tree. Any other candidate type (or one measuring attributes outside its part) is not used for a part:
+tree; a Kronecker range candidate has ``Σ = v ⊗_a C_a ⊗ I``, so ``d = v ⊗_a C_a1 ⊗ 1``. Any other candidate type (or one measuring attributes outside its part) is not used for a part:
 the composite is exact or not offered. A part whose total is not estimated (``s_i = 0``: every query
 of it sums to zero) shares nothing with the others and takes no part in the combination.
 """
@@ -150,6 +150,16 @@ def total_link(candidate: Candidate) -> TotalLink | None:
         measured = layout.measured
         along = [-1 if a == layout.attribute else 1 for a in measured]
         return TotalLink(measured, np.broadcast_to(sums.reshape(along), domain.shape(measured)))
+    from planner.strategies.kronecker import KroneckerCandidate  # it registers itself with select
+
+    if isinstance(candidate, KroneckerCandidate):  # Σ = v ⊗_a C_a ⊗ I, so Σ1 = v ⊗_a C_a1 ⊗ 1
+        measured = candidate.layout.measured
+        sums = np.asarray(candidate.noise.variance)
+        for attribute in measured:
+            factor = candidate.factors.get(attribute)
+            along = np.ones(domain.size_of(attribute)) if factor is None else factor.covariance.matrix().sum(axis=1)
+            sums = np.multiply.outer(sums, along)
+        return TotalLink(measured, sums)
     return None
 
 
@@ -161,6 +171,10 @@ def answers_and_total(candidate: Candidate, measurement: Measurement) -> tuple[A
     if isinstance(candidate, CoefficientCandidate):
         total = marginal_from_residuals((), candidate.residuals(measurement), candidate.bases)
         return candidate.answer(measurement), float(np.sum(total))
+    from planner.strategies.kronecker import KroneckerCandidate
+
+    if isinstance(candidate, KroneckerCandidate):
+        return candidate.answer(measurement), float(candidate.estimate(measurement).sum())
     raise TypeError(f"a composite part cannot be a {type(candidate).__name__}")
 
 
