@@ -60,6 +60,8 @@ def within(budgets: Sequence[float] | np.ndarray, total: float) -> np.ndarray:
     ``total``: a split computed in floating point (``total·w_g/Σw``) can exceed the spec by a few ulps,
     and sequential composition needs ``Σ_g ε_g ≤ ε`` exactly."""
     result = np.array(budgets, dtype=float)
+    if result.size and math.fsum(result) > total * (1 + 1e-9):
+        raise BudgetError(f"budgets summing to {math.fsum(result)!r} exceed {total!r} by more than rounding")
     while result.size and sum(map(Fraction, result.tolist())) > Fraction(total):
         largest = int(np.argmax(result))
         result[largest] = math.nextafter(result[largest], 0.0)
