@@ -202,7 +202,7 @@ def test_range_candidates_covary_with_their_total_by_the_row_sums_of_sigma(famil
     link = total_link(candidate)
     assert link is not None and link.attributes == ("x", "s")
     sigma_t = dense_ordered_covariance(candidate.covariance)
-    np.testing.assert_allclose(link.covariance, np.repeat(sigma_t.sum(axis=1)[:, None], 2, axis=1), rtol=1e-9)
+    np.testing.assert_allclose(link.covariance[..., 0], np.repeat(sigma_t.sum(axis=1)[:, None], 2, axis=1), rtol=1e-9)
     assert link.total_variance == pytest.approx(2 * sigma_t.sum(), rel=1e-9)
 
 
@@ -310,7 +310,7 @@ def test_totals_of_every_part_agree_exactly(privacy: Privacy) -> None:
     measurement = candidate.measure(random_data(DOM), rng=12)
     answers = candidate.answer(measurement)
     prefix_total, range_total, cells = answers.values[0][-1], answers.values[1][3], answers.values[2]  # range [0, 3]
-    raw = [composite.answers_and_total(p.candidate, candidate._part_measurement(i, measurement))[1] for i, p in enumerate(candidate.parts)]
+    raw = [composite.answers_and_shared(p.candidate, candidate._part_measurement(i, measurement), ())[1][0] for i, p in enumerate(candidate.parts)]
     variances = [p.link.total_variance for p in candidate.parts]
     assert len(set(np.round(raw, 6))) == 3  # the parts' own totals differ (noise) …
     grand = sum(t / s for t, s in zip(raw, variances)) / sum(1 / s for s in variances)
@@ -429,3 +429,152 @@ def test_a_sql_batch_of_ranges_beside_a_group_by_is_answered_by_a_composite(adul
     assert "non-negative answers unavailable" in noisy[0].note and "composite(" in noisy[0].note
     explained = adult_connection.cursor().execute("EXPLAIN " + "; ".join(BATCH), epsilon=1.0).fetchall()
     assert any(row[0] == "strategy" and str(row[1]).startswith("composite(age: ") for row in explained)
+
+
+# --------------------------------------------------------------------------------------------------
+# Parts sharing a small attribute set Z: ranges by a demographic beside a demographic table.
+# --------------------------------------------------------------------------------------------------
+
+STAR = Domain({"age": 8, "sex": 2, "race": 3, "edu": 4, "x": 5}, ordered={"age", "x"})
+
+
+def by(*factors: tuple[str, object], dom: Domain = STAR) -> Workload:
+    return product(*factors, dom=dom)
+
+
+def ranges_by_sex(dom: Domain = STAR) -> Workload:
+    n = dom.size_of("age")
+    return by(("age", AllRange(n)), ("sex", Identity(2)), dom=dom) + Workload.marginals(dom, [("sex", "race")])
+
+
+def two_shared(dom: Domain = STAR) -> Workload:
+    """Z = {sex, race}: ranges of age by (sex, race) beside the (sex, race, edu) table."""
+    return by(("age", AllRange(8)), ("sex", Identity(2)), ("race", Identity(3))) + Workload.marginals(dom, [("sex", "race", "edu")])
+
+
+def two_shared_and_a_third(dom: Domain = STAR) -> Workload:
+    """:func:`two_shared` and prefixes of x by sex: a part measuring only sex of Z = {sex, race}."""
+    return two_shared(dom) + by(("x", Prefix(5)), ("sex", Identity(2)))
+
+
+def test_the_shared_set_is_the_smallest_that_splits_the_workload() -> None:
+    assert composite.shared_attributes(Workload.prefix(DOM, "x") + Workload.prefix(DOM, "y")) == ()
+    assert composite.shared_attributes(ranges_by_sex()) == ("sex",)
+    assert parts_of(ranges_by_sex(), ("sex",)) == [(0,), (1,)]
+    assert composite.shared_attributes(two_shared()) == ("sex", "race")
+    assert parts_of(two_shared(), ("sex", "race")) == [(0,), (1,)]
+    assert composite.shared_attributes(two_shared_and_a_third()) == ("sex",)  # x splits off at Z = {sex}
+    assert composite.shared_attributes(Workload.marginals(STAR, [("age", "sex", "race")])) is None
+    big = Domain({"a": 9, "b": 9, "c": 2}, ordered={"a"})  # 81 cells of (a, b) is more than 64
+    assert composite.shared_attributes(Workload.marginals(big, [("a", "b", "c"), ("a", "b")])) is None
+    assert composite.shared_attributes(Workload.marginals(big, [("a", "b"), ("b", "c")])) == ("b",)
+
+
+def assert_link_matches_dense(candidate: Candidate, shared: tuple[str, ...]) -> None:
+    """``D = Cov(x̂_M, z)`` from the dense GLS covariance of the candidate alone."""
+    link = composite.shared_link(candidate, shared)
+    assert link is not None and link.shared == tuple(a for a in link.attributes if a in shared)
+    dom = candidate.workload.domain
+    covariance = np.linalg.pinv(dense_precision(candidate), rcond=1e-12, hermitian=True)
+    summing = Workload.marginals(dom, [link.attributes, link.shared]).dense()
+    rows = math.prod(dom.shape(link.attributes))
+    want = summing[:rows] @ covariance @ summing[rows:].T
+    got = link.covariance.reshape(rows, -1)
+    np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-10 * np.abs(want).max())
+    want = summing[rows:] @ covariance @ summing[rows:].T
+    np.testing.assert_allclose(link.shared_variance, want, rtol=1e-8, atol=1e-10 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
+def test_links_to_a_shared_marginal_match_dense_covariances(privacy: Privacy) -> None:
+    workload = ranges_by_sex()
+    ranges, table = Workload(STAR, workload.products[:1]), Workload(STAR, workload.products[1:])
+    range_families = [hierarchy.candidates] + ([hats.candidates] if privacy.is_laplace else [eigen.candidates])
+    checked = 0
+    for family in range_families + [identity.candidates, marginals.candidates, residual.candidates]:  # Fourier pads STAR
+        for part in (ranges, table):
+            for candidate in family(part, privacy, 1):
+                if isinstance(candidate, CoefficientCandidate) and not candidate.consistent:
+                    continue
+                assert_link_matches_dense(candidate, ("sex",))
+                checked += 1
+    assert checked >= 6
+    # a Kronecker part whose identity attributes hold Z, and one with two shared attributes
+    dom = Domain({"x": 8, "y": 4, "s": 2, "t": 3}, ordered={"x", "y"})
+    grid = product(("x", AllRange(8)), ("y", AllRange(4)), ("s", Identity(2)), ("t", Identity(3)), dom=dom)
+    (kron,) = kronecker.candidates(grid, privacy)
+    assert_link_matches_dense(kron, ("s", "t"))
+    assert composite.shared_link(kron, ("x",)) is None  # Z on a factored attribute: not handled
+    cells = Workload.marginals(dom, [("s", "t"), ("y", "s", "t")])
+    for candidate in marginals.candidates(cells, privacy, 1):
+        assert_link_matches_dense(candidate, ("s", "t"))
+    (tree,) = hierarchy.candidates(Workload(STAR, workload.products[:1]), privacy, 1)
+    assert composite.shared_link(tree, ("age",)) is None  # Z on the ordered attribute: not handled
+
+
+def planned_parts(workload: Workload, privacy: Privacy, shared: tuple[str, ...], families, shares) -> list[Part]:
+    parts = []
+    for products, family, share in zip(parts_of(workload, shared), families, shares):
+        sub = Workload(workload.domain, tuple(workload.products[i] for i in products))
+        candidate = next(c for c in family(sub, privacy.scaled(share), 1) if getattr(c, "consistent", True))
+        parts.append(Part(products, candidate, composite.shared_link(candidate, shared)))
+    return parts
+
+
+@pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
+def test_parts_sharing_attributes_match_dense_gls(privacy: Privacy) -> None:
+    ranges = eigen.candidates if not privacy.is_laplace else hats.candidates
+    for workload, shared, families, shares in [
+        (ranges_by_sex(), ("sex",), (ranges, marginals.candidates), (0.625, 0.375)),
+        (ranges_by_sex(), ("sex",), (hierarchy.candidates, identity.candidates), (0.5, 0.5)),
+        (two_shared(), ("sex", "race"), (hierarchy.candidates, marginals.candidates), (0.75, 0.25)),
+        (two_shared_and_a_third(), ("sex", "race"), (hierarchy.candidates, marginals.candidates, ranges), (0.5, 0.25, 0.25)),
+    ]:
+        candidate = CompositeCandidate(workload, privacy, planned_parts(workload, privacy, shared, families, shares), shared)
+        assert candidate.name.endswith(" on " + ", ".join(shared))
+        assert_matches_dense_gls(candidate)
+    # the third part measures only sex of Z: it shares its sex marginal
+    assert candidate.parts[2].link.shared == ("sex",)
+    small = Domain({"age": 32, "sex": 2, "race": 3}, ordered={"age"})  # ε-DP: ranges on 8 ages go to marginals
+    (planned,) = composite.candidates(ranges_by_sex(small), privacy, 1)
+    assert planned.shared == ("sex",) and len(planned.parts) == 2
+    assert_matches_dense_gls(planned)
+
+
+@pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
+def test_parts_agree_exactly_on_the_shared_marginal_and_noise_free_answers_are_exact(privacy: Privacy) -> None:
+    workload, shared = two_shared_and_a_third(), ("sex", "race")
+    families = (hierarchy.candidates, marginals.candidates, hierarchy.candidates)
+    candidate = CompositeCandidate(workload, privacy, planned_parts(workload, privacy, shared, families, (0.5, 0.25, 0.25)), shared)
+    data = random_data(STAR)
+    answers = candidate.answer(candidate.measure(data, rng=7)).values
+    full = answers[0].reshape(-1, 2, 3)[7]  # range [0, 7] of age by (sex, race): the (sex, race) marginal
+    table = answers[1].reshape(2, 3, 4).sum(axis=2)
+    prefix_by_sex = answers[2].reshape(2, 5)[:, -1]  # x part: prefix [0, 4] by sex (rows in domain order)
+    np.testing.assert_allclose(full, table, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(prefix_by_sex, table.sum(axis=1), rtol=1e-12, atol=1e-9)
+    raw = [composite.answers_and_shared(p.candidate, candidate._part_measurement(i, candidate.measure(data, rng=7)), p.link.shared)[1] for i, p in enumerate(candidate.parts)]
+    assert not np.allclose(raw[0], raw[1])  # the parts' own estimates differed (noise)
+    exact = candidate.answer(candidate.measure(data, noise=False)).values
+    for got, want in zip(exact, workload.answer(data)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-7)
+
+
+def test_a_part_that_estimates_only_some_shared_directions_is_not_used() -> None:
+    """Z = {sex}: a part asking only the sex contrast beside ranges of age by sex has a singular but
+    non-zero K: no pseudo-inverse, the composite is refused (and not offered)."""
+    contrast = by(("sex", Explicit([[1.0, -1.0]])), ("race", Identity(3)))
+    candidate = marginals.candidates(contrast, ZCDP, 1)[0]
+    link = composite.shared_link(candidate, ("sex",))
+    assert link is not None and np.any(link.shared_variance)
+    assert not link.combinable
+    with pytest.raises(ValueError, match="singular"):
+        _ = link.shared_precision
+
+
+def test_the_planner_chooses_a_shared_composite_for_ranges_by_a_demographic() -> None:
+    dom = Domain({"age": 74, "sex": 2, "race": 5}, ordered={"age"})
+    workload = ranges_by_sex(dom)
+    chosen = plan(workload, Privacy.zcdp(1.0))
+    assert isinstance(chosen.candidate, CompositeCandidate) and chosen.candidate.shared == ("sex",)
+    assert chosen.expected_error() / svd_bound(workload, Privacy.zcdp(1.0)) < 1.05  # the marginals family: 2.79

@@ -1,12 +1,18 @@
-"""Composite strategies: a workload made of parts that read disjoint attribute sets, each part measured
-by its own best family under a sequential split of the budget, the parts made consistent on the one
-linear function they share, the grand total, by exact GLS.
+"""Composite strategies: a workload made of parts that read disjoint attribute sets apart from a small
+shared set ``Z`` (a star), each part measured by its own best family under a sequential split of the
+budget, the parts made consistent on the one linear function they share, the ``Z``-marginal (the grand
+total when ``Z = ∅``), by exact GLS.
 
-*Parts.* Two products belong to one part when their attribute sets intersect (connected components
-of the "shares an attribute" graph); products reading no attribute (the total) join the part with
-the most queries. ``Workload.prefix(dom, "x") + Workload.prefix(dom, "y")`` has two parts; the family
-is offered only for two or more, so a part (connected by construction) never offers it again, and
-only when some part's best strategy is a range family (see :func:`candidates`).
+*Parts.* For a set ``Z`` of attributes, two products belong to one part when their attribute sets
+minus ``Z`` intersect (connected components of the "shares an attribute outside ``Z``" graph);
+products reading nothing outside ``Z`` (the total, a ``Z``-marginal) join the part with the most
+queries. ``Workload.prefix(dom, "x") + Workload.prefix(dom, "y")`` has two parts with ``Z = ∅``;
+``AllRange(age) ⊗ Identity(sex)`` beside the (sex, race) marginal is one component, but two parts with
+``Z = {sex}``. The shared set is the smallest that gives two or more parts: ``∅`` first, then single
+attributes, then pairs (fewest ``Z``-cells first), with at most :data:`MAX_SHARED_CELLS` cells. A part
+may measure only its own attributes and ``Z``, so two parts' measured marginals ``M_i`` meet inside
+``Z``. The family is offered only for two or more parts, so a part never offers it again, and only
+when some part's best strategy is a range family (see :func:`candidates`).
 
 *Budgets.* Each part is planned by every family (``planner.select.all_candidates``) at the full
 budget, giving its least error ``E_i``. With ``error_i = E_i/ρ_i`` (zCDP) the split minimising
@@ -15,38 +21,50 @@ budget, giving its least error ``E_i``. With ``error_i = E_i/ρ_i`` (zCDP) the s
 point). Each part is then planned again at its share, so every variance is exact for the discrete
 noise actually drawn.
 
-*GLS across parts (exact).* Part ``i``'s own GLS estimates the marginal on its measured attributes
-``M_i`` by ``x̂_i`` with covariance ``Σ_i``; the parts' noises are independent, so the ``x̂_i`` carry
-all the information and the joint GLS is
+*GLS across parts (exact).* Part ``i``'s own GLS estimates the marginal on ``M_i`` by ``x̂_i`` with
+covariance ``Σ_i``; the parts' noises are independent, so the ``x̂_i`` carry all the information. Let
+``Z_i = Z ∩ M_i``, ``P_i`` sum ``M_i``-cells to ``Z_i``-cells and ``Q_i`` sum ``Z``-cells to
+``Z_i``-cells. The hypergraph ``{Z, M_1, …, M_k}`` is acyclic (``M_i ∩ M_j ⊆ Z``), so marginals
+``x_i`` come from one data vector iff ``P_i x_i = Q_i z`` for some ``z`` on ``Z``, and the joint GLS is
 
-    min Σ_i (x_i − x̂_i)ᵀ Σ_i⁺ (x_i − x̂_i)   subject to  1ᵀx_1 = … = 1ᵀx_k = t,
+    min Σ_i (x_i − x̂_i)ᵀ Σ_i⁺ (x_i − x̂_i)   subject to  P_i x_i = Q_i z  for every i.
 
-because marginals on pairwise disjoint attribute sets come from one data vector iff their totals
-agree. For fixed ``t`` part ``i``'s minimiser is ``x_i = x̂_i − d_i (T_i − t)/s_i`` with
-``T_i = 1ᵀx̂_i``, ``s_i = Var T_i = 1ᵀΣ_i1`` and ``d_i = Σ_i1 = Cov(x̂_i, T_i)``, at cost
-``(T_i − t)²/s_i``; hence ``t̂ = (Σ_i T_i/s_i)/S`` with ``S = Σ_i 1/s_i``. A query ``q`` of part ``i``
-(row ``w_q`` over ``M_i``) becomes ``a_q − c_q (T_i − t̂)/s_i`` with ``c_q = w_qᵀd_i = Cov(a_q, T_i)``.
-From ``Cov(a_q, T_i − t̂) = c_q (1 − 1/(s_i S))`` and ``Var(T_i − t̂) = s_i − 1/S``:
+With ``z_i = P_i x̂_i``, ``K_i = P_iΣ_iP_iᵀ = Var z_i`` and ``D_i = Σ_iP_iᵀ = Cov(x̂_i, z_i)``, part
+``i``'s minimiser for fixed ``z`` is ``x_i = x̂_i − D_iK_i⁻¹(z_i − Q_iz)`` at cost
+``(z_i − Q_iz)ᵀK_i⁻¹(z_i − Q_iz)``, hence ``ẑ = A⁻¹ Σ_j Q_jᵀK_j⁻¹z_j`` with ``A = Σ_j Q_jᵀK_j⁻¹Q_j``.
+A query ``q`` of part ``i`` (row ``w_q`` over ``M_i``) becomes ``a_q − c_qᵀK_i⁻¹(z_i − Q_iẑ)`` with
+``c_q = D_iᵀw_q = Cov(z_i, a_q)``. From ``Cov(z_i, ẑ) = Q_iA⁻¹``, ``Var ẑ = A⁻¹``,
+``Var(z_i − Q_iẑ) = K_i − Q_iA⁻¹Q_iᵀ`` and ``Cov(z_i − Q_iẑ, a_q) = c_q − Q_iA⁻¹Q_iᵀK_i⁻¹c_q``:
 
-    Var(a_q') = Var(a_q) − c_q²/s_i + c_q²/(s_i² S).
+    Var(a_q') = Var(a_q) − c_qᵀK_i⁻¹c_q + (Q_iᵀK_i⁻¹c_q)ᵀ A⁻¹ (Q_iᵀK_i⁻¹c_q).
 
-A part's own total (``c = s_i``) becomes ``t̂`` exactly, with variance ``1/S``: all totals agree.
-``c_q`` is the part's workload evaluated on the table ``d_i`` (answers are linear in the marginal).
+With ``Z = ∅`` (one ``Z``-cell, ``K_i = s_i``, ``A = S = Σ 1/s_j``) this is
+``Var(a_q) − c_q²/s_i + c_q²/(s_i²S)``. A part's own ``Z_i``-marginal (``c_q`` = a row of ``K_i``)
+becomes ``Q_iẑ`` exactly: all parts agree on ``Z`` and on the total. ``c_q`` is the part's workload
+evaluated on the columns of ``D_i`` (answers are linear in the marginal). A part with ``K_i = 0`` (no
+query of it has a ``Z``-component: every query sums to zero) has ``D_i = 0``, shares nothing and takes
+no part in the combination. A part whose ``K_i`` is singular but not zero estimates only some
+directions of its ``Z_i``-marginal; it is not used (no pseudo-inverse), and neither is a combination
+whose ``A`` is singular: the composite is exact or not offered.
 
-*``d_i`` per family.* Marginal-type candidates (identity, marginals, Fourier, residual:
-:class:`~planner.strategies.residual.CoefficientCandidate`) estimate independent residual
-coefficients, and the total's coefficient is the only one whose marginal is not a contrast, so
-``d_i = (s_i/N_i)·1`` over the ``N_i`` cells of the part's marginal (the tests check it against the
-dense GLS covariance). A 1-D range candidate has ``Σ_i = I ⊗ Σ_t``, so ``d_i = 1 ⊗ Σ_t1``: row sums
-of ``Σ_t`` block by block for dense covariances (eigen, HATs, p-identity), ``Σ_ℓ c_ℓ E_ℓ 1`` for a
-tree; a Kronecker range candidate has ``Σ = v ⊗_a C_a ⊗ I``, so ``d = v ⊗_a C_a1 ⊗ 1``. Any other candidate type (or one measuring attributes outside its part) is not used for a part:
-the composite is exact or not offered. A part whose total is not estimated (``s_i = 0``: every query
-of it sums to zero) shares nothing with the others and takes no part in the combination.
+*``D_i`` per family.* When ``Σ_i = I_{Z_i} ⊗ Σ_rest`` (``Z_i`` among the attributes measured with
+identity noise), ``D_i[m, z] = d_i[m]·[m_{Z_i} = z]`` with ``d_i = Σ_i1`` the link to the total: a
+1-D range candidate has ``Σ_i = I ⊗ Σ_t`` (``Z_i`` must avoid its ordered attribute), so
+``d_i = 1 ⊗ Σ_t1``: row sums of ``Σ_t`` block by block for dense covariances (eigen, HATs,
+p-identity), ``Σ_ℓ c_ℓ E_ℓ 1`` for a tree; a Kronecker range candidate has ``Σ = v ⊗_a C_a ⊗ I``
+(``Z_i`` must avoid the factored attributes), so ``d = v ⊗_a C_a1 ⊗ 1``. Marginal-type candidates
+(identity, marginals, Fourier, residual: :class:`~planner.strategies.residual.CoefficientCandidate`)
+estimate independent residual coefficients ``φ̂_T`` with ``x̂_A = Σ_{T⊆A} E_{A,T} φ̂_T``
+(``planner.recovery``), so ``D_i = Σ_{T⊆Z_i} E_{M_i,T} diag(Var φ̂_T) E_{Z_i,T}ᵀ``, built column by
+column with ``marginal_from_residuals`` (with ``Z = ∅``: ``d_i = (s_i/N_i)·1``). The tests check every
+``D_i`` against dense GLS covariances. Any other candidate type, a ``Z_i`` its structure does not give
+exactly, or a candidate measuring attributes outside its part is not used for a part.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,19 +72,31 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.budget import within
+from planner.domain import Domain
 from planner.noise import as_source
 from planner.privacy import Privacy
-from planner.recovery import marginal_from_residuals, product_variances
+from planner.recovery import (
+    marginal_from_residuals,
+    padded_count,
+    residual_of_marginal,
+    residual_shape,
+    subsets,
+)
 from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
 from planner.strategies.hierarchy import TreeCovariance
 from planner.strategies.ranges import DenseCovariance, OrderedCovariance, RangeCandidate
 from planner.strategies.residual import CoefficientCandidate
-from planner.workload import Product, Workload
+from planner.workload import Workload, marginal_for
+
+MAX_SHARED_ATTRIBUTES = 2
+MAX_SHARED_CELLS = 64
+SINGULAR_TOLERANCE = 1e-10  # a K_i or A whose eigenvalues spread wider than this is treated as singular
 
 
-def parts_of(workload: Workload) -> list[tuple[int, ...]]:
-    """Indices of the workload's products grouped into parts reading disjoint attribute sets (in order
-    of first product); products reading no attribute join the part with the most queries."""
+def parts_of(workload: Workload, shared: tuple[str, ...] = ()) -> list[tuple[int, ...]]:
+    """Indices of the workload's products grouped into parts whose attribute sets meet only inside
+    ``shared`` (in order of first product); products reading nothing outside ``shared`` join the part
+    with the most queries."""
     parent: dict[str, str] = {}
 
     def root(attribute: str) -> str:
@@ -74,41 +104,90 @@ def parts_of(workload: Workload) -> list[tuple[int, ...]]:
             attribute = parent[attribute]
         return attribute
 
-    for product in workload.products:
-        for attribute in product.attributes[1:]:
-            parent[root(attribute)] = root(product.attributes[0])
+    own = [tuple(a for a in product.attributes if a not in shared) for product in workload.products]
+    for attributes in own:
+        for attribute in attributes[1:]:
+            parent[root(attribute)] = root(attributes[0])
     groups: dict[str, list[int]] = {}
-    totals = []
-    for index, product in enumerate(workload.products):
-        if product.attributes:
-            groups.setdefault(root(product.attributes[0]), []).append(index)
+    rest = []
+    for index, attributes in enumerate(own):
+        if attributes:
+            groups.setdefault(root(attributes[0]), []).append(index)
         else:
-            totals.append(index)
+            rest.append(index)
     parts = list(groups.values())
-    if totals:
+    if rest:
         if not parts:
-            return [tuple(totals)]
+            return [tuple(rest)]
         largest = max(parts, key=lambda part: sum(workload.products[i].rows for i in part))
-        largest.extend(totals)
+        largest.extend(rest)
         largest.sort()
     return [tuple(part) for part in parts]
 
 
+def shared_attributes(workload: Workload) -> tuple[str, ...] | None:
+    """The smallest shared set ``Z`` (``∅``, then single attributes, then pairs, fewest cells first, at
+    most :data:`MAX_SHARED_CELLS` cells) that splits the workload into two or more parts, else None."""
+    domain = workload.domain
+    read = domain.canonical(a for p in workload.products for a in p.attributes)
+    for size in range(MAX_SHARED_ATTRIBUTES + 1):
+        sets = sorted(itertools.combinations(read, size), key=lambda z: math.prod(domain.shape(z)))
+        for shared in sets:
+            if math.prod(domain.shape(shared)) <= MAX_SHARED_CELLS and len(parts_of(workload, shared)) >= 2:
+                return shared
+    return None
+
+
 # --------------------------------------------------------------------------------------------------
-# How a part's estimate covaries with its total.
+# How a part's estimate covaries with its shared marginal.
 # --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
-class TotalLink:
-    """``d = Cov(x̂, T)`` of one part as a table over the marginal on ``attributes`` (``s = Σ d``)."""
+class SharedLink:
+    """``D = Cov(x̂, z)`` of one part: a table over the marginal on ``attributes`` (its measured ``M``)
+    per cell of the part's shared marginal ``z`` on ``shared ⊆ attributes`` (last axis, flattened)."""
 
     attributes: tuple[str, ...]
+    shared: tuple[str, ...]
     covariance: np.ndarray
 
     @functools.cached_property
+    def shared_variance(self) -> np.ndarray:
+        """``K = Var z = P D`` (``Z``-cells × ``Z``-cells)."""
+        cells = self.covariance.shape[-1]
+        summed = tuple(i for i, a in enumerate(self.attributes) if a not in self.shared)
+        return np.asarray(self.covariance.sum(axis=summed), dtype=float).reshape(cells, cells)
+
+    @functools.cached_property
     def total_variance(self) -> float:
-        return float(self.covariance.sum())
+        """``s = Var T``: every entry of ``K`` summed."""
+        return float(self.shared_variance.sum())
+
+    @functools.cached_property
+    def shared_precision(self) -> np.ndarray | None:
+        """``K⁻¹``; None when ``K = 0`` (nothing shared) — raises ValueError when ``K`` is singular
+        otherwise (the part estimates only some directions of its shared marginal)."""
+        variance = self.shared_variance
+        if not np.any(variance):
+            return None
+        return _inverse(variance, f"the part's variance of its marginal on {self.shared}")
+
+    @property
+    def combinable(self) -> bool:
+        """Whether ``K`` is zero or invertible: the part can take part in an exact combination."""
+        return not np.any(self.shared_variance) or _invertible(self.shared_variance)
+
+
+def _invertible(matrix: np.ndarray) -> bool:
+    eigenvalues = np.linalg.eigvalsh((matrix + matrix.T) / 2)
+    return bool(eigenvalues[0] > SINGULAR_TOLERANCE * eigenvalues[-1])
+
+
+def _inverse(matrix: np.ndarray, what: str) -> np.ndarray:
+    if not _invertible(matrix):
+        raise ValueError(f"{what} is singular: a composite over this shared set would not be exact")
+    return np.linalg.inv((matrix + matrix.T) / 2)
 
 
 def _row_sums(covariance: OrderedCovariance) -> np.ndarray | None:
@@ -131,50 +210,101 @@ def _row_sums(covariance: OrderedCovariance) -> np.ndarray | None:
     return None
 
 
-def total_link(candidate: Candidate) -> TotalLink | None:
-    """The link of a part's candidate, or None when its type is not one handled exactly."""
+def _split_by_shared(domain: Domain, measured: tuple[str, ...], shared: tuple[str, ...], d: np.ndarray) -> np.ndarray:
+    """``D[m, z] = d[m]·[m_Z = z]``: the link when ``Σ = I_Z ⊗ Σ_rest`` and ``d = Σ1``."""
+    cells = math.prod(domain.shape(shared))
+    indicator = np.eye(cells).reshape(domain.shape(shared) + (cells,))
+    along = tuple(slice(None) if a in shared else None for a in measured) + (slice(None),)
+    return np.broadcast_to(d, domain.shape(measured))[..., None] * indicator[along]
+
+
+def _coefficient_link(candidate: CoefficientCandidate, measured: tuple[str, ...], shared: tuple[str, ...]) -> np.ndarray | None:
+    """``D = Σ_{T⊆Z} E_{M,T} diag(Var φ̂_T) E_{Z,T}ᵀ``, one column per ``Z``-cell; None when some
+    residual of ``Z`` is not estimated."""
+    bases, variances = candidate.bases, candidate.exact_coefficient_variances
+    if any(t not in variances for t in subsets(shared)):
+        return None
+    shape = candidate.workload.domain.shape(shared)
+    cells = math.prod(shape)
+    columns = np.empty(candidate.workload.domain.shape(measured) + (cells,))
+    for cell in range(cells):
+        indicator = np.zeros(cells)
+        indicator[cell] = 1.0
+        indicator = indicator.reshape(shape)
+        residuals = {t: np.zeros(residual_shape(t, bases)) for t in subsets(measured)}
+        for t in subsets(shared):
+            spread = padded_count((a for a in shared if a not in t), bases)
+            variance = np.broadcast_to(variances[t], residual_shape(t, bases))
+            residuals[t] = variance * residual_of_marginal(indicator, shared, t, bases) / spread
+        columns[..., cell] = marginal_from_residuals(measured, residuals, bases)
+    return columns
+
+
+def shared_link(candidate: Candidate, shared: tuple[str, ...]) -> SharedLink | None:
+    """The link of a part's candidate to its marginal on ``shared`` ∩ its measured attributes, or None
+    when the candidate's type (or that shared set) is not one handled exactly."""
+    from planner.strategies.kronecker import (
+        KroneckerCandidate,  # it registers itself with select
+    )
+
     domain = candidate.workload.domain
     if isinstance(candidate, CoefficientCandidate):
         if not candidate.consistent:
             return None
-        attributes = domain.canonical(a for p in candidate.workload.products for a in p.attributes)
-        total = Product(domain, ())
-        variance = float(product_variances(total, candidate.exact_coefficient_variances, candidate.bases)[0])
-        shape = domain.shape(attributes)
-        return TotalLink(attributes, np.full(shape, variance / math.prod(shape)))
-    if isinstance(candidate, RangeCandidate):
-        sums = _row_sums(candidate.covariance)
-        if sums is None:
-            return None
+        measured = domain.canonical(a for p in candidate.workload.products for a in p.attributes)
+        own = tuple(a for a in measured if a in shared)
+        table = _coefficient_link(candidate, measured, own)
+    elif isinstance(candidate, RangeCandidate):
         layout = candidate.layout
         measured = layout.measured
+        own = tuple(a for a in measured if a in shared)
+        sums = _row_sums(candidate.covariance)
+        if sums is None or layout.attribute in own:
+            return None
         along = [-1 if a == layout.attribute else 1 for a in measured]
-        return TotalLink(measured, np.broadcast_to(sums.reshape(along), domain.shape(measured)))
-    from planner.strategies.kronecker import KroneckerCandidate  # it registers itself with select
-
-    if isinstance(candidate, KroneckerCandidate):  # Σ = v ⊗_a C_a ⊗ I, so Σ1 = v ⊗_a C_a1 ⊗ 1
+        table = _split_by_shared(domain, measured, own, sums.reshape(along))
+    elif isinstance(candidate, KroneckerCandidate):  # Σ = v ⊗_a C_a ⊗ I, so Σ1 = v ⊗_a C_a1 ⊗ 1
         measured = candidate.layout.measured
+        own = tuple(a for a in measured if a in shared)
+        if any(a in candidate.factors for a in own):
+            return None
         sums = np.asarray(candidate.noise.variance)
         for attribute in measured:
             factor = candidate.factors.get(attribute)
             along = np.ones(domain.size_of(attribute)) if factor is None else factor.covariance.matrix().sum(axis=1)
             sums = np.multiply.outer(sums, along)
-        return TotalLink(measured, sums)
-    return None
+        table = _split_by_shared(domain, measured, own, sums)
+    else:
+        return None
+    if table is None or not np.all(np.isfinite(table)):
+        return None
+    return SharedLink(measured, own, table)
 
 
-def answers_and_total(candidate: Candidate, measurement: Measurement) -> tuple[Answers, float]:
-    """The part's own GLS answers and its estimate ``T`` of the total (types of :func:`total_link`)."""
-    if isinstance(candidate, RangeCandidate):
-        estimate = candidate.estimate(measurement)
-        return candidate.layout.answers(estimate, candidate.covariance), float(estimate.sum())
-    if isinstance(candidate, CoefficientCandidate):
-        total = marginal_from_residuals((), candidate.residuals(measurement), candidate.bases)
-        return candidate.answer(measurement), float(np.sum(total))
+def total_link(candidate: Candidate) -> SharedLink | None:
+    """The link of a part's candidate to its total (``Z = ∅``: one column)."""
+    return shared_link(candidate, ())
+
+
+def answers_and_shared(candidate: Candidate, measurement: Measurement, shared: tuple[str, ...]) -> tuple[Answers, np.ndarray]:
+    """The part's own GLS answers and its estimate ``z`` of its marginal on ``shared`` (flattened;
+    types of :func:`shared_link`)."""
     from planner.strategies.kronecker import KroneckerCandidate
 
+    domain = candidate.workload.domain
+    if isinstance(candidate, RangeCandidate):
+        layout = candidate.layout
+        estimate = candidate.estimate(measurement)
+        moved = [a for a in layout.measured if a != layout.attribute] + [layout.attribute]
+        table = np.moveaxis(estimate.reshape(domain.shape(moved)), -1, layout.measured.index(layout.attribute))
+        marginal = marginal_for(domain, {layout.measured: table}, shared)
+        return layout.answers(estimate, candidate.covariance), np.ravel(marginal)
+    if isinstance(candidate, CoefficientCandidate):
+        marginal = marginal_from_residuals(shared, candidate.residuals(measurement), candidate.bases)
+        return candidate.answer(measurement), np.ravel(marginal)
     if isinstance(candidate, KroneckerCandidate):
-        return candidate.answer(measurement), float(candidate.estimate(measurement).sum())
+        marginal = marginal_for(domain, {candidate.layout.measured: candidate.estimate(measurement)}, shared)
+        return candidate.answer(measurement), np.ravel(marginal)
     raise TypeError(f"a composite part cannot be a {type(candidate).__name__}")
 
 
@@ -185,30 +315,44 @@ def answers_and_total(candidate: Candidate, measurement: Measurement) -> tuple[A
 
 @dataclass(frozen=True, eq=False)
 class Part:
-    """One part: which workload products it answers, its candidate and its link to the total."""
+    """One part: which workload products it answers, its candidate and its link to the shared marginal."""
 
     products: tuple[int, ...]
     candidate: Candidate
-    link: TotalLink
+    link: SharedLink
 
     @functools.cached_property
-    def covariances(self) -> tuple[np.ndarray, ...]:
-        """``c_q = Cov(a_q, T)`` for every query of the part, one array per product."""
-        return tuple(self.candidate.workload.answer({self.link.attributes: self.link.covariance}))
+    def covariances(self) -> np.ndarray:
+        """``c_q = Cov(z, a_q)`` for every query of the part (workload order), one row per query."""
+        columns = self.link.covariance.shape[-1]
+        answered = [
+            np.concatenate(self.candidate.workload.answer({self.link.attributes: self.link.covariance[..., k]}))
+            for k in range(columns)
+        ]
+        return np.stack(answered, axis=1)
+
+    def split(self, values: np.ndarray) -> tuple[np.ndarray, ...]:
+        """One array per product of the part from values over all its queries."""
+        ends = np.cumsum([p.rows for p in self.candidate.workload.products])[:-1]
+        return tuple(np.split(values, ends))
 
 
 class CompositeCandidate(Candidate):
-    """Parts measured independently under a sequential budget split, made consistent on the total."""
+    """Parts measured independently under a sequential budget split, made consistent on the marginal
+    on ``shared`` (the total when ``shared`` is empty). Raises ValueError when that is not exact."""
 
-    def __init__(self, workload: Workload, privacy: Privacy, parts: Sequence[Part]) -> None:
+    def __init__(self, workload: Workload, privacy: Privacy, parts: Sequence[Part], shared: tuple[str, ...] = ()) -> None:
         if len(parts) < 2:
             raise ValueError("a composite needs at least two parts")
         covered = sorted(i for part in parts for i in part.products)
         if covered != list(range(len(workload.products))):
             raise ValueError("the parts must answer every workload product exactly once")
+        shared = workload.domain.canonical(shared)
         measured = [{a for m in part.candidate.required_marginals() for a in m} for part in parts]
-        if any(measured[i] & measured[j] for i in range(len(parts)) for j in range(i)):
-            raise ValueError("the parts must measure disjoint attribute sets")
+        if any((measured[i] & measured[j]) - set(shared) for i in range(len(parts)) for j in range(i)):
+            raise ValueError(f"the parts must measure attribute sets that meet only inside the shared {shared}")
+        if any(part.link.shared != tuple(a for a in part.link.attributes if a in shared) for part in parts):
+            raise ValueError(f"every part's link must be to its marginal on the shared {shared}")
         if any(part.candidate.privacy.family != privacy.family for part in parts):
             raise ValueError(f"every part must use the {privacy.family} noise family")
         spent = math.fsum(_amount(part.candidate.privacy) for part in parts)
@@ -217,9 +361,22 @@ class CompositeCandidate(Candidate):
         self._workload = workload
         self._privacy = privacy
         self.parts = tuple(parts)
+        self.shared = shared
+        self._precisions = tuple(part.link.shared_precision for part in self.parts)  # may raise
+        self._summing = tuple(_summing(workload.domain, shared, part.link.shared) for part in self.parts)
+        information = sum(
+            (q.T @ k @ q for q, k in zip(self._summing, self._precisions) if k is not None),
+            np.zeros((self.shared_cells, self.shared_cells)),
+        )
+        self._shared_covariance = _inverse(information, f"the information on the marginal on {shared}")
+        on = f" on {', '.join(shared)}" if shared else ""
         self.name = "composite(" + " | ".join(
             f"{', '.join(p.link.attributes)}: {p.candidate.name}" for p in self.parts
-        ) + ")"
+        ) + ")" + on
+
+    @property
+    def shared_cells(self) -> int:
+        return math.prod(self.workload.domain.shape(self.shared))
 
     @property
     def workload(self) -> Workload:
@@ -228,11 +385,6 @@ class CompositeCandidate(Candidate):
     @property
     def privacy(self) -> Privacy:
         return self._privacy
-
-    @functools.cached_property
-    def _total_precision(self) -> float:
-        """``S = Σ 1/s_i`` over the parts whose total is estimated."""
-        return sum(1.0 / p.link.total_variance for p in self.parts if p.link.total_variance > 0)
 
     def _in_workload_order(self, per_part: Sequence[Sequence[np.ndarray]]) -> tuple[np.ndarray, ...]:
         result: list[np.ndarray | None] = [None] * len(self.workload.products)
@@ -243,14 +395,16 @@ class CompositeCandidate(Candidate):
 
     @functools.cached_property
     def _query_variances(self) -> tuple[np.ndarray, ...]:
-        precision = self._total_precision
+        """``Var(a_q) − c_qᵀK⁻¹c_q + (QᵀK⁻¹c_q)ᵀA⁻¹(QᵀK⁻¹c_q)`` (module docstring)."""
         per_part = []
-        for part in self.parts:
+        for part, precision, summing in zip(self.parts, self._precisions, self._summing):
             own = part.candidate.query_variances()
-            s = part.link.total_variance
-            if s > 0:
-                shrink = 1.0 / s - 1.0 / (s * s * precision)
-                own = tuple(v - c * c * shrink for v, c in zip(own, part.covariances))
+            if precision is not None:
+                c = part.covariances
+                weighted = c @ precision
+                lifted = weighted @ summing
+                change = np.einsum("qi,qi->q", lifted @ self._shared_covariance, lifted) - np.einsum("qi,qi->q", weighted, c)
+                own = part.split(np.concatenate(own) + change)
             per_part.append(own)
         return self._in_workload_order(per_part)
 
@@ -291,19 +445,31 @@ class CompositeCandidate(Candidate):
     def answer(self, measurement: Measurement) -> Answers:
         if measurement.strategy != self.name:
             raise ValueError(f"this measurement was made by {measurement.strategy!r}, not {self.name!r}")
-        answered = [answers_and_total(p.candidate, self._part_measurement(i, measurement)) for i, p in enumerate(self.parts)]
-        precision = self._total_precision
-        combined = sum(total / p.link.total_variance for p, (_, total) in zip(self.parts, answered) if p.link.total_variance > 0)
-        grand_total = combined / precision if precision > 0 else 0.0
+        answered = [
+            answers_and_shared(p.candidate, self._part_measurement(i, measurement), p.link.shared)
+            for i, p in enumerate(self.parts)
+        ]
+        combined = sum(
+            (q.T @ (k @ z) for q, k, (_, z) in zip(self._summing, self._precisions, answered) if k is not None),
+            np.zeros(self.shared_cells),
+        )
+        estimate = self._shared_covariance @ combined  # ẑ
         per_part = []
-        for part, (answers, total) in zip(self.parts, answered):
-            s = part.link.total_variance
+        for part, precision, summing, (answers, z) in zip(self.parts, self._precisions, self._summing, answered):
             values = answers.values
-            if s > 0:
-                shift = (total - grand_total) / s
-                values = tuple(v - c * shift for v, c in zip(values, part.covariances))
+            if precision is not None:
+                shift = part.covariances @ (precision @ (z - summing @ estimate))
+                values = part.split(np.concatenate(values) - shift)
             per_part.append(values)
         return Answers(self._in_workload_order(per_part), self.query_variances())
+
+
+def _summing(domain: Domain, shared: tuple[str, ...], own: tuple[str, ...]) -> np.ndarray:
+    """``Q``: sums the cells of the marginal on ``shared`` to those on ``own ⊆ shared``."""
+    cells = math.prod(domain.shape(shared))
+    identity = np.eye(cells).reshape(domain.shape(shared) + (cells,))
+    summed = tuple(i for i, a in enumerate(shared) if a not in own)
+    return identity.sum(axis=summed).reshape(-1, cells)
 
 
 def _prefix(index: int) -> str:
@@ -333,13 +499,14 @@ def split_budget(privacy: Privacy, errors: Sequence[float]) -> list[Privacy]:
 def _best_part(
     products: tuple[int, ...],
     workload: Workload,
-    foreign: set[str],
+    allowed: set[str],
+    shared: tuple[str, ...],
     privacy: Privacy,
     contributions: int,
     distinct_cells: bool,
 ) -> Part | None:
-    """The least-error candidate for the part that the composite handles exactly and that measures no
-    attribute of another part."""
+    """The least-error candidate for the part that the composite handles exactly (its link to the
+    shared marginal known and its ``K`` zero or invertible) and that measures only ``allowed`` attributes."""
     from planner.select import (  # select imports this module's family
         NoCandidateError,
         all_candidates,
@@ -354,33 +521,38 @@ def _best_part(
     for candidate in found:
         if not getattr(candidate, "consistent", True) or not math.isfinite(candidate.expected_error()):
             continue
-        if any(set(m) & foreign for m in candidate.required_marginals()):
+        if any(set(m) - allowed for m in candidate.required_marginals()):
             continue
-        link = total_link(candidate)
-        if link is not None:
+        link = shared_link(candidate, shared)
+        if link is not None and link.combinable:
             usable.append(Part(products, candidate, link))
     return min(usable, key=lambda p: p.candidate.expected_error(), default=None)
 
 
 def candidates(workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool = False) -> list[Candidate]:
-    """The composite candidate when the workload has two or more parts, every part can be planned by a
-    family the composite handles exactly, and some part is best measured by a range family: when every
-    part's best is marginal-type, the joint marginal-type families (one GLS over every part, budgets
-    optimised jointly) already contain the composite's strategy, and choosing a composite there would
-    only cost planning time and the connection's measurement re-use (``dpsql.reuse``)."""
-    groups = parts_of(workload)
-    if len(groups) < 2:
+    """The composite candidate when a small shared set splits the workload into two or more parts
+    (:func:`shared_attributes`), every part can be planned by a family the composite handles exactly,
+    and some part is best measured by a range family: when every part's best is marginal-type, the
+    joint marginal-type families (one GLS over every part, budgets optimised jointly) already contain
+    the composite's strategy, and choosing a composite there would only cost planning time and the
+    connection's measurement re-use (``dpsql.reuse``)."""
+    shared = shared_attributes(workload)
+    if shared is None:
         return []
-    reads = [{a for i in group for a in workload.products[i].attributes} for group in groups]
-    foreign = [set().union(*(r for j, r in enumerate(reads) if j != i)) for i in range(len(groups))]
-    first = [_best_part(g, workload, f, privacy, contributions, distinct_cells) for g, f in zip(groups, foreign)]
+    groups = parts_of(workload, shared)
+    allowed = [{a for i in group for a in workload.products[i].attributes} | set(shared) for group in groups]
+    arguments = (shared, privacy, contributions, distinct_cells)
+    first = [_best_part(g, workload, a, *arguments) for g, a in zip(groups, allowed)]
     if any(p is None for p in first) or all(isinstance(p.candidate, CoefficientCandidate) for p in first):  # type: ignore[union-attr]
         return []
     errors = [p.candidate.expected_error() for p in first]  # type: ignore[union-attr]
     if not all(e > 0 for e in errors):
         return []
     shares = split_budget(privacy, errors)
-    parts = [_best_part(g, workload, f, s, contributions, distinct_cells) for g, f, s in zip(groups, foreign, shares)]
+    parts = [_best_part(g, workload, a, shared, s, contributions, distinct_cells) for g, a, s in zip(groups, allowed, shares)]
     if any(p is None for p in parts):
         return []
-    return [CompositeCandidate(workload, privacy, parts)]  # type: ignore[arg-type]
+    try:
+        return [CompositeCandidate(workload, privacy, parts, shared)]  # type: ignore[arg-type]
+    except ValueError:  # the parts' information does not determine the shared marginal
+        return []
