@@ -578,3 +578,31 @@ def test_the_planner_chooses_a_shared_composite_for_ranges_by_a_demographic() ->
     chosen = plan(workload, Privacy.zcdp(1.0))
     assert isinstance(chosen.candidate, CompositeCandidate) and chosen.candidate.shared == ("sex",)
     assert chosen.expected_error() / svd_bound(workload, Privacy.zcdp(1.0)) < 1.05  # the marginals family: 2.79
+
+
+def test_a_sql_batch_of_ranges_by_sex_beside_sex_by_race_shares_sex(adult_frame, adult_schema) -> None:
+    """Range counts broken down by sex beside the (sex, race) table, Gaussian noise: one composite sharing
+    the sex marginal; with the noise disabled every count equals the table's, and with noise the two
+    statements imply one and the same sex marginal."""
+    import dpsql
+    import dpsql.testing
+    from dpsql.batch import prepare
+
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1000.0, delta=1e-6), noise="gaussian")
+    connection.register("adult", adult_frame, schema=adult_schema)
+    batch = [
+        "SELECT sex, COUNT(*) FROM adult WHERE age BETWEEN 25 AND 34 GROUP BY sex",
+        "SELECT sex, COUNT(*) FROM adult WHERE age BETWEEN 35 AND 60 GROUP BY sex",
+        "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race",
+    ]
+    plan = prepare(connection, batch, rho=0.5).plan
+    assert plan.strategy_name.startswith("composite(") and plan.strategy_name.endswith(" on sex")
+    with dpsql.testing.noise_disabled():
+        exact = connection.workload(batch, rho=0.5)
+    frame = adult_frame
+    for statement, (low, high) in zip(exact[:2], [(25, 34), (35, 60)]):
+        want = frame[(frame.age >= low) & (frame.age <= high)].groupby("sex").size().to_dict()
+        assert dict(statement.rows) == pytest.approx(want, abs=1e-6)
+    cells = {(sex, race): n for sex, race, n in exact[2].rows}
+    assert cells == pytest.approx(frame.groupby(["sex", "race"]).size().to_dict(), abs=1e-6)
+    connection.close()
