@@ -84,7 +84,7 @@ from planner.recovery import (
 )
 from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
 from planner.strategies.hierarchy import TreeCovariance
-from planner.strategies.ranges import DenseCovariance, OrderedCovariance, RangeCandidate
+from planner.strategies.ranges import DenseCovariance, OrderedCovariance, RangeCandidate, is_range_block
 from planner.strategies.residual import CoefficientCandidate
 from planner.workload import Workload, marginal_for
 
@@ -536,6 +536,9 @@ def candidates(workload: Workload, privacy: Privacy, contributions: int, distinc
     joint marginal-type families (one GLS over every part, budgets optimised jointly) already contain
     the composite's strategy, and choosing a composite there would only cost planning time and the
     connection's measurement re-use (``dpsql.reuse``)."""
+    domain = workload.domain
+    if not any(domain.is_ordered(f.attributes[0]) and is_range_block(f.block) for p in workload.products for f in p.factors):
+        return []  # no range family applies to any part
     shared = shared_attributes(workload)
     if shared is None:
         return []
