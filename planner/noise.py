@@ -348,7 +348,7 @@ def _proposal_scale(p: IntArray, q: IntArray) -> IntArray:
     floor_sigma = _integer_sqrt(p // q)
     _, exponent = np.frexp(floor_sigma.astype(np.float64))  # exact: ⌊σ⌋ < 2^31
     power = np.ldexp(1.0, exponent - 1).astype(np.int64)  # largest power of two ≤ ⌊σ⌋
-    return np.where(p >= LARGE_GAUSSIAN_SIGMA2 * q, power, floor_sigma + 1)
+    return np.where(p // q >= LARGE_GAUSSIAN_SIGMA2, power, floor_sigma + 1)  # p // q: no int64 overflow
 
 
 def _discrete_gaussian_rational(p: IntArray, q: IntArray, t: IntArray, count: int, source: RandomSource) -> IntArray:

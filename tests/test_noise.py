@@ -162,6 +162,22 @@ def test_large_sigma2_proposal_scale_divides_it_and_the_acceptance_reduces_exact
         assert Fraction((y - p // t) ** 2, 2 * p) == general
 
 
+def test_proposal_scale_is_floor_sigma_plus_one_below_2_to_42_without_overflow() -> None:
+    """Small σ² have denominators up to 2^40: comparing p with 2^42·q overflowed int64 and gave a zero
+    scale; the rule must be ⌊σ⌋ + 1 for every σ² below 2^42 and a power of two within (σ/2, σ] above."""
+    values = np.array([2.0**-9, 1e-3, 0.05, 0.3, 0.8, 4.0, 1e4, 2.0**41 * 1.9, 2.0**42, 2.0**50 / 3])
+    p, q = noise._round_up_dyadic(values)  # noqa: SLF001
+    t = noise._proposal_scale(p, q)  # noqa: SLF001
+    sigma = np.sqrt(p / q)
+    small = values < 2.0**42
+    np.testing.assert_array_equal(t[small], np.floor(sigma[small]).astype(np.int64) + 1)
+    assert np.all((t[~small] & (t[~small] - 1)) == 0) and np.all((sigma[~small] / 2 < t[~small]) & (t[~small] <= sigma[~small]))
+    for value in (1e-3, 0.05, 0.3):  # they sample (a zero scale never returned) with the exact variance
+        samples = discrete_gaussian(value, 20_000, rng=44)
+        moments = reference(gaussian_pmf, gaussian_sigma2_used(value))
+        assert abs(samples.var() - moments["variance"]) <= 5 * math.sqrt((moments["fourth"] - moments["variance"] ** 2) / 20_000)
+
+
 def test_large_sigma2_acceptance_runs_in_int64(monkeypatch: pytest.MonkeyPatch) -> None:
     dtypes: list[object] = []
     original = noise._bernoulli_exp  # noqa: SLF001
