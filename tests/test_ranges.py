@@ -285,11 +285,12 @@ def test_hats_for_a_few_interval_predicates_stay_well_conditioned() -> None:
     layout = ranges.range_layouts(workload)[0]
     start = tree.budgets[measured].copy()
     start[-1] = 1e-6  # the leaf share trees used to give (PRUNE_SHARE was 1e-6): an ill-conditioned start
-    reference = hats._polished(layout, spacings, start, 1.0)
+    gram = hats._workload_gram(layout)
+    reference = hats._polished_shares(size, spacings, start, gram)  # the polish itself, not memoized
     rng = np.random.default_rng(5)
     for _ in range(5):
         perturbed = start * (1 + 1e-15 * rng.standard_normal(start.size))
-        np.testing.assert_allclose(hats._polished(layout, spacings, perturbed, 1.0), reference, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(hats._polished_shares(size, spacings, perturbed, gram), reference, rtol=1e-6, atol=1e-9)
 
     (candidate,) = hats.candidates(workload, Privacy.laplace(1.0))
     assert candidate.spacings[-1] == 1 and candidate.budgets[-1] >= 2.0**-8 * (1 - 1e-12)
