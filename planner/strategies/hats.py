@@ -15,7 +15,6 @@ offered for ordered attributes of at most ``MAX_SIZE`` cells; variances are exac
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -45,7 +44,6 @@ from planner.workload import Workload
 
 MAX_SIZE = 1024  # dense n × n GLS
 LEAF_SHARE = 2.0**-8  # least share of ε for the finest level (see _floored); costs at most ~0.8 % of error
-SHARES_CACHE_SIZE = 64  # memoized polished shares
 POLISH_STEPS = 2
 
 
@@ -116,16 +114,12 @@ def _polished(layout: RangeLayout, spacings: list[int], budgets: np.ndarray, eps
     hierarchy again, composite parts at their budget share)."""
     gram = _workload_gram(layout)
     shares = np.round(np.asarray(budgets, dtype=float) / epsilon, 12)
-    key = (hashlib.sha256(np.ascontiguousarray(gram)).hexdigest(), layout.size, tuple(spacings), shares.tobytes())
-    if key not in _SHARES_CACHE:
-        if len(_SHARES_CACHE) >= SHARES_CACHE_SIZE:
-            del _SHARES_CACHE[next(iter(_SHARES_CACHE))]  # the oldest
-        _SHARES_CACHE[key] = _polished_shares(layout.size, spacings, shares, gram)
-    return within(_SHARES_CACHE[key] * epsilon, epsilon)
+    key = (caches.digest(gram), layout.size, tuple(spacings), shares.tobytes())
+    polished = _SHARES_CACHE.get(key, lambda: _polished_shares(layout.size, spacings, shares, gram))
+    return within(polished * epsilon, epsilon)
 
 
-_SHARES_CACHE: dict[tuple[object, ...], np.ndarray] = {}
-caches.register(_SHARES_CACHE.clear)
+_SHARES_CACHE = caches.ArrayMemo(size=64)
 
 
 def _polished_shares(n: int, spacings: list[int], budgets: np.ndarray, gram: np.ndarray, epsilon: float = 1.0) -> np.ndarray:

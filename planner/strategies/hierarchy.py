@@ -56,7 +56,6 @@ BRANCHINGS = (2, 4, 8, 16, 32, 64)
 MAX_ITERATIONS = 200
 TOLERANCE = 1e-10  # stop alternating when an iteration improves the error by less than this fraction
 RANDOM_STARTS = 8  # sparse random starting budgets (fixed seed: planning is deterministic)
-SHARES_CACHE_SIZE = 256  # memoized optimal shares (a few levels each)
 PRUNE_SHARE = 2.0**-8  # a non-leaf level below this share is not measured, and the leaves keep at least it:
 # shares down to 10⁻⁶ made the tree GLS ill-conditioned (variance ratios ~10¹²: noise-free answers off by
 # 1e-2, stated variances by 1e-3); a level this small carries under 1e-5 of the information of a full one
@@ -284,7 +283,7 @@ def _error_and_gradient(weights: np.ndarray, tree: Tree, masses: np.ndarray, pri
 
 
 def _descend(tree: Tree, masses: np.ndarray, start: np.ndarray, privacy: Privacy) -> np.ndarray:
-    from scipy.optimize import minimize  # imported when first planned: scipy.optimize costs ~0.3 s at import
+    from scipy.optimize import minimize  # here, not at module level: scipy.optimize costs ~0.3 s to import
 
     result = minimize(
         _error_and_gradient, start, args=(tree, masses, privacy), jac=True, method="L-BFGS-B",
@@ -332,15 +331,10 @@ def optimal_shares(tree: Tree, masses: np.ndarray, privacy: Privacy) -> np.ndarr
     not depend on ε or ρ, only on the tree, the masses and the kind of noise: they are memoized (hats,
     p-Identity and composite parts ask for the same trees again)."""
     key = (tree, masses.tobytes(), privacy.is_laplace)
-    if key not in _SHARES_CACHE:
-        if len(_SHARES_CACHE) >= SHARES_CACHE_SIZE:
-            del _SHARES_CACHE[next(iter(_SHARES_CACHE))]  # the oldest
-        _SHARES_CACHE[key] = _optimal_shares(tree, masses, privacy)
-    return _SHARES_CACHE[key].copy()
+    return _SHARES_CACHE.get(key, lambda: _optimal_shares(tree, masses, privacy))
 
 
-_SHARES_CACHE: dict[tuple[object, ...], np.ndarray] = {}
-caches.register(_SHARES_CACHE.clear)
+_SHARES_CACHE = caches.ArrayMemo(size=256)  # a few levels each
 
 
 def _optimal_shares(tree: Tree, masses: np.ndarray, privacy: Privacy) -> np.ndarray:

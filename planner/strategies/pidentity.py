@@ -20,7 +20,6 @@ so the stated error is exact for what is released. All rows get the same noise.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,7 +40,6 @@ MIN_SIZE = 16  # below this the hats (or boxes) are as good and the optimisation
 MAX_ITERATIONS = 120  # L-BFGS-B iterations (n = 1024: about a second)
 SCALE_BITS = 16  # the real strategy (entries ≤ 1) is scaled by 2^16 before rounding
 MIN_LEAF_WEIGHT = 2.0**-8  # least weight of a cell's identity row in the released strategy
-THETA_CACHE_SIZE = 16  # optimised Θ kept (n = 1024, p = 74: 0.6 MB each)
 GROUP = "p-identity rows"
 
 
@@ -80,7 +78,7 @@ class GramOperator:
         """Everything ``G`` depends on, hashable."""
         kinds = tuple(sorted((kind.__name__, weight) for kind, weight in self.weights.items()))
         rows = self.factor if self.factor is not None else self.dense
-        return (self.size, kinds, hashlib.sha256(np.ascontiguousarray(rows)).hexdigest(), rows.shape)
+        return (self.size, kinds, caches.digest(rows), rows.shape)
 
     def __call__(self, matrix: np.ndarray) -> np.ndarray:
         result = self.weights[Identity] * matrix + self.weights[Total] * matrix.sum(axis=0)
@@ -119,21 +117,20 @@ def optimised_theta(layout: RangeLayout, start: np.ndarray) -> np.ndarray:
     start = np.round(start, 12)
     gram = GramOperator(layout)
     key = (gram.signature(), start.shape, start.tobytes())
-    if key not in _THETA_CACHE:
-        from scipy.optimize import minimize  # imported when first needed (~0.3 s)
-
-        result = minimize(
-            objective, start.ravel(), args=(gram,), jac=True, method="L-BFGS-B",
-            bounds=[(0.0, None)] * start.size, options={"maxiter": MAX_ITERATIONS},
-        )
-        if len(_THETA_CACHE) >= THETA_CACHE_SIZE:
-            del _THETA_CACHE[next(iter(_THETA_CACHE))]  # the oldest
-        _THETA_CACHE[key] = np.maximum(result.x, 0.0).reshape(start.shape)
-    return _THETA_CACHE[key].copy()
+    return _THETA_CACHE.get(key, lambda: _descended(start, gram))
 
 
-_THETA_CACHE: dict[tuple[object, ...], np.ndarray] = {}
-caches.register(_THETA_CACHE.clear)
+def _descended(start: np.ndarray, gram: GramOperator) -> np.ndarray:
+    from scipy.optimize import minimize  # imported when first needed (~0.3 s)
+
+    result = minimize(
+        objective, start.ravel(), args=(gram,), jac=True, method="L-BFGS-B",
+        bounds=[(0.0, None)] * start.size, options={"maxiter": MAX_ITERATIONS},
+    )
+    return np.maximum(result.x, 0.0).reshape(start.shape)
+
+
+_THETA_CACHE = caches.ArrayMemo(size=16)  # n = 1024, p = 74: 0.6 MB each
 
 
 def max_rows(size: int) -> int:
