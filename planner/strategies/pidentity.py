@@ -74,6 +74,20 @@ class GramOperator:
             + self.weights[Total]
         )
 
+    def partner_entries(self, partners: np.ndarray) -> np.ndarray:
+        """``G[j, partners[j]]`` for every cell ``j``."""
+        cells, other = np.arange(self.size), partners
+        low, high = np.minimum(cells, other).astype(float), np.maximum(cells, other).astype(float)
+        entries = (
+            self.weights[Prefix] * (self.size - high)
+            + self.weights[AllRange] * (low + 1) * (self.size - high)
+            + self.weights[Identity] * (cells == other)
+            + self.weights[Total]
+        )
+        if self.factor is not None:
+            return entries + np.sum(self.factor * self.factor[:, other], axis=0)
+        return entries + self.dense[cells, other]
+
     def signature(self) -> tuple[object, ...]:
         """Everything ``G`` depends on, hashable."""
         kinds = tuple(sorted((kind.__name__, weight) for kind, weight in self.weights.items()))
@@ -94,19 +108,100 @@ class GramOperator:
         return result + self.dense @ matrix
 
 
-def objective(theta: np.ndarray, gram: GramOperator) -> tuple[float, np.ndarray]:
-    """``f(Θ)`` and its gradient (see the module docstring); ``theta`` is ``Θ`` flattened."""
-    n = gram.size
-    T = theta.reshape(-1, n)
-    c = 1.0 + T.sum(axis=0)
-    Y = np.linalg.solve(np.eye(T.shape[0]) + T @ T.T, T)
-    GCT = gram(c[:, None] * T.T)  # G C Θᵀ
+@dataclass(frozen=True)
+class PairNoise:
+    """The covariance of the noise on a block of strategy rows, in units of 2b² (so i.i.d. Laplace of
+    scale b is the identity): 2 × 2 blocks ``[[α, β], [β, α]]`` on the row pairs (0, 1), (2, 3), … and,
+    for an odd count, 1 on the last row. ``PairNoise(m)`` is i.i.d. Laplace; :meth:`ridge` is the ridge
+    pair of ``planner.noise`` at width ``w = 2h/b`` in its continuous limit (what the optimiser uses)."""
+
+    size: int
+    alpha: float = 1.0
+    beta: float = 0.0
+
+    @classmethod
+    def ridge(cls, size: int, width: float) -> PairNoise:
+        total = 2.0 + 4.0 / (2.0 + width)  # Var(Y₁+Y₂)/b², Var(Y₁−Y₂)/b²
+        difference = (width**3 / 3.0 + 2.0 * width**2 + 6.0 * width + 8.0) / (2.0 + width)
+        return cls(size, (total + difference) / 8.0, (total - difference) / 8.0)
+
+    @property
+    def paired(self) -> int:
+        """Rows in pairs: ``2⌊size/2⌋``."""
+        return self.size - self.size % 2
+
+    def __matmul__(self, matrix: np.ndarray) -> np.ndarray:
+        result = matrix.copy()
+        even, odd = matrix[0 : self.paired : 2], matrix[1 : self.paired : 2]
+        result[0 : self.paired : 2] = self.alpha * even + self.beta * odd
+        result[1 : self.paired : 2] = self.beta * even + self.alpha * odd
+        return result
+
+    def diagonal(self) -> np.ndarray:
+        diagonal = np.ones(self.size)
+        diagonal[: self.paired] = self.alpha
+        return diagonal
+
+    def partners(self) -> np.ndarray:
+        """Each row's partner (itself when unpaired)."""
+        index = np.arange(self.size)
+        index[: self.paired] ^= 1
+        return index
+
+    def offdiagonal(self) -> np.ndarray:
+        """``N[j, partner(j)]`` per row (0 when unpaired)."""
+        off = np.zeros(self.size)
+        off[: self.paired] = self.beta
+        return off
+
+    def dense(self) -> np.ndarray:
+        return self @ np.eye(self.size)
+
+
+def objective(
+    theta: np.ndarray, gram: GramOperator, cell_noise: PairNoise | None = None, row_noise: PairNoise | None = None
+) -> tuple[float, np.ndarray]:
+    """``f(Θ)`` and its gradient (module docstring) when the noise on the cell rows ``I`` has covariance
+    ``N`` = ``cell_noise`` and on the rows ``Θ`` ``M`` = ``row_noise`` (:class:`PairNoise`, i.i.d. Laplace
+    by default):
+
+        f(Θ) = tr(G̃ X),  X = (N⁻¹ + ΘᵀM⁻¹Θ)⁻¹ = N − NΘᵀY,  Y = (M + ΘNΘᵀ)⁻¹ΘN = M⁻¹ΘX,
+        ∂f/∂Θ = −2 Y G̃ X + 2·1 dᵀ,  d_j = (G C X)_jj.
+
+    ``theta`` is ``Θ`` flattened; ``N`` is applied in O(n) per column, so the cost stays O(n p)."""
+    terms = _ObjectiveTerms(theta, gram, cell_noise, row_noise)
+    c, Y, GCNT, cells = terms.c, terms.Y, terms.GCNT, terms.cells
     GCY = gram(c[:, None] * Y.T)  # G C Yᵀ
-    value = float(np.sum(c * c * gram.diagonal) - np.sum(Y.T * (c[:, None] * GCT)))
-    YGT = Y @ (c[:, None] * GCT)  # Y G̃ Θᵀ
-    gradient = -2.0 * ((c[:, None] * GCY).T - YGT @ Y)
-    gradient += 2.0 * (gram.diagonal * c - np.sum(GCT * Y.T, axis=1))[None, :]
-    return value, gradient.ravel()
+    YGNT = Y @ (c[:, None] * GCNT)  # Y G̃ N Θᵀ
+    gradient = -2.0 * ((cells @ (c[:, None] * GCY)).T - YGNT @ Y)
+    gradient += 2.0 * (terms.gcn_diagonal - np.sum(GCNT * Y.T, axis=1))[None, :]
+    return terms.value, gradient.ravel()
+
+
+def objective_value(
+    theta: np.ndarray, gram: GramOperator, cell_noise: PairNoise | None = None, row_noise: PairNoise | None = None
+) -> float:
+    """``f(Θ)`` alone (:func:`objective` without the gradient)."""
+    return _ObjectiveTerms(theta, gram, cell_noise, row_noise).value
+
+
+class _ObjectiveTerms:
+    """What ``f`` and its gradient share: ``c``, ``Y``, ``G C N Θᵀ``, ``diag(G C N)`` and the value."""
+
+    def __init__(self, theta: np.ndarray, gram: GramOperator, cell_noise: PairNoise | None, row_noise: PairNoise | None) -> None:
+        n = gram.size
+        T = theta.reshape(-1, n)
+        self.cells = cell_noise or PairNoise(n)
+        rows = row_noise or PairNoise(T.shape[0])
+        self.c = c = 1.0 + T.sum(axis=0)
+        NT = self.cells @ T.T  # N Θᵀ
+        self.Y = np.linalg.solve(rows.dense() + T @ NT, NT.T)
+        self.GCNT = gram(c[:, None] * NT)  # G C N Θᵀ
+        partners = self.cells.partners()
+        self.gcn_diagonal = (
+            gram.diagonal * c * self.cells.diagonal() + gram.partner_entries(partners) * c[partners] * self.cells.offdiagonal()
+        )
+        self.value = float(np.sum(c * self.gcn_diagonal) - np.sum(self.Y.T * (c[:, None] * self.GCNT)))
 
 
 def optimised_theta(layout: RangeLayout, start: np.ndarray) -> np.ndarray:
