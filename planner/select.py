@@ -38,7 +38,7 @@ from planner.budget import Sensitivity
 from planner.domain import Domain
 from planner.noise import NoiseParameterError
 from planner.privacy import Privacy
-from planner.strategies import composite, eigen, fourier, hats, hierarchy, identity, marginals, pidentity, residual
+from planner.strategies import composite, eigen, fourier, hats, hierarchy, identity, marginals, residual, ridge
 from planner.strategies.base import Candidate
 from planner.workload import AllRange, Block, Identity, Prefix, Product, Total, Workload
 
@@ -84,7 +84,7 @@ def all_candidates(
     """Every candidate of every applicable family; ``include_inconsistent`` adds bit-encoded Fourier on
     padded attributes (never chosen, see ``CoefficientCandidate.consistent``; benchmarks report it)."""
     Sensitivity(contributions, distinct_cells)  # validates
-    families = (_own_families(distinct_cells, include_inconsistent) if _blocks_are_small(workload) else []) + [hierarchy.candidates, eigen.candidates, hats.candidates, pidentity.candidates, *FAMILIES, lambda w, p, k: composite.candidates(w, p, k, distinct_cells)]
+    families = (_own_families(distinct_cells, include_inconsistent) if _blocks_are_small(workload) else []) + [hierarchy.candidates, eigen.candidates, hats.candidates, ridge.candidates, *FAMILIES, lambda w, p, k: composite.candidates(w, p, k, distinct_cells)]
     found: list[Candidate] = []
     out_of_range: list[NoiseParameterError] = []
     for family in families:

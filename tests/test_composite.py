@@ -34,6 +34,7 @@ from planner.strategies import (
     marginals,
     pidentity,
     residual,
+    ridge,
 )
 from planner.strategies.base import Candidate
 from planner.strategies.composite import (
@@ -190,12 +191,13 @@ RANGE_FAMILIES = [
     (eigen.candidates, ZCDP),
     (hats.candidates, LAPLACE),
     (pidentity.candidates, LAPLACE),
+    (ridge.candidates, LAPLACE),
 ]
 
 
 @pytest.mark.parametrize("family,privacy", RANGE_FAMILIES, ids=lambda v: getattr(v, "__module__", str(v)))
 def test_range_candidates_covary_with_their_total_by_the_row_sums_of_sigma(family, privacy: Privacy) -> None:
-    n = 16 if family is pidentity.candidates else 7  # p-identity from 16 cells; 7 cells: padded trees
+    n = 16 if family in (pidentity.candidates, ridge.candidates) else 7  # p-identity from 16 cells; 7: padded trees
     dom = Domain({"x": n, "y": 4, "s": 2}, ordered={"x", "y"})
     workload = product(("x", AllRange(n)), ("s", Identity(2)), dom=dom) + product(("x", Prefix(n)), dom=dom)
     (candidate,) = family(workload, privacy, 1)
@@ -262,7 +264,7 @@ PAIRS = [
 
 @pytest.mark.parametrize("family,privacy,other", PAIRS, ids=lambda v: getattr(v, "__module__", str(v)).rsplit(".", 1)[-1])
 def test_every_range_family_beside_every_marginal_family_matches_dense_gls(family, privacy: Privacy, other) -> None:
-    n = 16 if family is pidentity.candidates else 8
+    n = 16 if family in (pidentity.candidates, ridge.candidates) else 8
     dom = Domain({"x": n, "y": 4, "s": 2}, ordered={"x", "y"})  # Fourier's dense strategy pads x
     ranges_part = product(("x", AllRange(n)), dom=dom) + Workload.marginals(dom, [()])
     marginal_part = Workload.marginals(dom, [("y", "s"), ("s",)])
