@@ -1,7 +1,10 @@
-"""How far below p-Identity can an ε-DP strategy for ranges go? A search, not a planner feature.
+"""How far below p-Identity can an ε-DP strategy for ranges go *with independent Laplace noise*? A
+search, not a planner feature.
 
 Issue 3 asks for ratios to the SVD bound of ≤ 4.8 (all ranges) and ≤ 5.2 (prefixes) at n = 1024 under
-ε-DP; the planner's p-Identity reaches 5.000 and 5.437 (HDMM's published p-Identity: 4.98 / 5.39).
+ε-DP; p-Identity reaches 5.000 and 5.437 (HDMM's published p-Identity: 4.98 / 5.39). This search shows
+the matrix mechanism with Laplace noise stalls near there; the planner meets the targets by changing the
+noise instead (ridge pairs, ``planner.strategies.ridge``: 4.45 / 4.76; ``benchmarks/noise_lp.py``).
 This script measures, with the planner's own objective (``planner.strategies.pidentity.objective``:
 ``A = [I; Θ] diag(1/c)``, unit L1 columns, exact Woodbury error), what more optimisation finds:
 
