@@ -166,3 +166,28 @@ def test_the_planner_reaches_the_pure_dp_range_targets(kind: str, target: float)
     assert chosen.expected_error() / chosen.svd_bound() < target
     (laplace,) = pidentity.candidates(workload, Privacy.laplace(1.0))
     assert chosen.expected_error() < 0.92 * laplace.expected_error()
+
+
+def test_a_sql_batch_of_age_ranges_is_planned_with_ridge_noise_and_answered_exactly_without_noise(
+    adult_connection, adult_frame
+) -> None:
+    """Every age bracket between decade marks (45 statements, ε-DP): one p-Identity plan with ridge
+    noise; with the noise disabled each count equals the table's; with noise one ε is charged and the
+    reported errors are the plan's standard errors."""
+    import dpsql.testing
+    from dpsql.batch import prepare
+
+    marks = list(range(17, 91, 8))  # 17, 25, …, 89
+    cases = [(low, high - 1) for i, low in enumerate(marks) for high in marks[i + 1 :]] + [(low, 90) for low in marks]
+    batch = [f"SELECT COUNT(*) FROM adult WHERE age BETWEEN {low} AND {high}" for low, high in cases]
+    prepared = prepare(adult_connection, batch, epsilon=1.0)
+    assert prepared.plan.strategy_name.startswith("p-identity+ridge")
+    with dpsql.testing.noise_disabled():
+        exact = adult_connection.workload(batch, epsilon=1.0)
+    for (low, high), result in zip(cases, exact):
+        assert result.rows[0][0] == pytest.approx(((adult_frame.age >= low) & (adult_frame.age <= high)).sum(), abs=1e-6)
+    before = adult_connection.budget_spent().epsilon
+    noisy = adult_connection.workload(batch, epsilon=1.0)
+    assert adult_connection.budget_spent().epsilon == pytest.approx(before + 1.0)
+    errors = np.array([result.errors[0][0] for result in noisy])
+    assert errors == pytest.approx(np.sqrt(np.concatenate(prepared.plan.query_variances())), rel=1e-12)
