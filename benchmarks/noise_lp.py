@@ -11,7 +11,9 @@ and compares, in units of 2/ε² (one Laplace variance):
 * the best matrix mechanism with independent Laplace noise (identity for both workloads here: every
   strategy with unit L1 columns is at least as bad, by a Nelder–Mead search over 2–4 rows),
 * the ridge pair of ``planner.noise`` at its best width, from the continuous closed forms
-  Var(Y₁+Y₂) = 2 + 4/(2+w), Var(Y₁−Y₂) = (w³/3 + 2w² + 6w + 8)/(2+w) (in units of b²).
+  Var(Y₁+Y₂) = 2 + 4/(2+w), Var(Y₁−Y₂) = (w³/3 + 2w² + 6w + 8)/(2+w) (in units of b²),
+* and the discrete ridge pair on the LP's own lattice (b = 1/t, best integer half-width h), which is
+  what to compare the LP with exactly: they agree to about 1e-4.
 
     /work/venv/bin/python benchmarks/noise_lp.py     # about a minute; writes results/noise_lp.csv
 """
@@ -26,6 +28,7 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import time
 
 import numpy as np
+from planner import noise
 from results_io import number_text, print_table, write_csv
 from scipy import sparse
 from scipy.optimize import linprog, minimize, minimize_scalar
@@ -100,6 +103,18 @@ def best_ridge(gram: np.ndarray) -> tuple[float, float]:
     return float(found.fun), float(found.x)
 
 
+def best_lattice_ridge(gram: np.ndarray) -> tuple[float, int]:
+    """Least E[YᵀGY]·t²/2 of the discrete ridge pair with b = 1/t over integer half-widths, and that h."""
+    rotate = np.array([[1.0, 1.0], [1.0, -1.0]]) / 2.0
+    scale = 1.0 / STEP_EPSILON
+
+    def error(half_width: int) -> float:
+        variances = np.diag(noise.discrete_ridge_variances(scale, half_width))
+        return float(np.trace(gram @ rotate @ variances @ rotate.T)) * STEP_EPSILON**2 / 2.0
+
+    return min((error(h), h) for h in range(int(noise.MAX_RIDGE_WIDTH * scale / 2) + 1))
+
+
 def main() -> None:
     results = []
     for name, workload in WORKLOADS.items():
@@ -109,9 +124,11 @@ def main() -> None:
         seconds = time.perf_counter() - start
         matrix = best_matrix_mechanism(gram)
         ridge, width = best_ridge(gram)
+        lattice, half_width = best_lattice_ridge(gram)
         results.append({
             "workload": name, "laplace_identity": float(np.trace(gram)), "best_matrix_mechanism": matrix,
-            "ridge_pair": ridge, "ridge_width": width, "lp_optimum": lp, "lp_worst_log_ratio_per_t": worst_ratio,
+            "ridge_pair": ridge, "ridge_width": width, "lattice_ridge": lattice, "lattice_half_width": half_width,
+            "lp_optimum": lp, "lp_worst_log_ratio_per_t": worst_ratio,
             "ridge_gain_%": 100 * (1 - ridge / matrix), "lp_seconds": seconds,
         })
     print(f"expected total squared error in units of 2/ε² (one Laplace variance); LP on the lattice, t = {STEP_EPSILON}, |y| ≤ {RADIUS}")
