@@ -5,9 +5,9 @@ its log-density 1/b-Lipschitz in the L1 norm (``planner.noise``); two rows can s
 density is flat along a short segment in the direction (1, −1). Its sum is then less noisy than two
 independent Laplace samples (Var(Y₁+Y₂) → 2b² instead of 4b²) and its difference more. The noise on two
 cell rows of an ordered attribute is mostly seen through range sums that contain both cells, so GLS gains:
-on two cells the ridge pair *is* the optimum over all ε-DP noise densities (within 1e-4 of a linear program over the
-lattice, solved numerically), 4 % better than any matrix mechanism for the two ranges and 8 % for the two
-prefixes. Privacy is unchanged: a neighbour moves the strategy answers by a vector of L1 norm at most
+on two cells the ridge pair *is* the optimum over all ε-DP noise densities (within 1e-4 of a linear
+program over the lattice, ``benchmarks/noise_lp.py``), 4 % better than any matrix mechanism for the two
+ranges and 8 % for the two prefixes. Privacy is unchanged: a neighbour moves the strategy answers by a vector of L1 norm at most
 ``kΔ``, and the log-density of every pair moves by at most the L1 norm of its part of that vector over b.
 
 The strategy is p-Identity's ``A = [I; Θ]·diag(1/c)`` (``planner.strategies.pidentity``). Its cell rows
