@@ -37,3 +37,13 @@ def assert_noise_free_answers_exact(candidate: Candidate, workload: Workload, da
     answers = candidate.answer(candidate.measure({("sex", "age"): data}, noise=False))
     for value, want in zip(answers.values, workload.answer({("sex", "age"): data})):
         np.testing.assert_allclose(value, want, rtol=0, atol=tolerance)
+
+
+def assert_variances_equal_dense_gls(candidate: Candidate, workload: Workload, rows: np.ndarray, noise_covariance: np.ndarray) -> None:
+    """Every query variance of ``candidate`` (measured per ``sex`` cell on (sex, age), two sexes) equals
+    the dense GLS ``W (I₂ ⊗ (Sᵀ Σ⁻¹ S)⁻¹) Wᵀ`` for the strategy rows ``S`` and noise covariance ``Σ``."""
+    dense = rows.astype(float)
+    full = np.kron(np.eye(2), np.linalg.inv(dense.T @ np.linalg.solve(noise_covariance, dense)))
+    for product, variance in zip(workload.products, candidate.query_variances()):
+        W = product.matrix_on(("sex", "age"))
+        np.testing.assert_allclose(variance, np.einsum("ij,jk,ik->i", W, full, W), rtol=1e-8)

@@ -8,7 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from range_checks import assert_empirical_error_matches_prediction, assert_noise_free_answers_exact
+from range_checks import (
+    assert_empirical_error_matches_prediction,
+    assert_noise_free_answers_exact,
+    assert_variances_equal_dense_gls,
+)
 
 from planner import (
     AllRange,
@@ -98,10 +102,7 @@ def test_integer_strategy_sensitivity_variances_and_exact_answers() -> None:
     assert group.budget == epsilon and group.rows == 2 * rows.shape[0]
     b = candidate.noise.parameter  # the noise module rounds scales up to a dyadic rational: b ≈ 3e5 here
     assert candidate.noise.variance == pytest.approx(2 * math.exp(-1 / b) / (1 - math.exp(-1 / b)) ** 2, rel=1e-6)
-    full = np.kron(np.eye(2), candidate.noise.variance * np.linalg.inv(rows.T.astype(float) @ rows))
-    for product, variance in zip(workload.products, candidate.query_variances()):
-        W = product.matrix_on(("sex", "age"))
-        assert variance == pytest.approx(np.einsum("ij,jk,ik->i", W, full, W), rel=1e-8)
+    assert_variances_equal_dense_gls(candidate, workload, rows, candidate.noise.variance * np.eye(rows.shape[0]))
     data = np.random.default_rng(6).integers(0, 100, size=(2, 24))
     assert_noise_free_answers_exact(candidate, workload, data, tolerance=1e-6)
 

@@ -11,6 +11,7 @@ import pytest
 from range_checks import (
     assert_empirical_error_matches_prediction,
     assert_noise_free_answers_exact,
+    assert_variances_equal_dense_gls,
 )
 from test_ranges_pidentity import dense_gram, mixed_workload
 
@@ -139,11 +140,7 @@ def test_released_strategy_variances_equal_dense_gls_with_the_exact_pair_covaria
     for i, j, h in zip(pairs.first, pairs.second, pairs.half_widths):
         s, d = noise.discrete_ridge_variances(b, int(h))
         covariance[np.ix_([i, j], [i, j])] = [[(s + d) / 4, (s - d) / 4], [(s - d) / 4, (s + d) / 4]]
-    dense = rows.astype(float)
-    full = np.kron(np.eye(2), np.linalg.inv(dense.T @ np.linalg.solve(covariance, dense)))
-    for product, variance in zip(workload.products, candidate.query_variances()):
-        W = product.matrix_on(("sex", "age"))
-        assert variance == pytest.approx(np.einsum("ij,jk,ik->i", W, full, W), rel=1e-8)
+    assert_variances_equal_dense_gls(candidate, workload, rows, covariance)
     (group,) = candidate.group_budgets()
     assert group.budget == epsilon and group.rows == 2 * rows.shape[0]
     data = np.random.default_rng(6).integers(0, 100, size=(2, 25))

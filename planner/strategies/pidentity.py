@@ -313,16 +313,22 @@ class PIdentityCandidate(RangeCandidate):
         return weighted @ self.covariance.matrix() / self.noise.variance
 
 
-def candidates(workload: Workload, privacy: Privacy, contributions: int = 1) -> list[Candidate]:
-    """A p-Identity strategy per ordered attribute that has a hat hierarchy (ε-DP, ``MIN_SIZE`` to
-    ``MAX_SIZE`` cells), started from it."""
+def hat_starts(workload: Workload, privacy: Privacy, contributions: int = 1) -> list[tuple[RangeLayout, np.ndarray]]:
+    """``(layout, Θ start)`` per ordered attribute where p-Identity applies: ε-DP, a hat hierarchy that
+    measures the leaves, ``MIN_SIZE`` to ``MAX_SIZE`` cells (also the ridge family's starts)."""
     if not privacy.is_laplace:
         return []
-    found: list[Candidate] = []
+    found: list[tuple[RangeLayout, np.ndarray]] = []
     for hat in hats.candidates(workload, privacy, contributions):
         start = hat_start(hat) if isinstance(hat, hats.HatCandidate) else None
-        if start is None or not MIN_SIZE <= hat.layout.size <= MAX_SIZE:
-            continue
-        theta = optimised_theta(hat.layout, start)
-        found.append(PIdentityCandidate(hat.layout, privacy, Sensitivity(contributions), integer_strategy(theta)))
+        if start is not None and MIN_SIZE <= hat.layout.size <= MAX_SIZE:
+            found.append((hat.layout, start))
     return found
+
+
+def candidates(workload: Workload, privacy: Privacy, contributions: int = 1) -> list[Candidate]:
+    """A p-Identity strategy per ordered attribute that has a hat hierarchy (see :func:`hat_starts`)."""
+    return [
+        PIdentityCandidate(layout, privacy, Sensitivity(contributions), integer_strategy(optimised_theta(layout, start)))
+        for layout, start in hat_starts(workload, privacy, contributions)
+    ]

@@ -40,7 +40,7 @@ import numpy as np
 from planner import caches, noise
 from planner.budget import Sensitivity
 from planner.privacy import Privacy
-from planner.strategies import hats, pidentity
+from planner.strategies import pidentity
 from planner.strategies.base import Candidate, GroupBudget, Measurement
 from planner.strategies.ranges import RangeLayout
 from planner.workload import Workload
@@ -197,15 +197,8 @@ class RidgeCandidate(pidentity.PIdentityCandidate):
 
 
 def candidates(workload: Workload, privacy: Privacy, contributions: int = 1) -> list[Candidate]:
-    """A ridge-noise p-Identity strategy wherever p-Identity applies (ε-DP ordered attributes of
-    ``pidentity.MIN_SIZE`` to ``pidentity.MAX_SIZE`` cells with a hat hierarchy)."""
-    if not privacy.is_laplace:
-        return []
-    found: list[Candidate] = []
-    for hat in hats.candidates(workload, privacy, contributions):
-        start = pidentity.hat_start(hat) if isinstance(hat, hats.HatCandidate) else None
-        if start is None or not pidentity.MIN_SIZE <= hat.layout.size <= pidentity.MAX_SIZE:
-            continue
-        found.append(RidgeCandidate(hat.layout, privacy, Sensitivity(contributions), optimised_design(hat.layout, start)))
-    return found
-
+    """A ridge-noise p-Identity strategy wherever p-Identity applies (``pidentity.hat_starts``)."""
+    return [
+        RidgeCandidate(layout, privacy, Sensitivity(contributions), optimised_design(layout, start))
+        for layout, start in pidentity.hat_starts(workload, privacy, contributions)
+    ]
