@@ -22,7 +22,7 @@ from conftest import make_adult
 from dpsql.batch import prepare
 from dpsql.sql.grouping import Constant, expand_group_by, split_statement
 
-GRAMMAR = Path(__file__).resolve().parent.parent / "grammar"
+GRAMMAR = Path(__file__).resolve().parents[2] / "grammar"
 ACCEPTED = sorted((GRAMMAR / "accepted" / "workloads").glob("*.sql"))
 REJECTED = sorted((GRAMMAR / "rejected" / "workloads").glob("*.sql"))
 EXPECT = re.compile(r"^-- expect: (\w+) (.+)$")

@@ -22,7 +22,7 @@ import dpsql.testing
 from dpsql.schema import Schema
 from dpsql.sql.parse import Count, GroupKey, OrderKey, parse
 
-ACCEPTED = sorted((Path(__file__).resolve().parent.parent / "grammar" / "accepted").glob("*.sql"))
+ACCEPTED = sorted((Path(__file__).resolve().parents[2] / "grammar" / "accepted").glob("*.sql"))
 
 
 def _bin_label(column: str, edges: list[float]) -> exp.Expression:

@@ -25,7 +25,7 @@ from dpsql.sql.keyed import KeyBoundedAggregation
 from planner.noise import discrete_gaussian_variance, discrete_laplace_variance
 from planner.partition import gaussian_threshold, laplace_threshold, optimal
 
-GRAMMAR = Path(__file__).resolve().parent.parent / "grammar"
+GRAMMAR = Path(__file__).resolve().parents[2] / "grammar"
 
 
 def _schema(**bounds: int) -> dict[str, object]:

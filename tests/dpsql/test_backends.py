@@ -34,7 +34,7 @@ from dpsql.sql.bounded import BoundedAggregation
 from conftest import ADULT_SCHEMA
 from recording_backend import RecordingBackend
 
-GRAMMAR_ACCEPTED = Path(__file__).resolve().parent.parent / "grammar" / "accepted"
+GRAMMAR_ACCEPTED = Path(__file__).resolve().parents[2] / "grammar" / "accepted"
 ACCEPTED = sorted(GRAMMAR_ACCEPTED.rglob("*.sql"))  # plain, workloads/ (CUBE, ROLLUP, UNION ALL), unknown/
 
 

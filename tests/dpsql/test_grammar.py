@@ -12,7 +12,7 @@ import pytest
 import dpsql
 from dpsql.sql.parse import And, Between, Comparison, Count, GroupKey, InList, IsNull, Not, Or, OrderKey, parse
 
-GRAMMAR = Path(__file__).resolve().parent.parent / "grammar"
+GRAMMAR = Path(__file__).resolve().parents[2] / "grammar"
 
 ACCEPTED = sorted((GRAMMAR / "accepted").glob("*.sql"))
 REJECTED = sorted((GRAMMAR / "rejected").glob("*.sql"))
