@@ -1,41 +1,43 @@
-"""``EXPLAIN <statement>`` / ``EXPLAIN <stmt>; <stmt>; …``: the plan as rows, without reading data or spending.
+"""How a statement is (or was) answered, as rows — ``EXPLAIN`` — and as text — ``cursor.explanation``.
 
-Every row is ``(section, name, value, detail)``:
+Both come from the same :class:`dpsql.pipeline.Prepared` object that release runs, so EXPLAIN describes
+exactly the plan execution uses. Every row is ``(section, name, value, detail)``:
 
-========== ============================ ================================ =====================================
-section    name                         value                            detail
-========== ============================ ================================ =====================================
-statement  its number (1, 2, …)         its weight                       the SQL text
-cost       ``epsilon`` or ``rho``       what executing it would charge   whether kept measurements answer it
-strategy   the chosen strategy          None                             privacy spec and contributions
-group      a group of measured rows     its budget (ε_g or ρ_g)          rows and per-row noise variance
-query      statement.grouping set       largest expected RMSE            rows and RMSE range
-error      expected total squared error / SVD lower bound / ratio to the SVD bound
-========== ============================ ================================ =====================================
+=========== ============================ ================================ =====================================
+section     name                         value                            detail
+=========== ============================ ================================ =====================================
+statement   its number (1, 2, …)         its weight                       the SQL text
+column      a column the batch reads     None                             its public domain
+bounding    ``rows per unit``            the contribution bound           how rows are bounded and dropped
+cost        ``epsilon`` / ``rho`` / …    what executing it charges        whether kept measurements answer it
+selection   the primitive, midpoint, …   its parameters                   (statements that select keys)
+strategy    the chosen strategy          None                             privacy spec and contributions
+group       a group of measured rows     its budget (ε_g or ρ_g)          rows and per-row noise variance
+query       statement.grouping set       largest expected RMSE            rows and RMSE range
+error       expected total squared error / SVD lower bound / ratio to the SVD bound
+candidate   a strategy considered        its expected total squared error its groups and rows
+=========== ============================ ================================ =====================================
 
-Products answered from kept measurements (``dpsql.reuse``) show the RMSE GLS gives them from those;
-products to be measured show the plan's RMSE (their combination with kept measurements can only lower it).
+After a statement ran, ``cursor.explanation`` adds what happened: ``answered`` (free from kept
+measurements, measured, or combined with kept ones), the keys released, the counting plan chosen for
+them, and what ``non_negative=True`` changed. EXPLAIN without a cost explains the plan at ε = 1 (ρ = 1
+under zCDP) and says so: expected variances scale as 1/ε² (1/ρ).
 """
 
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import numpy as np
-import sqlglot
-from sqlglot.errors import SqlglotError
 
-from dpsql.errors import ProgrammingError
-from dpsql.reuse import MeasurementStore
+import planner
+from dpsql.request import Prepared
+from dpsql.result import ResultSet
+from dpsql.schema import OUT_OF_DOMAIN_RULE
+from dpsql.session import Session
 from dpsql.types import NUMBER, STRING
 from planner.select import BoundUnavailableError
 
-if TYPE_CHECKING:
-    from dpsql.batch import PreparedBatch
-
-_EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
 DESCRIPTION = (
     ("section", STRING, None, None, None, None, False),
     ("name", STRING, None, None, None, None, False),
@@ -55,86 +57,151 @@ class ExplainRow:
         return (self.section, self.name, self.value, self.detail)
 
 
-def explained_statements(sql: str) -> list[str] | None:
-    """The statements after a leading EXPLAIN (several when separated by ';'), or None without EXPLAIN."""
-    if not isinstance(sql, str) or not _EXPLAIN.match(sql):
-        return None
-    rest = _EXPLAIN.sub("", sql, count=1)
-    if re.match(r"^\s*ANALYZE\b", rest, re.IGNORECASE):
-        raise ProgrammingError("EXPLAIN ANALYZE is not supported: it would run the statement; use EXPLAIN")
-    try:
-        statements = [s.sql(dialect="duckdb") for s in sqlglot.parse(rest, read="duckdb") if s is not None]
-    except SqlglotError as error:
-        raise ProgrammingError(f"EXPLAIN: cannot parse the statement: {str(error).strip().splitlines()[0]}") from error
-    if not statements:
-        raise ProgrammingError("EXPLAIN needs a statement to explain, e.g. EXPLAIN SELECT COUNT(*) FROM t")
-    return statements
+@dataclass(frozen=True)
+class Outcome:
+    """What release did: ``how`` is "zero" (nothing to count), "free" (kept measurements answered it),
+    "measured" or "combined" (a fresh measurement combined with kept ones); ``released`` keys when the
+    statement selected keys; the counting ``plan`` chosen for them; the non-negative ``note``."""
+
+    how: str
+    released: int | None = None
+    plan: planner.Plan | None = None
+    note: str | None = None
 
 
-def explain_rows(prepared: PreparedBatch, store: MeasurementStore) -> list[ExplainRow]:
-    """The rows of the module docstring for a prepared batch (pure: reads no data, charges nothing)."""
-    rows = [ExplainRow("statement", str(i + 1), s.weight, s.sql) for i, s in enumerate(prepared.statements)]
-    plan = prepared.plan
+_HOW = {
+    "zero": "every count is zero by construction: nothing was read or charged",
+    "free": "from kept measurements by GLS: nothing was read or charged",
+    "measured": "measured afresh: one read of the private rows, charged once",
+    "combined": "measured and combined with kept measurements by GLS: errors are at most a fresh measurement's",
+}
+
+
+def explain_rows(session: Session, prepared: Prepared) -> list[ExplainRow]:
+    """The rows of the module docstring for a prepared request (reads no data, charges nothing)."""
+    request, batch, decision = prepared.request, prepared.batch, prepared.decision
+    rows = [ExplainRow("statement", str(i + 1), w, s.sql) for i, (s, w) in enumerate(zip(request.statements, request.weights))]
+    for name, column in batch.columns.items():
+        rows.append(ExplainRow("column", name, None, column.describe()))
+    schema = prepared.table.schema
+    unit = f"at most {schema.max_rows_per_unit} random row(s) per {schema.privacy_unit!r}" if schema.privacy_unit else "one row = one unit"
+    rows.append(ExplainRow("bounding", "rows per unit", float(schema.contributions), f"{unit}; values outside the domain: {OUT_OF_DOMAIN_RULE}"))
     cost_name = "epsilon" if prepared.cost.epsilon is not None else "rho"
-    cost_value = prepared.cost.epsilon if prepared.cost.epsilon is not None else prepared.cost.rho
-    if prepared.workload is None:
+    if request.cost is None:
+        rows.append(ExplainRow("cost", "not given", None, f"shown for {cost_name} = 1: expected variances scale as 1/{'ε²' if cost_name == 'epsilon' else 'ρ'}"))
+    if batch.workload is None:
         rows.append(ExplainRow("cost", cost_name, 0.0, "every count is zero by construction: nothing is read or charged"))
         return rows
-    kept = len(prepared.workload.products) - len(prepared.measured)
-    if plan is None:
+    if prepared.selection is not None:
+        return rows + _selection_rows(prepared)
+    if prepared.keyed is not None:
+        cached = session.keys.get(prepared.table, prepared.keyed) or ()
+        rows.append(ExplainRow("keys", "cached", float(len(cached)), f"of {prepared.keyed!r}, from the cached key set: no selection"))
+    if decision.plan is None:
         rows.append(ExplainRow("cost", cost_name, 0.0, "answered from kept measurements by GLS: nothing is charged"))
-        rows.append(ExplainRow("strategy", "kept measurements", None, f"{store.measurement_count(prepared.table.name, prepared.columns)} measurement(s) kept"))
+        count = session.store.measurement_count(prepared.rows)
+        rows.append(ExplainRow("strategy", "kept measurements", None, f"{count} measurement(s) kept on these rows"))
     else:
-        reuse = f"; {kept} of {len(prepared.workload.products)} products answered from kept measurements" if kept else ""
-        rows.append(ExplainRow("cost", cost_name, float(cost_value), f"charged once when executed{reuse}"))
-        rows.append(ExplainRow("strategy", plan.strategy_name, None, f"{plan.privacy}, {plan.contributions} row(s) per privacy unit"))
-        budget_name = "epsilon" if plan.privacy.is_laplace else "rho"
-        for group in plan.group_budgets():
-            rows.append(
-                ExplainRow("group", group.name, float(group.budget), f"{group.rows} row(s), {budget_name} share, noise variance {group.noise_variance:.6g}")
-            )
-    variances = _product_variances(prepared, store)
-    for number, statement in enumerate(prepared.statements, start=1):
-        for part in statement.branches:
-            label = f"{number}: ({', '.join(part.branch.grouping_set)})"
-            if part.compiled.workload is None:
-                rows.append(ExplainRow("query", label, 0.0, "every count is zero by construction"))
-                continue
-            count = len(part.compiled.workload.products)
-            chosen = np.concatenate([variances[i] for i in range(part.first_product, part.first_product + count)])
-            rmse = np.sqrt(np.maximum(chosen, 0.0))
-            rows.append(
-                ExplainRow("query", label, float(rmse.max()), f"{rmse.size} released value(s), expected RMSE {rmse.min():.4g}–{rmse.max():.4g}")
-            )
-    if plan is not None:
-        rows.append(ExplainRow("error", "expected total squared error", plan.expected_error(), "of the measured products, weights applied"))
-        try:
-            bound = plan.svd_bound()
-        except BoundUnavailableError as error:
-            rows.append(ExplainRow("error", "svd lower bound", None, str(error)))
-        else:
-            rows.append(ExplainRow("error", "svd lower bound", bound, "no strategy can have less expected total squared error"))
-            ratio = plan.ratio
-            rows.append(ExplainRow("error", "ratio to svd bound", ratio, "expected error / SVD bound"))
+        value = prepared.cost.epsilon if prepared.cost.epsilon is not None else prepared.cost.rho
+        kept = f"; {len(decision.kept)} of {len(batch.workload.products)} products answered from kept measurements" if decision.kept else ""
+        rows.append(ExplainRow("cost", cost_name, float(value), f"charged once when executed{kept}"))
+        rows += plan_rows(decision.plan)
+    rows += _query_rows(session, prepared)
+    if decision.plan is not None:
+        rows += error_rows(decision.plan)
     return rows
 
 
-def _product_variances(prepared: PreparedBatch, store: MeasurementStore) -> dict[int, np.ndarray]:
-    workload = prepared.workload
+def plan_rows(plan: planner.Plan) -> list[ExplainRow]:
+    rows = [ExplainRow("strategy", plan.strategy_name, None, f"{plan.privacy}, {plan.contributions} row(s) per privacy unit")]
+    budget_name = "epsilon" if plan.privacy.is_laplace else "rho"
+    for group in plan.group_budgets():
+        rows.append(ExplainRow("group", group.name, float(group.budget), f"{group.rows} row(s), {budget_name} share, noise variance {group.noise_variance:.6g}"))
+    return rows
+
+
+def error_rows(plan: planner.Plan) -> list[ExplainRow]:
+    rows = [ExplainRow("error", "expected total squared error", plan.expected_error(), "of the measured products, weights applied")]
+    try:
+        bound = plan.svd_bound()
+    except BoundUnavailableError as error:
+        rows.append(ExplainRow("error", "svd lower bound", None, str(error)))
+    else:
+        rows.append(ExplainRow("error", "svd lower bound", bound, "no strategy can have less expected total squared error"))
+        rows.append(ExplainRow("error", "ratio to svd bound", plan.ratio, "expected error / SVD bound"))
+    for summary in sorted(plan.candidates, key=lambda s: s.expected_error):
+        rows.append(ExplainRow("candidate", summary.name, summary.expected_error, summary.detail))
+    return rows
+
+
+def _query_rows(session: Session, prepared: Prepared) -> list[ExplainRow]:
+    """Expected RMSE per grouping set: the plan's for measured products, GLS's from what is kept otherwise."""
+    workload, decision = prepared.batch.workload, prepared.decision
     assert workload is not None
     variances: dict[int, np.ndarray] = {}
-    if prepared.plan is not None:
-        variances.update(zip(prepared.measured, prepared.plan.query_variances()))
-    covered = tuple(i for i in range(len(workload.products)) if i not in variances)
-    if covered:
-        variances.update({i: v for i, (_, v) in store.answer(prepared.table.name, prepared.columns, workload, covered).items()})
-    return variances
+    if decision.plan is not None:
+        variances.update(zip(decision.measured, decision.plan.query_variances()))
+    if decision.kept:
+        variances.update({i: v for i, (_, v) in session.store.answer(prepared.rows, workload, decision.kept).items()})
+    rows = []
+    for number, compiled in enumerate(prepared.batch.statements, start=1):
+        for branch, query, first in zip(compiled.statement.branches, compiled.branches, compiled.first_products):
+            label = f"{number}: ({', '.join(branch.grouping_set)})"
+            if query.workload is None:
+                rows.append(ExplainRow("query", label, 0.0, "every count is zero by construction"))
+                continue
+            chosen = np.concatenate([variances[i] for i in range(first, first + len(query.workload.products))])
+            rmse = np.sqrt(np.maximum(chosen, 0.0))
+            rows.append(ExplainRow("query", label, float(rmse.max()), f"{rmse.size} released value(s), expected RMSE {rmse.min():.4g}–{rmse.max():.4g}"))
+    return rows
 
 
-def explain_text(prepared: PreparedBatch, store: MeasurementStore) -> str:
-    """The same rows as readable lines (``cursor.explanation`` after a batch)."""
+def _selection_rows(prepared: Prepared) -> list[ExplainRow]:
+    selection = prepared.selection
+    assert selection is not None
+    chosen, cost = selection.split, prepared.cost
+    primitive = chosen.primitive
+    always = primitive.always_kept()
+    counting = "reused noisy count" if chosen.reuses_noisy_count else "counting"
+    counting_name, counting_value = ("epsilon", cost.epsilon) if cost.epsilon is not None else ("rho", cost.rho)
+    return [
+        ExplainRow("bounds", "keys", float(selection.bounds.max_groups_per_unit), selection.bounds.describe()),
+        ExplainRow("cost", "selection epsilon", float(cost.approximate_epsilon), "partition selection, composed by addition"),
+        ExplainRow("cost", "selection delta", float(cost.delta), "partition selection"),
+        ExplainRow("cost", f"counting {counting_name}", float(counting_value), "charged once with the selection when executed"),
+        ExplainRow("selection", primitive.name, primitive.midpoint(), primitive.describe()),
+        ExplainRow("selection", "midpoint", primitive.midpoint(), "distinct units where a key is kept with probability 1/2"),
+        ExplainRow(
+            "selection", "always kept from n", float(always) if math.isfinite(always) else None,
+            "unit counts are clipped there" if math.isfinite(always) else "no n is kept with certainty",
+        ),
+        ExplainRow("split", "selection fraction", chosen.fraction, chosen.describe()),
+        ExplainRow("counts", counting, chosen.count_variance, "noise variance of one released count"),
+        ExplainRow("strategy", "chosen after selection", None, "the counts are planned for the released keys (the plan is reported after execution)"),
+        ExplainRow("keys", "considered", None, "withheld: the number of keys in the data is private"),
+    ]
+
+
+def explain_result(session: Session, prepared: Prepared) -> ResultSet:
+    rows = explain_rows(session, prepared)
+    return ResultSet(DESCRIPTION, [r.as_tuple() for r in rows], [(None,) * 4] * len(rows), render(rows))
+
+
+def explanation(session: Session, prepared: Prepared, outcome: Outcome) -> str:
+    """``cursor.explanation`` after release: the EXPLAIN rows and what happened."""
+    rows = explain_rows(session, prepared)
+    rows.append(ExplainRow("answered", outcome.how, None, _HOW[outcome.how]))
+    if outcome.released is not None:
+        rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {prepared.keyed!r}, newly selected and cached on the connection"))
+    if outcome.plan is not None:
+        rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
+    text = render(rows)
+    return text if outcome.note is None else f"{text}\n{outcome.note}"
+
+
+def render(rows: list[ExplainRow]) -> str:
     lines = []
-    for row in explain_rows(prepared, store):
+    for row in rows:
         value = "" if row.value is None else f" = {row.value:.6g}"
         detail = "" if not row.detail else f" ({row.detail})"
         lines.append(f"{row.section}: {row.name}{value}{detail}")

@@ -62,23 +62,16 @@ import numpy as np
 
 from dpsql import errors
 from dpsql.backends.factory import open_backend
-from dpsql.batch import (
-    CompiledBranch,
-    CompiledStatement,
-    ResultSet,
-    _statement_result,
-    _with_masks,
-    as_result,
-)
-from dpsql.connection import Cursor
+from dpsql.connection import ResultCursor
 from dpsql.errors import DataError, InterfaceError, NotSupportedError, ProgrammingError
-from dpsql.explain import explained_statements
+from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain, Schema
-from dpsql.sql.bounded import BoundedAggregation, check_column_types
-from dpsql.sql.compile import compile_query
-from dpsql.sql.grouping import check_parameter_count, split_statement
-from dpsql.sql.parse import Count, GroupKey, Query, parse, predicate_columns
-from planner import Domain, Product, Workload
+from dpsql.sql.bounded import BoundedAggregation
+from dpsql.sql.literals import ColumnType, canonical_schema
+from dpsql.sql.parse import Count, GroupKey, Query, predicate_columns
+from dpsql.sql.statement import Statement, bind_statement, parse_text
+from dpsql.workloads import CompiledBatch, compile_batch
+from planner import Domain, Workload
 from planner.ldp import (
     Aggregator,
     InvalidEpsilonError,
@@ -105,51 +98,32 @@ SIMULATION_TABLE = "__dpsql_survey_units"
 
 @dataclass(frozen=True)
 class _CompiledSurveyStatement:
-    """A statement split into grouping-set branches, each compiled with its WHERE clause as masks (the
-    local model cannot drop rows before counting: every unit reports its whole cell)."""
+    """A statement compiled with its WHERE clause as masks (the local model cannot drop rows before
+    counting: every unit reports its whole cell), as one workload over the columns it reads."""
 
-    statement: CompiledStatement
-    workloads: tuple[Workload, ...]  # the branches' workloads (over their own domains), in branch order
+    batch: CompiledBatch
 
     @property
     def columns(self) -> set[str]:
-        return {name for branch in self.statement.branches for name in branch.compiled.columns}
-
-    @property
-    def products(self) -> tuple[Product, ...]:
-        """Every branch's products in order: the statement's answers, product by product."""
-        return tuple(product for workload in self.workloads for product in workload.products)
+        return set(self.batch.columns)
 
     def matrix(self, domain: Domain) -> np.ndarray:
         """The dense workload over the survey's ``domain`` (rows in product order; no rows: empty)."""
-        if not self.workloads:
+        if self.batch.workload is None:
             return np.zeros((0, domain.size))
-        return np.vstack([_on_survey_domain(workload, domain) for workload in self.workloads])
+        return _on_survey_domain(self.batch.workload, domain)
 
 
 def _compile(sql: object, parameters: Sequence[object] | None, schema: Schema) -> tuple[str, _CompiledSurveyStatement]:
-    """The statement's table name and its compiled branches (columns resolved against ``schema``)."""
-    if not isinstance(sql, str):
-        raise ProgrammingError(f"every statement must be a SQL string, got {type(sql).__name__}")
-    if explained_statements(sql) is not None:
+    """The statement's table name and its compiled workload (columns resolved against ``schema``)."""
+    parsed = parse_text(sql)
+    if parsed.explain:
         raise NotSupportedError("EXPLAIN is not available on a local survey; Survey.describe() says how it answers")
-    split = split_statement(sql)
-    check_parameter_count(split, parameters)
-    table: str | None = None
-    branches: list[CompiledBranch] = []
-    workloads: list[Workload] = []
-    for branch in split.branches:
-        query = parse(branch.sql, branch.bound(parameters))
-        if table is not None and query.table.lower() != table.lower():
-            raise NotSupportedError(f"a survey reads one table; {table!r} and {query.table!r} are both used")
-        table = query.table
-        _check_declared(query, schema)
-        compiled = _with_masks(compile_query(query, schema, schema.column_names))
-        branches.append(CompiledBranch(branch, compiled, sum(len(w.products) for w in workloads)))
-        if compiled.workload is not None:
-            workloads.append(compiled.workload)
-    assert table is not None
-    return table, _CompiledSurveyStatement(CompiledStatement(sql, split, tuple(branches), 1.0), tuple(workloads))
+    statement: Statement = bind_statement(parsed.trees[0], parameters, parsed.texts[0])
+    for branch in statement.branches:
+        _check_declared(branch.query, schema)
+    batch = compile_batch([statement], [1.0], schema, schema.column_names, masks_only=True)
+    return statement.table, _CompiledSurveyStatement(batch)
 
 
 def _mentioned(query: Query) -> list[str]:
@@ -366,18 +340,18 @@ class Survey:
             missing = [name for name in needed if name not in column_types]
             if missing:
                 raise ProgrammingError(f"the table has no column(s) {missing}; its columns are {list(column_types)}")
-            domains = {c.name: c for c in self.schema.columns}
-            problems = check_column_types(domains, column_types, self.table)
-            if problems:
-                raise ProgrammingError("; ".join(problems))
+            types = {name: ColumnType.of(type_name, backend.dialect) for name, type_name in column_types.items()}
+            checked = canonical_schema(self.schema, types, self.table, backend.run, backend.dialect)
+            domains = {c.name: c for c in checked.columns}
             aggregation = BoundedAggregation(
                 table=SIMULATION_TABLE,
                 columns=domains,
-                column_types={name: column_types[name] for name in self.columns},
+                column_types={name: types[name] for name in self.columns},
                 marginals=(self.columns,),
                 privacy_unit=self.schema.privacy_unit,
                 max_rows_per_unit=1,
                 salt=salt,
+                row_columns=tuple(column_types),
             )
             result = backend.run(aggregation.statement().sql(dialect=backend.dialect))
             return aggregation.marginal_arrays(result)[self.columns].ravel()
@@ -544,41 +518,39 @@ class LocalConnection(errors.ExceptionsOnConnection):
         """One statement's rows with their (worst-case) standard errors."""
         self._check_open()
         compiled = self.survey._compile(sql, parameters)
-        values: list[np.ndarray] = []
-        variances: list[np.ndarray] = []
-        if compiled.workloads:
-            matrix = compiled.matrix(self.survey.domain)
-            try:
-                aggregator = Aggregator(self.survey.mechanism, matrix)
-            except WorkloadNotSupportedError as error:
-                raise ProgrammingError(
-                    f"the survey cannot answer this statement without bias ({error}); design a survey that includes it"
-                ) from None
-            aggregator.add(self.reports)
-            answers = aggregator.answers()
-            start = 0
-            for product in compiled.products:
-                values.append(answers.estimates[start : start + product.rows])
-                variances.append(answers.variances[start : start + product.rows])
-                start += product.rows
-        return _statement_result(compiled.statement, values, variances)
+        workload = compiled.batch.workload
+        if workload is None:
+            return compiled.batch.results([], [])[0]
+        try:
+            aggregator = Aggregator(self.survey.mechanism, compiled.matrix(self.survey.domain))
+        except WorkloadNotSupportedError as error:
+            raise ProgrammingError(
+                f"the survey cannot answer this statement without bias ({error}); design a survey that includes it"
+            ) from None
+        aggregator.add(self.reports)
+        answers = aggregator.answers()
+        bounds = np.cumsum([0] + [p.rows for p in workload.products])
+        values = [answers.estimates[a:b] for a, b in zip(bounds, bounds[1:])]
+        variances = [answers.variances[a:b] for a, b in zip(bounds, bounds[1:])]
+        return compiled.batch.results(values, variances)[0]
+
+    def _explained(self, result: ResultSet) -> ResultSet:
+        return result.explained(self.survey.describe() + f"\nanswered from {self.num_reports} report(s)")
 
 
-class LocalCursor(Cursor):
+class LocalCursor(ResultCursor):
     """A PEP 249 cursor over a survey's reports: ``execute`` answers one statement; ``description``,
     ``fetch*``, ``rowcount``, ``errors`` and ``confidence_interval`` behave as on the central engine."""
 
-    connection: LocalConnection  # type: ignore[assignment]
-
     def __init__(self, connection: LocalConnection) -> None:
-        super().__init__(connection)  # type: ignore[arg-type]
+        super().__init__()
+        self.connection = connection
 
-    @property
-    def explanation(self) -> str:
-        self._check_result()
-        return self.connection.survey.describe() + f"\nanswered from {self.connection.num_reports} report(s)"
+    def _check_open(self) -> None:
+        super()._check_open()
+        self.connection._check_open()
 
-    def execute(  # type: ignore[override]
+    def execute(
         self, operation: str, parameters: Sequence[object] | None = None, *, epsilon: float | None = None, rho: float | None = None
     ) -> LocalCursor:
         """Answer one statement from the reports (``epsilon``/``rho`` are refused: answering is free)."""
@@ -588,17 +560,19 @@ class LocalCursor(Cursor):
                 f"answering from LDP reports costs nothing: the units spent ε = {self.connection.survey.epsilon:g} "
                 "when they randomized; drop epsilon=/rho="
             )
-        self._result, self._position = None, 0
-        self._result = as_result(self.connection.answer(operation, parameters))
+        self._released(None)
+        self._released(self.connection._explained(self.connection.answer(operation, parameters)))
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[object]]) -> LocalCursor:  # type: ignore[override]
         """Answer the statement once per parameter set; the rows of all runs are concatenated."""
         self._check_open()
-        self._result, self._position = None, 0
+        self._released(None)
+        if isinstance(seq_of_parameters, (str, bytes)) or not isinstance(seq_of_parameters, Sequence):
+            raise ProgrammingError("executemany() needs a sequence of parameter sequences, one per run")
         results = [self.connection.answer(operation, parameters) for parameters in seq_of_parameters]
         if results:
             rows = [row for result in results for row in result.rows]
             errs = [error for result in results for error in result.errors]
-            self._result = as_result(ResultSet(results[0].description, rows, errs))
+            self._released(self.connection._explained(ResultSet(results[0].description, rows, errs)))
         return self

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dpsql import local
-from dpsql.connection import Cursor
+from dpsql.connection import ResultCursor
 from dpsql.errors import DataError, ProgrammingError
 
-RowPrinter = Callable[[Cursor, str], None]
+RowPrinter = Callable[[ResultCursor, str], None]
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -11,11 +11,11 @@ biased near zero and their error has no closed form, though it is lower than GLS
 
 Where the fit's estimates come from:
 
-- a fresh measurement that the connection does not keep (``reuse=False``, a WHERE clause, or a
+- a fresh measurement that the connection does not keep (``reuse=False``, or a
   strategy outside the kept basis): ``planner.Plan.answer_nonnegative``, available for marginal-type
   strategies (identity, marginals, residual, Fourier); other strategies (hierarchy, HATs, eigen) keep
   their GLS answers and the explanation says so;
-- the connection's kept measurements (``dpsql.reuse``, on by default): the same fit on every kept
+- the connection's kept measurements (``planner.store``, on by default): the same fit on every kept
   estimate of the statement's columns, so re-used answers are non-negative too;
 - a batch mixing both (some products re-used, others measured by a strategy that is not kept): GLS
   answers, with a note.
@@ -26,13 +26,13 @@ reason in the note.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable
 from dataclasses import dataclass
 
-from dpsql.reuse import MeasurementStore
 from planner import Plan, Workload
 from planner.recovery import helmert_basis, nonnegative_fit
 from planner.strategies.base import Answers, Measurement
+from planner.store import MeasurementStore
 from planner.strategies.residual import NonNegativityReport
 from planner.workload import marginal_for
 
@@ -61,14 +61,14 @@ def from_measurement(plan: Plan, measurement: Measurement, gls: Answers) -> Fini
     return Finished(answers, f"{report}; {GLS_ERRORS_NOTE}")
 
 
-def from_store(store: MeasurementStore, table: str, columns: Iterable[str], workload: Workload, gls: Answers) -> Finished:
-    """NNLS on every kept estimate of the rows ``(table, columns)`` over the workload's attributes;
+def from_store(store: MeasurementStore, rows: Hashable, workload: Workload, gls: Answers) -> Finished:
+    """NNLS on every kept estimate of ``rows`` over the workload's attributes;
     ``gls`` are the store's GLS answers to ``workload`` (their variances are kept)."""
     domain = workload.domain
     union = domain.canonical(a for p in workload.products for a in p.attributes)
     bases = {a: helmert_basis(domain.size_of(a)) for a in union}
     try:
-        estimates, variances = store.estimates(table, columns, union)
+        estimates, variances = store.estimates(rows, union)
         fitted = nonnegative_fit(union, estimates, variances, bases)
     except (ValueError, ArithmeticError) as error:
         return unavailable(gls, str(error))

@@ -1,87 +1,169 @@
-"""Released answers → result rows: every cell of the GROUP BY domain, then ORDER BY / LIMIT.
+"""Released answers → a statement's result set: every group cell, the grouping-set layout, ORDER BY / LIMIT.
 
-Counts are released as floats: the consistent (least-squares) estimates are not integers, and
-rounding them would break consistency across cells and subtotals. Each count carries its standard
-error; group-key columns carry None in the errors. ORDER BY, OFFSET and LIMIT apply to the released
-rows (post-processing, free of privacy cost). Without ORDER BY, rows come in domain order of the
-GROUP BY columns (the first varies slowest). NULL keys sort last in both directions.
+Counts are released as floats: the consistent (least-squares) estimates are not integers, and rounding
+them would break consistency across cells and subtotals. Each count carries its standard error; group-key
+columns carry None in the errors. Every cell of a grouping set's GROUP BY domain is a row (zeros
+included), except the hidden remainder cell of a released key set; GROUP BY cells that the WHERE clause
+makes unreachable are exact zeros. Branches (grouping sets) fill the statement's columns by their layout
+(a rolled-up column is NULL, ``GROUPING()`` a constant). ORDER BY, OFFSET and LIMIT apply to the released
+rows (post-processing, free of privacy cost); the order is total over values of any types, NULLs last in
+both directions, so ordering can never fail. Without ORDER BY, rows come branch by branch, each in domain
+order of its GROUP BY columns (the first varies slowest).
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from statistics import NormalDist
 
 import numpy as np
 
+from dpsql.errors import ProgrammingError
 from dpsql.sql.compile import CompiledQuery
+from dpsql.sql.grouping import Constant
 from dpsql.sql.parse import GroupKey
-from dpsql.types import NUMBER, STRING
+from dpsql.sql.statement import Statement
+from dpsql.types import DATETIME, NUMBER, STRING
 
 Row = tuple[object, ...]
+Interval = tuple[float, float]
+
+
+def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: float) -> list[tuple[Interval | None, ...]]:
+    """Per row and column, ``(low, high)`` = value ± z·stderr at two-sided ``level`` (normal
+    approximation of the released noise), or None where a column carries no error (group keys,
+    GROUPING(), NULL). Post-processing: free of privacy cost."""
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ProgrammingError(f"the confidence level must lie strictly between 0 and 1, got {level!r}")
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    return [
+        tuple(None if e is None or v is None else (float(v) - z * float(e), float(v) + z * float(e)) for v, e in zip(row, err))  # type: ignore[arg-type]
+        for row, err in zip(rows, errors)
+    ]
 
 
 @dataclass(frozen=True)
-class Result:
+class ResultSet:
+    """One statement's released rows, their standard errors (aligned, None in key columns), the PEP 249
+    description, and how it was answered (``explanation``)."""
+
     description: tuple[tuple[object, ...], ...]
     rows: list[Row]
     errors: list[Row]
+    explanation: str = ""
+
+    def fetchall(self) -> list[Row]:
+        return list(self.rows)
+
+    def confidence_interval(self, level: float = 0.95) -> list[tuple[Interval | None, ...]]:
+        return confidence_intervals(self.rows, self.errors, level)
+
+    def explained(self, text: str) -> ResultSet:
+        return replace(self, explanation=text)
 
 
-def build_result(
-    compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]
-) -> Result:
-    """Rows for every group cell from the per-product answers ``values``/``variances``."""
-    cells = compiled.group_cells
+def statement_result(
+    statement: Statement, compiled: Sequence[CompiledQuery], values: Sequence[Sequence[np.ndarray]], variances: Sequence[Sequence[np.ndarray]]
+) -> ResultSet:
+    """The result set of ``statement`` from each branch's compiled query and its products' answers."""
+    rows: list[Row] = []
+    errors: list[Row] = []
+    for branch, query, branch_values, branch_variances in zip(statement.branches, compiled, values, variances):
+        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances)
+        for row, error in zip(branch_rows, branch_errors):
+            rows.append(tuple(s.value if isinstance(s, Constant) else row[s] for s in branch.layout))
+            errors.append(tuple(None if isinstance(s, Constant) else error[s] for s in branch.layout))
+    rows, errors = _ordered(statement, rows, errors)
+    return ResultSet(_description(statement, compiled), rows, errors)
+
+
+def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]) -> tuple[list[Row], list[Row]]:
+    """One row per shown GROUP BY cell (hidden remainder cells left out), in domain order."""
     shape = compiled.group_shape
-    key_cells = np.unravel_index(np.arange(cells), shape) if shape else ()
+    cells = np.arange(compiled.group_cells)
+    key_cells = np.unravel_index(cells, shape) if shape else ()
+    shown = np.ones(len(cells), dtype=bool)
+    for position, column in enumerate(compiled.group_columns):
+        hidden = compiled.columns[column].hidden_cells
+        if hidden:
+            shown &= ~np.isin(key_cells[position], hidden)
     columns: list[list[object]] = []
     error_columns: list[list[object]] = []
     for item, rows in zip(compiled.query.select, compiled.counts):
         if isinstance(item, GroupKey):
             labels = compiled.columns[item.column].labels()
             position = compiled.group_columns.index(item.column)
-            columns.append([labels[i] for i in key_cells[position]])
-            error_columns.append([None] * cells)
+            columns.append([labels[i] for i in key_cells[position][shown]])
+            error_columns.append([None] * int(shown.sum()))
             continue
-        value = np.zeros(cells)
-        variance = np.zeros(cells)
+        value = np.zeros(len(cells))
+        variance = np.zeros(len(cells))
         if rows is not None:
             flat = np.ravel_multi_index(tuple(rows.keys.T), shape) if shape else np.zeros(len(rows.keys), dtype=int)
             value[flat] = values[rows.index]
             variance[flat] = variances[rows.index]
             zeros = compiled.structural_zeros.ravel()
             value[zeros], variance[zeros] = 0.0, 0.0
-        columns.append([float(v) for v in value])
-        error_columns.append([float(e) for e in np.sqrt(np.maximum(variance, 0.0))])
-    rows_out = list(zip(*columns)) if columns else []
-    errors_out = list(zip(*error_columns)) if columns else []
-    rows_out, errors_out = _post_process(compiled, rows_out, errors_out)
-    return Result(_description(compiled), rows_out, errors_out)
+        columns.append([float(v) for v in value[shown]])
+        error_columns.append([float(e) for e in np.sqrt(np.maximum(variance[shown], 0.0))])
+    return list(zip(*columns)), list(zip(*error_columns))
 
 
-def _post_process(compiled: CompiledQuery, rows: list[Row], errors: list[Row]) -> tuple[list[Row], list[Row]]:
-    query = compiled.query
-    order = list(range(len(rows)))
-    for key in reversed(query.order_by):
-        if key.descending:
-            order.sort(key=lambda r: (rows[r][key.item] is not None, rows[r][key.item]), reverse=True)
-        else:
-            order.sort(key=lambda r: (rows[r][key.item] is None, rows[r][key.item]))
-    end = None if query.limit is None else query.offset + query.limit
-    chosen = order[query.offset : end]
-    return [rows[i] for i in chosen], [errors[i] for i in chosen]
+def _type_code(labels: Sequence[object]) -> object:
+    present = [v for v in labels if v is not None]
+    if present and all(isinstance(v, (datetime.date, datetime.datetime)) for v in present):
+        return DATETIME
+    if all(isinstance(v, (int, float)) for v in present):
+        return NUMBER
+    return STRING
 
 
-def _description(compiled: CompiledQuery) -> tuple[tuple[object, ...], ...]:
+def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tuple[tuple[object, ...], ...]:
     """PEP 249 ``description``: (name, type_code, display_size, internal_size, precision, scale, null_ok)."""
     described = []
-    for item in compiled.query.select:
-        if isinstance(item, GroupKey):
-            column = compiled.columns[item.column]
-            declared = column.labels()[: column.value_cells]
-            numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in declared)
-            described.append((item.name, NUMBER if numeric else STRING, None, None, None, None, column.nullable))
-        else:
-            described.append((item.name, NUMBER, None, None, None, None, False))
+    for position, name in enumerate(statement.names):
+        type_code: object = NUMBER
+        null_ok = False
+        for branch, query in zip(statement.branches, compiled):
+            slot = branch.layout[position]
+            if isinstance(slot, Constant):
+                null_ok |= slot.value is None
+                continue
+            item = query.query.select[slot]
+            if isinstance(item, GroupKey):
+                column = query.columns[item.column]
+                type_code = _type_code(column.labels()[: column.value_cells])
+                null_ok |= column.nullable
+        described.append((name, type_code, None, None, None, None, null_ok))
     return tuple(described)
+
+
+def _sort_value(value: object) -> tuple[int, object]:
+    """A key that orders values of any types without failing: numbers, then strings, dates, timestamps
+    (naive before aware), then anything else by its text."""
+    if isinstance(value, (bool, int, float)):
+        return (0, float(value))
+    if isinstance(value, str):
+        return (1, value)
+    if isinstance(value, datetime.datetime):
+        aware = value.tzinfo is not None and value.utcoffset() is not None
+        return (3, value.timestamp()) if aware else (2, value.isoformat())
+    if isinstance(value, datetime.date):
+        return (2, value.isoformat())
+    return (4, str(value))
+
+
+def _ordered(statement: Statement, rows: list[Row], errors: list[Row]) -> tuple[list[Row], list[Row]]:
+    """ORDER BY (NULLs last in both directions), then OFFSET / LIMIT."""
+    order = list(range(len(rows)))
+    for key in reversed(statement.order_by):
+        column = key.item
+        if key.descending:
+            order.sort(key=lambda r: (rows[r][column] is not None, _sort_value(rows[r][column])), reverse=True)
+        else:
+            order.sort(key=lambda r: (rows[r][column] is None, _sort_value(rows[r][column])))
+    end = None if statement.limit is None else statement.offset + statement.limit
+    chosen = order[statement.offset : end]
+    return [rows[i] for i in chosen], [errors[i] for i in chosen]

@@ -10,20 +10,25 @@ A schema is loaded from YAML, JSON or a dict of the same shape::
       sex:     {categories: [F, M]}
       race:    {categories: [0, 1, 2, 3, 4]}
       age:     {range: [17, 90]}                 # integers lo..hi inclusive, ordered
+      day:     {range: [2024-01-01, 2024-12-31]} # a DATE column: one cell per day, ordered
       income:  {bins: [0, 10000, 50000]}         # ordered bins [e_i, e_i+1), left-closed, right-open
+      paid:    {categories: [false, true]}       # BOOLEAN; dates and timestamps work as categories too
       browser: unknown                           # no public domain
       job:     {categories: [a, b], nullable: true}   # NULL becomes an explicit last cell
 
-Domains come from the schema only, never from the data. The rule for values the domain does not
-cover is :data:`OUT_OF_DOMAIN_RULE`: a row whose value in a column the statement mentions is NULL (in a
-column not declared ``nullable``) or outside the declared domain is dropped inside the bounded SQL,
-before contribution bounding. The rule looks at one row at a time, so it is data-independent and the
-privacy guarantee is unaffected; nothing about how many rows were dropped is released. Columns of the
-table that the schema does not list have an unknown domain.
+Domains come from the schema only, never from the data. At ``register()`` every declared value is cast
+to the column's type in the engine (``dpsql.sql.literals``): a value that does not cast is refused,
+naming the column, and the cast values are the ones compared with the data. The rule for values the
+domain does not cover is :data:`OUT_OF_DOMAIN_RULE`: a row whose value in a column with a declared
+domain is NULL (in a column not declared ``nullable``) or outside that domain is dropped inside the
+bounded SQL, before contribution bounding. The rule looks at one row at a time, so it is
+data-independent and the privacy guarantee is unaffected; nothing about how many rows were dropped is
+released. Columns of the table that the schema does not list have an unknown domain.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 from collections.abc import Mapping
@@ -37,13 +42,26 @@ from dpsql.errors import ProgrammingError
 
 OUT_OF_DOMAIN_RULE = (
     "rows with a NULL (in a column not declared nullable) or a value outside the declared domain, in any "
-    "column with a declared domain (and in a released key set the statement groups by), are dropped before "
-    "contribution bounding, so every statement counts the same rows; a nullable column has an explicit NULL "
-    "cell after its declared values"
+    "column with a declared domain, are dropped before contribution bounding, so every statement counts the "
+    "same rows; a nullable column has an explicit NULL cell after its declared values; a column without a "
+    "declared domain never drops rows (grouped by, its rows of keys that were not released form one hidden "
+    "remainder cell)"
 )
 
-Scalar = str | int | float | bool
-DomainKind = Literal["categories", "range", "bins", "unknown"]
+Scalar = str | int | float | bool | datetime.date | datetime.datetime
+DomainKind = Literal["categories", "range", "bins", "keys", "unknown"]
+MAX_RANGE_CELLS = 1 << 22  # a wider range is refused: declare bins instead
+INT64_LIMIT = 1 << 62  # range bounds beyond this are refused (cell arithmetic stays in int64)
+
+
+class _RemainderCell:
+    """The label of a released key set's remainder cell: rows of keys that were not released."""
+
+    def __repr__(self) -> str:
+        return "REMAINDER"
+
+
+REMAINDER = _RemainderCell()
 _COLUMN_KEYS = {"categories", "range", "bins", "nullable"}
 _SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
 
@@ -52,9 +70,12 @@ _SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max
 class ColumnDomain:
     """The public domain of one column.
 
-    ``values`` holds the categories (``categories``), ``(lo, hi)`` (``range``) or the bin edges
-    (``bins``); it is empty for ``unknown``. Cells are numbered ``0 .. size-1``: the declared values
-    in order, then the NULL cell when ``nullable``.
+    ``values`` holds the categories (``categories``), ``(lo, hi)`` (``range``: integers, or dates for
+    a range of days), the bin edges (``bins``) or a released key set (``keys``: the keys of an unknown
+    column selected privately, see ``dpsql.keys``); it is empty for ``unknown``. Cells are numbered
+    ``0 .. size-1``: the declared values in order, then the NULL cell when ``nullable``, then — for
+    ``keys`` only — the *remainder* cell, which holds the rows of every key that was not released. It
+    is counted in totals over the column but never shown as a group of its own (:attr:`hidden_cells`).
 
     >>> ColumnDomain("age", "range", (17, 20)).labels()
     (17, 18, 19, 20)
@@ -73,51 +94,80 @@ class ColumnDomain:
 
     @property
     def is_ordered(self) -> bool:
-        """Integer ranges and bins are ordered (range queries and hierarchies apply)."""
+        """Ranges and bins are ordered (range queries and hierarchies apply)."""
         return self.kind in ("range", "bins")
+
+    @property
+    def is_date_range(self) -> bool:
+        return self.kind == "range" and isinstance(self.values[0], datetime.date)
 
     @property
     def value_cells(self) -> int:
         """Number of cells for declared (non-NULL) values."""
-        if self.kind == "categories":
+        if self.kind in ("categories", "keys"):
             return len(self.values)
         if self.kind == "range":
-            return int(self.values[1]) - int(self.values[0]) + 1
+            return range_offset(self.values[1], self.values[0]) + 1
         if self.kind == "bins":
             return len(self.values) - 1
         return 0
 
     @property
     def size(self) -> int:
-        """Number of cells, the NULL cell included."""
-        return self.value_cells + int(self.nullable)
+        """Number of cells, the NULL and remainder cells included."""
+        return self.value_cells + int(self.nullable) + int(self.kind == "keys")
 
     @property
     def null_cell(self) -> int | None:
         return self.value_cells if self.nullable else None
 
-    def labels(self) -> tuple[Scalar | None, ...]:
-        """The value a released row shows for each cell (a bin shows as ``'[lo, hi)'``, NULL as None)."""
-        if self.kind == "categories":
-            declared: tuple[Scalar | None, ...] = self.values
+    @property
+    def hidden_cells(self) -> tuple[int, ...]:
+        """Cells counted in totals but never shown as a group: a key set's remainder."""
+        return (self.size - 1,) if self.kind == "keys" else ()
+
+    def labels(self) -> tuple[object, ...]:
+        """The value a released row shows for each cell (a bin shows as ``'[lo, hi)'``, NULL as None,
+        the remainder of a key set as :data:`REMAINDER`, which no released row shows)."""
+        if self.kind in ("categories", "keys"):
+            declared: tuple[object, ...] = self.values
         elif self.kind == "range":
-            declared = tuple(range(int(self.values[0]), int(self.values[1]) + 1))
+            low = self.values[0]
+            declared = tuple(range_value(low, i) for i in range(self.value_cells))
         elif self.kind == "bins":
             edges = self.values
             declared = tuple(f"[{_fmt(edges[i])}, {_fmt(edges[i + 1])})" for i in range(len(edges) - 1))
         else:
             declared = ()
-        return declared + ((None,) if self.nullable else ())
+        return declared + ((None,) if self.nullable else ()) + ((REMAINDER,) if self.kind == "keys" else ())
 
     def describe(self) -> str:
         null = ", nullable" if self.nullable else ""
         if self.kind == "categories":
             return f"categories {list(self.values)}{null}"
         if self.kind == "range":
-            return f"integer range [{self.values[0]}, {self.values[1]}]{null}"
+            what = "date range (days)" if self.is_date_range else "integer range"
+            return f"{what} [{self.values[0]}, {self.values[1]}]{null}"
         if self.kind == "bins":
             return f"bins with edges {list(self.values)} (left-closed){null}"
+        if self.kind == "keys":
+            null_key = " and NULL" if self.nullable else ""
+            return f"{len(self.values)} released key(s){null_key}, plus one remainder cell for the rows of all other keys"
         return "unknown domain"
+
+
+def range_offset(value: object, low: object) -> int:
+    """Cell number of ``value`` in a range starting at ``low`` (days for dates)."""
+    if isinstance(low, datetime.date):
+        return (value - low).days  # type: ignore[operator]
+    return int(value) - int(low)  # type: ignore[call-overload]
+
+
+def range_value(low: object, offset: int) -> object:
+    """The value of cell ``offset`` of a range starting at ``low``."""
+    if isinstance(low, datetime.date):
+        return low + datetime.timedelta(days=offset)
+    return int(low) + offset  # type: ignore[call-overload]
 
 
 def _fmt(number: Scalar) -> str:
@@ -253,7 +303,7 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
     if kind == "categories":
         _check_categories(name, values)
     elif kind == "range":
-        _check_range(name, values)
+        values = _range_bounds(name, values)
     else:
         _check_bins(name, values)
     return ColumnDomain(name, kind, values, nullable)
@@ -263,11 +313,13 @@ def _check_categories(name: str, values: tuple[object, ...]) -> None:
     if not values:
         raise ProgrammingError(f"column {name!r}: categories must not be empty")
     for value in values:
-        if value is None or not isinstance(value, (str, int, float, bool)):
+        if value is None or not isinstance(value, (str, int, float, bool, datetime.date)):
             raise ProgrammingError(
-                f"column {name!r}: category {value!r} is not a string or number "
+                f"column {name!r}: category {value!r} is not a string, number, boolean or date "
                 "(declare nullable: true for NULL)"
             )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ProgrammingError(f"column {name!r}: category {value!r} is not a finite number")
     kinds = {type(v) if not isinstance(v, (int, float)) or isinstance(v, bool) else float for v in values}
     if len(kinds) > 1:
         raise ProgrammingError(f"column {name!r}: categories mix types {sorted(k.__name__ for k in kinds)}")
@@ -275,11 +327,37 @@ def _check_categories(name: str, values: tuple[object, ...]) -> None:
         raise ProgrammingError(f"column {name!r}: categories repeat a value")
 
 
-def _check_range(name: str, values: tuple[object, ...]) -> None:
-    if len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise ProgrammingError(f"column {name!r}: range must be [lo, hi] with two integers, got {list(values)}")
-    if values[0] > values[1]:  # type: ignore[operator]
+def _range_bounds(name: str, values: tuple[object, ...]) -> tuple[object, ...]:
+    """``[lo, hi]``: two integers, or two dates (``date`` objects or ISO ``YYYY-MM-DD`` strings)."""
+    integers = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    dates = tuple(_as_date(v) for v in values)
+    if len(values) != 2 or not (integers or all(d is not None for d in dates)):
+        raise ProgrammingError(
+            f"column {name!r}: range must be [lo, hi] with two integers or two dates (YYYY-MM-DD), got {list(values)}"
+        )
+    bounds = values if integers else dates
+    if integers and any(abs(v) > INT64_LIMIT for v in values):  # type: ignore[arg-type]
+        raise ProgrammingError(f"column {name!r}: range bounds must lie within ±2^62, got {list(values)}; declare bins instead")
+    if bounds[0] > bounds[1]:  # type: ignore[operator]
         raise ProgrammingError(f"column {name!r}: range [lo, hi] needs lo <= hi, got {list(values)}")
+    if range_offset(bounds[1], bounds[0]) + 1 > MAX_RANGE_CELLS:
+        raise ProgrammingError(
+            f"column {name!r}: range {list(values)} has more than {MAX_RANGE_CELLS} values; declare bins instead"
+        )
+    return bounds
+
+
+def _as_date(value: object) -> datetime.date | None:
+    if isinstance(value, datetime.datetime):
+        return None  # a range of timestamps has no natural cells; use bins or categories
+    if isinstance(value, datetime.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
 
 
 def _check_bins(name: str, values: tuple[object, ...]) -> None:

@@ -3,7 +3,7 @@
 from planner.domain import Domain
 from planner.privacy import Privacy
 from planner.workload import AllRange, Explicit, Factor, Identity, Predicate, Prefix, Product, Total, Workload
-from planner.plan import Plan, plan
+from planner.plan import Plan, identity_plan, plan
 from planner.strategies import kronecker as _kronecker  # noqa: F401  (registers its family in select.FAMILIES)
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "Product",
     "Total",
     "Workload",
+    "identity_plan",
     "plan",
 ]

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.budget import Sensitivity
 from planner.privacy import Privacy
+from planner.strategies import direct
 from planner.select import BoundUnavailableError, all_candidates, choose, svd_bound
+from planner.store import CoefficientEstimate
 from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
 from planner.strategies.residual import CoefficientCandidate, NonNegativityReport, nonnegative_answer
 from planner.workload import Product, Workload
@@ -104,6 +107,11 @@ class Plan:
     def answer(self, measurement: Measurement) -> Answers:
         return self.candidate.answer(measurement)
 
+    def kept_estimates(self, measurement: Measurement) -> tuple[CoefficientEstimate, ...] | None:
+        """The measurement as residual estimates a :class:`planner.store.MeasurementStore` can keep, or
+        None when the strategy measures in another basis (Fourier, hierarchies, eigen, …)."""
+        return self.candidate.kept_estimates(measurement)
+
     def answer_nonnegative(self, measurement: Measurement) -> tuple[Answers, NonNegativityReport]:
         """Answers consistent with non-negative counts (NNLS), and what that changed against GLS.
         Available for marginal-type strategies; the variances returned are the GLS ones."""
@@ -142,6 +150,16 @@ class Plan:
 def _product_label(product: Product) -> str:
     parts = [f"{type(f.block).__name__}({', '.join(f.attributes)})" for f in product.factors] or ["Total"]
     return " ⊗ ".join(parts) + ("" if product.weight == 1 else f" (weight {product.weight:g})")
+
+
+def identity_plan(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> Plan:
+    """The identity strategy answered by summation (``planner.strategies.direct``): one noisy marginal
+    over every attribute the workload reads, whatever the sizes of its blocks. It fails only when the
+    whole budget buys noise the exact samplers cannot draw (:class:`planner.noise.NoiseParameterError`),
+    which depends on ``privacy`` and ``contributions`` alone — so a caller that checks it once can build
+    it later for any workload without failing."""
+    candidate = direct.SummedIdentityCandidate(workload, privacy, Sensitivity(contributions, distinct_cells))
+    return Plan(candidate, (CandidateSummary(candidate.name, _detail(candidate), candidate.expected_error()),), contributions, distinct_cells)
 
 
 def plan(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> Plan:

@@ -38,7 +38,7 @@ from planner.budget import Sensitivity
 from planner.domain import Domain
 from planner.noise import NoiseParameterError
 from planner.privacy import Privacy
-from planner.strategies import composite, eigen, fourier, hats, hierarchy, identity, marginals, residual, ridge
+from planner.strategies import composite, direct, eigen, fourier, hats, hierarchy, identity, marginals, residual, ridge
 from planner.strategies.base import Candidate
 from planner.workload import AllRange, Block, Identity, Prefix, Product, Total, Workload
 
@@ -84,7 +84,12 @@ def all_candidates(
     """Every candidate of every applicable family; ``include_inconsistent`` adds bit-encoded Fourier on
     padded attributes (never chosen, see ``CoefficientCandidate.consistent``; benchmarks report it)."""
     Sensitivity(contributions, distinct_cells)  # validates
-    families = (_own_families(distinct_cells, include_inconsistent) if _blocks_are_small(workload) else []) + [hierarchy.candidates, eigen.candidates, hats.candidates, ridge.candidates, *FAMILIES, lambda w, p, k: composite.candidates(w, p, k, distinct_cells)]
+    # marginal-type families need every factor block densely; without them, the summed identity (no
+    # basis, any block size) keeps every workload of implicit blocks answerable
+    own = _own_families(distinct_cells, include_inconsistent) if _blocks_are_small(workload) else [
+        lambda w, p, k: direct.candidates(w, p, k, distinct_cells)
+    ]
+    families = own + [hierarchy.candidates, eigen.candidates, hats.candidates, ridge.candidates, *FAMILIES, lambda w, p, k: composite.candidates(w, p, k, distinct_cells)]
     found: list[Candidate] = []
     out_of_range: list[NoiseParameterError] = []
     for family in families:
@@ -105,12 +110,19 @@ def all_candidates(
     return found
 
 
+TIE_TOLERANCE = 1e-9  # expected errors this close (relatively) are a tie, won by the earlier family
+
+
 def choose(candidates: list[Candidate]) -> Candidate:
-    """The consistent candidate with the least exact expected error (ties: the first)."""
+    """The consistent candidate with the least exact expected error. Ties (within :data:`TIE_TOLERANCE`,
+    as when a hierarchy collapses to the identity) go to the first in family order — the simplest, which
+    also keeps what only marginal-type strategies offer (re-use, non-negative answers) — rather than to
+    whichever rounding made a hair smaller."""
     eligible = [c for c in candidates if getattr(c, "consistent", True)]
     if not eligible:
         raise NoCandidateError("no strategy gives consistent answers for this workload")
-    return min(eligible, key=lambda c: c.expected_error())
+    least = min(c.expected_error() for c in eligible)
+    return next(c for c in eligible if c.expected_error() <= least * (1 + TIE_TOLERANCE))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Built as a sqlglot AST so any backend can transpile it to its dialect::
     SELECT c0, c1, [GROUPING(c0, c1) AS grouping_id,] COUNT(*) AS n
     FROM (
       WITH candidates AS (
-        SELECT c0, c1, unit FROM (SELECT <col0> AS c0, <col1> AS c1, ..., <unit> AS unit FROM <table>)
+        SELECT c0, c1, unit, row_key FROM (SELECT <col0> AS c0, ..., <unit> AS unit, HASH(<all columns>) AS row_key FROM <table>)
         WHERE <every mentioned value lies in its domain> AND <WHERE clause> AND unit IS NOT NULL
       ), over_bound AS (
         SELECT unit FROM candidates GROUP BY unit HAVING COUNT(*) > <max_rows_per_unit>
@@ -13,7 +13,7 @@ Built as a sqlglot AST so any backend can transpile it to its dialect::
       SELECT c0, c1 FROM candidates WHERE NOT EXISTS (<candidates.unit in over_bound>)
       UNION ALL
       SELECT c0, c1 FROM (
-        SELECT c0, c1, ROW_NUMBER() OVER (PARTITION BY unit ORDER BY HASH(HASH(unit, c0, c1, <salt>))) AS row_in_unit
+        SELECT c0, c1, ROW_NUMBER() OVER (PARTITION BY unit ORDER BY HASH(HASH(unit, row_key, <salt>))) AS row_in_unit
         FROM candidates WHERE EXISTS (<candidates.unit in over_bound>)
       ) WHERE row_in_unit <= <max_rows_per_unit>
     )
@@ -30,11 +30,29 @@ data-independent), and they run before bounding, so a unit's kept rows are chose
 statement counts.
 
 Each unit keeps at most ``max_rows_per_unit`` rows, ordered by a salted hash of the unit and the
-row's cells (a fresh random salt per statement): the choice is random and depends on that unit's own
-rows only. Units within the bound keep all their rows unranked (the window sorts its input, by far
+row's identity (a hash of all its columns). The salt is secret, drawn from OS entropy once per
+registered table, so every statement bounds the table the same way — the same rows, as if the bounded
+table were materialised once — and measurements of different statements estimate the same data: the
+choice is random and depends on that unit's own rows only, which is all the privacy argument needs
+(the bounded table of a neighbour differs by that one unit's kept rows). Units within the bound keep all their rows unranked (the window sorts its input, by far
 the costliest step; only the rows of units over the bound go through it), which keeps exactly the
 rows the window alone would keep. Without a privacy unit (one row = one unit) there is no bounding.
 Rows whose privacy-unit value is NULL are dropped.
+
+**A column without a declared domain** (``keyed``: grouped by to select its keys, or by a key set
+released earlier) is never tested and enters as its raw value. After the unit bound, each unit keeps
+at most ``max_groups_per_unit`` keys (a random choice among its keys) and at most ``max_rows_per_group``
+rows per kept key; its other rows are not dropped but flagged ``key_kept = 0`` — they form the
+*remainder*, one cell of the column that holds every row whose key a unit could not contribute to or
+that was not released. So every statement counts the same rows, whether or not it groups by such a
+column, and a total over the column is a total over the table::
+
+    DENSE_RANK() OVER (PARTITION BY unit ORDER BY HASH(HASH(unit, key, <salt>)), key) <= max_groups_per_unit
+    ROW_NUMBER() OVER (PARTITION BY unit, key ORDER BY HASH(HASH(unit, key, row_key, <salt>))) <= max_rows_per_group
+
+The aggregation then returns the count of every (raw key, ``key_kept``, other cells) combination, and
+— when keys are being selected — ``COUNT(DISTINCT unit)`` per raw key; :meth:`BoundedAggregation.key_histogram`
+reads it. Keys are never written into the SQL: which of them are released is decided in Python.
 """
 
 from __future__ import annotations
@@ -46,32 +64,21 @@ from functools import cached_property
 import numpy as np
 from sqlglot import exp
 
-from dpsql.schema import ColumnDomain, Scalar
+from dpsql.schema import ColumnDomain, range_value
 from dpsql.sql.compile import CellFilter
+from dpsql.sql.literals import ColumnType, python_value, sql_literal
 
-NUMERIC_TYPE_PREFIXES = (
-    "TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
-    "UBIGINT", "UHUGEINT", "DECIMAL", "NUMERIC", "DOUBLE", "FLOAT", "REAL",
-)
-INTEGER_TYPE_PREFIXES = (
-    "TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
-    "UHUGEINT",
-)
 COUNT_NAME = "n"
 GROUPING_NAME = "grouping_id"
 ROW_NUMBER_NAME = "row_in_unit"
 UNIT_NAME = "unit"
+UNITS_NAME = "units"
+KEPT_NAME = "key_kept"  # 1 when a row keeps its key after key bounding, 0 when it goes to the remainder
+KEY_RANK_NAME = "key_in_unit"
+ROW_KEY_NAME = "row_key"  # HASH of every column of a row: its identity in the salted order
+ROW_IN_KEY_NAME = "row_in_key"
 CANDIDATES_NAME = "candidates"  # the rows that pass the domain tests and WHERE, before bounding
 OVER_BOUND_NAME = "over_bound"  # the units with more candidate rows than the bound
-
-
-def is_numeric_type(type_name: str) -> bool:
-    return type_name.upper().startswith(NUMERIC_TYPE_PREFIXES)
-
-
-def is_integer_type(type_name: str) -> bool:
-    upper = type_name.upper()
-    return upper.startswith(INTEGER_TYPE_PREFIXES) and not upper.startswith("INTERVAL")
 
 
 def salted_order_key(values: list[exp.Expression], salt: int) -> exp.Expression:
@@ -84,17 +91,42 @@ def salted_order_key(values: list[exp.Expression], salt: int) -> exp.Expression:
 
 
 @dataclass(frozen=True)
+class KeyedColumn:
+    """A column without a declared domain in the statement: key bounding, and whether to count units."""
+
+    name: str
+    max_groups_per_unit: int
+    max_rows_per_group: int
+    count_units: bool  # selection needs the distinct units of every key
+
+
+@dataclass(frozen=True)
+class KeyHistogram:
+    """What a keyed aggregation returns, by raw key value: ``counts[i]`` is the count table of key
+    ``keys[i]``'s kept rows over the other attributes (marginal order, the key's axis removed),
+    ``units[i]`` its distinct units (zeros when not counted), ``remainder`` the count table of the rows
+    no unit could keep under its key."""
+
+    keys: tuple[object, ...]
+    units: np.ndarray
+    counts: np.ndarray
+    remainder: np.ndarray
+
+
+@dataclass(frozen=True)
 class BoundedAggregation:
     """Marginals over the bounded rows of ``table`` that pass the domain tests and ``row_filters``."""
 
     table: str
     columns: Mapping[str, ColumnDomain]  # every column the statement mentions, by name
-    column_types: Mapping[str, str]  # backend type name of each mentioned column
+    column_types: Mapping[str, ColumnType]  # backend type of each mentioned column
     marginals: tuple[tuple[str, ...], ...]  # attribute tuples to count over
     privacy_unit: str | None
     max_rows_per_unit: int
-    salt: int  # random per statement; orders each unit's rows for bounding
+    salt: int  # secret, drawn once per registered table: orders each unit's rows for bounding
+    row_columns: tuple[str, ...] = ()  # every column of the table: a row's identity for the salted order
     row_filters: tuple[CellFilter, ...] = ()  # the WHERE clause, applied before bounding
+    keyed: KeyedColumn | None = None  # a column without declared domain (one marginal, containing it)
 
     def alias(self, column: str) -> str:
         return f"c{list(self.columns).index(column)}"
@@ -114,16 +146,17 @@ class BoundedAggregation:
     def _tested_elsewhere(self) -> frozenset[str]:
         """Raw columns whose domain test the SQL can skip with the same result.
 
+        * The keyed column has no domain to test.
         * A one-column WHERE mask on the column admits only declared values (categories, or an
           integer-typed range), which implies the test.
         * Without bounding, a column that every marginal groups by can be tested on the (small)
           result instead: rows with values outside the domain form their own groups, discarded there.
         """
-        skipped = set()
+        skipped = {self.keyed.name} if self.keyed is not None else set()
         for cell_filter in self.row_filters:
             name = cell_filter.scope[0]
             if len(cell_filter.scope) == 1 and name not in self.indexed_columns:
-                if self.columns[name].kind == "categories" or is_integer_type(self.column_types[name]):
+                if self.columns[name].kind == "categories" or self.column_types[name].is_integer:
                     skipped.add(name)
         if self.privacy_unit is None:
             everywhere = set.intersection(*(set(m) for m in self.marginals)) if self.marginals else set()
@@ -140,16 +173,20 @@ class BoundedAggregation:
         projections = [exp.alias_(self._projection(c), self.alias(c)) for c in self.columns]
         if self.privacy_unit is not None:
             projections.append(exp.alias_(exp.column(self.privacy_unit, quoted=True), UNIT_NAME))
+            identity = [exp.column(c, quoted=True) for c in self.row_columns] or [exp.Literal.number(0)]
+            projections.append(exp.alias_(exp.func("HASH", *identity), ROW_KEY_NAME))
         cells = exp.select(*projections).from_(exp.Table(this=exp.to_identifier(self.table, quoted=True)))
         tests = [self._in_domain(c) for c in self.columns if c not in self._tested_elsewhere]
         tests += [self._filter(f) for f in self.row_filters]
         if self.privacy_unit is not None:
             tests.append(exp.column(UNIT_NAME).is_(exp.null()).not_())
-        kept = exp.select(*self._counted_references()).from_(cells.subquery("cells"))
+        kept: exp.Query = exp.select(*self._counted_references()).from_(cells.subquery("cells"))
         if tests:
-            kept = kept.where(exp.and_(*tests))
+            kept = kept.where(exp.and_(*tests))  # type: ignore[attr-defined]
         if self.privacy_unit is not None:
-            kept = self._bounded(kept)
+            kept = self._bounded(kept)  # type: ignore[arg-type]
+        if self.keyed is not None:
+            kept = self._key_bounded(kept)
         return self._aggregate(kept)
 
     # -- the pieces of the statement -------------------------------------------------------------------
@@ -163,18 +200,23 @@ class BoundedAggregation:
             return reference.is_(exp.null()).not_()
         column = self.columns[name]
         if column.kind == "categories":
-            test: exp.Expression = exp.In(this=reference, expressions=[self._literal(name, v) for v in column.values])
+            test: exp.Expression = exp.In(this=reference, expressions=[sql_literal(v) for v in column.values])
         elif column.kind == "bins":  # left-closed bins: inside [e0, ek)
-            low, high = (exp.Literal.number(column.values[0]), exp.Literal.number(column.values[-1]))
+            low, high = sql_literal(column.values[0]), sql_literal(column.values[-1])
             test = exp.and_(exp.GTE(this=reference, expression=low), exp.LT(this=reference.copy(), expression=high))
         else:
-            low, high = int(column.values[0]), int(column.values[1])
-            test = exp.Between(this=reference, low=exp.Literal.number(low), high=exp.Literal.number(high))
-            if not is_integer_type(self.column_types[name]):
-                test = exp.and_(test, exp.EQ(this=reference.copy(), expression=exp.func("FLOOR", reference.copy())))
+            test = self._in_range(name, reference)
         if column.nullable:
             test = exp.or_(exp.paren(test), reference.copy().is_(exp.null()))
         return exp.paren(test)
+
+    def _in_range(self, name: str, reference: exp.Expression) -> exp.Expression:
+        """``lo <= value <= hi`` of a range column, and integral when the column's type is not."""
+        low, high = self.columns[name].values
+        test: exp.Expression = exp.Between(this=reference, low=sql_literal(low), high=sql_literal(high))
+        if not self.columns[name].is_date_range and not self.column_types[name].is_integer:
+            test = exp.and_(test, exp.EQ(this=reference.copy(), expression=exp.func("FLOOR", reference.copy())))
+        return test
 
     def _filter(self, cell_filter: CellFilter) -> exp.Expression:
         if len(cell_filter.scope) == 1 and cell_filter.scope[0] not in self.indexed_columns:
@@ -190,13 +232,12 @@ class BoundedAggregation:
             tests.append(reference.is_(exp.null()))
         selected = np.flatnonzero(mask[: column.value_cells])
         if column.kind == "categories" and len(selected):
-            values = [self._literal(name, column.values[i]) for i in selected]
-            tests.append(exp.In(this=reference.copy(), expressions=values))
+            tests.append(exp.In(this=reference.copy(), expressions=[sql_literal(column.values[i]) for i in selected]))
         elif len(selected):
-            low = int(column.values[0])
+            low = column.values[0]
             runs = np.split(selected, np.flatnonzero(np.diff(selected) > 1) + 1)
             for run in runs:
-                bounds = {"low": exp.Literal.number(low + int(run[0])), "high": exp.Literal.number(low + int(run[-1]))}
+                bounds = {"low": sql_literal(range_value(low, int(run[0]))), "high": sql_literal(range_value(low, int(run[-1])))}
                 tests.append(exp.Between(this=reference.copy(), **bounds))
         return exp.paren(exp.or_(*tests)) if len(tests) > 1 else tests[0]
 
@@ -216,8 +257,11 @@ class BoundedAggregation:
         return membership if listed is selected else exp.Not(this=membership)
 
     def _counted_references(self) -> list[exp.Expression]:
-        """The counted columns (a constant when only the total is counted: SELECT needs a column)."""
+        """The counted columns (a constant when only the total is counted: SELECT needs a column), and
+        the unit and row identity while bounding still needs them."""
         counted: list[exp.Expression] = [exp.column(self.alias(c)) for c in self.counted_columns]
+        if self.privacy_unit is not None:
+            counted += [exp.column(UNIT_NAME), exp.column(ROW_KEY_NAME)]
         return counted or [exp.alias_(exp.Literal.number(1), "one")]
 
     def _bounded(self, kept: exp.Select) -> exp.Query:
@@ -235,9 +279,7 @@ class BoundedAggregation:
             .having(exp.GT(this=exp.Count(this=exp.Star()), expression=bound))
         )
         within = self._over_bound_test()
-        order_key = salted_order_key(
-            [exp.column(UNIT_NAME), *(exp.column(self.alias(c)) for c in self.counted_columns)], self.salt
-        )
+        order_key = salted_order_key([exp.column(UNIT_NAME), exp.column(ROW_KEY_NAME)], self.salt)
         window = exp.Window(
             this=exp.RowNumber(),
             partition_by=[exp.column(UNIT_NAME)],
@@ -257,7 +299,45 @@ class BoundedAggregation:
         )
         return exp.Exists(this=exp.select(exp.Literal.number(1)).from_(OVER_BOUND_NAME).where(same_unit))
 
+    def _key_bounded(self, bounded: exp.Query) -> exp.Select:
+        """The bounded rows with the keyed column's value kept where key bounding allows, else NULL and
+        ``key_kept = 0`` (module docstring). Without a privacy unit every row keeps its key (k = r = 1)."""
+        assert self.keyed is not None
+        key = exp.column(self.alias(self.keyed.name))
+        others = [exp.column(self.alias(c)) for c in self.counted_columns if c != self.keyed.name]
+        if self.privacy_unit is None:
+            flagged = [key.copy(), exp.alias_(exp.Literal.number(1), KEPT_NAME), *others]
+            return exp.select(*flagged).from_(bounded.subquery("bounded"))
+        unit = exp.column(UNIT_NAME)
+        key_rank = exp.Window(
+            this=exp.DenseRank(),
+            partition_by=[unit.copy()],
+            order=exp.Order(
+                expressions=[exp.Ordered(this=salted_order_key([unit.copy(), key.copy()], self.salt)), exp.Ordered(this=key.copy())]
+            ),
+        )
+        row_in_key = exp.Window(
+            this=exp.RowNumber(),
+            partition_by=[unit.copy(), key.copy()],
+            order=exp.Order(expressions=[exp.Ordered(this=salted_order_key([unit.copy(), key.copy(), exp.column(ROW_KEY_NAME)], self.salt))]),
+        )
+        ranked = exp.select(
+            key.copy(), unit.copy(), *(o.copy() for o in others),
+            exp.alias_(key_rank, KEY_RANK_NAME), exp.alias_(row_in_key, ROW_IN_KEY_NAME),
+        ).from_(bounded.subquery("bounded"))
+        within = exp.and_(
+            exp.column(KEY_RANK_NAME) <= exp.Literal.number(self.keyed.max_groups_per_unit),
+            exp.column(ROW_IN_KEY_NAME) <= exp.Literal.number(self.keyed.max_rows_per_group),
+        )
+        kept_key = exp.Case().when(within, key.copy())
+        kept_flag = exp.Case().when(within.copy(), exp.Literal.number(1)).else_(exp.Literal.number(0))
+        return exp.select(
+            exp.alias_(kept_key, self.alias(self.keyed.name)), exp.alias_(kept_flag, KEPT_NAME), unit.copy(), *(o.copy() for o in others)
+        ).from_(ranked.subquery("ranked"))
+
     def _aggregate(self, kept: exp.Query) -> exp.Select:
+        if self.keyed is not None:
+            return self._keyed_aggregate(kept)
         counted = [exp.column(self.alias(c)) for c in self.counted_columns]
         query = exp.select(*counted).from_(kept.subquery("bounded"))
         if len(self.marginals) > 1 and counted:
@@ -267,6 +347,24 @@ class BoundedAggregation:
             return query.group_by(exp.GroupingSets(expressions=sets))
         query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
         return query.group_by(*counted) if counted else query
+
+    def _keyed_aggregate(self, kept: exp.Query) -> exp.Select:
+        """Counts per (raw key, ``key_kept``, other cells); with ``count_units`` also the distinct units of
+        each (raw key, ``key_kept``), in a second grouping set."""
+        assert self.keyed is not None
+        key_columns = [exp.column(self.alias(self.keyed.name)), exp.column(KEPT_NAME)]
+        others = [exp.column(self.alias(c)) for c in self.counted_columns if c != self.keyed.name]
+        query = exp.select(*key_columns, *others).from_(kept.subquery("key_bounded"))
+        query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
+        if not self.keyed.count_units:
+            return query.group_by(*(c.copy() for c in key_columns + others))
+        units = exp.Count(this=exp.Distinct(expressions=[exp.column(UNIT_NAME)])) if self.privacy_unit else exp.Count(this=exp.Star())
+        query = query.select(exp.alias_(units, UNITS_NAME))
+        if not others:
+            return query.group_by(*(c.copy() for c in key_columns))
+        query = query.select(exp.alias_(exp.func("GROUPING", *(c.copy() for c in others)), GROUPING_NAME))
+        sets = [exp.Tuple(expressions=[c.copy() for c in key_columns + others]), exp.Tuple(expressions=[c.copy() for c in key_columns])]
+        return query.group_by(exp.GroupingSets(expressions=sets))
 
     # -- reading the result ----------------------------------------------------------------------------
     def grouping_id(self, marginal: tuple[str, ...]) -> int:
@@ -294,6 +392,42 @@ class BoundedAggregation:
             arrays[marginal] = table
         return arrays
 
+    def key_histogram(self, result: Mapping[str, np.ndarray]) -> KeyHistogram:
+        """The keyed aggregation's result by raw key (the class docstring of :class:`KeyHistogram`).
+        Rows whose value of a declared column lies outside its domain are dropped (as in
+        :meth:`marginal_arrays`)."""
+        assert self.keyed is not None and len(self.marginals) == 1
+        others = [c for c in self.marginals[0] if c != self.keyed.name]
+        shape = tuple(self.columns[c].size for c in others)
+        counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64)
+        raw = [python_value(v, self.column_types[self.keyed.name]) if not m else None
+               for v, m in zip(np.ma.getdata(result[self.alias(self.keyed.name)]), np.ma.getmaskarray(result[self.alias(self.keyed.name)]))]
+        kept = np.asarray(np.ma.filled(result[KEPT_NAME], 0), dtype=np.int64) == 1
+        full = np.ones(len(counts), dtype=bool)
+        if self.keyed.count_units and others:
+            ids = np.asarray(np.ma.filled(result[GROUPING_NAME], -1))
+            full, per_key = ids == 0, ids != 0
+        else:
+            per_key = full.copy()
+        cells = {c: self._cells_of(c, result[self.alias(c)]) for c in others}
+        for column in others:
+            full &= cells[column][1]
+        found = tuple(dict.fromkeys(raw[i] for i in np.flatnonzero(kept & (per_key | full))))
+        index = {key: position for position, key in enumerate(found)}
+        units = np.zeros(len(found), dtype=np.int64)
+        if self.keyed.count_units:
+            for row in np.flatnonzero(per_key & kept):
+                units[index[raw[row]]] = int(np.ma.filled(result[UNITS_NAME], 0)[row])
+        table = np.zeros((len(found), *shape), dtype=np.int64)
+        remainder = np.zeros(shape, dtype=np.int64)
+        for row in np.flatnonzero(full):
+            position = tuple(int(cells[c][0][row]) for c in others)
+            if kept[row]:
+                table[(index[raw[row]], *position)] += counts[row]
+            else:
+                remainder[position] += counts[row]
+        return KeyHistogram(found, units, table, remainder)
+
     def _cells_of(self, name: str, returned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Cell numbers of a result column and whether each value lies in the domain (raw values are
         mapped through the domain; NULL goes to the NULL cell of a nullable column)."""
@@ -302,14 +436,14 @@ class BoundedAggregation:
         values = np.ma.getdata(returned)
         if name in self.indexed_columns:
             return np.where(missing, 0, values).astype(np.int64), ~missing
-        if column.kind == "range":
+        if column.kind == "range" and not column.is_date_range:
             numbers = np.where(missing, np.nan, np.asarray(values, dtype=np.float64))
             offsets = numbers - int(column.values[0])
             valid = ~missing & (offsets >= 0) & (offsets < column.value_cells) & (offsets == np.floor(offsets))
             cells = np.where(valid, offsets, 0).astype(np.int64)
         else:
-            lookup = {self._key(name, v): i for i, v in enumerate(column.values)}
-            found = [None if m else lookup.get(_python(v)) for v, m in zip(values, missing)]
+            lookup = self._cell_lookup(name)
+            found = [None if m else lookup.get(python_value(v, self.column_types[name])) for v, m in zip(values, missing)]
             valid = np.array([f is not None for f in found], dtype=bool)
             cells = np.array([f or 0 for f in found], dtype=np.int64)
         if column.nullable:
@@ -317,25 +451,17 @@ class BoundedAggregation:
             valid = valid | missing
         return cells, valid
 
-    # -- values ------------------------------------------------------------------------------------------
-    def _literal(self, name: str, value: Scalar) -> exp.Expression:
-        """A category value as a literal comparable with the column's backend type."""
-        type_name = self.column_types[name]
-        if isinstance(value, bool):
-            return exp.Boolean(this=value) if type_name.upper() == "BOOLEAN" else exp.Literal.string(str(value).lower())
-        if isinstance(value, (int, float)) and is_numeric_type(type_name):
-            return exp.Literal.number(value) if value >= 0 else exp.Neg(this=exp.Literal.number(-value))
-        return exp.Literal.string(value if isinstance(value, str) else str(value))
+    def _cell_lookup(self, name: str) -> dict[object, int]:
+        column = self.columns[name]
+        if column.kind == "range":  # dates
+            low = column.values[0]
+            return {range_value(low, i): i for i in range(column.value_cells)}
+        return {v: i for i, v in enumerate(column.values)}
 
-    def _key(self, name: str, value: Scalar) -> object:
-        """How the backend returns the value a category literal matches."""
-        literal = self._literal(name, value)
-        if isinstance(literal, exp.Literal) and literal.is_string:
-            return literal.this
-        return value
-
+    # -- cell numbers in SQL -----------------------------------------------------------------------------
     def _cell_index(self, name: str) -> exp.Expression:
-        """``CASE`` mapping the value to its cell number; NULL for values outside the domain."""
+        """``CASE`` mapping the value to its cell number; NULL for values outside the domain. Casts see
+        only values inside the domain (the CASE yields NULL first), so no value can make them fail."""
         column = self.columns[name]
         reference = exp.column(name, quoted=True)
         case = exp.Case()
@@ -343,36 +469,18 @@ class BoundedAggregation:
             case = case.when(reference.is_(exp.null()), exp.Literal.number(column.null_cell))
         if column.kind == "categories":
             for index, value in enumerate(column.values):
-                case = case.when(exp.EQ(this=reference.copy(), expression=self._literal(name, value)), exp.Literal.number(index))
+                case = case.when(exp.EQ(this=reference.copy(), expression=sql_literal(value)), exp.Literal.number(index))
         elif column.kind == "range":
-            low, high = int(column.values[0]), int(column.values[1])
-            inside: exp.Expression = exp.Between(this=reference.copy(), low=exp.Literal.number(low), high=exp.Literal.number(high))
-            if not is_integer_type(self.column_types[name]):
-                inside = exp.and_(inside, exp.EQ(this=reference.copy(), expression=exp.func("FLOOR", reference.copy())))
-            case = case.when(inside, exp.Sub(this=exp.cast(reference.copy(), "BIGINT"), expression=exp.Literal.number(low)))
+            low = column.values[0]
+            inside = exp.Case().when(self._in_range(name, reference.copy()), reference.copy())
+            if column.is_date_range:
+                offset: exp.Expression = exp.DateDiff(this=inside, expression=sql_literal(low), unit=exp.var("DAY"))
+            else:
+                offset = exp.Sub(this=exp.cast(inside, "BIGINT"), expression=sql_literal(low))
+            case = case.when(self._in_range(name, reference.copy()), offset)
         else:
             edges = column.values
-            case = case.when(exp.LT(this=reference.copy(), expression=exp.Literal.number(edges[0])), exp.null())
+            case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(edges[0])), exp.null())
             for index, upper in enumerate(edges[1:]):
-                case = case.when(exp.LT(this=reference.copy(), expression=exp.Literal.number(upper)), exp.Literal.number(index))
+                case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(upper)), exp.Literal.number(index))
         return case
-
-
-def _python(value: object) -> object:
-    """numpy scalars → Python scalars (so they hash like the schema's values)."""
-    return value.item() if isinstance(value, np.generic) else value
-
-
-def check_column_types(columns: Mapping[str, ColumnDomain], column_types: Mapping[str, str], table: str) -> list[str]:
-    """Problems (as messages naming the column) between declared domains and the table's column types."""
-    problems = []
-    for name, column in columns.items():
-        if not column.is_known or name not in column_types:
-            continue
-        type_name = column_types[name]
-        numeric = is_numeric_type(type_name)
-        if column.kind in ("range", "bins") and not numeric:
-            problems.append(f"column {name!r} of {table!r} has type {type_name}, but its {column.kind} domain needs numbers")
-        if column.kind == "categories" and numeric and any(isinstance(v, str) for v in column.values):
-            problems.append(f"column {name!r} of {table!r} has numeric type {type_name}, but its categories are strings")
-    return problems

@@ -21,6 +21,7 @@ counts (a per-row public rule, so still DP), and the workload's masks leave thos
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -170,7 +171,7 @@ def _workload(
             continue
         if item.column not in built:
             conjuncts = list(where_conjuncts)
-            if item.column is not None and columns[item.column].nullable:
+            if item.column is not None and (columns[item.column].nullable or columns[item.column].kind == "keys"):
                 conjuncts.append(Not(IsNull(item.column)))
             made = _product(domain, columns, query.group_by, conjuncts)
             if made is None:
@@ -200,8 +201,11 @@ def _structural_zeros(filters: list[CellFilter], group: tuple[str, ...], columns
 
 
 def _counts_nulls(column: str, query: Query, columns: dict[str, ColumnDomain]) -> bool:
-    """Whether ``COUNT(column)`` needs the column's cells (it is nullable)."""
-    return columns[column].nullable and any(isinstance(i, Count) and i.column == column for i in query.select)
+    """Whether ``COUNT(column)`` needs the column's cells: it is nullable, or a key set whose remainder
+    (rows of keys not released) ``COUNT(column)`` leaves out."""
+    domain = columns[column]
+    needs_cells = domain.nullable or domain.kind == "keys"
+    return needs_cells and any(isinstance(i, Count) and i.column == column for i in query.select)
 
 
 def _in_where(column: str, query: Query) -> bool:
@@ -234,17 +238,10 @@ class _Resolver:
             resolved = matches[0]
         domain = self.schema.column(resolved)
         if not domain.is_known:
-            if clause == "GROUP BY":
-                advice = (
-                    "or first run one plain GROUP BY statement on it with cursor.execute, which selects its keys "
-                    "privately; GROUPING SETS / CUBE / ROLLUP, UNION ALL, connection.workload() and executemany "
-                    "then use the released keys, but never select keys themselves"
-                )
-            else:
-                advice = "a predicate on it cannot be compiled to a mask over a public domain"
             raise NotSupportedError(
-                f"{clause}: column {resolved!r} has no declared domain in the schema of {self.query.table!r}; "
-                f"declare its categories, range or bins ({advice})"
+                f"{clause}: column {resolved!r} has no declared domain in the schema of {self.query.table!r}; declare its "
+                "categories, range or bins, or first GROUP BY it in a statement of its own, which selects its keys "
+                "privately (later statements then use the released keys in WHERE and COUNT too)"
             )
         self.columns.setdefault(resolved, domain)
         return resolved
@@ -254,7 +251,7 @@ class _Resolver:
         group = tuple(dict.fromkeys(self.name(c, "GROUP BY") for c in q.group_by))
         select = tuple(self._item(item) for item in q.select)
         where = self._predicate(q.where) if q.where is not None else None
-        return Query(q.table, select, group, where, q.order_by, q.limit, q.offset)
+        return Query(q.table, select, group, where)
 
     def _item(self, item: GroupKey | Count) -> GroupKey | Count:
         if isinstance(item, GroupKey):
@@ -410,8 +407,13 @@ def _truth(predicate: Predicate, scope: tuple[str, ...], columns: dict[str, Colu
 
 def _atom_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
     """Truth value of one atomic condition on every cell of ``column``."""
-    truth = np.full(column.size, UNKNOWN, dtype=np.int8)
+    truth = np.full(column.size, UNKNOWN, dtype=np.int8)  # a key set's remainder stays UNKNOWN: its values are not known
     if isinstance(atom, IsNull):
+        if column.kind == "keys":
+            truth[: column.value_cells] = FALSE
+            if column.nullable:
+                truth[column.null_cell] = TRUE
+            return truth
         if not column.nullable:
             raise ProgrammingError(
                 f"WHERE {column.name} IS [NOT] NULL: column {column.name!r} is not nullable, so rows with NULL are "
@@ -456,20 +458,49 @@ def _compare(cell: object, operator: str, value: object) -> bool:
 
 
 def _checked_literal(value: object, column: ColumnDomain, clause: str, must_be_in_domain: bool) -> object:
-    """The literal, after checking its type against the column's domain (and membership for = / IN)."""
+    """The literal in the type of the column's domain values (an ISO string for a date, 0/1 for a
+    boolean, a number for a text column declared with numbers), after checking that it has that type
+    (and, for = / IN, that it is a value of the domain)."""
     declared = column.values if column.kind == "bins" else column.labels()[: column.value_cells]
-    numeric_domain = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in declared)
-    numeric_value = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if numeric_domain != numeric_value or (isinstance(value, bool) and not isinstance(declared[0], bool)):
+    coerced = _coerced(value, declared[0]) if declared else value
+    if coerced is _MISMATCH:
         raise DataError(
             f"{clause} {value!r}: the literal's type does not match the domain of {column.name!r} ({column.describe()})"
         )
-    if must_be_in_domain and value not in declared:
+    if must_be_in_domain and coerced not in declared:
+        released = "is not among the released keys" if column.kind == "keys" else "is outside the declared domain"
         raise DataError(
-            f"{clause} {value!r}: the value is outside the declared domain of {column.name!r} ({column.describe()}); "
-            f"rows with such values are dropped, so the condition could never match"
+            f"{clause} {value!r}: the value {released} of {column.name!r} ({column.describe()}); "
+            f"rows with such values are not counted under it, so the condition could never match"
         )
-    return value
+    return coerced
+
+
+_MISMATCH = object()
+
+
+def _coerced(value: object, example: object) -> object:
+    """``value`` (a SQL literal: str, int, float or bool) as the type of ``example`` (a domain value), or
+    :data:`_MISMATCH`."""
+    if isinstance(example, bool):
+        if isinstance(value, bool):
+            return value
+        return bool(value) if isinstance(value, int) and value in (0, 1) else _MISMATCH
+    if isinstance(example, (int, float)):
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _MISMATCH
+    if isinstance(example, (datetime.date, datetime.datetime)):
+        if not isinstance(value, str):
+            return _MISMATCH
+        kind = datetime.datetime if isinstance(example, datetime.datetime) else datetime.date
+        try:
+            return kind.fromisoformat(value)
+        except ValueError:
+            return _MISMATCH
+    if isinstance(example, str):
+        if isinstance(value, str):
+            return value
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else _MISMATCH
+    return value if type(value) is type(example) else _MISMATCH
 
 
 def _bin_truth(atom: Predicate, column: ColumnDomain) -> list[int]:

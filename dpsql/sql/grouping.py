@@ -1,37 +1,28 @@
-"""GROUPING SETS, CUBE, ROLLUP and UNION ALL → plain per-grouping-set SELECTs, with DuckDB's output shape.
+"""GROUPING SETS, CUBE and ROLLUP → one plain SELECT per grouping set, with DuckDB's output shape.
 
-A statement is split into *branches*, one per grouping set (in the order DuckDB's expansion gives
-them, duplicates kept). Each branch is an ordinary ``SELECT <grouped keys>, <counts> FROM t WHERE …
-GROUP BY <set>`` that ``dpsql.sql.parse`` checks and ``dpsql.sql.compile`` compiles as usual, plus a
-*layout* saying how each output column of the statement is filled from the branch's rows: a released
-value, NULL for a column the set rolls up, or the constant ``GROUPING(…)`` bit mask (bit 1 = rolled up,
-first argument most significant), exactly as standard SQL and DuckDB define them.
+A SELECT is split into *branches*, one per grouping set (in the order DuckDB's expansion gives them,
+duplicates kept). Each branch is an ordinary ``SELECT <grouped keys>, <counts> FROM t WHERE … GROUP BY
+<set>`` (a sqlglot tree: nothing is parsed again) that :class:`dpsql.sql.parse.BranchChecker` checks,
+plus a *layout* saying how each output column of the statement is filled from the branch's rows: a
+released value, NULL for a column the set rolls up, or the constant ``GROUPING(…)`` bit mask (bit 1 =
+rolled up, first argument most significant), exactly as standard SQL and DuckDB define them.
 
 Expansion rules (standard SQL): a GROUP BY list is the cross product of its elements, each element
 contributing a list of sets — a column ``a`` gives ``[(a)]``, ``ROLLUP(a, b)`` gives
 ``[(a, b), (a), ()]``, ``CUBE(a, b)`` gives every subset (``[(a, b), (a), (b), ()]``), and
 ``GROUPING SETS (e₁, e₂, …)`` concatenates the lists of its elements. Inside CUBE and ROLLUP a
-parenthesised list is one composite element. ``UNION ALL`` of such SELECTs concatenates their branches;
-ORDER BY / LIMIT / OFFSET apply to the released rows of the whole statement.
-
->>> s = split_statement("SELECT a, GROUPING(a) AS g, COUNT(*) FROM t GROUP BY ROLLUP (a)")
->>> [b.grouping_set for b in s.branches], [b.layout for b in s.branches]
-([('a',), ()], [(0, Constant(value=0), 1), (Constant(value=None), Constant(value=1), 0)])
+parenthesised list is one composite element.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
 
 from dpsql.errors import NotSupportedError, ProgrammingError
-from dpsql.sql.parse import SUPPORTED
+from dpsql.sql.parse import SUPPORTED, refuse_select_item
 
 GroupingSet = tuple[str, ...]
 MAX_GROUPING_SETS = 4096  # a statement expanding to more grouping sets is refused
@@ -48,104 +39,12 @@ Slot = int | Constant  # an int is a column index into the branch's own result r
 
 
 @dataclass(frozen=True)
-class Branch:
-    """One grouping set of a statement: a plain SELECT for it and how its rows fill the output columns."""
+class SelectBranch:
+    """One grouping set of a SELECT: its plain SELECT tree and how its rows fill the output columns."""
 
     grouping_set: GroupingSet  # column names as written, duplicates removed, in order of appearance
-    sql: str  # plain SELECT … GROUP BY <set> (no ORDER BY / LIMIT), placeholders kept
+    select: exp.Select  # plain SELECT … GROUP BY <set>, no ORDER BY / LIMIT
     layout: tuple[Slot, ...]  # per output column
-    parameters: tuple[int, int] = (0, 0)  # the slice of the statement's '?' parameters its SELECT binds
-
-    def bound(self, parameters: Sequence[object] | None) -> Sequence[object] | None:
-        """The statement's parameters that belong to this branch's SELECT (UNION ALL members differ)."""
-        if parameters is None or isinstance(parameters, (str, bytes)) or not isinstance(parameters, Sequence):
-            return parameters  # parse() reports the misuse
-        start, stop = self.parameters
-        return parameters[start:stop]
-
-
-@dataclass(frozen=True)
-class SplitStatement:
-    """A statement as branches plus the ordering applied to the concatenated rows."""
-
-    names: tuple[str, ...]  # output column names
-    branches: tuple[Branch, ...]
-    order_by: tuple[tuple[int, bool], ...]  # (output column, descending)
-    limit: int | None
-    offset: int
-    placeholders: int = 0  # '?' parameters the whole statement takes
-
-
-def is_extended(sql: str) -> bool:
-    """Whether the statement uses GROUPING SETS / CUBE / ROLLUP / GROUPING() or is a UNION ALL."""
-    try:
-        tree = sqlglot.parse_one(sql, read="duckdb")
-    except SqlglotError:
-        return False
-    if isinstance(tree, exp.SetOperation):
-        return True
-    return any(isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets, exp.Grouping)) for node in tree.walk())
-
-
-def split_statement(sql: str) -> SplitStatement:
-    """Split one statement into grouping-set branches (see the module docstring)."""
-    try:
-        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
-    except SqlglotError as error:
-        raise ProgrammingError(f"cannot parse SQL: {str(error).strip().splitlines()[0]}; check the syntax there. {SUPPORTED}") from error
-    if len(statements) != 1:
-        raise ProgrammingError(f"expected exactly one SQL statement, got {len(statements)}: pass a list to connection.workload()")
-    tree = statements[0]
-    selects = _union_members(tree)
-    names, branches = None, []
-    placeholders = 0
-    for select in selects:
-        if select is not tree:
-            for arg in ("order", "limit", "offset"):
-                if select.args.get(arg):
-                    raise NotSupportedError(
-                        f"UNION ALL: put ORDER BY / LIMIT / OFFSET after the last SELECT (they apply to all rows). {SUPPORTED}"
-                    )
-        member_names, member_branches = _split_select(select)
-        count = sum(1 for node in select.walk() if isinstance(node, exp.Placeholder))
-        member_branches = [dataclasses.replace(b, parameters=(placeholders, placeholders + count)) for b in member_branches]
-        placeholders += count
-        if names is None:
-            names = member_names
-        elif len(member_names) != len(names):
-            raise ProgrammingError(
-                f"UNION ALL: every SELECT must have the same number of columns ({len(names)} in the first, "
-                f"{len(member_names)} in another)"
-            )
-        branches.extend(member_branches)
-    if len(branches) > MAX_GROUPING_SETS:
-        raise NotSupportedError(f"the statement expands to {len(branches)} grouping sets (limit {MAX_GROUPING_SETS}); use fewer")
-    assert names is not None
-    order_by = _order_by(tree, selects[0], names)
-    return SplitStatement(names, tuple(branches), order_by, _row_count(tree, "limit"), _row_count(tree, "offset") or 0, placeholders)
-
-
-def check_parameter_count(split: SplitStatement, parameters: Sequence[object] | None) -> None:
-    """Refuse a parameter sequence of the wrong length (each UNION ALL member binds its own slice)."""
-    given = () if parameters is None else parameters
-    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
-        return  # parse() reports the misuse
-    if len(given) != split.placeholders:
-        raise ProgrammingError(f"the statement has {split.placeholders} '?' placeholder(s) but {len(given)} parameter(s) were given")
-
-
-def _union_members(tree: exp.Expression) -> list[exp.Select]:
-    if isinstance(tree, exp.Union):
-        if tree.args.get("distinct"):
-            raise NotSupportedError(f"UNION (without ALL) is not supported: use UNION ALL. {SUPPORTED}")
-        return _union_members(tree.this) + _union_members(tree.expression)
-    if isinstance(tree, exp.SetOperation):
-        raise NotSupportedError(f"{type(tree).__name__.upper()} is not supported; only UNION ALL combines SELECTs. {SUPPORTED}")
-    if isinstance(tree, exp.Subquery):
-        return _union_members(tree.this)
-    if not isinstance(tree, exp.Select):
-        raise ProgrammingError(f"expected a SELECT statement, got {tree.sql(dialect='duckdb')[:60]!r}")
-    return [tree]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -238,11 +137,13 @@ def _items(select: exp.Select) -> list[_Item]:
         elif isinstance(inner, exp.Column):
             items.append(_Item(name or inner.name, inner, "key", (inner.name,)))
         else:
+            refuse_select_item(inner)
             items.append(_Item(name or inner.sql(dialect="duckdb"), inner, "count", ()))
     return items
 
 
-def _split_select(select: exp.Select) -> tuple[tuple[str, ...], list[Branch]]:
+def split_select(select: exp.Select) -> tuple[tuple[str, ...], list[SelectBranch]]:
+    """The output names of a SELECT and its grouping-set branches."""
     sets = expand_group_by(select.args.get("group"))
     grouped = {c.lower() for s in sets for c in s}
     items = _items(select)
@@ -254,7 +155,7 @@ def _split_select(select: exp.Select) -> tuple[tuple[str, ...], list[Branch]]:
     return tuple(i.name for i in items), [_branch(select, items, s) for s in sets]
 
 
-def _branch(select: exp.Select, items: list[_Item], grouping_set: GroupingSet) -> Branch:
+def _branch(select: exp.Select, items: list[_Item], grouping_set: GroupingSet) -> SelectBranch:
     members = {c.lower() for c in grouping_set}
     kept: list[exp.Expression] = []
     layout: list[Slot] = []
@@ -272,57 +173,5 @@ def _branch(select: exp.Select, items: list[_Item], grouping_set: GroupingSet) -
         plain.set(arg, None)
     plain.set("expressions", kept)
     if grouping_set:
-        plain = plain.group_by(*(exp.column(c, quoted=_needs_quotes(c)) for c in grouping_set), copy=False)
-    return Branch(grouping_set, plain.sql(dialect="duckdb"), tuple(layout))
-
-
-def _needs_quotes(name: str) -> bool:
-    return not name.isidentifier()
-
-
-# ---------------------------------------------------------------------------------------------------
-# ORDER BY / LIMIT / OFFSET of the whole statement.
-# ---------------------------------------------------------------------------------------------------
-
-
-def _order_by(tree: exp.Expression, first: exp.Select, names: tuple[str, ...]) -> tuple[tuple[int, bool], ...]:
-    order = tree.args.get("order")
-    if order is None:
-        return ()
-    texts = [
-        (e.this if isinstance(e, exp.Alias) else e).sql(dialect="duckdb").lower() for e in first.expressions
-    ]
-    keys = []
-    for ordered in order.expressions:
-        node = ordered.this
-        keys.append((_order_target(node, names, texts), bool(ordered.args.get("desc"))))
-    return tuple(keys)
-
-
-def _order_target(node: exp.Expression, names: tuple[str, ...], texts: list[str]) -> int:
-    if isinstance(node, exp.Literal) and not node.is_string:
-        position = int(str(node.this)) if str(node.this).isdigit() else 0
-        if not 1 <= position <= len(names):
-            raise ProgrammingError(f"ORDER BY {node.sql()}: position must be between 1 and {len(names)}")
-        return position - 1
-    if isinstance(node, exp.Column) and not node.table:
-        for index, name in enumerate(names):
-            if name.lower() == node.name.lower():
-                return index
-    text = node.sql(dialect="duckdb").lower()
-    if text in texts:
-        return texts.index(text)
-    raise NotSupportedError(
-        f"ORDER BY {node.sql(dialect='duckdb')[:60]!r}: order by an output column, alias, COUNT or GROUPING() of the "
-        f"SELECT list, or a position. {SUPPORTED}"
-    )
-
-
-def _row_count(tree: exp.Expression, arg: str) -> int | None:
-    node = tree.args.get(arg)
-    if node is None:
-        return None
-    value = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
-    if isinstance(value, exp.Literal) and not value.is_string and str(value.this).isdigit():
-        return int(str(value.this))
-    raise NotSupportedError(f"{arg.upper()} must be a non-negative integer literal, got {value.sql(dialect='duckdb')[:60]!r}")
+        plain = plain.group_by(*(exp.column(c, quoted=not c.isidentifier()) for c in grouping_set), copy=False)
+    return SelectBranch(grouping_set, plain, tuple(layout))

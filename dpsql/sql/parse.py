@@ -1,23 +1,20 @@
-"""SQL text → a checked :class:`Query`, holding the parser to ``grammar/dpsql.ebnf``.
+"""The checked query of one grouping set, holding the parser to ``grammar/dpsql.ebnf``.
 
-Parsing is sqlglot's (DuckDB dialect). This module walks the syntax tree and accepts exactly the
-subset the grammar states; anything else raises :class:`~dpsql.errors.NotSupportedError` (valid SQL
-outside the grammar) or :class:`~dpsql.errors.ProgrammingError` (invalid SQL), naming the clause at
-fault and saying what is supported. Parameters (``?``, PEP 249 ``qmark`` style) are bound here.
-
->>> q = parse("SELECT sex, COUNT(*) AS n FROM adult WHERE age > ? GROUP BY sex", (30,))
->>> q.table, q.group_by, q.where
-('adult', ('sex',), Comparison(column='age', operator='>', value=30))
+A statement's text is parsed once, by sqlglot (DuckDB dialect), in :mod:`dpsql.sql.statement`, which
+binds its parameters and splits it into grouping sets; :class:`BranchChecker` walks the plain SELECT of
+each grouping set and accepts exactly the subset the grammar states, returning a small IR
+(:class:`Query`) independent of sqlglot. Anything else raises :class:`~dpsql.errors.NotSupportedError`
+(valid SQL outside the grammar) or :class:`~dpsql.errors.ProgrammingError` (invalid SQL), naming the
+clause at fault and saying what is supported. Parameters (``?``, PEP 249 ``qmark``) are bound by
+:func:`bind_parameters`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 
@@ -108,20 +105,13 @@ SelectItem = GroupKey | Count
 
 
 @dataclass(frozen=True)
-class OrderKey:
-    item: int  # index into Query.select
-    descending: bool
-
-
-@dataclass(frozen=True)
 class Query:
+    """One grouping set of a statement: ``SELECT <keys and counts> FROM table [WHERE] [GROUP BY]``."""
+
     table: str
     select: tuple[SelectItem, ...]
     group_by: tuple[str, ...]
     where: Predicate | None
-    order_by: tuple[OrderKey, ...] = ()
-    limit: int | None = None
-    offset: int = 0
 
     def columns(self) -> tuple[str, ...]:
         """Every column the statement mentions, in order of first appearance."""
@@ -158,7 +148,7 @@ _CLAUSE_NAMES = {
     "match": "MATCH_RECOGNIZE",
     "pivots": "PIVOT",
 }
-_ACCEPTED_ARGS = {"expressions", "from_", "where", "group", "order", "limit", "offset"}
+_ACCEPTED_ARGS = {"expressions", "from_", "where", "group"}
 _COMPARISONS: dict[type[exp.Expression], str] = {
     exp.EQ: "=",
     exp.NEQ: "<>",
@@ -170,26 +160,14 @@ _COMPARISONS: dict[type[exp.Expression], str] = {
 _FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
-def parse(sql: str, parameters: Sequence[object] | None = None) -> Query:
-    """Parse one statement of the dpsql subset, binding ``?`` parameters in order."""
-    if not isinstance(sql, str):
-        raise ProgrammingError(f"the operation must be a SQL string, got {type(sql).__name__}")
-    try:
-        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
-    except SqlglotError as error:
-        raise ProgrammingError(f"cannot parse SQL: {_first_line(error)}; check the syntax there. {SUPPORTED}") from error
-    if len(statements) != 1:
-        raise ProgrammingError(f"expected exactly one SQL statement, got {len(statements)}: pass one statement per execute()")
-    statement = _bind(statements[0], parameters)
-    return _Checker(statement).query()
-
-
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
+    """The first line of an error message (sqlglot's span several)."""
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def _bind(statement: exp.Expression, parameters: Sequence[object] | None) -> exp.Expression:
-    placeholders = [node for node in statement.walk(bfs=False) if isinstance(node, exp.Placeholder)]  # text order within WHERE
+def bind_parameters(statement: exp.Expression, parameters: Sequence[object] | None) -> None:
+    """Replace the ``?`` placeholders of ``statement`` (in text order) by literals, in place."""
+    placeholders = [node for node in statement.walk(bfs=False) if isinstance(node, exp.Placeholder)]
     given = () if parameters is None else parameters
     if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
         raise ProgrammingError("parameters must be a sequence (paramstyle 'qmark': one value per '?')")
@@ -199,7 +177,6 @@ def _bind(statement: exp.Expression, parameters: Sequence[object] | None) -> exp
         raise ProgrammingError(f"the statement has {len(placeholders)} '?' placeholder(s) but {len(given)} parameter(s) were given")
     for placeholder, value in zip(placeholders, given):
         placeholder.replace(_literal_node(value))
-    return statement
 
 
 def _literal_node(value: object) -> exp.Expression:
@@ -215,11 +192,39 @@ def _literal_node(value: object) -> exp.Expression:
     raise ProgrammingError(f"unsupported parameter type {type(value).__name__}; use str, int, float, bool or None")
 
 
-class _Checker:
-    """Walks one sqlglot statement, accepting the grammar's subset."""
+def count_argument(node: exp.Count, column: Callable[[exp.Expression, str], str]) -> str | None:
+    """The counted column of ``COUNT(...)``: None for ``*`` and numeric literals, else ``column(node)``."""
+    argument = node.this
+    if argument is None:
+        raise ProgrammingError(f"COUNT() needs an argument: COUNT(*) or COUNT(column). {SUPPORTED}")
+    if isinstance(argument, exp.Star):
+        return None
+    if isinstance(argument, exp.Distinct):
+        raise NotSupportedError(f"SELECT: COUNT(DISTINCT ...) is not supported; use COUNT(*) or COUNT(column). {SUPPORTED}")
+    if isinstance(argument, exp.Literal) and not argument.is_string:
+        return None  # COUNT(1) counts rows, like COUNT(*)
+    return column(argument, "SELECT COUNT")
 
-    def __init__(self, statement: exp.Expression) -> None:
-        self.statement = statement
+
+def refuse_select_item(node: exp.Expression) -> None:
+    """Refuse a SELECT item (alias removed) of a kind the grammar has no place for."""
+    if isinstance(node, exp.Star):
+        raise NotSupportedError(f"SELECT * is not supported: list group columns and COUNT(*). {SUPPORTED}")
+    if isinstance(node, exp.Window):
+        raise NotSupportedError(f"SELECT: window functions (OVER) are not supported. {SUPPORTED}")
+    if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Count):
+        name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__.upper()
+        raise NotSupportedError(
+            f"SELECT: the aggregate {name}(...) is not supported yet; use COUNT(*) or COUNT(column). {SUPPORTED}"
+        )
+
+
+class BranchChecker:
+    """Walks the plain SELECT of one grouping set (parameters bound, no ORDER BY / LIMIT: those belong
+    to the whole statement) and accepts the grammar's subset, returning its :class:`Query`."""
+
+    def __init__(self, select: exp.Expression) -> None:
+        self.statement = select
         self.table = ""
         self.qualifiers: set[str] = set()
 
@@ -241,15 +246,7 @@ class _Checker:
                 )
         where = select.args.get("where")
         predicate = self._predicate(where.this) if where is not None else None
-        return Query(
-            table=self.table,
-            select=items,
-            group_by=group_by,
-            where=predicate,
-            order_by=self._order_by(select, items),
-            limit=self._row_count(select.args.get("limit"), "LIMIT"),
-            offset=self._row_count(select.args.get("offset"), "OFFSET") or 0,
-        )
+        return Query(table=self.table, select=items, group_by=group_by, where=predicate)
 
     # -- statement and FROM ----------------------------------------------------------------------
     def _require_select(self) -> exp.Select:
@@ -303,29 +300,11 @@ class _Checker:
         if isinstance(node, exp.Alias):
             alias = node.alias
             node = node.this
-        if isinstance(node, exp.Star):
-            raise NotSupportedError(f"SELECT * is not supported: list group columns and COUNT(*). {SUPPORTED}")
+        refuse_select_item(node)
         if isinstance(node, exp.Count):
-            return Count(alias or node.sql(dialect="duckdb"), self._count_argument(node))
-        if isinstance(node, exp.Window):
-            raise NotSupportedError(f"SELECT: window functions (OVER) are not supported. {SUPPORTED}")
-        if isinstance(node, exp.AggFunc):
-            name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__.upper()
-            raise NotSupportedError(
-                f"SELECT: the aggregate {name}(...) is not supported yet; use COUNT(*) or COUNT(column). {SUPPORTED}"
-            )
+            return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column))
         column = self._column(node, "SELECT")
         return GroupKey(alias or column, column)
-
-    def _count_argument(self, node: exp.Count) -> str | None:
-        argument = node.this
-        if isinstance(argument, exp.Star):
-            return None
-        if isinstance(argument, exp.Distinct):
-            raise NotSupportedError(f"SELECT: COUNT(DISTINCT ...) is not supported; use COUNT(*) or COUNT(column). {SUPPORTED}")
-        if isinstance(argument, exp.Literal) and not argument.is_string:
-            return None  # COUNT(1) counts rows, like COUNT(*)
-        return self._column(argument, "SELECT COUNT")
 
     def _group_by(self, select: exp.Select) -> tuple[str, ...]:
         group = select.args.get("group")
@@ -397,7 +376,7 @@ class _Checker:
     @staticmethod
     def _literal(node: exp.Expression, clause: str) -> Literal | None:
         if isinstance(node, exp.Paren):
-            return _Checker._literal(node.this, clause)
+            return BranchChecker._literal(node.this, clause)
         if isinstance(node, exp.Null):
             return None
         if isinstance(node, exp.Boolean):
@@ -416,53 +395,3 @@ class _Checker:
                 number = float(text)
             return -number if negative else number
         raise NotSupportedError(f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a literal; compare with a number or a string. {SUPPORTED}")
-
-    # -- ORDER BY, LIMIT, OFFSET -------------------------------------------------------------------
-    def _order_by(self, select: exp.Select, items: tuple[SelectItem, ...]) -> tuple[OrderKey, ...]:
-        order = select.args.get("order")
-        if order is None:
-            return ()
-        keys = []
-        for ordered in order.expressions:
-            node = ordered.this
-            keys.append(OrderKey(self._order_target(node, items), bool(ordered.args.get("desc"))))
-        return tuple(keys)
-
-    def _order_target(self, node: exp.Expression, items: tuple[SelectItem, ...]) -> int:
-        if isinstance(node, exp.Literal) and not node.is_string:
-            position = int(str(node.this)) if str(node.this).isdigit() else 0
-            if not 1 <= position <= len(items):
-                raise ProgrammingError(f"ORDER BY {node.sql()}: position must be between 1 and {len(items)}")
-            return position - 1
-        if isinstance(node, exp.Count):
-            argument = self._count_argument(node)
-            for index, item in enumerate(items):
-                if isinstance(item, Count) and item.column == argument:
-                    return index
-        elif isinstance(node, exp.Column) and not node.table:
-            for index, item in enumerate(items):
-                if item.name == node.name:
-                    return index
-            for index, item in enumerate(items):
-                if isinstance(item, GroupKey) and item.column == node.name:
-                    return index
-        elif isinstance(node, exp.Column):
-            name = self._column(node, "ORDER BY")
-            for index, item in enumerate(items):
-                if isinstance(item, GroupKey) and item.column == name:
-                    return index
-        raise NotSupportedError(
-            f"ORDER BY {node.sql(dialect='duckdb')[:60]!r}: order by a column, alias or COUNT of the SELECT list "
-            f"(ORDER BY is applied to the released rows). {SUPPORTED}"
-        )
-
-    @staticmethod
-    def _row_count(node: exp.Expression | None, clause: str) -> int | None:
-        if node is None:
-            return None
-        value = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
-        if isinstance(value, exp.Literal) and not value.is_string and str(value.this).isdigit():
-            return int(str(value.this))
-        raise NotSupportedError(
-            f"{clause} must be a non-negative integer literal, got {value.sql(dialect='duckdb')[:60]!r}; use e.g. {clause} 10"
-        )

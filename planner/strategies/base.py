@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.privacy import Privacy
+from planner.store import CoefficientEstimate
 from planner.workload import Workload
 
 
@@ -100,3 +101,8 @@ class Candidate(ABC):
     @abstractmethod
     def answer(self, measurement: Measurement) -> Answers:
         """Consistent workload answers (GLS) and their exact variances from a measurement."""
+
+    def kept_estimates(self, measurement: Measurement) -> tuple[CoefficientEstimate, ...] | None:
+        """The measurement as uncorrelated Helmert residual estimates (``planner.store``), or None when
+        this strategy's measurements cannot be described that way (they are then not kept)."""
+        return None

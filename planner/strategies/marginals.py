@@ -55,6 +55,7 @@ from planner.recovery import (
     residual_shape,
     subsets,
 )
+from planner.store import CoefficientEstimate
 from planner.strategies.base import Candidate, GroupBudget, Measurement
 from planner.strategies.residual import MASS_TOLERANCE, MAX_MARGINAL_CELLS, CoefficientCandidate, maximal_sets
 from planner.workload import Workload, marginal_for
@@ -143,6 +144,22 @@ class MarginalsCandidate(CoefficientCandidate):
         parameters = np.repeat([n.parameter for n in self.noises], counts)
         variances = np.repeat([n.variance for n in self.noises], counts)
         return np.vstack(rows), parameters, variances
+
+    def kept_estimates(self, measurement: Measurement) -> tuple[CoefficientEstimate, ...] | None:
+        """Every subset of every measured marginal, one uncorrelated estimate per marginal: a noisy
+        marginal on ``B`` with cell variance ``v_B`` estimates ``φ_T`` (``T ⊆ B``) with variance
+        ``v_B Π_{a∈B∖T} n_a``, whether or not this workload needed ``T``."""
+        if not self.in_helmert_basis():
+            return None
+        domain = self.workload.domain
+        kept = []
+        for held, noise in zip(self.measured, self.noises):
+            table = np.asarray(measurement.values[marginal_name(held)], dtype=float)
+            for subset in subsets(held):
+                spread = float(np.prod(domain.shape(a for a in held if a not in subset)))
+                estimate = residual_of_marginal(table, held, subset, self.bases)
+                kept.append(CoefficientEstimate(subset, domain.shape(subset), estimate, np.full(estimate.shape, noise.variance * spread)))
+        return tuple(kept)
 
     def residuals(self, measurement: Measurement) -> dict[Subset, np.ndarray]:
         """GLS: per residual subset, the inverse-variance mean of its estimates from every measured

@@ -39,6 +39,7 @@ from planner.recovery import (
     residual_shape,
     subsets,
 )
+from planner.store import CoefficientEstimate
 from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
 from planner.workload import Workload, marginal_for
 
@@ -146,6 +147,24 @@ class CoefficientCandidate(Candidate):
         :meth:`query_variances`); ``continuous=True`` uses continuous-noise variances (2b², σ²)."""
         variances = self.coefficient_variances(True) if continuous else self.exact_coefficient_variances
         return float(sum(np.sum(self.masses[t] * variances[t]) for t in self.needed))
+
+    def in_helmert_basis(self) -> bool:
+        """Whether every attribute uses the (unpadded) Helmert basis that ``planner.store`` keeps."""
+        domain = self.workload.domain
+        return all(self.bases[a] is helmert_basis(domain.size_of(a)) for a in domain.attributes)
+
+    def kept_estimates(self, measurement: Measurement) -> tuple[CoefficientEstimate, ...] | None:
+        """The GLS estimate of every coefficient this measurement estimates (relevant subsets)."""
+        if not self.in_helmert_basis():
+            return None
+        domain = self.workload.domain
+        residuals = self.residuals(measurement)
+        variances = self.exact_coefficient_variances
+        return tuple(
+            CoefficientEstimate(t, domain.shape(t), np.asarray(residuals[t], dtype=float), np.asarray(variances[t], dtype=float))
+            for t in self.needed
+            if t in self.relevant and np.all(np.asarray(variances[t]) > 0)
+        )
 
     def answer(self, measurement: Measurement) -> Answers:
         if measurement.strategy != self.name:

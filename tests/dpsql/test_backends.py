@@ -31,6 +31,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.factory import open_backend
 from dpsql.schema import Schema
 from dpsql.sql.bounded import BoundedAggregation
+from dpsql.sql.literals import ColumnType
 from conftest import ADULT_SCHEMA
 from recording_backend import RecordingBackend
 
@@ -296,14 +297,16 @@ def test_exact_marginals_identical_on_every_engine(engine: tuple[str, object], a
     backend = open_backend(spec)
     marginals = (("sex", "race"), ("age",), ("job", "income"), ())
     columns = {name: schema.column(name) for name in ("sex", "race", "age", "income", "job")}
+    types = {name: ColumnType.of(type_name, backend.dialect) for name, type_name in backend.describe("adult").items()}
     aggregation = BoundedAggregation(
         table="adult",
         columns=columns,
-        column_types={name: backend.describe("adult")[name] for name in columns},
+        column_types={name: types[name] for name in columns},
         marginals=marginals,
         privacy_unit="person_id",
         max_rows_per_unit=3,
         salt=123_456_789,
+        row_columns=tuple(types),
     )
     arrays = aggregation.marginal_arrays(backend.run(aggregation.statement().sql(dialect=backend.dialect)))
     for marginal in marginals:
@@ -312,14 +315,16 @@ def test_exact_marginals_identical_on_every_engine(engine: tuple[str, object], a
 
 
 def bounded_slot_counts(backend: object, salt: int) -> np.ndarray:
+    types = {name: ColumnType.of(t, backend.dialect) for name, t in backend.describe("visits").items()}  # type: ignore[attr-defined]
     aggregation = BoundedAggregation(
         table="visits",
         columns={"slot": Schema.load(VISITS_SCHEMA).column("slot")},
-        column_types={"slot": backend.describe("visits")["slot"]},  # type: ignore[attr-defined]
+        column_types={"slot": types["slot"]},
         marginals=(("slot",),),
         privacy_unit="unit_id",
         max_rows_per_unit=1,
         salt=salt,
+        row_columns=tuple(types),
     )
     return aggregation.marginal_arrays(backend.run(aggregation.statement().sql(dialect=backend.dialect)))[("slot",)]  # type: ignore[attr-defined]
 
@@ -338,24 +343,28 @@ def test_bounding_keeps_one_uniformly_random_row_per_unit(engine: tuple[str, obj
 
 
 # -- errors and the ledger -----------------------------------------------------------------------------
-def test_failure_mid_query_charges_nothing(engine: tuple[str, object], adult_frame: pd.DataFrame) -> None:
-    """`poisoned` raises on every row it reads: registering it (schema only) works, running fails in
-    the engine, the ledger is unchanged, and the connection still answers afterwards."""
+WITHHELD = r"failed while reading the private rows \(\w+\); the statement was charged\. The engine's message is withheld"
+
+
+def test_failure_mid_query_is_charged_and_its_message_withheld(engine: tuple[str, object], adult_frame: pd.DataFrame) -> None:
+    """`poisoned` raises on every row it reads: registering it (schema only) works; running fails in the
+    engine after the private rows were requested, so it is charged (one charge rule), the engine's text
+    (which could quote a row) is withheld, and the connection still answers afterwards."""
     _, spec = engine
     connection = open_connection(spec, table="poisoned")
     connection.register("adult", schema=ADULT_SCHEMA)
-    before = connection.budget_spent()
-    with pytest.raises(dpsql.OperationalError, match="failed to run the bounded aggregation"):
+    with pytest.raises(dpsql.OperationalError, match=WITHHELD) as raised:
         connection.cursor().execute("SELECT sex, COUNT(*) FROM poisoned GROUP BY sex", epsilon=1.0)
-    assert connection.budget_spent() == before
-    assert connection.budget_remaining() == pytest.approx(1000.0)
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+    assert connection.budget_spent().statements == 1
+    assert connection.budget_remaining() == pytest.approx(999.0)
     rows = noise_free_rows(connection, "SELECT COUNT(*) FROM adult")
     assert rows[0][0] == pytest.approx(len(adult_frame))
-    assert connection.budget_remaining() == pytest.approx(999.0)
+    assert connection.budget_remaining() == pytest.approx(998.0)
     connection.close()
 
 
-def test_postgres_connection_lost_mid_query_charges_nothing(postgres_dsn: str) -> None:
+def test_postgres_connection_lost_mid_query_is_charged(postgres_dsn: str) -> None:
     """The server ends dpsql's session while the bounded aggregation runs (it sleeps on one row)."""
     import psycopg
 
@@ -378,12 +387,12 @@ def test_postgres_connection_lost_mid_query_charges_nothing(postgres_dsn: str) -
     killer = threading.Thread(target=terminate_when_running)
     killer.start()
     started = time.monotonic()
-    with pytest.raises(dpsql.OperationalError, match="PostgreSQL failed to run the bounded aggregation"):
+    with pytest.raises(dpsql.OperationalError, match=WITHHELD):
         connection.cursor().execute("SELECT sex, COUNT(*) FROM stalled GROUP BY sex", epsilon=1.0)
     killer.join()
     assert time.monotonic() - started < 30  # ended by the termination, not by the 60 s sleep
-    assert connection.budget_spent() == before
-    assert connection.budget_remaining() == pytest.approx(1000.0)
+    assert connection.budget_spent().statements == before.statements + 1  # the rows were asked for: charged
+    assert connection.budget_remaining() == pytest.approx(999.0)
     connection.close()
 
 
@@ -439,7 +448,7 @@ def test_existing_psycopg_connection_is_used_and_left_open(postgres_dsn: str, ad
     assert isinstance(backend, DBAPIBackend) and backend.dialect == POSTGRES
     connection = open_connection(existing)
     connection.register("poisoned", schema=ADULT_SCHEMA)
-    with pytest.raises(dpsql.OperationalError, match="PostgreSQL failed"):
+    with pytest.raises(dpsql.OperationalError, match=WITHHELD):
         connection.cursor().execute("SELECT sex, COUNT(*) FROM poisoned GROUP BY sex", epsilon=1.0)
     sql = "SELECT sex, job, COUNT(*) FROM adult GROUP BY sex, job"
     assert_same_rows(noise_free_rows(connection, sql), noise_free_rows(adult_connection, sql))

@@ -18,9 +18,13 @@ import dpsql
 import dpsql.testing
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.schema import Schema
-from dpsql.sql.bounded import BoundedAggregation
+from dpsql.keys import placeholder_domain
+from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
 from dpsql.sql.compile import CellFilter
-from dpsql.sql.keyed import KeyBoundedAggregation
+from dpsql.sql.literals import ColumnType
+
+BIGINT = ColumnType.of("BIGINT", "duckdb")
+COLUMNS = ("pid", "unit_copy", "slot", "tag")  # the table's columns, in order: every row's identity
 
 SIZES = (1, 2, 3, 4, 5, 8)  # rows per unit: below, at and above the bound of 3
 BOUND = 3
@@ -57,11 +61,12 @@ def aggregation(
     return BoundedAggregation(
         table="t",
         columns={name: schema.column(name) for name in columns},
-        column_types=dict.fromkeys(columns, "BIGINT"),
+        column_types=dict.fromkeys(columns, BIGINT),
         marginals=(columns,),
         privacy_unit="pid",
         max_rows_per_unit=bound,
         salt=salt,
+        row_columns=COLUMNS,
         row_filters=row_filters,
     )
 
@@ -72,11 +77,13 @@ def bounded_counts(database: duckdb.DuckDBPyConnection, statement: BoundedAggreg
 
 
 def window_counts(database: duckdb.DuckDBPyConnection, columns: tuple[str, ...], salt: int, where: str = "TRUE") -> pd.DataFrame:
-    """The reference: every unit's rows numbered by the window alone, the first BOUND kept."""
+    """The reference: every unit's rows numbered by the window alone (ordered by the salted hash of the unit
+    and the row's identity, a hash of all its columns), the first BOUND kept."""
     listed = ", ".join(columns)
+    identity = f"HASH({', '.join(COLUMNS)})"
     return database.execute(
         f"SELECT {listed}, COUNT(*) AS n FROM ("
-        f"  SELECT {listed}, ROW_NUMBER() OVER (PARTITION BY pid ORDER BY HASH(HASH(pid, {listed}, {salt}))) AS r"
+        f"  SELECT {listed}, ROW_NUMBER() OVER (PARTITION BY pid ORDER BY HASH(HASH(pid, {identity}, {salt}))) AS r"
         f"  FROM t WHERE {where}"
         f") WHERE r <= {BOUND} GROUP BY {listed} ORDER BY {listed}"
     ).df()
@@ -157,11 +164,12 @@ def kept_slots(database: duckdb.DuckDBPyConnection, bound: int, salt: int) -> tu
     statement = BoundedAggregation(
         table="one",
         columns={"slot": Schema.load({"columns": {"slot": {"range": [0, 3]}}}).column("slot")},
-        column_types={"slot": "BIGINT"},
+        column_types={"slot": BIGINT},
         marginals=(("slot",),),
         privacy_unit="pid",
         max_rows_per_unit=bound,
         salt=salt,
+        row_columns=("pid", "slot"),
     )
     counts = statement.marginal_arrays(DuckDBBackend(database).run(statement.statement().sql(dialect="duckdb")))[("slot",)]
     return tuple(int(i) for i in np.flatnonzero(counts))
@@ -181,20 +189,16 @@ def test_choice_among_a_units_rows_is_uniform_over_salts(bound: int, salts: int)
 
 def kept_keys(database: duckdb.DuckDBPyConnection, groups: int, salt: int) -> tuple[str, ...]:
     """Which keys the single unit of table ``keys`` (one row in each of keys a..d) keeps."""
-    schema = Schema.load(
-        {"privacy_unit": "pid", "max_rows_per_unit": 4, "max_groups_per_unit": groups, "columns": {"key": "unknown"}}
-    )
-    statement = KeyBoundedAggregation(
+    statement = BoundedAggregation(
         table="keys",
-        columns={"key": schema.column("key")},
-        column_types={"key": "VARCHAR"},
+        columns={"key": placeholder_domain("key")},
+        column_types={"key": ColumnType.of("VARCHAR", "duckdb")},
         marginals=(("key",),),
         privacy_unit="pid",
         max_rows_per_unit=4,
         salt=salt,
-        key_column="key",
-        max_groups_per_unit=groups,
-        max_rows_per_group=1,
+        row_columns=("pid", "key"),
+        keyed=KeyedColumn("key", groups, 1, count_units=True),
     )
     histogram = statement.key_histogram(DuckDBBackend(database).run(statement.statement().sql(dialect="duckdb")))
     return tuple(sorted(str(key) for key in histogram.keys))

@@ -53,7 +53,7 @@ def test_query_csv_and_table_formats(files: dict[str, str], capsys: pytest.Captu
     assert table[0] == ["sex", "n", "n_stderr"] and [r[0] for r in table[1:]] == ["F", "M"]
     code, out, _ = _run(common + ["--explain"], capsys)
     assert code == 0 and out.splitlines()[0].split() == ["sex", "n", "n_stderr"]
-    assert "contribution bounding: at most 2 random row(s) per 'pid'" in out
+    assert "at most 2 random row(s) per 'pid'" in out
 
 
 def test_ledger_is_shared_across_calls(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:

@@ -87,13 +87,18 @@ def test_bounding_keeps_at_most_k_random_rows_per_unit() -> None:
     assert counts.sum() == 600  # 300 units × 2 kept rows
     # the two kept rows are random among five: each slot keeps 2/5 of its 300 rows in expectation
     assert np.all(np.abs(counts - 120) < 4 * math.sqrt(300 * 0.4 * 0.6))
-    with dpsql.testing.seeded(11):
-        first = _exact(connection, "SELECT slot, COUNT(*) FROM t GROUP BY slot")
-    with dpsql.testing.seeded(11):
-        again = _exact(connection, "SELECT slot, COUNT(*) FROM t GROUP BY slot")
-    with dpsql.testing.seeded(12):
-        other = _exact(connection, "SELECT slot, COUNT(*) FROM t GROUP BY slot")
-    assert first == again and first != other  # the salt is drawn per statement from the seeded source
+    # the salt is drawn once per registered table: every statement bounds it the same way (the same rows,
+    # whatever it counts), and a new registration draws another choice
+    frame = _units_frame(units=300, rows_each=5)
+    choices = []
+    for seed in (11, 11, 12):
+        with dpsql.testing.seeded(seed):
+            connection.register("t", frame, schema=schema)
+        by_slot = _exact(connection, "SELECT slot, COUNT(*) FROM t GROUP BY slot")
+        total = _exact(connection, "SELECT COUNT(*) FROM t WHERE slot IN (0, 1, 2, 3, 4)")
+        assert sum(n for _, n in by_slot) == total[0][0] == 600
+        choices.append(by_slot)
+    assert choices[0] == choices[1] and choices[0] != choices[2]
     # WHERE applies before bounding: every unit's single slot-4 row is among the rows it keeps
     assert _exact(connection, "SELECT COUNT(*) FROM t WHERE slot = 4") == [(300.0,)]
     assert _exact(connection, "SELECT slot, COUNT(*) FROM t WHERE slot >= 3 GROUP BY slot") == [
@@ -192,7 +197,7 @@ def test_default_epsilon_is_the_documented_default_cost() -> None:
 
 
 def test_statement_with_no_possible_rows_reads_nothing_and_costs_nothing(adult_connection: dpsql.Connection) -> None:
-    adult_connection._backend.run = None  # type: ignore[assignment]  # any read would fail
+    adult_connection._session.backend.run = None  # type: ignore[assignment]  # any read would fail
     cursor = adult_connection.cursor().execute("SELECT sex, COUNT(*) FROM adult WHERE age > 100 GROUP BY sex", epsilon=1.0)
     assert cursor.fetchall() == [("F", 0.0), ("M", 0.0)]
     assert cursor.errors == [(None, 0.0), (None, 0.0)]
@@ -216,7 +221,7 @@ def test_one_statement_computes_several_marginals_with_grouping_sets(
 ) -> None:
     from dpsql.sql.bounded import BoundedAggregation
 
-    table = adult_connection._tables["adult"]
+    table = adult_connection._session.table("adult")
     columns = {name: table.schema.column(name) for name in ("sex", "race", "income")}
     aggregation = BoundedAggregation(
         table=table.relation,
@@ -226,10 +231,11 @@ def test_one_statement_computes_several_marginals_with_grouping_sets(
         privacy_unit="person_id",
         max_rows_per_unit=3,  # the fixture never exceeds it: bounding keeps every row
         salt=1,
+        row_columns=tuple(table.column_types),
     )
     sql = aggregation.statement().sql(dialect="duckdb")
     assert sql.count("GROUPING SETS") == 1 and sql.count("ROW_NUMBER()") == 1  # one statement, one ranking window
-    marginals = aggregation.marginal_arrays(adult_connection._backend.run(sql))
+    marginals = aggregation.marginal_arrays(adult_connection._session.backend.run(sql))
     expected_sex_race = pd.crosstab(adult_frame["sex"], adult_frame["race"]).reindex(index=["F", "M"], columns=range(5), fill_value=0)
     assert (marginals[("sex", "race")] == expected_sex_race.to_numpy()).all()
     bins = pd.cut(adult_frame["income"], [0, 10000, 50000, 100000, 1000000], right=False)

@@ -8,7 +8,7 @@ import pytest
 
 import dpsql
 import dpsql.testing
-from dpsql.batch import prepare
+from pipeline_helpers import prepare
 
 CUBE = "SELECT sex, race, COUNT(*) FROM adult GROUP BY CUBE (sex, race)"
 
@@ -17,7 +17,7 @@ def _no_reads(connection: dpsql.Connection, monkeypatch: pytest.MonkeyPatch) -> 
     def refuse(sql: str) -> None:
         raise AssertionError(f"EXPLAIN read data: {sql}")
 
-    monkeypatch.setattr(connection._backend, "run", refuse)
+    monkeypatch.setattr(connection._session.backend, "run", refuse)
 
 
 def test_explain_rows_describe_the_plan_and_charge_nothing(adult_connection: dpsql.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,7 +57,7 @@ def test_explanation_of_a_filtered_total_has_its_svd_bound(adult_connection: dps
     """COUNT(*) with its WHERE applied in SQL is planned over a domain with no attributes (one cell)."""
     cursor = adult_connection.cursor().execute("SELECT COUNT(*) FROM adult WHERE age > 30", epsilon=1.0)
     assert "unavailable" not in cursor.explanation
-    assert "SVD lower bound: 18 " in cursor.explanation  # 2k²(Σσ)²/(nε²) with k = 3 rows per unit, σ = n = 1
+    assert "error: svd lower bound = 18 " in cursor.explanation  # 2k²(Σσ)²/(nε²) with k = 3 rows per unit, σ = n = 1
 
 
 def test_explain_of_a_batch(adult_connection: dpsql.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,8 +88,20 @@ def test_explain_errors(adult_connection: dpsql.Connection) -> None:
         cursor.execute("EXPLAIN", epsilon=1.0)
     with pytest.raises(dpsql.ProgrammingError, match="EXPLAIN ANALYZE"):
         cursor.execute("EXPLAIN ANALYZE SELECT COUNT(*) FROM adult", epsilon=1.0)
-    with pytest.raises(dpsql.ProgrammingError, match="no privacy cost"):
-        cursor.execute("EXPLAIN SELECT COUNT(*) FROM adult")
     with pytest.raises(dpsql.ProgrammingError, match="unknown column"):
         cursor.execute("EXPLAIN SELECT colour, COUNT(*) FROM adult GROUP BY CUBE (colour)", epsilon=1.0)
     assert adult_connection.budget_spent().statements == 0
+
+
+def test_explain_without_a_cost_shows_the_plan_in_units_of_one(adult_connection: dpsql.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No epsilon=: the plan at ε = 1, said so; the same plan (strategy, groups, budgets) as at ε = 1."""
+    _no_reads(adult_connection, monkeypatch)
+    rows = adult_connection.cursor().execute("EXPLAIN " + CUBE).fetchall()
+    assert ("cost", "not given", None, "shown for epsilon = 1: expected variances scale as 1/ε²") in rows
+    at_one = adult_connection.cursor().execute("EXPLAIN " + CUBE, epsilon=1.0).fetchall()
+    assert [r for r in rows if r[0] in ("strategy", "group", "query", "error")] == [
+        r for r in at_one if r[0] in ("strategy", "group", "query", "error")
+    ]
+    assert "cost: not given" in adult_connection.explain(CUBE)
+    with pytest.raises(dpsql.ProgrammingError, match="no privacy cost"):
+        adult_connection.cursor().execute(CUBE)

@@ -10,13 +10,19 @@ from pathlib import Path
 import pytest
 
 import dpsql
-from dpsql.sql.parse import And, Between, Comparison, Count, GroupKey, InList, IsNull, Not, Or, OrderKey, parse
+from dpsql.sql.parse import And, Between, Comparison, Count, GroupKey, InList, IsNull, Not, Or, Query
+from dpsql.sql.statement import OrderKey, parse_statement
 
 GRAMMAR = Path(__file__).resolve().parents[2] / "grammar"
 
 ACCEPTED = sorted((GRAMMAR / "accepted").glob("*.sql"))
 REJECTED = sorted((GRAMMAR / "rejected").glob("*.sql"))
 EXPECT = re.compile(r"^-- expect: (\w+) (.+)$")
+
+
+def parse(sql: object, parameters: object = None) -> Query:
+    """The query of a plain statement's one grouping set."""
+    return parse_statement(sql, parameters).branches[0].query  # type: ignore[arg-type]
 
 
 def test_corpus_is_not_empty() -> None:
@@ -28,9 +34,10 @@ def test_corpus_is_not_empty() -> None:
 def test_accepted_statement_compiles(path: Path, adult_connection: dpsql.Connection) -> None:
     from dpsql.sql.compile import compile_query
 
-    table = adult_connection._tables["adult"]
-    compiled = compile_query(parse(path.read_text()), table.schema, tuple(table.column_types))
-    assert compiled.group_cells >= 1
+    table = adult_connection._session.table("adult")
+    for branch in parse_statement(path.read_text()).branches:
+        compiled = compile_query(branch.query, table.schema, tuple(table.column_types))
+        assert compiled.group_cells >= 1
 
 
 @pytest.mark.parametrize("path", REJECTED, ids=lambda p: p.stem)
@@ -52,10 +59,11 @@ def test_rejected_statement_names_the_clause(path: Path, adult_connection: dpsql
 
 
 def test_parse_builds_the_query_ir() -> None:
-    query = parse(
+    statement = parse_statement(
         "SELECT sex AS s, COUNT(*) AS n, COUNT(job) FROM adult WHERE NOT (age BETWEEN 20 AND 30) "
         "AND (race IN (1, 2) OR job IS NULL) AND 5 < age GROUP BY sex ORDER BY n DESC, s LIMIT 3 OFFSET 1"
     )
+    query = statement.branches[0].query
     assert query.table == "adult"
     assert query.select == (GroupKey("s", "sex"), Count("n", None), Count("COUNT(job)", "job"))
     assert query.group_by == ("sex",)
@@ -66,8 +74,8 @@ def test_parse_builds_the_query_ir() -> None:
             Comparison("age", ">", 5),
         )
     )
-    assert query.order_by == (OrderKey(1, True), OrderKey(0, False))
-    assert (query.limit, query.offset) == (3, 1)
+    assert statement.order_by == (OrderKey(1, True), OrderKey(0, False))
+    assert (statement.limit, statement.offset) == (3, 1)
     assert query.columns() == ("sex", "job", "age", "race")
 
 

@@ -173,8 +173,8 @@ def test_refused_statement_reads_no_data_and_charges_nothing() -> None:
     connection = _connection(None)
     connection.cursor().execute(QUERY, epsilon=0.7)
     reads: list[str] = []
-    original = connection._backend.run
-    connection._backend.run = lambda sql: reads.append(sql) or original(sql)  # type: ignore[method-assign]
+    original = connection._session.backend.run
+    connection._session.backend.run = lambda sql: reads.append(sql) or original(sql)  # type: ignore[method-assign]
     with pytest.raises(dpsql.BudgetExceededError, match="more than the budget has left"):
         connection.cursor().execute(QUERY, epsilon=0.31)
     assert reads == []
@@ -183,16 +183,26 @@ def test_refused_statement_reads_no_data_and_charges_nothing() -> None:
     assert len(reads) == 1 and connection.budget_remaining() == pytest.approx(0.0)
 
 
-def test_failing_statement_charges_nothing() -> None:
+def test_a_statement_that_fails_before_reading_charges_nothing() -> None:
+    connection = _connection(None)
+    with pytest.raises(dpsql.ProgrammingError):
+        connection.cursor().execute("SELECT colour, COUNT(*) FROM t GROUP BY colour", epsilon=0.5)
+    assert connection.budget_remaining() == 1.0 and connection.budget_spent().statements == 0
+
+
+def test_a_statement_whose_read_fails_is_charged_and_says_nothing_of_the_rows() -> None:
+    """Once the backend is asked for private rows the statement is paid for (one charge rule): a failure
+    there may depend on the data, so it must not be free to retry; its text may quote a row: withheld."""
     connection = _connection(None)
 
     def broken(sql: str) -> dict:
-        raise dpsql.OperationalError("disk on fire")
+        raise dpsql.OperationalError("could not convert 'Alice Smith' to INT64")
 
-    connection._backend.run = broken  # type: ignore[method-assign]
-    with pytest.raises(dpsql.OperationalError, match="disk on fire"):
+    connection._session.backend.run = broken  # type: ignore[method-assign]
+    with pytest.raises(dpsql.OperationalError, match=r"private rows \(OperationalError\); the statement was charged") as raised:
         connection.cursor().execute(QUERY, epsilon=0.5)
-    assert connection.budget_remaining() == 1.0 and connection.budget_spent().statements == 0
+    assert "Alice" not in str(raised.value) and raised.value.__cause__ is None
+    assert connection.budget_remaining() == pytest.approx(0.5) and connection.budget_spent().statements == 1
 
 
 def test_charge_is_committed_before_rows_are_returned(tmp_path: Path) -> None:

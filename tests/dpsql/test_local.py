@@ -15,7 +15,7 @@ import dpsql
 import dpsql.testing
 from dpsql import local
 from dpsql.sql.compile import compile_query
-from dpsql.sql.parse import parse
+from dpsql.sql.statement import parse_statement
 from planner.ldp import Aggregator, TableMechanism
 
 SCHEMA = {"privacy_unit": None, "columns": {"sex": {"categories": ["F", "M"]}, "age": {"range": [1, 4]}, "zip": "unknown"}}
@@ -51,7 +51,7 @@ def test_designed_workload_equals_the_compiled_statements(survey: local.Survey) 
     age_of_women = np.kron([[1.0, 0.0]], np.eye(4))
     np.testing.assert_array_equal(survey.workload_matrix, np.vstack([by_sex, age_of_women]))
     # the central compiler's statement workload (domain order age, sex) is the same matrix
-    central = compile_query(parse(AGE_OF_WOMEN), dpsql.Schema.load(SCHEMA), ("sex", "age", "zip")).statement_workload
+    central = compile_query(parse_statement(AGE_OF_WOMEN).branches[0].query, dpsql.Schema.load(SCHEMA), ("sex", "age", "zip")).statement_workload
     assert central is not None and central.domain.attributes == ("age", "sex")
     reordered = central.dense().reshape(4, 4, 2).transpose(0, 2, 1).reshape(4, 8)
     np.testing.assert_array_equal(survey.statement_matrix(AGE_OF_WOMEN), reordered)

@@ -102,7 +102,7 @@ def test_register_checks_schema_against_the_table() -> None:
         connection.register("t", frame, schema={"privacy_unit": "person", "columns": {}})
     with pytest.raises(dpsql.ProgrammingError, match="'sex'.*needs numbers"):
         connection.register("t", frame, schema={"columns": {"sex": {"range": [0, 1]}}})
-    with pytest.raises(dpsql.ProgrammingError, match="'age'.*categories are strings"):
+    with pytest.raises(dpsql.ProgrammingError, match="'age'.*categories \\['young', 'old'\\] do not all cast.*Could not convert"):
         connection.register("t", frame, schema={"columns": {"age": {"categories": ["young", "old"]}}})
     with pytest.raises(dpsql.ProgrammingError, match="needs schema="):
         connection.register("t", frame)

@@ -19,8 +19,9 @@ import sqlglot
 import dpsql
 import dpsql.testing
 from conftest import make_adult
-from dpsql.batch import prepare
-from dpsql.sql.grouping import Constant, expand_group_by, split_statement
+from pipeline_helpers import prepare, release
+from dpsql.sql.grouping import Constant, expand_group_by
+from dpsql.sql.statement import OrderKey, parse_statement
 
 GRAMMAR = Path(__file__).resolve().parents[2] / "grammar"
 ACCEPTED = sorted((GRAMMAR / "accepted" / "workloads").glob("*.sql"))
@@ -65,7 +66,7 @@ def test_expansion_matches_duckdb_grouping_ids() -> None:
 
 
 def test_branch_layout_fills_nulls_and_grouping_masks() -> None:
-    split = split_statement("SELECT a, b, GROUPING(b, a) AS g, COUNT(*) AS n FROM t GROUP BY CUBE (a, b) ORDER BY g DESC, 1 LIMIT 5 OFFSET 2")
+    split = parse_statement("SELECT a, b, GROUPING(b, a) AS g, COUNT(*) AS n FROM t GROUP BY CUBE (a, b) ORDER BY g DESC, 1 LIMIT 5 OFFSET 2")
     assert split.names == ("a", "b", "g", "n")
     assert [b.layout for b in split.branches] == [
         (0, 1, Constant(0), 2),
@@ -73,8 +74,8 @@ def test_branch_layout_fills_nulls_and_grouping_masks() -> None:
         (Constant(None), 0, Constant(1), 1),
         (Constant(None), Constant(None), Constant(3), 0),
     ]
-    assert split.order_by == ((2, True), (0, False)) and (split.limit, split.offset) == (5, 2)
-    assert split.branches[3].sql == "SELECT COUNT(*) AS n FROM t"
+    assert split.order_by == (OrderKey(2, True), OrderKey(0, False)) and (split.limit, split.offset) == (5, 2)
+    assert split.branches[3].query.group_by == () and split.branches[0].query.group_by == ("a", "b")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ def test_corpus_is_there() -> None:
 @pytest.mark.parametrize("path", ACCEPTED, ids=lambda p: p.stem)
 def test_noise_free_answers_equal_duckdb(path: Path, adult_connection: dpsql.Connection, adult_frame: pd.DataFrame) -> None:
     sql = path.read_text()
-    split = split_statement(sql)
+    split = parse_statement(sql)
     cursor = adult_connection.cursor()
     with dpsql.testing.noise_disabled():
         cursor.execute(sql, epsilon=1.0)
@@ -132,9 +133,9 @@ def test_noise_free_answers_equal_duckdb(path: Path, adult_connection: dpsql.Con
         full = adult_connection.cursor()
         with dpsql.testing.noise_disabled():
             full.execute(re.sub(r"ORDER BY.*$", "", sql.strip()), epsilon=1.0)
-        ordered = sorted(full.fetchall(), key=lambda r: [(r[c] is None, r[c]) if not d else (r[c] is not None, r[c]) for c, d in split.order_by], reverse=False)
+        ordered = sorted(full.fetchall(), key=lambda r: [(r[c] is None, r[c]) if not d else (r[c] is not None, r[c]) for c, d in ((k.item, k.descending) for k in split.order_by)], reverse=False)
         assert len(rows) == min(split.limit or len(ordered), len(ordered) - split.offset)
-        for (column, descending) in split.order_by[:1]:
+        for column, descending in ((k.item, k.descending) for k in split.order_by[:1]):
             values = [r[column] for r in rows]
             assert values == sorted(values, reverse=descending)
         assert {_normal(r[counts[0]]) for r in rows} <= {_normal(r[counts[0]]) for r in ordered}
@@ -160,8 +161,8 @@ def test_issue_cube_rollup_and_grouping_sets_shapes(adult_connection: dpsql.Conn
 
 def test_one_backend_statement_and_one_charge_per_batch(adult_connection: dpsql.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
     statements: list[str] = []
-    original = adult_connection._backend.run
-    monkeypatch.setattr(adult_connection._backend, "run", lambda sql: statements.append(sql) or original(sql))
+    original = adult_connection._session.backend.run
+    monkeypatch.setattr(adult_connection._session.backend, "run", lambda sql: statements.append(sql) or original(sql))
     before = adult_connection.budget_spent()
     results = adult_connection.workload(
         [
@@ -241,7 +242,7 @@ def test_empirical_variance_of_a_cube_subtotal_matches_its_error(fresh_connectio
     with dpsql.testing.seeded(5):
         totals = []
         for _ in range(300):
-            rows = dpsql.batch.run(fresh_connection, prepared)[0].rows
+            rows = release(fresh_connection, prepared)[0].rows
             totals.append(rows[-1][2])
     expected = float(prepared.plan.query_variances()[-1][0])
     ratio = np.var(totals, ddof=1) / expected
@@ -269,17 +270,17 @@ def test_ranges_of_a_batch_become_predicate_blocks(adult_connection: dpsql.Conne
         "SELECT sex, COUNT(*) FROM adult WHERE age >= 60 GROUP BY sex",
     ]
     prepared = prepare(adult_connection, statements, epsilon=1.0)
-    assert prepared.row_filters == ()
-    first, second = prepared.workload.products
+    assert prepared.batch.row_filters == ()
+    first, second = prepared.batch.workload.products
     assert [f.attributes for f in first.factors] == [("age",)] and first.factors[0].block.interval() == (25 - 17, 34 - 17)
     assert {f.attributes for f in second.factors} == {("sex",), ("age",)}
     with dpsql.testing.noise_disabled():
-        results = dpsql.batch.run(adult_connection, prepared)
+        results = release(adult_connection, prepared)
     frame = make_adult()
     assert results[0].rows[0][0] == pytest.approx(((frame.age >= 25) & (frame.age <= 34)).sum())
     assert dict(results[1].rows)["F"] == pytest.approx(((frame.age >= 60) & (frame.sex == "F")).sum())
     same_where = prepare(adult_connection, ["SELECT sex, COUNT(*) FROM adult WHERE age >= 60 GROUP BY CUBE (sex)"], epsilon=1.0)
-    assert len(same_where.row_filters) == 1  # one WHERE for every grouping set: filtered before bounding
+    assert len(same_where.batch.row_filters) == 1  # one WHERE for every grouping set: filtered before bounding
 
 
 def test_parameters_bind_in_every_branch(adult_connection: dpsql.Connection) -> None:

@@ -20,7 +20,8 @@ from sqlglot import exp
 import dpsql
 import dpsql.testing
 from dpsql.schema import Schema
-from dpsql.sql.parse import Count, GroupKey, OrderKey, parse
+from dpsql.sql.parse import Count, GroupKey
+from dpsql.sql.statement import OrderKey, parse_statement
 
 ACCEPTED = sorted((Path(__file__).resolve().parents[2] / "grammar" / "accepted").glob("*.sql"))
 
@@ -89,23 +90,24 @@ def test_noise_free_answers_equal_duckdb(
     with dpsql.testing.noise_disabled():
         cursor.execute(sql, epsilon=1.0)
     rows = cursor.fetchall()
-    query = parse(sql)
+    statement = parse_statement(sql)
+    query = statement.branches[0].query
     key_positions = [i for i, item in enumerate(query.select) if isinstance(item, GroupKey)]
     count_positions = [i for i, item in enumerate(query.select) if isinstance(item, Count)]
     _, reference = duckdb_reference(sql, adult_frame, Schema.load(adult_schema))
     schema = Schema.load(adult_schema)
     cells = int(np.prod([schema.column(c).size for c in query.group_by]))
-    expected_rows = cells if query.limit is None else max(0, min(query.limit, cells - query.offset))
+    expected_rows = cells if statement.limit is None else max(0, min(statement.limit, cells - statement.offset))
     assert len(rows) == expected_rows == cursor.rowcount
     zero = tuple(0 for _ in count_positions)
     for row in rows:
         key = tuple(row[p] for p in key_positions)
         released = np.array([row[p] for p in count_positions], dtype=float)
         assert np.abs(released - np.array(reference.get(key, zero), dtype=float)).max() < 1e-6, (key, released)
-    if not query.limit:
+    if not statement.limit:
         released_keys = {tuple(row[p] for p in key_positions) for row in rows}
         assert set(reference) <= released_keys
-    assert _in_order(rows, query.order_by)
+    assert _in_order(rows, statement.order_by)
     assert len(cursor.errors) == len(rows)
     for row, error in zip(rows, cursor.errors):
         assert all(error[p] is None for p in key_positions)

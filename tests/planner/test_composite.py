@@ -405,7 +405,7 @@ BATCH = [
 
 def test_a_sql_batch_of_ranges_beside_a_group_by_is_answered_by_a_composite(adult_connection, adult_frame) -> None:
     import dpsql.testing
-    from dpsql.batch import prepare
+    from pipeline_helpers import prepare
 
     prepared = prepare(adult_connection, BATCH, epsilon=1.0)
     candidate = prepared.plan.candidate
@@ -428,7 +428,7 @@ def test_a_sql_batch_of_ranges_beside_a_group_by_is_answered_by_a_composite(adul
     variances = candidate.query_variances()
     assert [e[2] for e in noisy[2].errors] == pytest.approx(np.sqrt(variances[2]).tolist(), rel=1e-9)
     assert noisy[3].errors[0][0] == pytest.approx(math.sqrt(variances[3][0]), rel=1e-9)
-    assert "non-negative answers unavailable" in noisy[0].note and "composite(" in noisy[0].note
+    assert "non-negative answers unavailable" in noisy[0].explanation and "composite(" in noisy[0].explanation
     explained = adult_connection.cursor().execute("EXPLAIN " + "; ".join(BATCH), epsilon=1.0).fetchall()
     assert any(row[0] == "strategy" and str(row[1]).startswith("composite(age: ") for row in explained)
 
@@ -588,7 +588,7 @@ def test_a_sql_batch_of_ranges_by_sex_beside_sex_by_race_shares_sex(adult_frame,
     statements imply one and the same sex marginal."""
     import dpsql
     import dpsql.testing
-    from dpsql.batch import prepare
+    from pipeline_helpers import prepare
 
     connection = dpsql.connect(budget=dpsql.Budget(epsilon=1000.0, delta=1e-6), noise="gaussian")
     connection.register("adult", adult_frame, schema=adult_schema)

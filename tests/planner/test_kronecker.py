@@ -262,7 +262,7 @@ def test_a_sql_batch_of_two_dimensional_ranges_is_answered_by_a_kronecker_strate
 
     import dpsql
     import dpsql.testing
-    from dpsql.batch import prepare
+    from pipeline_helpers import prepare
 
     ages = [(17, 29), (30, 44), (45, 64), (65, 90), (17, 44)]
     incomes = [(0, 10_000), (10_000, 50_000), (0, 50_000), (50_000, 1_000_000)]

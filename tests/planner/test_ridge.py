@@ -172,7 +172,7 @@ def test_a_sql_batch_of_age_ranges_is_planned_with_ridge_noise_and_answered_exac
     noise; with the noise disabled each count equals the table's; with noise one ε is charged and the
     reported errors are the plan's standard errors."""
     import dpsql.testing
-    from dpsql.batch import prepare
+    from pipeline_helpers import prepare
 
     marks = list(range(17, 91, 8))  # 17, 25, …, 89
     cases = [(low, high - 1) for i, low in enumerate(marks) for high in marks[i + 1 :]] + [(low, 90) for low in marks]

@@ -1,2 +1,1 @@
--- expect: NotSupportedError GROUP BY
 SELECT browser, COUNT(*) FROM adult GROUP BY ROLLUP (browser)

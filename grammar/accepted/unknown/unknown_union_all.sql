@@ -1,2 +1,1 @@
--- expect: NotSupportedError GROUP BY
 SELECT browser, COUNT(*) FROM adult GROUP BY browser UNION ALL SELECT browser, COUNT(*) FROM adult GROUP BY browser

@@ -1,2 +1,1 @@
--- expect: NotSupportedError GROUP BY
 SELECT browser, sex, COUNT(*) FROM adult GROUP BY CUBE (browser, sex)

@@ -1,0 +1,511 @@
+"""The one statement pipeline: every entry point runs :func:`prepare`, then :func:`release`.
+
+``Cursor.execute`` (a plain statement is a batch of one; ``EXPLAIN …``), ``Cursor.executemany`` (the
+parameter sets as one batch), ``Connection.workload`` (a batch), ``Connection.explain`` and the server
+build a :class:`Request` and hand it to the same two stages.
+
+**prepare** reads no data and charges nothing; every check that can fail runs here. It parses each text
+once (``dpsql.sql.statement``), binds names and types against the registered table, gives every column
+without a declared domain its domain — a key set released earlier, or, when the statement must select
+its keys, a placeholder — compiles all statements into one workload (``dpsql.workloads``), and decides
+what to measure: for known domains the plan (``planner.plan``) and which products kept measurements
+already answer at least as accurately as a fresh measurement at the requested cost would
+(``planner.store``); for a statement that selects keys, the split of its budget between selection and
+counting (``planner.selection_split``) and a check that counting can always be planned afterwards.
+
+**release** follows one charge rule: a statement that reads nothing (every answer already kept, or zero
+by construction) is free and never refused; otherwise the ledger is charged — durably, refusing an
+overspend before anything is read — and only then is the backend asked for the private rows, ONCE.
+From that moment the statement has been paid for, whatever happens; nothing after the read raises
+because of the data: the engine's error text (which may quote row values) is withheld, selection,
+planning for the released keys (with the summed identity strategy to fall back on, which can always be
+built) and measuring cannot fail on any data, and a defect surfaces as :class:`InternalError` of a fixed
+text. The measurement is kept (``planner.store``), released keys are cached, and the rows are built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+import planner
+from dpsql import keys, nonnegative, testing
+from dpsql.accountant import Cost
+from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
+from dpsql.explain import Outcome, explain_result, explanation
+from dpsql.request import Decision, Prepared, Request, Selection
+from dpsql.result import ResultSet
+from dpsql.schema import ColumnDomain
+from dpsql.session import Session, Table
+from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
+from dpsql.sql.parse import Count, predicate_columns
+from dpsql.sql.statement import Statement, bind_statement, parse_text
+from dpsql.workloads import CompiledBatch, compile_batch
+from planner.noise import NoiseParameterError
+from planner.partition import PartitionSelectionImpossibleError
+from planner.selection_split import SelectionSplit, split
+from planner.strategies.base import Answers, Measurement
+from planner.workload import Workload, marginal_for
+
+MAX_KEYED_OTHER_CELLS = 1 << 16  # a statement selecting keys reads every (key, other cells) count
+RELATIVE_TOLERANCE = 1e-9  # kept variances this close to a fresh plan's count as equally accurate
+
+
+# ---------------------------------------------------------------------------------------------------
+# Requests: what an entry point asks for.
+# ---------------------------------------------------------------------------------------------------
+
+
+def execute_request(
+    session: Session, operation: object, parameters: Sequence[object] | None, epsilon: float | None, rho: float | None, non_negative: bool
+) -> Request:
+    """``cursor.execute(operation, parameters)``: one statement, or ``EXPLAIN`` of one or several."""
+    parsed = parse_text(operation)
+    if parsed.explain and parameters and len(parsed.trees) > 1:
+        raise ProgrammingError("EXPLAIN of several statements takes no parameters; inline the literals")
+    statements = tuple(bind_statement(tree, parameters, text) for tree, text in zip(parsed.trees, parsed.texts))
+    return Request(statements, (1.0,) * len(statements), session.cost(epsilon, rho), non_negative, parsed.explain)
+
+
+def many_request(
+    session: Session, operation: object, seq_of_parameters: object, epsilon: float | None, rho: float | None, non_negative: bool
+) -> Request:
+    """``cursor.executemany``: the statement once per parameter set, planned, read and charged as ONE
+    batch whose cost is the sum of the per-statement costs."""
+    if isinstance(seq_of_parameters, (str, bytes)) or not isinstance(seq_of_parameters, Sequence):
+        raise ProgrammingError("executemany() needs a sequence of parameter sequences, one per run")
+    if not seq_of_parameters:
+        raise ProgrammingError("executemany() needs at least one parameter sequence")
+    parsed = parse_text(operation)
+    if parsed.explain:
+        raise NotSupportedError("executemany() runs statements; EXPLAIN one with execute() or connection.explain()")
+    statements = tuple(bind_statement(parsed.trees[0], p, parsed.texts[0]) for p in seq_of_parameters)  # type: ignore[arg-type]
+    cost = session.cost(epsilon, rho)
+    total = None if cost is None else Cost.combined([cost] * len(statements))
+    return Request(statements, (1.0,) * len(statements), total, non_negative)
+
+
+def batch_request(
+    session: Session,
+    statements: object,
+    parameters: object,
+    weights: object,
+    epsilon: float | None,
+    rho: float | None,
+    non_negative: bool,
+    explain: bool,
+) -> Request:
+    """``connection.workload([sql, …])``: several statements (each parsed once) planned as one."""
+    if isinstance(statements, str) or not isinstance(statements, Sequence) or not statements:
+        raise ProgrammingError("a workload needs a non-empty list of SQL statements")
+    count = len(statements)
+    if parameters is None:
+        parameters = [None] * count
+    if isinstance(parameters, (str, bytes)) or not isinstance(parameters, Sequence) or len(parameters) != count:
+        raise ProgrammingError(f"parameters= needs one parameter sequence (or None) per statement ({count})")
+    bound = []
+    for sql, params in zip(statements, parameters):
+        parsed = parse_text(sql)
+        if parsed.explain:
+            raise ProgrammingError("a workload's statements are SELECTs; pass explain=True to explain the batch")
+        bound.append(bind_statement(parsed.trees[0], params, parsed.texts[0]))
+    return Request(tuple(bound), _weights(weights, count), session.cost(epsilon, rho), non_negative, explain)
+
+
+def _weights(weights: object, count: int) -> tuple[float, ...]:
+    if weights is None:
+        return (1.0,) * count
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence) or len(weights) != count:
+        raise ProgrammingError(f"weights= needs one positive number per statement ({count}), got {weights!r}")
+    checked = []
+    for weight in weights:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (math.isfinite(weight) and 0 < weight < 1e150):
+            raise ProgrammingError(f"every statement weight must be a positive finite number below 1e150, got {weight!r}")
+        checked.append(float(weight))
+    return tuple(checked)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Prepare: everything that can fail, before any private row is read.
+# ---------------------------------------------------------------------------------------------------
+
+
+def prepare(session: Session, request: Request) -> Prepared:
+    """Bind, compile, plan and price ``request`` (module doc). Reads nothing, charges nothing."""
+    session.check_open()
+    table = session.table(request.statements[0].table)
+    for statement in request.statements[1:]:
+        if session.table(statement.table) is not table:
+            raise NotSupportedError(
+                f"a batch reads one table (one pass over its rows); {table.name!r} and {statement.table!r} are both used: "
+                "send one workload per table"
+            )
+    keyed, selecting = _keyed_column(session, table, request.statements)
+    schema = table.schema
+    if keyed is not None:
+        cached = session.keys.get(table, keyed)
+        domain = keys.placeholder_domain(keyed) if selecting else keys.keys_domain(keyed, cached)  # type: ignore[arg-type]
+        schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
+    batch = compile_batch(request.statements, request.weights, schema, tuple(table.column_types))
+    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters))
+    if request.cost is None and not request.explain:
+        raise ProgrammingError(
+            "the statement has no privacy cost: pass execute(sql, epsilon=...) or connect(..., default_epsilon=...)"
+        )
+    cost = request.cost if request.cost is not None else _unit_cost(session)
+    nothing = Decision(None, (), (), None)
+    if batch.workload is None:
+        return Prepared(request, table, batch, rows, None, keyed, None, nothing, _free(cost))
+    privacy = planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
+    if selecting:
+        assert keyed is not None
+        selection = _selection(session, table, batch, keyed, privacy)
+        return Prepared(request, table, batch, rows, privacy, keyed, selection, nothing, _selection_cost(selection.split))
+    if keyed is not None and math.prod(s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed) > MAX_KEYED_OTHER_CELLS:
+        raise NotSupportedError(_too_many_cells(keyed))
+    fresh = session.plan(batch.workload, privacy, table.schema.contributions)
+    _check_spent(fresh.privacy, privacy)
+    decision = _decision(session, batch.workload, fresh, rows, privacy, table, request.cost is not None)
+    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, cost if decision.plan is not None else _free(cost))
+
+
+def _unit_cost(session: Session) -> Cost:
+    """EXPLAIN without a cost explains the plan at ε = 1 (ρ = 1 with Gaussian noise)."""
+    return Cost.pure(1.0) if session.settings.noise == "laplace" else Cost.zcdp(1.0)
+
+
+def _free(cost: Cost) -> Cost:
+    return Cost(cost.mechanism, 0.0, 0.0 if cost.epsilon is not None else None)
+
+
+def _keyed_column(session: Session, table: Table, statements: Sequence[Statement]) -> tuple[str | None, bool]:
+    """The column without a declared domain the statements group by (or use with released keys), and
+    whether its keys must be selected now. Refuses what selection cannot serve."""
+    grouped: dict[str, None] = {}
+    used: dict[str, None] = {}
+    for statement in statements:
+        for branch in statement.branches:
+            query = branch.query
+            for name in query.group_by:
+                resolved = table.resolve(name)
+                if resolved is not None and not table.schema.column(resolved).is_known:
+                    grouped[resolved] = None
+            mentioned = [i.column for i in query.select if isinstance(i, Count) and i.column is not None]
+            mentioned += list(predicate_columns(query.where)) if query.where is not None else []
+            for name in mentioned:
+                resolved = table.resolve(name)
+                if resolved is not None and not table.schema.column(resolved).is_known and session.keys.get(table, resolved) is not None:
+                    used[resolved] = None
+    candidates = list(dict.fromkeys([*grouped, *used]))
+    if len(candidates) > 1:
+        raise NotSupportedError(
+            f"GROUP BY: columns {candidates} have no declared domain; one statement can select the keys of one such "
+            "column: declare the domain (categories, range or bins) of the others, or select their keys in "
+            "separate statements first"
+        )
+    if not candidates:
+        return None, False
+    column = candidates[0]
+    if not table.column_types[column].can_hold_keys:
+        raise NotSupportedError(
+            f"GROUP BY: column {column!r} has type {table.column_types[column].name}; keys of a column with no declared "
+            "domain must be strings, numbers, booleans, dates or timestamps: declare its domain, or group by another column"
+        )
+    selecting = session.keys.get(table, column) is None
+    if selecting:
+        for statement in statements:
+            for branch in statement.branches:
+                where = branch.query.where
+                if where is not None and any(table.resolve(c) == column for c in predicate_columns(where)):
+                    raise NotSupportedError(
+                        f"WHERE: column {column!r} has no declared domain in the schema of {table.name!r}, and this statement "
+                        "selects its keys; declare its categories, range or bins, or select its keys first with a GROUP BY "
+                        "on it (a predicate on it cannot be compiled to a mask over a public domain)"
+                    )
+    return column, selecting
+
+
+def _too_many_cells(column: str) -> str:
+    return (
+        f"GROUP BY {column!r}: a statement grouping by a column without declared domain reads every (key, other cells) "
+        f"count, and the other columns here span more than {MAX_KEYED_OTHER_CELLS} cells; group by fewer or coarser columns"
+    )
+
+
+def _selection(session: Session, table: Table, batch: CompiledBatch, column: str, privacy: planner.Privacy) -> Selection:
+    """Design the statement's selection and check that counting can be planned for any released keys."""
+    workload = batch.workload
+    assert workload is not None
+    others = [s for a, s in zip(workload.domain.attributes, workload.domain.sizes) if a != column]
+    if math.prod(others) > MAX_KEYED_OTHER_CELLS:
+        raise NotSupportedError(_too_many_cells(column))
+    bounds = keys.KeyBounds.of(table.schema)
+    branches = [b for s in batch.statements for b in s.branches]
+    reuse_allowed = (
+        bounds.max_rows_per_group == 1
+        and len(branches) == 1
+        and branches[0].group_columns == (column,)
+        and not batch.row_filters
+        and all(item.column is None for item in branches[0].query.select if isinstance(item, Count))
+    )
+    try:
+        chosen = split(privacy, session.selection_delta(), bounds.max_groups_per_unit, table.schema.contributions, reuse_allowed)
+    except PartitionSelectionImpossibleError as error:
+        raise ProgrammingError(f"GROUP BY {column!r}: {error}") from error
+    except ValueError as error:
+        raise ProgrammingError(f"GROUP BY {column!r}: cannot design partition selection: {error}") from error
+    if chosen.count_privacy is not None:
+        try:  # the fallback for counting over any released keys: its noise depends on the budget alone
+            planner.identity_plan(workload, chosen.count_privacy, table.schema.contributions)
+        except NoiseParameterError as error:
+            raise ProgrammingError(f"the statement's counting budget is too small to add exact noise ({error}); use a larger budget") from error
+    return Selection(column, bounds, chosen)
+
+
+def _selection_cost(chosen: SelectionSplit) -> Cost:
+    """The ledger charge: the selection as an (ε, δ) part, the counting as pure ε or zCDP."""
+    selection = (float(chosen.primitive.epsilon), float(chosen.primitive.delta))
+    count = chosen.count_privacy
+    if count is None:
+        return Cost("laplace", 0.0, 0.0, *selection)
+    if count.is_laplace:
+        return Cost("laplace", float(count.epsilon) ** 2 / 2, float(count.epsilon), *selection)
+    return Cost("gaussian", float(count.rho), None, *selection)
+
+
+def _check_spent(spent: planner.Privacy, requested: planner.Privacy) -> None:
+    if abs(spent.as_zcdp() - requested.as_zcdp()) > 1e-9 * requested.as_zcdp() or spent.family != requested.family:
+        raise InternalError(f"the plan spends {spent}, not the requested {requested}; refusing to run it")
+
+
+def _decision(
+    session: Session, workload: Workload, fresh: planner.Plan, rows: Hashable, privacy: planner.Privacy, table: Table, assess: bool
+) -> Decision:
+    """Answer from kept measurements the products they answer at least as accurately as ``fresh`` would;
+    measure the others (all of them, when nothing kept is good enough) with a plan of their own."""
+    everything = tuple(range(len(workload.products)))
+    if not (session.settings.reuse and assess):
+        return Decision(fresh, everything, (), fresh)
+    covered = session.store.covered(rows, workload)
+    candidates = tuple(i for i in everything if covered[i])
+    kept_variances = session.store.answer(rows, workload, candidates)
+    fresh_variances = fresh.query_variances()
+    kept = tuple(
+        i for i in candidates
+        if np.all(kept_variances[i][1] <= fresh_variances[i] * (1 + RELATIVE_TOLERANCE) + 1e-12)
+    )
+    measured = tuple(i for i in everything if i not in kept)
+    if not measured:
+        return Decision(None, (), kept, fresh)
+    if not kept:
+        return Decision(fresh, everything, (), fresh)
+    plan = session.plan(Workload(workload.domain, tuple(workload.products[i] for i in measured)), privacy, table.schema.contributions)
+    _check_spent(plan.privacy, privacy)
+    return Decision(plan, measured, kept, fresh)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Release: charge, read once, measure, keep, build.
+# ---------------------------------------------------------------------------------------------------
+
+
+def run(session: Session, request: Request) -> list[ResultSet]:
+    """Prepare and release a request: one result set per statement (EXPLAIN: one of plan rows)."""
+    return release(session, prepare(session, request))
+
+
+def release(session: Session, prepared: Prepared) -> list[ResultSet]:
+    """Release a prepared request under the one charge rule (module doc)."""
+    session.check_open()
+    if prepared.request.explain:
+        return [explain_result(session, prepared)]
+    batch = prepared.batch
+    if batch.workload is None:
+        return _with_explanation(session, prepared, batch.results([], []), Outcome("zero"))
+    if not prepared.reads:  # every answer is kept: free, never refused
+        gls = _from_store(session, prepared, tuple(range(len(batch.workload.products))))
+        answers, note = _finished(session, prepared, gls, None, None, from_store=True)
+        return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), Outcome("free", note=note))
+    session.ledger.charge(prepared.cost, prepared.request.text)  # durable; refuses an overspend before the read
+    aggregation = _aggregation(session, prepared)
+    result = _read(session, aggregation)
+    try:
+        return _measured(session, prepared, aggregation, result)
+    except Error as error:
+        raise InternalError(f"answering the statement failed after its rows were read ({type(error).__name__}); it was charged. "
+                            "This is a dpsql defect: please report it") from None
+    except Exception as error:  # noqa: BLE001 - nothing after the read may surface data-dependent detail
+        raise InternalError(f"answering the statement failed after its rows were read ({type(error).__name__}); it was charged. "
+                            "This is a dpsql defect: please report it") from None
+
+
+def _read(session: Session, aggregation: BoundedAggregation) -> dict[str, np.ndarray]:
+    """The one read of private rows. The engine's message is withheld: it may quote row values."""
+    try:
+        return session.backend.run(aggregation.statement().sql(dialect=session.backend.dialect))
+    except Exception as error:  # noqa: BLE001
+        cause = error.__cause__ if isinstance(error, OperationalError) and error.__cause__ is not None else error
+        raise OperationalError(
+            f"the backend failed while reading the private rows ({type(cause).__name__}); the statement was charged. "
+            "The engine's message is withheld because it may quote row values"
+        ) from None
+
+
+def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
+    """The bounded aggregation release sends: the plan's marginals, or — when a column's cells are decided
+    by key bounding — every (key, other cells) count."""
+    table, batch = prepared.table, prepared.batch
+    assert batch.workload is not None
+    domain = batch.workload.domain
+    mentioned = batch.columns
+    columns: dict[str, ColumnDomain] = {**mentioned, **{n: c for n, c in table.declared_columns().items() if n not in mentioned}}
+    if prepared.keyed is not None:
+        keyed = KeyedColumn(
+            prepared.keyed, table.schema.max_groups_per_unit, keys.KeyBounds.of(table.schema).max_rows_per_group,
+            count_units=prepared.selection is not None,
+        )
+        marginals: tuple[tuple[str, ...], ...] = (domain.attributes,)
+    else:
+        keyed = None
+        assert prepared.decision.plan is not None
+        marginals = tuple(prepared.decision.plan.required_marginals())
+    ordered = {name: columns[name] for name in (*domain.attributes, *(c for c in columns if c not in domain.attributes))}
+    return BoundedAggregation(
+        table=table.relation,
+        columns=ordered,
+        column_types={c: table.column_types[c] for c in ordered},
+        marginals=marginals,
+        privacy_unit=table.schema.privacy_unit,
+        max_rows_per_unit=table.schema.max_rows_per_unit,
+        salt=table.salt,
+        row_columns=tuple(table.column_types),
+        row_filters=batch.row_filters,
+        keyed=keyed,
+    )
+
+
+def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregation, result: dict[str, np.ndarray]) -> list[ResultSet]:
+    """Everything after the read: select (when asked), plan the counts of released keys, measure, keep, build."""
+    batch, decision = prepared.batch, prepared.decision
+    released: int | None = None
+    if prepared.keyed is not None:
+        histogram = aggregation.key_histogram(result)
+        selected = None
+        if prepared.selection is not None:
+            selected = keys.select_keys(histogram, prepared.selection.split.primitive, testing.random_source())
+            if selected.keys:
+                session.keys.put(prepared.table, prepared.keyed, selected.keys)
+            released = len(selected.keys)
+            batch = _recompiled(prepared, selected.keys)
+        domain = next(c for s in batch.statements for b in s.branches for n, c in b.columns.items() if n == prepared.keyed)
+        if batch.workload is None or not domain.values and not domain.nullable and _groups_only_by(batch, prepared.keyed):
+            return _with_explanation(session, prepared, _zero_results(batch), Outcome("measured", released=released))
+        full = np.moveaxis(keys.table_over_keys(histogram, domain), 0, batch.workload.domain.attributes.index(prepared.keyed))
+        marginals = {batch.workload.domain.attributes: full}
+        if selected is not None and prepared.selection.split.reuses_noisy_count:  # type: ignore[union-attr]
+            answers = _noisy_unit_counts(batch, prepared, histogram, selected)
+            return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), Outcome("measured", released=released))
+        plan = decision.plan if prepared.selection is None else _counting_plan(session, batch.workload, prepared)
+        measured = tuple(range(len(batch.workload.products))) if prepared.selection is not None else decision.measured
+        kept = () if prepared.selection is not None else decision.kept
+        required = {m: marginal_for(batch.workload.domain, marginals, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
+    else:
+        plan, measured, kept = decision.plan, decision.measured, decision.kept
+        required = aggregation.marginal_arrays(result)
+    assert plan is not None and batch.workload is not None
+    measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
+    fresh = plan.answer(measurement)
+    found = {index: (fresh.values[i], fresh.variances[i]) for i, index in enumerate(measured)}
+    estimates = plan.kept_estimates(measurement) if session.settings.reuse else None
+    earlier = session.store.measurement_count(prepared.rows)
+    if estimates is not None:
+        session.store.record(prepared.rows, estimates)
+    covered = session.store.covered(prepared.rows, batch.workload) if estimates is not None else ()
+    everything = range(len(batch.workload.products))
+    from_store = tuple(i for i in everything if i in kept or (estimates is not None and covered[i]))
+    if from_store:
+        found.update(session.store.answer(prepared.rows, batch.workload, from_store))
+    gls = Answers(tuple(found[i][0] for i in everything), tuple(found[i][1] for i in everything))
+    answers, note = _finished(session, prepared, gls, plan, measurement, from_store=len(from_store) == len(everything), batch=batch)
+    combined = bool(kept) or (estimates is not None and earlier > 0 and bool(from_store))
+    outcome = Outcome("combined" if combined else "measured", released=released, plan=plan if prepared.selection is not None else None, note=note)
+    return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), outcome)
+
+
+def _groups_only_by(batch: CompiledBatch, column: str) -> bool:
+    """Whether every branch groups by ``column`` (then no released key means no row at all)."""
+    return all(column in b.group_columns for s in batch.statements for b in s.branches)
+
+
+def _zero_results(batch: CompiledBatch) -> list[ResultSet]:
+    if batch.workload is None:
+        return batch.results([], [])
+    zeros = [np.zeros(p.rows) for p in batch.workload.products]
+    return batch.results(zeros, zeros)
+
+
+def _recompiled(prepared: Prepared, released: tuple[object, ...]) -> CompiledBatch:
+    """The request compiled over the released keys (it compiled over the placeholder, so it compiles)."""
+    column = prepared.keyed
+    assert column is not None
+    schema = prepared.table.schema
+    domain = keys.keys_domain(column, released)
+    schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != column) + (domain,))
+    request = prepared.request
+    return compile_batch(request.statements, request.weights, schema, tuple(prepared.table.column_types))
+
+
+def _counting_plan(session: Session, workload: Workload, prepared: Prepared) -> planner.Plan:
+    """The plan for counting over the released keys: the planner's best, or — should it fail for this
+    key count — the summed identity, which ``prepare`` checked can be built for any key count."""
+    selection = prepared.selection
+    assert selection is not None and selection.split.count_privacy is not None
+    privacy, contributions = selection.split.count_privacy, prepared.contributions
+    try:
+        return session.plan(workload, privacy, contributions)
+    except Error:
+        return planner.identity_plan(workload, privacy, contributions)
+
+
+def _noisy_unit_counts(batch: CompiledBatch, prepared: Prepared, histogram: object, selected: keys.Selected) -> Answers:
+    """Rows from the thresholding primitive's noisy unit counts (= row counts, as r = 1)."""
+    assert batch.workload is not None and prepared.selection is not None and prepared.keyed is not None
+    exact = dict(zip(histogram.keys, histogram.units))  # type: ignore[attr-defined]
+    counts = exact if not testing.noise_enabled() else selected.noisy_units or {}
+    labels = batch.statements[0].branches[0].columns[prepared.keyed].labels()
+    variance = prepared.selection.split.count_variance
+    values = tuple(np.array([float(counts.get(label, 0)) for label in labels]) for _ in batch.workload.products)
+    return Answers(values, tuple(np.full(len(labels), variance) for _ in batch.workload.products))
+
+
+def _from_store(session: Session, prepared: Prepared, products: tuple[int, ...]) -> Answers:
+    workload = prepared.batch.workload
+    assert workload is not None
+    found = session.store.answer(prepared.rows, workload, products)
+    return Answers(tuple(found[i][0] for i in products), tuple(found[i][1] for i in products))
+
+
+def _finished(
+    session: Session, prepared: Prepared, gls: Answers, plan: planner.Plan | None, measurement: Measurement | None,
+    from_store: bool, batch: CompiledBatch | None = None,
+) -> tuple[Answers, str | None]:
+    """The answers to release (GLS, or non-negative ones when asked) and the note saying how."""
+    if not prepared.request.non_negative:
+        return gls, None
+    workload = (batch or prepared.batch).workload
+    assert workload is not None
+    if from_store:
+        finished = nonnegative.from_store(session.store, prepared.rows, workload, gls)
+    elif plan is not None and measurement is not None and not prepared.decision.kept:
+        finished = nonnegative.from_measurement(plan, measurement, gls)
+    else:
+        finished = nonnegative.unavailable(gls, "the batch combines kept measurements with a fresh one that cannot be kept")
+    return finished.answers, finished.note
+
+
+def _with_explanation(session: Session, prepared: Prepared, results: list[ResultSet], outcome: Outcome) -> list[ResultSet]:
+    text = explanation(session, prepared, outcome)
+    return [result.explained(text) for result in results]

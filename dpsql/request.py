@@ -1,0 +1,79 @@
+"""What flows through the statement pipeline (``dpsql.pipeline``): requests and prepared requests."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import planner
+from dpsql.accountant import Cost
+from dpsql.keys import KeyBounds
+from dpsql.session import Table
+from dpsql.sql.statement import Statement
+from dpsql.workloads import CompiledBatch
+from planner.selection_split import SelectionSplit
+
+
+@dataclass(frozen=True)
+class Request:
+    """Statements to plan together, their weights, the cost asked for (None: no cost given, which only
+    EXPLAIN accepts), and whether to release non-negative answers or only explain."""
+
+    statements: tuple[Statement, ...]
+    weights: tuple[float, ...]
+    cost: Cost | None
+    non_negative: bool
+    explain: bool = False
+
+    @property
+    def text(self) -> str:
+        return "; ".join(s.sql for s in self.statements)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Keys of ``column`` are selected by this statement: the split of its budget and the bounds."""
+
+    column: str
+    bounds: KeyBounds
+    split: SelectionSplit
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What release measures: ``plan`` over the products ``measured`` (None: nothing), the products answered
+    from kept measurements (``kept``), and the fresh plan's variances they were compared with."""
+
+    plan: planner.Plan | None
+    measured: tuple[int, ...]
+    kept: tuple[int, ...]
+    fresh: planner.Plan | None  # the plan of the whole workload at the requested cost
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request checked, compiled, planned and priced; nothing has been read or charged."""
+
+    request: Request
+    table: Table
+    batch: CompiledBatch
+    rows: Hashable  # the store's rows key: the table and the WHERE applied before bounding
+    privacy: planner.Privacy | None  # what the statement's measurement spends (None: nothing to measure)
+    keyed: str | None  # a column without declared domain whose cells key bounding decides
+    selection: Selection | None  # keys selected by this statement
+    decision: Decision
+    cost: Cost  # what release charges when it reads
+
+    @property
+    def plan(self) -> planner.Plan | None:
+        """The plan release measures (None when it measures nothing)."""
+        return self.decision.plan
+
+    @property
+    def contributions(self) -> int:
+        return self.table.schema.contributions
+
+    @property
+    def reads(self) -> bool:
+        """Whether release reads private rows (and so charges)."""
+        return self.batch.workload is not None and (self.selection is not None or self.decision.plan is not None)

@@ -1,0 +1,194 @@
+"""What one connection holds: the backend, the ledger, the registered tables, and what was released.
+
+A :class:`Session` owns every piece of state a statement may consult or change — the tables and their
+checked schemas, the budget ledger, the kept measurements (``planner.store``), the released key sets of
+columns without a declared domain (``dpsql.keys``), and a cache of plans — plus the connection's
+settings. ``dpsql.pipeline`` is the only code that runs statements against it; ``dpsql.connection`` is a
+thin DB-API facade over the two.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from pathlib import Path
+
+import planner
+from dpsql import testing
+from dpsql.accountant import Budget, Cost, Ledger
+from dpsql.backends.base import Backend
+from dpsql.backends.dialects import engine_name
+from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
+from dpsql.keys import ReleasedKeys
+from dpsql.schema import ColumnDomain, Schema
+from dpsql.sql.literals import ColumnType, canonical_schema
+from planner.store import MeasurementStore
+
+NOISE_FAMILIES = ("laplace", "gaussian")
+PLAN_CACHE_SIZE = 64  # plans kept per session (least recently used evicted)
+DEFAULT_SELECTION_DELTA_SHARE = 0.1  # of the budget's δ, spent by one key selection unless configured
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """A registered table: its name in the backend, its checked schema and its column types. A new
+    registration is a new object: what was kept or released for the old one no longer applies."""
+
+    name: str
+    relation: str
+    schema: Schema
+    column_types: dict[str, ColumnType]
+    salt: int  # secret (OS entropy): orders every unit's rows for contribution bounding, the same way for every statement
+
+    def declared_columns(self) -> dict[str, ColumnDomain]:
+        """The columns with a declared domain: their domain tests decide which rows every statement counts."""
+        return {c.name: c for c in self.schema.columns if c.is_known and c.name in self.column_types}
+
+    def resolve(self, name: str) -> str | None:
+        """The table's spelling of a column name (exact, else the one case-insensitive match)."""
+        if name in self.column_types:
+            return name
+        matches = [c for c in self.column_types if c.lower() == name.lower()]
+        return matches[0] if len(matches) == 1 else None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A connection's choices (``dpsql.connect`` documents each)."""
+
+    noise: str = "laplace"
+    default_epsilon: float | None = None
+    reuse: bool = True
+    non_negative: bool = False
+    selection_delta: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.noise not in NOISE_FAMILIES:
+            raise ProgrammingError(f"noise must be one of {NOISE_FAMILIES}, got {self.noise!r}")
+        for name in ("reuse", "non_negative"):
+            if not isinstance(getattr(self, name), bool):
+                raise ProgrammingError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.default_epsilon is not None:
+            Cost.pure(self.default_epsilon)  # validates
+        delta = self.selection_delta
+        if delta is not None and (isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 <= delta < 1):
+            raise ProgrammingError(f"selection_delta must be a number in [0, 1) or None, got {delta!r}")
+
+
+class Session:
+    """Tables, backend, ledger, kept measurements, released keys and cached plans of one connection."""
+
+    def __init__(self, backend: Backend, ledger: Ledger, settings: Settings) -> None:
+        self.backend = backend
+        self.ledger = ledger
+        self.settings = settings
+        self.tables: dict[str, Table] = {}
+        self.store = MeasurementStore()
+        self.keys = ReleasedKeys()
+        self._plans: OrderedDict[Hashable, planner.Plan] = OrderedDict()
+        self.closed = False
+        if settings.noise == "gaussian" and ledger.budget.delta == 0:
+            raise ProgrammingError("noise='gaussian' needs a budget with delta > 0, e.g. Budget(epsilon=1.0, delta=1e-6)")
+
+    @property
+    def budget(self) -> Budget:
+        return self.ledger.budget
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise InterfaceError("the connection is closed")
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.backend.close()
+            self.ledger.close()
+
+    # -- tables ------------------------------------------------------------------------------------------
+    def register(self, name: str, source: object, schema: object) -> None:
+        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read)."""
+        self.check_open()
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ProgrammingError(f"table name must be a plain identifier, got {name!r}")
+        if schema is None:
+            raise ProgrammingError(f"register({name!r}, ...) needs schema=: a dict, YAML or JSON (see dpsql.schema)")
+        parsed = Schema.load(schema)  # type: ignore[arg-type]
+        relation = self._relation_for(name, source)
+        dialect = self.backend.dialect
+        types = {column: ColumnType.of(type_name, dialect) for column, type_name in self.backend.describe(relation).items()}
+        self._check_columns(name, parsed, types)
+        try:
+            checked = canonical_schema(parsed, types, name, self.backend.run, dialect)
+        except ProgrammingError as error:
+            raise ProgrammingError(f"{error} (column types as {engine_name(dialect)} reports them)") from None
+        self.tables[name.lower()] = Table(name, relation, checked, types, testing.bounding_salt())
+        self.store.forget(lambda rows: rows[0] == name.lower())
+
+    def _relation_for(self, name: str, source: object) -> str:
+        if source is None:
+            return name
+        if isinstance(source, str) and not Path(source).suffix and self.backend.has_relation(source):  # type: ignore[attr-defined]
+            return source
+        relation = f"__dpsql_{name}"
+        self.backend.register(relation, source)  # type: ignore[attr-defined]
+        return relation
+
+    def _check_columns(self, name: str, schema: Schema, types: dict[str, ColumnType]) -> None:
+        engine = engine_name(self.backend.dialect)
+        missing = [c for c in schema.column_names if c not in types]
+        if schema.privacy_unit is not None and schema.privacy_unit not in types:
+            missing.insert(0, schema.privacy_unit)
+        if missing:
+            raise ProgrammingError(
+                f"the schema of {name!r} names column(s) {missing} that the data does not have; its columns in {engine} "
+                f"are {list(types)}"
+            )
+
+    def table(self, name: str) -> Table:
+        found = self.tables.get(name.lower())
+        if found is None:
+            raise ProgrammingError(
+                f"FROM: unknown table {name!r}; use a registered table {sorted(t.name for t in self.tables.values())} "
+                "or register one with connection.register(name, source, schema=...)"
+            )
+        return found
+
+    # -- costs and plans ---------------------------------------------------------------------------------
+    def cost(self, epsilon: float | None, rho: float | None) -> Cost | None:
+        """The cost a statement asks for (``epsilon=``, ``rho=`` or the default); None when none is given."""
+        if epsilon is not None and rho is not None:
+            raise ProgrammingError("give the statement's cost as epsilon= or rho=, not both")
+        if rho is not None:
+            if self.settings.noise != "gaussian":
+                raise ProgrammingError("rho= is for Gaussian noise: connect(..., noise='gaussian'); use epsilon= here")
+            return Cost.zcdp(rho)
+        if epsilon is None:
+            epsilon = self.settings.default_epsilon
+        if epsilon is None:
+            return None
+        pure = Cost.pure(epsilon)
+        # Gaussian mode: epsilon= buys the same zCDP cost as a pure epsilon statement, rho = epsilon^2 / 2
+        return pure if self.settings.noise == "laplace" else Cost.zcdp(pure.rho)
+
+    def selection_delta(self) -> float:
+        """δ one key selection spends: the configured one, or a share of the budget's δ."""
+        configured = self.settings.selection_delta
+        return self.budget.delta * DEFAULT_SELECTION_DELTA_SHARE if configured is None else float(configured)
+
+    def plan(self, workload: planner.Workload, privacy: planner.Privacy, contributions: int) -> planner.Plan:
+        """``planner.plan``, memoised (a plan depends only on public inputs), with planner errors as dpsql's."""
+        key = (workload, privacy, contributions)
+        cached = self._plans.pop(key, None)
+        if cached is None:
+            try:
+                cached = planner.plan(workload, privacy, contributions=contributions)
+            except MemoryError as error:
+                raise NotSupportedError(f"the statement's workload is too large to plan: {error}") from error
+            except (ValueError, TypeError, ArithmeticError) as error:
+                raise ProgrammingError(f"cannot plan the statement: {error}") from error
+        self._plans[key] = cached
+        while len(self._plans) > PLAN_CACHE_SIZE:
+            self._plans.popitem(last=False)
+        return cached

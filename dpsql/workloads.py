@@ -1,0 +1,138 @@
+"""Checked statements → ONE ``planner.Workload``, and its answers → each statement's result set.
+
+Every branch (grouping set) of every statement is compiled on its own (``dpsql.sql.compile``) against the
+table's schema; the products of all branches, each scaled by its statement's weight, form one workload
+over the union of the columns they read. When every branch has the same WHERE clause it runs in SQL
+before bounding (as for a single statement) and the branches measure their GROUP BY cells; otherwise —
+or when the WHERE clause reads a column whose cells are only known after key bounding (a released key
+set), or the caller asks for it (local surveys) — each branch keeps its WHERE as masks in its products
+and the rows are bounded unfiltered. Answers to the merged workload map back to each statement's
+products, in the statement's own attribute order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpsql.result import ResultSet, statement_result
+from dpsql.schema import ColumnDomain, Schema
+from dpsql.sql.compile import CellFilter, CompiledQuery, compile_query, statement_counts
+from dpsql.sql.statement import Statement
+from planner import Domain, Product, Workload
+
+
+@dataclass(frozen=True)
+class CompiledStatement:
+    statement: Statement
+    branches: tuple[CompiledQuery, ...]
+    first_products: tuple[int, ...]  # per branch: index of its first product in the merged workload
+    weight: float
+
+
+@dataclass(frozen=True)
+class CompiledBatch:
+    """Statements compiled and merged: one workload (None when every count is zero by construction)."""
+
+    statements: tuple[CompiledStatement, ...]
+    workload: Workload | None
+    row_filters: tuple[CellFilter, ...]  # the WHERE clause every branch shares, run in SQL before bounding
+    own_products: tuple[Product, ...]  # each merged product as its branch compiled it (its row order)
+
+    @property
+    def columns(self) -> dict[str, ColumnDomain]:
+        """Every column some branch mentions, with the domain it was compiled with."""
+        found: dict[str, ColumnDomain] = {}
+        for statement in self.statements:
+            for branch in statement.branches:
+                for name, column in branch.columns.items():
+                    found.setdefault(name, column)
+        return found
+
+    def results(self, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]) -> list[ResultSet]:
+        """Each statement's result set from per-product answers of the merged workload (empty sequences
+        when the workload is None)."""
+        values = [_rows_in_order_of(v, own, merged) for v, own, merged in zip(values, self.own_products, self._merged())]
+        variances = [_rows_in_order_of(v, own, merged) for v, own, merged in zip(variances, self.own_products, self._merged())]
+        results = []
+        for compiled in self.statements:
+            per_branch_values, per_branch_variances = [], []
+            for branch, first in zip(compiled.branches, compiled.first_products):
+                count = 0 if branch.workload is None else len(branch.workload.products)
+                per_branch_values.append(values[first : first + count])
+                per_branch_variances.append(variances[first : first + count])
+            results.append(statement_result(compiled.statement, compiled.branches, per_branch_values, per_branch_variances))
+        return results
+
+    def _merged(self) -> tuple[Product, ...]:
+        return () if self.workload is None else self.workload.products
+
+
+def compile_batch(
+    statements: Sequence[Statement],
+    weights: Sequence[float],
+    schema: Schema,
+    table_columns: Sequence[str],
+    masks_only: bool = False,
+) -> CompiledBatch:
+    """Compile every branch of every statement against ``schema`` and merge them (see the module doc)."""
+    compiled = [[compile_query(branch.query, schema, table_columns) for branch in s.branches] for s in statements]
+    flat = [c for branches in compiled for c in branches]
+    keyed = {name for c in flat for name, column in c.columns.items() if column.kind == "keys"}
+    shared = {tuple(sorted(_filter_key(f) for f in c.row_filters)) for c in flat}
+    filters_in_sql = not masks_only and len(shared) == 1 and not any(set(f.scope) & keyed for f in flat[0].row_filters)
+    if not filters_in_sql:
+        compiled = [[_with_masks(c) for c in branches] for branches in compiled]
+    domain = _union_domain([c for branches in compiled for c in branches])
+    products: list[Product] = []
+    own: list[Product] = []
+    merged_statements = []
+    for statement, branches, weight in zip(statements, compiled, weights):
+        firsts = []
+        for branch in branches:
+            firsts.append(len(products))
+            if branch.workload is not None:
+                own.extend(branch.workload.products)
+                products.extend(Product(domain, p.factors, p.weight * weight) for p in branch.workload.products)
+        merged_statements.append(CompiledStatement(statement, tuple(branches), tuple(firsts), weight))
+    workload = Workload(domain, tuple(products)) if products else None
+    row_filters = flat[0].row_filters if filters_in_sql and flat else ()
+    return CompiledBatch(tuple(merged_statements), workload, row_filters, tuple(own))
+
+
+def _filter_key(cell_filter: CellFilter) -> tuple[object, ...]:
+    return (cell_filter.scope, cell_filter.mask.shape, cell_filter.mask.tobytes())
+
+
+def _with_masks(compiled: CompiledQuery) -> CompiledQuery:
+    """The branch with its WHERE clause as masks in its products (rows are then bounded unfiltered)."""
+    if not compiled.row_filters:
+        return compiled
+    return dataclasses.replace(
+        compiled,
+        domain=compiled.statement_workload.domain if compiled.statement_workload is not None else compiled.domain,
+        workload=compiled.statement_workload,
+        counts=statement_counts(compiled),
+        row_filters=(),
+    )
+
+
+def _union_domain(compiled: list[CompiledQuery]) -> Domain:
+    sizes: dict[str, int] = {}
+    ordered: set[str] = set()
+    for query in compiled:
+        for attribute, size in zip(query.domain.attributes, query.domain.sizes):
+            sizes.setdefault(attribute, size)
+        ordered |= query.domain.ordered
+    return Domain(sizes, ordered=ordered)
+
+
+def _rows_in_order_of(values: np.ndarray, own: Product, merged: Product) -> np.ndarray:
+    """A merged product's answers in the row order of the branch's own product: the merged domain may
+    order attributes differently (``GROUP BY race, sex`` after ``GROUP BY sex, race``), and a product's
+    rows follow the Kronecker order of its factors, which the domain sorts."""
+    order = [merged.factors.index(factor) for factor in own.factors]
+    return np.asarray(values).reshape(merged.row_shape).transpose(order).reshape(-1)

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError SELECT COUNT
+SELECT sex, COUNT(browser) FROM adult GROUP BY sex
