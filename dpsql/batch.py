@@ -29,6 +29,7 @@ import planner
 from dpsql import explain, keys, nonnegative, testing
 from dpsql.accountant import Cost
 from dpsql.errors import InternalError, NotSupportedError, ProgrammingError
+from dpsql.frames import FrameSource, ResultFrames
 from dpsql.result import Result, build_result
 from dpsql.schema import ColumnDomain
 from dpsql.sql.bounded import BoundedAggregation
@@ -64,7 +65,7 @@ def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: floa
 
 
 @dataclass(frozen=True)
-class ResultSet:
+class ResultSet(ResultFrames):
     """One statement's released rows, their standard errors (aligned, None in key columns) and the
     PEP 249 description; ``note``: what ``non_negative=True`` did to the batch (None when not asked)."""
 
@@ -78,6 +79,10 @@ class ResultSet:
 
     def confidence_interval(self, level: float = 0.95) -> list[tuple[tuple[float, float] | None, ...]]:
         return confidence_intervals(self.rows, self.errors, level)
+
+    def _frame_source(self) -> FrameSource:
+        """Every row with its errors (:mod:`dpsql.frames`: ``df()``, ``arrow()``, ``pl()``, ``plot()``)."""
+        return FrameSource(self.description, self.rows, self.errors, self.note)
 
 
 # ---------------------------------------------------------------------------------------------------

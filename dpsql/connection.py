@@ -34,6 +34,7 @@ from dpsql.errors import (
     NotSupportedError,
     ProgrammingError,
 )
+from dpsql.frames import FrameSource, ResultFrames
 from dpsql.result import Result, build_result
 from dpsql.reuse import MeasurementStore
 from dpsql.schema import OUT_OF_DOMAIN_RULE, ColumnDomain, Schema
@@ -388,7 +389,7 @@ def _explanation(prepared: _Prepared) -> str:
     return "\n".join(lines)
 
 
-class Cursor:
+class Cursor(ResultFrames):
     """PEP 249 cursor. After ``execute``, ``description``, ``rowcount`` and the rows are available;
     ``errors`` holds the standard error of every released value, aligned with the rows (None in
     group-key columns); ``explanation`` says how the statement was answered."""
@@ -435,6 +436,11 @@ class Cursor:
         key columns). Free: post-processing of released values."""
         self._check_result()
         return batch.confidence_intervals(self._result.rows, self._result.errors, level)  # type: ignore[union-attr]
+
+    def _frame_source(self) -> FrameSource:
+        """Every row of the last result with its errors and explanation (:mod:`dpsql.frames`: ``df()``, …)."""
+        self._check_result()
+        return FrameSource(self.description, self._result.rows, self._result.errors, self.explanation)  # type: ignore[arg-type, union-attr]
 
     # -- execution --------------------------------------------------------------------------------------
     def execute(

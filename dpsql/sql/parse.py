@@ -12,9 +12,14 @@ fault and saying what is supported. Parameters (``?``, PEP 249 ``qmark`` style) 
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -177,6 +182,7 @@ def parse(sql: str, parameters: Sequence[object] | None = None) -> Query:
     try:
         statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
     except SqlglotError as error:
+        _check_paramstyle(sql)
         raise ProgrammingError(f"cannot parse SQL: {_first_line(error)}; check the syntax there. {SUPPORTED}") from error
     if len(statements) != 1:
         raise ProgrammingError(f"expected exactly one SQL statement, got {len(statements)}: pass one statement per execute()")
@@ -188,13 +194,30 @@ def _first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
+_OTHER_PARAMSTYLES = re.compile(r"%\(\w+\)s|%s|(?<![:\w]):\w+|\$\d+")  # pyformat, format, named/numeric, $n
+_QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
+
+
+def _check_paramstyle(sql: str) -> None:
+    """Say so when a statement that does not parse uses another driver's parameter style."""
+    found = _OTHER_PARAMSTYLES.search(_QUOTED.sub("''", sql))
+    if found:
+        raise ProgrammingError(
+            f"{found.group(0)!r} is a parameter placeholder of another paramstyle: dpsql's paramstyle is 'qmark', "
+            "write ? for each parameter and pass a sequence of values"
+        )
+
+
 def _bind(statement: exp.Expression, parameters: Sequence[object] | None) -> exp.Expression:
     placeholders = [node for node in statement.walk(bfs=False) if isinstance(node, exp.Placeholder)]  # text order within WHERE
     given = () if parameters is None else parameters
     if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
         raise ProgrammingError("parameters must be a sequence (paramstyle 'qmark': one value per '?')")
     if any(p.this for p in placeholders):
-        raise ProgrammingError("named parameters are not supported; use '?' placeholders (paramstyle 'qmark')")
+        raise ProgrammingError(
+            "named or numbered parameters (:name, $1) are not supported: dpsql's paramstyle is 'qmark', "
+            "write ? for each parameter and pass a sequence of values"
+        )
     if len(placeholders) != len(given):
         raise ProgrammingError(f"the statement has {len(placeholders)} '?' placeholder(s) but {len(given)} parameter(s) were given")
     for placeholder, value in zip(placeholders, given):
@@ -203,16 +226,29 @@ def _bind(statement: exp.Expression, parameters: Sequence[object] | None) -> exp
 
 
 def _literal_node(value: object) -> exp.Expression:
+    """A parameter as a SQL literal: numpy scalars as their Python values, ``Decimal`` as a number,
+    ``date``/``datetime``/``time`` as their ISO-8601 text (compare with categories written that way)."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float, decimal.Decimal)):
+        if not math.isfinite(value):
+            raise ProgrammingError(f"a parameter must be a finite number, got {value!r}")
         node = exp.Literal.number(abs(value))
         return exp.Neg(this=node) if value < 0 else node
+    if isinstance(value, datetime.datetime):
+        return exp.Literal.string(value.isoformat(sep=" "))
+    if isinstance(value, (datetime.date, datetime.time)):
+        return exp.Literal.string(value.isoformat())
     if isinstance(value, str):
         return exp.Literal.string(value)
-    raise ProgrammingError(f"unsupported parameter type {type(value).__name__}; use str, int, float, bool or None")
+    raise ProgrammingError(
+        f"unsupported parameter type {type(value).__name__}; use str, int, float, bool, None, a numpy scalar, "
+        "Decimal, or a date/datetime/time (bound as ISO-8601 text)"
+    )
 
 
 class _Checker:
