@@ -195,6 +195,12 @@ class Connection(errors.ExceptionsOnConnection):
         if problems:
             raise ProgrammingError("; ".join(problems) + f" (column types as {engine} reports them)")
 
+    def tables(self) -> dict[str, Table]:
+        """The registered tables by name, each with its privacy schema and column types: public
+        metadata only (what ``register`` read from the catalog), no data."""
+        self._check_open()
+        return {table.name: table for table in self._tables.values()}
+
     def budget_remaining(self) -> Remaining:
         """What is left of the budget (a float ε that also has ``.epsilon``, ``.delta``, ``.rho``).
         Read from the ledger, so it survives restarts when the ledger is a file."""

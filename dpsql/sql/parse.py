@@ -208,8 +208,19 @@ def _check_paramstyle(sql: str) -> None:
         )
 
 
+def _text_position(node: exp.Expression) -> tuple[tuple[int, int], ...]:
+    """Where a node stands in the statement's text: sqlglot's argument order follows the clauses'
+    order (WHERE before LIMIT), whereas its tree walk does not (it visits LIMIT first)."""
+    path = []
+    while node.parent is not None:
+        clauses = list(type(node.parent).arg_types)
+        path.append((clauses.index(node.arg_key) if node.arg_key in clauses else len(clauses), node.index or 0))
+        node = node.parent
+    return tuple(reversed(path))
+
+
 def _bind(statement: exp.Expression, parameters: Sequence[object] | None) -> exp.Expression:
-    placeholders = [node for node in statement.walk(bfs=False) if isinstance(node, exp.Placeholder)]  # text order within WHERE
+    placeholders = sorted((n for n in statement.walk() if isinstance(n, exp.Placeholder)), key=_text_position)
     given = () if parameters is None else parameters
     if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
         raise ProgrammingError("parameters must be a sequence (paramstyle 'qmark': one value per '?')")

@@ -238,3 +238,12 @@ def test_budget_history_composes_like_the_ledger() -> None:
     assert ax.lines[1].get_ydata()[0] == pytest.approx(3.0)
     with pytest.raises(dpsql.ProgrammingError, match="'at'"):
         notebook.spent_over_time([{"statement": "x", "epsilon": 1.0}], budget)
+
+
+def test_placeholders_bind_in_text_order_whatever_the_clause() -> None:
+    from dpsql.sql.parse import Between, Comparison, InList, parse
+
+    sql = "SELECT race, COUNT(*) FROM adult WHERE ? < age AND sex IN (?, ?) AND age BETWEEN ? AND ? GROUP BY race LIMIT ? OFFSET ?"
+    query = parse(sql, (30, "F", "M", 20, 60, 3, 1))
+    assert query.where.operands == (Comparison("age", ">", 30), InList("sex", ("F", "M")), Between("age", 20, 60))  # type: ignore[union-attr]
+    assert (query.limit, query.offset) == (3, 1)
