@@ -32,7 +32,7 @@ Row = tuple[object, ...]
 ERROR_SUFFIX = "_stderr"
 HTML_ROWS = 50  # rows shown by the notebook display before eliding the middle
 
-_EXTRAS = {"pandas": "pandas", "pyarrow": "arrow", "polars": "polars", "matplotlib.pyplot": "plot"}
+_EXTRAS = {"pandas": "pandas", "pyarrow": "arrow", "polars": "polars", "matplotlib.pyplot": "plot", "matplotlib.dates": "plot"}
 
 
 class FrameSource(NamedTuple):

@@ -124,6 +124,7 @@ def plot_result(source: FrameSource, level: float = 0.95, ax: Any = None) -> Any
         ax.bar([p + (offset - (len(released) - 1) / 2) * width for p in positions], values, width, yerr=spreads, capsize=3, label=names[column])
     ax.set_xticks(list(positions), [_row_label(row, keys) for row in source.rows], rotation=45 if len(source.rows) > 6 else 0, ha="right" if len(source.rows) > 6 else "center")
     ax.axhline(0, color="black", linewidth=0.5)
+    ax.set_xlabel(", ".join(names[k] for k in keys))
     ax.set_ylabel(f"released value ({level:.0%} interval)")
     if len(released) > 1:
         ax.legend()
@@ -169,14 +170,16 @@ def plot_budget(records: Iterable[object], budget: Budget, ax: Any = None, label
     if steps:
         times = [when for when, _, _ in steps]
         spent = [value for _, _, value in steps]
-        ax.step(times, spent, where="post", marker="o")
+        ax.step(times, spent, where="post", marker="o", label="ε spent")
         for when, statement, value in steps:
             short = statement if len(statement) <= label_width else statement[: label_width - 1] + "…"
-            ax.annotate(short, (when, value), textcoords="offset points", xytext=(4, -10), fontsize=7)
+            ax.annotate(short, (when, value), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.axhline(budget.epsilon, color="red", linestyle="--", label=f"budget ε = {budget.epsilon:g}")
+    ax.set_ylim(0, 1.1 * max([budget.epsilon, *(value for _, _, value in steps)]))
     ax.set_ylabel("ε spent")
     ax.set_xlabel("time of charge")
     ax.legend(loc="lower right")
+    ax.xaxis.set_major_formatter(optional_module("matplotlib.dates", "plot_budget()").DateFormatter("%H:%M:%S"))
     ax.figure.autofmt_xdate()
     ax.figure.tight_layout()
     return ax
