@@ -46,15 +46,18 @@ class Bar:
     """A tqdm bar fed by ``(done, total, detail)`` updates (the planner's callback shapes), closed
     when ``done`` reaches ``total``."""
 
-    def __init__(self, tqdm: Callable[..., Any], description: str, unit: str) -> None:
+    def __init__(self, tqdm: Callable[..., Any], description: str, unit: str, delay: float = 0.0) -> None:
         self._tqdm = tqdm
         self._description = description
         self._unit = unit
+        self._delay = delay
         self._bar: Any = None
 
     def __call__(self, done: int, total: int, detail: object = None) -> None:
         if self._bar is None:
-            self._bar = self._tqdm(total=total, desc=self._description, unit=self._unit, leave=False, file=sys.stderr)
+            self._bar = self._tqdm(
+                total=total, desc=self._description, unit=self._unit, leave=False, file=sys.stderr, delay=self._delay
+            )
         self._bar.update(done - self._bar.n)
         if isinstance(detail, float):
             self._bar.set_postfix(objective=f"{detail:.6g}", refresh=False)
@@ -69,9 +72,10 @@ class Bar:
             self._bar = None
 
 
-def bar(description: str, progress: Progress = None, unit: str = "step") -> Callable[..., None] | None:
+def bar(description: str, progress: Progress = None, unit: str = "step", delay: float = 0.0) -> Callable[..., None] | None:
     """A progress callback for ``description``, or None when no bar should show. A callable
-    ``progress`` is returned as it is (the caller's own reporting)."""
+    ``progress`` is returned as it is (the caller's own reporting). ``delay``: seconds before the bar
+    appears (work that ends sooner shows nothing), e.g. 2.0 for planning that is usually quick."""
     if callable(progress):
         return progress
     if not wanted(progress):
@@ -82,4 +86,4 @@ def bar(description: str, progress: Progress = None, unit: str = "step") -> Call
         if progress is None:
             return None
         raise InterfaceError("progress bars need tqdm, which is not installed: pip install 'dpsql[progress]'") from None
-    return Bar(tqdm, description, unit)
+    return Bar(tqdm, description, unit, delay)

@@ -52,12 +52,13 @@ class RecordingTqdm:
 
 
 def test_a_bar_follows_the_updates_and_closes_at_the_end() -> None:
-    report = progress.Bar(RecordingTqdm, "designing", "iteration")
+    report = progress.Bar(RecordingTqdm, "designing", "iteration", delay=2.0)
     for done in (10, 20):
         report(done, 30, 2.0 - done / 100)
     shown = RecordingTqdm.made[-1]
     assert (shown.n, shown.postfix, shown.closed) == (20, {"objective": "1.8"}, False)
     assert shown.options["total"] == 30 and shown.options["desc"] == "designing" and shown.options["unit"] == "iteration"
+    assert shown.options["delay"] == 2.0 and shown.options["file"] is sys.stderr
     report(30, 30, 1.5)
     assert shown.n == 30 and shown.closed
 
