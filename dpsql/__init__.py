@@ -41,6 +41,17 @@ apilevel = "2.0"
 threadsafety = 1  # threads may share the module, not connections
 paramstyle = "qmark"
 
+
+
+def __getattr__(name: str) -> object:
+    """``dpsql.__version__``, read from the package metadata only when asked for."""
+    if name == "__version__":
+        from dpsql.version import package_version
+
+        return package_version()
+    raise AttributeError(f"module 'dpsql' has no attribute {name!r}")
+
+
 __all__ = [
     "BINARY",
     "DATETIME",

@@ -3,13 +3,18 @@
 ::
 
     dpsql query --data adult.csv --schema adult.yaml --epsilon 0.5 "SELECT sex, COUNT(*) FROM adult GROUP BY sex"
-    dpsql query ... --ledger adult.ledger --budget-epsilon 2 --delta 1e-6    # spend from a persistent budget
-    dpsql demo [--persons 20000] [--seed 0]
+    dpsql query ... --budget-epsilon 2 --delta 1e-6      # the first call on a data set sets its total budget
+    dpsql query ... --ledger adult.ledger                # spend from a ledger file of your choice
+    dpsql shell --data adult.csv --schema adult.yaml --epsilon 0.25   # an interactive prompt (dpsql.shell)
+    dpsql demo [--persons 20000] [--seed 0] [--write DIR]
     dpsql ldp design --schema adult.yaml --epsilon 1 --output survey.json "SELECT ..."   # see dpsql.local_cli
+    dpsql --version
 
 The table is named after the data file (``adult.csv`` → ``adult``) unless ``--table`` says
-otherwise. Without ``--ledger`` the budget is just this statement's cost. Errors print one line to
-stderr and exit with status 2 (bad input) or 3 (budget exceeded).
+otherwise. Without ``--ledger``, ``query`` and ``shell`` spend from the user's ledger of that data
+file and schema (:mod:`dpsql.userdata`: under ``$XDG_DATA_HOME/dpsql/ledgers``), so the budget
+carries over between calls; the first call on a data set gives its total with ``--budget-epsilon``.
+Errors print one line to stderr and exit with status 2 (bad input) or 3 (budget exceeded).
 """
 
 from __future__ import annotations
@@ -34,37 +39,79 @@ def _table_name(data: str) -> str:
     return name if name.isidentifier() else f"t_{name}"
 
 
+class _Version(argparse.Action):
+    """``--version``: read from the package metadata only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print dpsql's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from dpsql.version import package_version
+
+        print(f"dpsql {package_version()}")
+        parser.exit()
+
+
+def _add_source_arguments(command: argparse.ArgumentParser) -> None:
+    """The data, its schema and the budget, shared by ``query`` and ``shell``."""
+    command.add_argument("--data", required=True, help="a .csv, .tsv, .json or .parquet file")
+    command.add_argument("--schema", required=True, help="the table's schema, YAML or JSON")
+    command.add_argument("--table", help="name of the table in the SQL (default: the data file's stem)")
+    command.add_argument("--noise", choices=["laplace", "gaussian"], default="laplace")
+    command.add_argument("--ledger", help="budget ledger file (default: the user's ledger of this data file and schema)")
+    command.add_argument("--budget-epsilon", type=float, help="total ε of a new ledger (needed on the first call)")
+    command.add_argument("--delta", type=float, default=0.0, help="total δ of a new ledger (Gaussian noise needs δ > 0)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpsql", description="Differentially private SQL over DuckDB.")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True)
     query = commands.add_parser("query", help="answer one SELECT ... COUNT(*) ... GROUP BY statement privately")
     query.add_argument("sql", help="the statement (see grammar/dpsql.ebnf)")
-    query.add_argument("--data", required=True, help="a .csv, .tsv, .json or .parquet file")
-    query.add_argument("--schema", required=True, help="the table's schema, YAML or JSON")
-    query.add_argument("--table", help="name of the table in the SQL (default: the data file's stem)")
+    _add_source_arguments(query)
     query.add_argument("--epsilon", type=float, help="this statement's cost (pure ε, or ρ = ε²/2 with Gaussian noise)")
     query.add_argument("--rho", type=float, help="this statement's zCDP cost (with --noise gaussian)")
-    query.add_argument("--noise", choices=["laplace", "gaussian"], default="laplace")
-    query.add_argument("--ledger", help="budget ledger file; reused across calls")
-    query.add_argument("--budget-epsilon", type=float, help="total ε of a new ledger (default: this statement's cost)")
-    query.add_argument("--delta", type=float, default=0.0, help="total δ of the budget (Gaussian noise needs δ > 0)")
     query.add_argument("--format", choices=["table", "csv", "json"], default="table")
     query.add_argument("--explain", action="store_true", help="also print how the statement was answered")
+    shell = commands.add_parser("shell", help="an interactive SQL prompt over one table (history, EXPLAIN, budget after each statement)")
+    _add_source_arguments(shell)
+    shell.add_argument("--epsilon", type=float, help="the cost of each statement (change it with .epsilon X)")
     tour = commands.add_parser("demo", help="generate a census-like table and run a tour of private queries")
     tour.add_argument("--persons", type=int, default=20_000, help="people in the generated table (≈2.5 rows each)")
     tour.add_argument("--seed", type=int, default=0)
+    tour.add_argument("--write", metavar="DIR", help="write the README tour's demo files (adult.csv, adult.yaml) into DIR instead")
     local_cli.add_commands(commands)
     return parser
 
 
-def _budget(arguments: argparse.Namespace) -> dpsql.Budget | None:
+def _ledger(arguments: argparse.Namespace) -> Path:
+    if arguments.ledger:
+        return Path(arguments.ledger)
+    from dpsql import userdata
+
+    return userdata.default_ledger(arguments.table or _table_name(arguments.data), arguments.data, arguments.schema)
+
+
+def _budget(arguments: argparse.Namespace, ledger: Path) -> dpsql.Budget | None:
     if arguments.budget_epsilon is not None:
         return dpsql.Budget(arguments.budget_epsilon, arguments.delta)
-    if arguments.ledger and Path(arguments.ledger).exists():
+    if ledger.exists():
         return None  # the ledger holds its budget
-    if arguments.epsilon is None:
-        raise dpsql.ProgrammingError("give --budget-epsilon (the total budget) when spending with --rho")
-    return dpsql.Budget(arguments.epsilon, arguments.delta)
+    raise dpsql.ProgrammingError(
+        f"no budget yet for this data set: give its total with --budget-epsilon (and --delta), stored in {ledger}"
+    )
+
+
+def _connect(arguments: argparse.Namespace, ledger: Path) -> dpsql.Connection:
+    """A connection spending from ``ledger``, with the data file registered."""
+    connection = dpsql.connect(budget=_budget(arguments, ledger), ledger=ledger, noise=arguments.noise)
+    try:
+        connection.register(arguments.table or _table_name(arguments.data), arguments.data, schema=arguments.schema)
+    except dpsql.Error:
+        connection.close()
+        raise
+    return connection
 
 
 def _print_rows(cursor: dpsql.Cursor, output_format: str) -> None:
@@ -98,23 +145,40 @@ def _cell(value: object) -> str:
 
 
 def _query(arguments: argparse.Namespace) -> None:
-    connection = dpsql.connect(budget=_budget(arguments), ledger=arguments.ledger, noise=arguments.noise)
-    with connection:
-        connection.register(arguments.table or _table_name(arguments.data), arguments.data, schema=arguments.schema)
+    ledger = _ledger(arguments)
+    with _connect(arguments, ledger) as connection:
         cursor = connection.cursor()
         cursor.execute(arguments.sql, epsilon=arguments.epsilon, rho=arguments.rho)
         _print_rows(cursor, arguments.format)
         remaining = connection.budget_remaining()
-        print(f"budget left: epsilon = {remaining.epsilon:.6g}", file=sys.stderr)
+        print(f"budget left: epsilon = {remaining.epsilon:.6g} of {connection.budget.epsilon:g} (ledger {ledger})", file=sys.stderr)
         if arguments.explain:
             print(cursor.explanation)
+
+
+def _shell(arguments: argparse.Namespace) -> None:
+    from dpsql import shell, userdata
+
+    with _connect(arguments, _ledger(arguments)) as connection:
+        session = shell.Shell(connection, arguments.epsilon, _print_rows)
+        if sys.stdin.isatty():
+            session.say(f"dpsql {dpsql.__version__}: table {', '.join(connection.tables())}; .help for commands, Ctrl-D to leave")
+            session.say(session.budget_line(None))
+            shell.run_terminal(session, userdata.history_file())
+        else:
+            shell.run_lines(session, sys.stdin)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     try:
-        if arguments.command == "demo":
+        if arguments.command == "demo" and arguments.write:
+            for path in demo.write_files(arguments.write, arguments.seed):
+                print(path)
+        elif arguments.command == "demo":
             demo.tour(arguments.persons, arguments.seed)
+        elif arguments.command == "shell":
+            _shell(arguments)
         elif arguments.command == "ldp":
             local_cli.run(arguments, _print_rows)
         else:

@@ -18,8 +18,9 @@ from dpsql import errors, pipeline
 from dpsql.accountant import Budget, Ledger, Remaining, Spent
 from dpsql.backends.factory import open_backend
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
+from dpsql.frames import FrameSource, ResultFrames
 from dpsql.result import Interval, ResultSet
-from dpsql.session import Session, Settings
+from dpsql.session import Session, Settings, Table
 
 
 class Connection(errors.ExceptionsOnConnection):
@@ -120,6 +121,12 @@ class Connection(errors.ExceptionsOnConnection):
         """
         self._session.register(name, source, schema)
 
+    def tables(self) -> dict[str, Table]:
+        """The registered tables by name, each with its privacy schema and column types: public metadata
+        only (what ``register`` read from the catalog), no data."""
+        self._session.check_open()
+        return {table.name: table for table in self._session.tables.values()}
+
     def budget_remaining(self) -> Remaining:
         """What is left of the budget (a float ε that also has ``.epsilon``, ``.delta``, ``.rho``).
         Read from the ledger, so it survives restarts when the ledger is a file."""
@@ -171,10 +178,11 @@ class Connection(errors.ExceptionsOnConnection):
         return chosen
 
 
-class ResultCursor:
+class ResultCursor(ResultFrames):
     """The fetching half of a PEP 249 cursor over a released :class:`ResultSet`: ``description``,
     ``rowcount``, ``fetch*``, iteration, ``errors`` (standard error of every released value, aligned
-    with the rows, None in group-key columns), ``confidence_interval`` and ``explanation``."""
+    with the rows, None in group-key columns), ``confidence_interval``, ``explanation``, and DuckDB-style
+    frames of the rows not fetched yet (:mod:`dpsql.frames`: ``df()``, ``arrow()``, ``pl()``)."""
 
     def __init__(self) -> None:
         self.arraysize = 1
@@ -221,6 +229,10 @@ class ResultCursor:
         """Per row and column, ``(low, high)`` at two-sided ``level`` from the standard errors (None in
         key columns). Free: post-processing of released values."""
         return self._check_result().confidence_interval(level)
+
+    def _frame_source(self) -> FrameSource:
+        result = self._check_result()
+        return FrameSource(result.description, result.rows, result.errors, result.explanation)
 
     def callproc(self, procname: str, parameters: Sequence[object] = ()) -> None:
         raise NotSupportedError("stored procedures are not supported")

@@ -13,9 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import numpy as np
+import yaml
 
 import dpsql
 
@@ -85,6 +87,78 @@ def generate_census(persons: int = 20_000, seed: int = 0) -> dict[str, np.ndarra
         "occupation": occupation,
         "browser": browser.astype(object),
     }
+
+
+ADULT_PEOPLE = 48_842  # as many people as the real Adult extract
+ADULT_SIZES = {
+    "age": 85, "workclass": 9, "fnlwgt": 100, "education-num": 16, "marital-status": 7, "occupation": 15,
+    "relationship": 6, "race": 5, "sex": 2, "capital-gain": 100, "capital-loss": 100, "hours-per-week": 99,
+    "native-country": 42, "income>50K": 2,
+}
+"""Columns and domain sizes of the integer-coded Adult extract (each column holds codes 0..size-1)."""
+_ADULT_UNKNOWN = ("fnlwgt", "capital-gain", "capital-loss")  # no public domain declared
+_ADULT_ORDERED = ("age", "education-num", "hours-per-week")
+ADULT_SCHEMA: dict[str, object] = {
+    "privacy_unit": None,
+    "max_rows_per_unit": 1,
+    "columns": {
+        name: "unknown" if name in _ADULT_UNKNOWN
+        else {"range": [0, size - 1]} if name in _ADULT_ORDERED
+        else {"categories": list(range(size))}
+        for name, size in ADULT_SIZES.items()
+    },
+}
+"""The schema of examples/adult.yaml: one row per person, domains from the public domain file."""
+
+
+def generate_adult(people: int = ADULT_PEOPLE, seed: int = 0) -> dict[str, np.ndarray]:
+    """An Adult-like table with the real extract's columns and codes (``ADULT_SIZES``), one row per
+    person: skewed marginals and the usual dependences (income on education, age, sex and hours;
+    relationship on sex and marital status; occupation on education)."""
+    rng = np.random.default_rng(seed)
+    sex = (rng.random(people) < 0.67).astype(np.int64)  # 1 = male, as in the extract
+    age = np.clip(rng.gamma(5.0, 4.5, people) + 1, 1, 74).astype(np.int64)
+    education = np.clip(np.round(rng.normal(9.5, 2.5, people)), 0, 15).astype(np.int64)
+    hours = np.clip(np.round(rng.normal(39 + 4 * sex, 11, people)), 0, 98).astype(np.int64)
+    married = rng.random(people) < np.clip(0.15 + age / 60, 0, 0.8)
+    marital = np.where(married, 2, rng.choice([0, 3, 4, 5, 6], people, p=[0.55, 0.2, 0.1, 0.1, 0.05]))
+    relationship = np.where(married, np.where(sex == 1, 0, 5), rng.choice([1, 2, 3, 4], people, p=[0.45, 0.1, 0.35, 0.1]))
+    score = -6.4 + 0.35 * education + 0.04 * np.minimum(age, 40) + 0.6 * sex + 0.03 * (hours - 40) + 0.5 * married
+    income = (rng.random(people) < 1 / (1 + np.exp(-score))).astype(np.int64)
+    occupation = np.clip(education - 2 + rng.integers(-3, 4, people), 0, 14)
+    return {
+        "age": age,
+        "workclass": np.minimum(rng.zipf(1.9, people) - 1, 8),
+        "fnlwgt": np.minimum(rng.zipf(1.5, people) - 1, 99),
+        "education-num": education,
+        "marital-status": marital.astype(np.int64),
+        "occupation": occupation.astype(np.int64),
+        "relationship": relationship.astype(np.int64),
+        "race": rng.choice(5, people, p=[0.855, 0.096, 0.031, 0.01, 0.008]),
+        "sex": sex,
+        "capital-gain": np.where(rng.random(people) < 0.92, 0, rng.integers(1, 100, people)),
+        "capital-loss": np.where(rng.random(people) < 0.95, 0, rng.integers(1, 100, people)),
+        "hours-per-week": hours,
+        "native-country": np.minimum(rng.zipf(2.2, people) - 1, 41),
+        "income>50K": income,
+    }
+
+
+def write_files(directory: str | Path, seed: int = 0, people: int = ADULT_PEOPLE) -> list[Path]:
+    """Write the README tour's files into ``directory``: ``adult.csv`` (:func:`generate_adult`) and
+    ``adult.yaml`` (:data:`ADULT_SCHEMA`, the schema of examples/adult.yaml). Returns their paths."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    data, schema = folder / "adult.csv", folder / "adult.yaml"
+    database = duckdb.connect()
+    try:
+        database.register("adult", generate_adult(people, seed))
+        database.execute(f"COPY adult TO '{str(data).replace(chr(39), chr(39) * 2)}' (HEADER, DELIMITER ',')")
+    finally:
+        database.close()
+    header = f"# Adult-like demo data written by 'dpsql demo --write' (seed {seed}); the same schema as examples/adult.yaml\n"
+    schema.write_text(header + yaml.safe_dump(ADULT_SCHEMA, sort_keys=False, default_flow_style=None), encoding="utf-8")
+    return [data, schema]
 
 
 @dataclass(frozen=True)

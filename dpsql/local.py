@@ -61,6 +61,7 @@ import duckdb
 import numpy as np
 
 from dpsql import errors
+from dpsql import progress as progress_bars
 from dpsql.backends.factory import open_backend
 from dpsql.connection import ResultCursor
 from dpsql.errors import DataError, InterfaceError, NotSupportedError, ProgrammingError
@@ -419,14 +420,16 @@ def design(
     epsilon: float,
     *,
     seed: int | None = None,
+    progress: progress_bars.Progress = None,
     **optimize_options: Any,
 ) -> Survey:
     """An ε-LDP survey optimized for ``statements`` over one table described by ``schema``.
 
     ``statements``: SELECT … COUNT … GROUP BY statements (GROUPING SETS / CUBE / ROLLUP / UNION ALL
     allowed), all over one table; their columns span the survey's domain. ``optimize_options`` go to
-    ``planner.ldp.optimize`` (``restarts``, ``iterations``, ``progress``, …); ``seed`` makes the
-    optimization reproducible.
+    ``planner.ldp.optimize`` (``restarts``, ``iterations``, …); ``seed`` makes the optimization
+    reproducible. ``progress``: a bar while optimizing (None: on a terminal or in a notebook, see
+    :mod:`dpsql.progress`; True / False; or a callable receiving ``(done, total, objective)``).
     """
     parsed = Schema.load(schema)
     if parsed.max_rows_per_unit != 1:
@@ -456,7 +459,8 @@ def design(
     if workload.shape[0] == 0:
         raise ProgrammingError("every count of the statements is zero by construction (their WHERE selects nothing)")
     try:
-        mechanism = design_mechanism(workload, epsilon, seed=seed, **optimize_options)
+        report = progress_bars.bar("designing the LDP randomizer", progress, unit="iteration")
+        mechanism = design_mechanism(workload, epsilon, seed=seed, progress=report or False, **optimize_options)
     except (InvalidEpsilonError, WorkloadNotSupportedError) as error:
         raise ProgrammingError(str(error)) from None
     except (ValueError, TypeError) as error:

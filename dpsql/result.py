@@ -21,6 +21,7 @@ from statistics import NormalDist
 import numpy as np
 
 from dpsql.errors import ProgrammingError
+from dpsql.frames import FrameSource, ResultFrames
 from dpsql.sql.compile import CompiledQuery
 from dpsql.sql.grouping import Constant
 from dpsql.sql.parse import GroupKey
@@ -45,9 +46,10 @@ def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: floa
 
 
 @dataclass(frozen=True)
-class ResultSet:
+class ResultSet(ResultFrames):
     """One statement's released rows, their standard errors (aligned, None in key columns), the PEP 249
-    description, and how it was answered (``explanation``)."""
+    description, and how it was answered (``explanation``); DuckDB-style frames of them through
+    :mod:`dpsql.frames` (``df()``, ``arrow()``, ``pl()``, a notebook display, ``plot()``)."""
 
     description: tuple[tuple[object, ...], ...]
     rows: list[Row]
@@ -62,6 +64,9 @@ class ResultSet:
 
     def explained(self, text: str) -> ResultSet:
         return replace(self, explanation=text)
+
+    def _frame_source(self) -> FrameSource:
+        return FrameSource(self.description, self.rows, self.errors, self.explanation)
 
 
 def statement_result(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import planner
-from dpsql import testing
+from dpsql import progress, testing
 from dpsql.accountant import Budget, Cost, Ledger
 from dpsql.backends.base import Backend
 from dpsql.backends.dialects import engine_name
@@ -183,7 +183,7 @@ class Session:
         cached = self._plans.pop(key, None)
         if cached is None:
             try:
-                cached = planner.plan(workload, privacy, contributions=contributions)
+                cached = planner.plan(workload, privacy, contributions=contributions, progress=progress.bar("planning", unit="family", delay=2.0))
             except MemoryError as error:
                 raise NotSupportedError(f"the statement's workload is too large to plan: {error}") from error
             except (ValueError, TypeError, ArithmeticError) as error:

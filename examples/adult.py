@@ -1,11 +1,12 @@
-"""Private counts on the real Adult census extract (../shared/data/adult.csv), with a persistent budget.
+"""Private counts on Adult census data, with a persistent budget.
 
-    python examples/adult.py                 # run from the repository root; ledger in a temp directory
-    python examples/adult.py --ledger adult.ledger   # rerun: the budget left carries over
+    python examples/adult.py                            # Adult-like generated data (dpsql.demo)
+    python examples/adult.py --data path/to/adult.csv   # the real integer-coded extract (same columns)
+    python examples/adult.py --ledger adult.ledger      # rerun: the budget left carries over
 
-The same from the shell:
+The same from the shell (``dpsql demo --write .`` writes the generated adult.csv and adult.yaml):
 
-    dpsql query --data ../shared/data/adult.csv --schema examples/adult.yaml --epsilon 0.5 \\
+    dpsql query --data adult.csv --schema examples/adult.yaml --budget-epsilon 2 --epsilon 0.5 \\
         'SELECT sex, race, COUNT(*) AS n FROM adult WHERE age BETWEEN 3 AND 23 GROUP BY sex, race'
 """
 
@@ -16,9 +17,9 @@ import tempfile
 from pathlib import Path
 
 import dpsql
+from dpsql import demo
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent.parent / "shared" / "data" / "adult.csv"
 STATEMENTS = (
     ("Sex by race, age codes 3-23", "SELECT sex, race, COUNT(*) AS n FROM adult WHERE age BETWEEN 3 AND 23 GROUP BY sex, race", 0.5),
     ("High earners by education code", 'SELECT "education-num", COUNT(*) AS n FROM adult WHERE "income>50K" = 1 GROUP BY "education-num"', 0.5),
@@ -29,11 +30,12 @@ STATEMENTS = (
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ledger", type=Path, default=Path(tempfile.mkdtemp()) / "adult.ledger")
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--data", type=Path, help="a CSV with the Adult extract's integer codes (default: generated)")
     arguments = parser.parse_args()
     budget = None if arguments.ledger.exists() else dpsql.Budget(epsilon=2.0, delta=1e-6)
     with dpsql.connect(budget=budget, ledger=arguments.ledger) as connection:
-        connection.register("adult", str(arguments.data), schema=HERE / "adult.yaml")
+        source = demo.generate_adult() if arguments.data is None else str(arguments.data)
+        connection.register("adult", source, schema=HERE / "adult.yaml")
         print(f"budget left: epsilon = {connection.budget_remaining():.3f} (ledger {arguments.ledger})\n")
         cursor = connection.cursor()
         for title, sql, epsilon in STATEMENTS:

@@ -6,7 +6,7 @@ compares, per grouping set, the error dpsql predicts (its standard errors), the 
 (against the exact counts of the generated table), and the error of the usual per-query approach
 (each grouping set measured on its own with Laplace noise at ε/16: RMSE √2·16/ε for every cell).
 
-Run: ``/work/venv/bin/python examples/datacube.py [plot.png]`` (default ``datacube.png`` here).
+Run: ``python examples/datacube.py [plot.png]`` (default ``datacube.png`` here; needs the ``examples`` extra).
 """
 
 from __future__ import annotations

@@ -1,17 +1,18 @@
-"""A local-DP survey of the Adult census extract (../shared/data/adult.csv): no trusted curator.
+"""A local-DP survey of Adult census data: no trusted curator.
 
 Each of the 48,842 people randomizes her own (race, sex, income>50K) cell on her device with a
 1-LDP randomizer optimized for the statements below, and sends only that report. The analyst answers
 the same SQL from the reports, with standard errors, and compares with the exact counts and with a
 survey that uses plain randomized response instead of the optimized randomizer.
 
-    python examples/local_survey.py               # run from the repository root (≈ 5 s)
+    python examples/local_survey.py                            # Adult-like generated data (≈ 5 s)
+    python examples/local_survey.py --data path/to/adult.csv   # the real integer-coded extract
 
-The same from the shell:
+The same from the shell (``dpsql demo --write .`` writes the generated adult.csv and adult.yaml):
 
-    dpsql ldp design --schema examples/adult.yaml --epsilon 1 --output survey.json \\
+    dpsql ldp design --schema adult.yaml --epsilon 1 --output survey.json \\
         'SELECT sex, race, COUNT(*) AS n FROM adult GROUP BY sex, race ORDER BY sex, race'
-    dpsql ldp simulate --survey survey.json --data ../shared/data/adult.csv --output reports.json
+    dpsql ldp simulate --survey survey.json --data adult.csv --output reports.json
     dpsql ldp answer --survey survey.json --reports reports.json \\
         'SELECT sex, race, COUNT(*) AS n FROM adult GROUP BY sex, race ORDER BY sex, race'
 """
@@ -19,15 +20,16 @@ The same from the shell:
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 import duckdb
 
 import dpsql.local
+from dpsql import demo
 from planner.ldp import Mechanism, randomized_response
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent.parent / "shared" / "data" / "adult.csv"
 STATEMENTS = [
     "SELECT sex, race, COUNT(*) AS n FROM adult GROUP BY sex, race ORDER BY sex, race",
     'SELECT race, COUNT(*) AS n FROM adult WHERE "income>50K" = 1 GROUP BY race ORDER BY race',
@@ -44,10 +46,12 @@ def exact_counts(data: Path, sql: str) -> dict[tuple[object, ...], int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--data", type=Path, help="a CSV with the Adult extract's integer codes (default: generated)")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     arguments = parser.parse_args()
+    if arguments.data is None:
+        arguments.data = demo.write_files(tempfile.mkdtemp(), seed=arguments.seed)[0]
 
     survey = dpsql.local.design(HERE / "adult.yaml", STATEMENTS, arguments.epsilon, seed=arguments.seed)
     print(survey.describe(), "\n")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,17 +162,24 @@ def identity_plan(workload: Workload, privacy: Privacy, contributions: int = 1, 
     return Plan(candidate, (CandidateSummary(candidate.name, _detail(candidate), candidate.expected_error()),), contributions, distinct_cells)
 
 
-def plan(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> Plan:
+def plan(
+    workload: Workload,
+    privacy: Privacy,
+    contributions: int = 1,
+    distinct_cells: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> Plan:
     """The least-error plan among every strategy family for ``workload`` under ``privacy``.
 
     ``contributions`` bounds the rows one privacy unit adds; ``distinct_cells=True`` declares that those
     rows fall in distinct cells of every measured marginal (Gaussian L2 sensitivity √k for marginal groups).
+    ``progress(families_done, families_total)`` is called as the strategy families are priced.
     """
     if not isinstance(workload, Workload):
         raise TypeError(f"plan() needs a planner.Workload, got {type(workload).__name__}")
     if not isinstance(privacy, Privacy):
         raise TypeError(f"plan() needs a planner.Privacy, got {type(privacy).__name__}")
-    candidates = all_candidates(workload, privacy, contributions, distinct_cells)
+    candidates = all_candidates(workload, privacy, contributions, distinct_cells, progress=progress)
     best = choose(candidates)
     summaries = tuple(CandidateSummary(c.name, _detail(c), c.expected_error()) for c in candidates)
     if not math.isfinite(best.expected_error()):

@@ -80,9 +80,11 @@ def all_candidates(
     contributions: int = 1,
     distinct_cells: bool = False,
     include_inconsistent: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Candidate]:
     """Every candidate of every applicable family; ``include_inconsistent`` adds bit-encoded Fourier on
-    padded attributes (never chosen, see ``CoefficientCandidate.consistent``; benchmarks report it)."""
+    padded attributes (never chosen, see ``CoefficientCandidate.consistent``; benchmarks report it).
+    ``progress`` is called as ``progress(families_done, families_total)`` after each family."""
     Sensitivity(contributions, distinct_cells)  # validates
     # marginal-type families need every factor block densely; without them, the summed identity (no
     # basis, any block size) keeps every workload of implicit blocks answerable
@@ -92,11 +94,13 @@ def all_candidates(
     families = own + [hierarchy.candidates, eigen.candidates, hats.candidates, ridge.candidates, *FAMILIES, lambda w, p, k: composite.candidates(w, p, k, distinct_cells)]
     found: list[Candidate] = []
     out_of_range: list[NoiseParameterError] = []
-    for family in families:
+    for done, family in enumerate(families, start=1):
         try:
             found.extend(family(workload, privacy, contributions))
         except NoiseParameterError as error:  # its integer rows would need noise beyond the exact samplers
             out_of_range.append(error)
+        if progress is not None:
+            progress(done, len(families))
     if not found:
         if out_of_range:
             raise NoCandidateError(

@@ -57,6 +57,13 @@ def make_adult(persons: int = 1200, seed: int = 7) -> pd.DataFrame:
     )
 
 
+@pytest.fixture(autouse=True)
+def user_data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The command line's per-user files (ledgers, shell history) go to a fresh directory, never $HOME."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg_data_home")))
+    yield
+
+
 @pytest.fixture(scope="session")
 def adult_schema() -> dict[str, object]:
     return ADULT_SCHEMA

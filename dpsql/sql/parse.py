@@ -11,8 +11,14 @@ clause at fault and saying what is supported. Parameters (``?``, PEP 249 ``qmark
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from sqlglot import exp
 
@@ -165,14 +171,42 @@ def first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
+_OTHER_PARAMSTYLES = re.compile(r"%\(\w+\)s|%s|(?<![:\w]):\w+|\$\d+")  # pyformat, format, named/numeric, $n
+_QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
+
+
+def check_paramstyle(sql: str) -> None:
+    """Say so when a statement that does not parse uses another driver's parameter style."""
+    found = _OTHER_PARAMSTYLES.search(_QUOTED.sub("''", sql))
+    if found:
+        raise ProgrammingError(
+            f"{found.group(0)!r} is a parameter placeholder of another paramstyle: dpsql's paramstyle is 'qmark', "
+            "write ? for each parameter and pass a sequence of values"
+        )
+
+
+def _text_position(node: exp.Expression) -> tuple[tuple[int, int], ...]:
+    """Where a node stands in the statement's text: sqlglot's argument order follows the clauses'
+    order (WHERE before LIMIT), whereas its tree walk does not (it visits LIMIT first)."""
+    path = []
+    while node.parent is not None:
+        clauses = list(type(node.parent).arg_types)
+        path.append((clauses.index(node.arg_key) if node.arg_key in clauses else len(clauses), node.index or 0))
+        node = node.parent
+    return tuple(reversed(path))
+
+
 def bind_parameters(statement: exp.Expression, parameters: Sequence[object] | None) -> None:
     """Replace the ``?`` placeholders of ``statement`` (in text order) by literals, in place."""
-    placeholders = [node for node in statement.walk(bfs=False) if isinstance(node, exp.Placeholder)]
+    placeholders = sorted((n for n in statement.walk() if isinstance(n, exp.Placeholder)), key=_text_position)
     given = () if parameters is None else parameters
     if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
         raise ProgrammingError("parameters must be a sequence (paramstyle 'qmark': one value per '?')")
     if any(p.this for p in placeholders):
-        raise ProgrammingError("named parameters are not supported; use '?' placeholders (paramstyle 'qmark')")
+        raise ProgrammingError(
+            "named or numbered parameters (:name, $1) are not supported: dpsql's paramstyle is 'qmark', "
+            "write ? for each parameter and pass a sequence of values"
+        )
     if len(placeholders) != len(given):
         raise ProgrammingError(f"the statement has {len(placeholders)} '?' placeholder(s) but {len(given)} parameter(s) were given")
     for placeholder, value in zip(placeholders, given):
@@ -180,16 +214,29 @@ def bind_parameters(statement: exp.Expression, parameters: Sequence[object] | No
 
 
 def _literal_node(value: object) -> exp.Expression:
+    """A parameter as a SQL literal: numpy scalars as their Python values, ``Decimal`` as a number,
+    ``date``/``datetime``/``time`` as their ISO-8601 text (compare with categories written that way)."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float, decimal.Decimal)):
+        if not math.isfinite(value):
+            raise ProgrammingError(f"a parameter must be a finite number, got {value!r}")
         node = exp.Literal.number(abs(value))
         return exp.Neg(this=node) if value < 0 else node
+    if isinstance(value, datetime.datetime):
+        return exp.Literal.string(value.isoformat(sep=" "))
+    if isinstance(value, (datetime.date, datetime.time)):
+        return exp.Literal.string(value.isoformat())
     if isinstance(value, str):
         return exp.Literal.string(value)
-    raise ProgrammingError(f"unsupported parameter type {type(value).__name__}; use str, int, float, bool or None")
+    raise ProgrammingError(
+        f"unsupported parameter type {type(value).__name__}; use str, int, float, bool, None, a numpy scalar, "
+        "Decimal, or a date/datetime/time (bound as ISO-8601 text)"
+    )
 
 
 def count_argument(node: exp.Count, column: Callable[[exp.Expression, str], str]) -> str | None:
@@ -326,6 +373,8 @@ class BranchChecker:
     def _predicate(self, node: exp.Expression) -> Predicate:
         if isinstance(node, exp.Paren):
             return self._predicate(node.this)
+        if isinstance(node, exp.Column):  # a BOOLEAN column on its own: WHERE paid means paid = TRUE
+            return Comparison(self._column(node, "WHERE"), "=", True)
         if isinstance(node, (exp.And, exp.Or)):
             operands = tuple(self._predicate(part) for part in node.flatten())
             return And(operands) if isinstance(node, exp.And) else Or(operands)

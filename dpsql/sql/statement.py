@@ -26,7 +26,7 @@ from sqlglot.errors import SqlglotError
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.grouping import MAX_GROUPING_SETS, Constant, GroupingSet, Slot, split_select
-from dpsql.sql.parse import SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, first_line
+from dpsql.sql.parse import SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
 _ANALYZE = re.compile(r"^\s*ANALYZE\b", re.IGNORECASE)
@@ -83,6 +83,7 @@ def parse_text(sql: object) -> ParsedText:
     try:
         trees = tuple(t for t in sqlglot.parse(body, read="duckdb") if t is not None)
     except SqlglotError as error:
+        check_paramstyle(body)
         raise ProgrammingError(f"cannot parse SQL: {first_line(error)}; check the syntax there. {SUPPORTED}") from error
     except (RecursionError, ValueError, TypeError) as error:  # sqlglot's own limits on odd input
         raise ProgrammingError(f"cannot parse SQL: {type(error).__name__}; check the syntax. {SUPPORTED}") from error

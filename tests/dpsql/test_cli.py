@@ -35,7 +35,7 @@ def _run(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int,
 
 def test_query_prints_rows_with_standard_errors(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     with dpsql.testing.noise_disabled():
-        code, out, err = _run(["query", "--data", files["data"], "--schema", files["schema"], "--epsilon", "0.5", "--format", "json", QUERY], capsys)
+        code, out, err = _run(["query", "--data", files["data"], "--schema", files["schema"], "--budget-epsilon", "0.5", "--epsilon", "0.5", "--format", "json", QUERY], capsys)
     assert code == 0
     rows = json.loads(out)
     assert [(r["sex"], round(r["n"], 6)) for r in rows] == [("F", 3.0), ("M", 1.0)]
@@ -46,7 +46,7 @@ def test_query_prints_rows_with_standard_errors(files: dict[str, str], capsys: p
 
 
 def test_query_csv_and_table_formats(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    common = ["query", "--data", files["data"], "--schema", files["schema"], "--epsilon", "0.5", QUERY]
+    common = ["query", "--data", files["data"], "--schema", files["schema"], "--budget-epsilon", "5", "--epsilon", "0.5", QUERY]
     code, out, _ = _run(common + ["--format", "csv"], capsys)
     assert code == 0
     table = list(csv.reader(io.StringIO(out)))
@@ -67,10 +67,10 @@ def test_ledger_is_shared_across_calls(files: dict[str, str], capsys: pytest.Cap
 
 
 def test_bad_input_exits_with_a_one_line_message(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    common = ["query", "--data", files["data"], "--schema", files["schema"], "--epsilon", "0.5"]
+    common = ["query", "--data", files["data"], "--schema", files["schema"], "--budget-epsilon", "1", "--epsilon", "0.5"]
     code, _, err = _run(common + ["SELECT * FROM people"], capsys)
     assert code == cli.EXIT_BAD_INPUT and err.startswith("dpsql: NotSupportedError: SELECT *")
-    code, _, err = _run(["query", "--data", files["data"] + ".missing.csv", "--schema", files["schema"], "--epsilon", "1", QUERY], capsys)
+    code, _, err = _run(["query", "--data", files["data"] + ".missing.csv", "--schema", files["schema"], "--budget-epsilon", "1", "--epsilon", "1", QUERY], capsys)
     assert code == cli.EXIT_BAD_INPUT and "no such data file" in err
 
 
