@@ -344,7 +344,7 @@ def _concatenated(results: list[ResultSet]) -> ResultSet:
         results[0].description,
         [row for r in results for row in r.rows],
         [error for r in results for error in r.errors],
-        results[-1].explanation,
+        results[-1].explained_by,
     )
 
 

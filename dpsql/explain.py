@@ -34,7 +34,6 @@ import planner
 from dpsql.request import Prepared
 from dpsql.result import ResultSet
 from dpsql.schema import OUT_OF_DOMAIN_RULE
-from dpsql.session import Session
 from dpsql.types import NUMBER, STRING
 from planner.select import BoundUnavailableError
 
@@ -77,7 +76,7 @@ _HOW = {
 }
 
 
-def explain_rows(session: Session, prepared: Prepared) -> list[ExplainRow]:
+def explain_rows(prepared: Prepared) -> list[ExplainRow]:
     """The rows of the module docstring for a prepared request (reads no data, charges nothing)."""
     request, batch, decision = prepared.request, prepared.batch, prepared.decision
     rows = [ExplainRow("statement", str(i + 1), w, s.sql) for i, (s, w) in enumerate(zip(request.statements, request.weights))]
@@ -94,19 +93,18 @@ def explain_rows(session: Session, prepared: Prepared) -> list[ExplainRow]:
         return rows
     if prepared.selection is not None:
         return rows + _selection_rows(prepared)
-    if prepared.keyed is not None:
-        cached = session.keys.get(prepared.table, prepared.keyed) or ()
-        rows.append(ExplainRow("keys", "cached", float(len(cached)), f"of {prepared.keyed!r}, from the cached key set: no selection"))
+    if prepared.cached_keys is not None:
+        rows.append(ExplainRow("keys", "cached", float(prepared.cached_keys), f"of {prepared.keyed!r}, from the cached key set: no selection"))
     if decision.plan is None:
         rows.append(ExplainRow("cost", cost_name, 0.0, "answered from kept measurements by GLS: nothing is charged"))
-        count = session.store.measurement_count(prepared.rows)
+        count = decision.kept_measurements
         rows.append(ExplainRow("strategy", "kept measurements", None, f"{count} measurement(s) kept on these rows"))
     else:
         value = prepared.cost.epsilon if prepared.cost.epsilon is not None else prepared.cost.rho
         kept = f"; {len(decision.kept)} of {len(batch.workload.products)} products answered from kept measurements" if decision.kept else ""
         rows.append(ExplainRow("cost", cost_name, float(value), f"charged once when executed{kept}"))
         rows += plan_rows(decision.plan)
-    rows += _query_rows(session, prepared)
+    rows += _query_rows(prepared)
     if decision.plan is not None:
         rows += error_rows(decision.plan)
     return rows
@@ -134,15 +132,14 @@ def error_rows(plan: planner.Plan) -> list[ExplainRow]:
     return rows
 
 
-def _query_rows(session: Session, prepared: Prepared) -> list[ExplainRow]:
+def _query_rows(prepared: Prepared) -> list[ExplainRow]:
     """Expected RMSE per grouping set: the plan's for measured products, GLS's from what is kept otherwise."""
     workload, decision = prepared.batch.workload, prepared.decision
     assert workload is not None
     variances: dict[int, np.ndarray] = {}
     if decision.plan is not None:
         variances.update(zip(decision.measured, decision.plan.query_variances()))
-    if decision.kept:
-        variances.update({i: v for i, (_, v) in session.store.answer(prepared.rows, workload, decision.kept).items()})
+    variances.update(decision.kept_variances)
     rows = []
     for number, compiled in enumerate(prepared.batch.statements, start=1):
         for branch, query, first in zip(compiled.statement.branches, compiled.branches, compiled.first_products):
@@ -182,21 +179,29 @@ def _selection_rows(prepared: Prepared) -> list[ExplainRow]:
     ]
 
 
-def explain_result(session: Session, prepared: Prepared) -> ResultSet:
-    rows = explain_rows(session, prepared)
+def explain_result(prepared: Prepared) -> ResultSet:
+    rows = explain_rows(prepared)
     return ResultSet(DESCRIPTION, [r.as_tuple() for r in rows], [(None,) * 4] * len(rows), render(rows))
 
 
-def explanation(session: Session, prepared: Prepared, outcome: Outcome) -> str:
-    """``cursor.explanation`` after release: the EXPLAIN rows and what happened."""
-    rows = explain_rows(session, prepared)
-    rows.append(ExplainRow("answered", outcome.how, None, _HOW[outcome.how]))
-    if outcome.released is not None:
-        rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {prepared.keyed!r}, newly selected and cached on the connection"))
-    if outcome.plan is not None:
-        rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
-    text = render(rows)
-    return text if outcome.note is None else f"{text}\n{outcome.note}"
+@dataclass(frozen=True)
+class Explanation:
+    """``cursor.explanation`` after release, rendered when read: the EXPLAIN rows of the prepared request
+    (the plan as it was when the statement was prepared) and what release did."""
+
+    prepared: Prepared
+    outcome: Outcome
+
+    def __str__(self) -> str:
+        outcome = self.outcome
+        rows = explain_rows(self.prepared)
+        rows.append(ExplainRow("answered", outcome.how, None, _HOW[outcome.how]))
+        if outcome.released is not None:
+            rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {self.prepared.keyed!r}, newly selected and cached on the connection"))
+        if outcome.plan is not None:
+            rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
+        text = render(rows)
+        return text if outcome.note is None else f"{text}\n{outcome.note}"
 
 
 def render(rows: list[ExplainRow]) -> str:

@@ -35,7 +35,7 @@ import planner
 from dpsql import keys, nonnegative, testing
 from dpsql.accountant import Cost
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
-from dpsql.explain import Outcome, explain_result, explanation
+from dpsql.explain import Explanation, Outcome, explain_result
 from dpsql.request import Decision, Prepared, Request, Selection
 from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain
@@ -145,6 +145,7 @@ def prepare(session: Session, request: Request) -> Prepared:
             )
     keyed, selecting = _keyed_column(session, table, request.statements)
     schema = table.schema
+    cached = None
     if keyed is not None:
         cached = session.keys.get(table, keyed)
         domain = keys.placeholder_domain(keyed) if selecting else keys.keys_domain(keyed, cached)  # type: ignore[arg-type]
@@ -169,7 +170,8 @@ def prepare(session: Session, request: Request) -> Prepared:
     fresh = session.plan(batch.workload, privacy, table.schema.contributions)
     _check_spent(fresh.privacy, privacy)
     decision = _decision(session, batch.workload, fresh, rows, privacy, table, request.cost is not None)
-    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, cost if decision.plan is not None else _free(cost))
+    spent = cost if decision.plan is not None else _free(cost)
+    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached))
 
 
 def _unit_cost(session: Session) -> Cost:
@@ -291,20 +293,22 @@ def _decision(
         return Decision(fresh, everything, (), fresh)
     covered = session.store.covered(rows, workload)
     candidates = tuple(i for i in everything if covered[i])
-    kept_variances = session.store.answer(rows, workload, candidates)
+    answered = session.store.answer(rows, workload, candidates)
     fresh_variances = fresh.query_variances()
     kept = tuple(
         i for i in candidates
-        if np.all(kept_variances[i][1] <= fresh_variances[i] * (1 + RELATIVE_TOLERANCE) + 1e-12)
+        if np.all(answered[i][1] <= fresh_variances[i] * (1 + RELATIVE_TOLERANCE) + 1e-12)
     )
+    variances = {i: answered[i][1] for i in kept}
+    count = session.store.measurement_count(rows)
     measured = tuple(i for i in everything if i not in kept)
     if not measured:
-        return Decision(None, (), kept, fresh)
+        return Decision(None, (), kept, fresh, variances, count)
     if not kept:
-        return Decision(fresh, everything, (), fresh)
+        return Decision(fresh, everything, (), fresh, {}, count)
     plan = session.plan(Workload(workload.domain, tuple(workload.products[i] for i in measured)), privacy, table.schema.contributions)
     _check_spent(plan.privacy, privacy)
-    return Decision(plan, measured, kept, fresh)
+    return Decision(plan, measured, kept, fresh, variances, count)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -321,7 +325,7 @@ def release(session: Session, prepared: Prepared) -> list[ResultSet]:
     """Release a prepared request under the one charge rule (module doc)."""
     session.check_open()
     if prepared.request.explain:
-        return [explain_result(session, prepared)]
+        return [explain_result(prepared)]
     batch = prepared.batch
     if batch.workload is None:
         return _with_explanation(session, prepared, batch.results([], []), Outcome("zero"))
@@ -507,5 +511,7 @@ def _finished(
 
 
 def _with_explanation(session: Session, prepared: Prepared, results: list[ResultSet], outcome: Outcome) -> list[ResultSet]:
-    text = explanation(session, prepared, outcome)
+    """The results, explained on demand (the text is a pure function of the prepared request and what
+    release did: rendering it, SVD bound included, costs nothing until someone reads it)."""
+    text = Explanation(prepared, outcome)
     return [result.explained(text) for result in results]

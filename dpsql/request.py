@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
 
 import planner
 from dpsql.accountant import Cost
@@ -48,6 +50,8 @@ class Decision:
     measured: tuple[int, ...]
     kept: tuple[int, ...]
     fresh: planner.Plan | None  # the plan of the whole workload at the requested cost
+    kept_variances: Mapping[int, np.ndarray] = field(default_factory=dict)  # GLS variances of ``kept`` from what was kept
+    kept_measurements: int = 0  # measurements kept on these rows when prepared
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class Prepared:
     selection: Selection | None  # keys selected by this statement
     decision: Decision
     cost: Cost  # what release charges when it reads
+    cached_keys: int | None = None  # size of the released key set the statement uses (not selecting)
 
     @property
     def plan(self) -> planner.Plan | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from statistics import NormalDist
 
 import numpy as np
@@ -54,7 +55,12 @@ class ResultSet(ResultFrames):
     description: tuple[tuple[object, ...], ...]
     rows: list[Row]
     errors: list[Row]
-    explanation: str = ""
+    explained_by: object = ""  # the explanation, or an object rendering it when read (``str()``)
+
+    @cached_property
+    def explanation(self) -> str:
+        """How the statement was answered (rendered on first read)."""
+        return str(self.explained_by)
 
     def fetchall(self) -> list[Row]:
         return list(self.rows)
@@ -62,8 +68,8 @@ class ResultSet(ResultFrames):
     def confidence_interval(self, level: float = 0.95) -> list[tuple[Interval | None, ...]]:
         return confidence_intervals(self.rows, self.errors, level)
 
-    def explained(self, text: str) -> ResultSet:
-        return replace(self, explanation=text)
+    def explained(self, text: object) -> ResultSet:
+        return replace(self, explained_by=text)
 
     def _frame_source(self) -> FrameSource:
         return FrameSource(self.description, self.rows, self.errors, self.explanation)
