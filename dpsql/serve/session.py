@@ -1,0 +1,355 @@
+"""One client connection of an authenticated analyst: its statements through dpsql's public API.
+
+A statement takes this path (every step before the last reads no data):
+
+1. the middleware answers what is not a question about data — ``SET``/``SHOW dpsql.*``, transaction
+   control, ``version()``, the ``information_schema``/``pg_catalog`` queries of clients (from the served
+   tables' column names and types only);
+2. Bind/Describe: the statement runs on the *replica* (empty tables of the same schema, see
+   :mod:`dpsql.serve.tables`), which gives its typed columns and refuses bad SQL, unsupported SQL and
+   bad costs before anything is read;
+3. Execute: ``cursor.execute(sql, params, epsilon=..., rho=...)`` on the analyst's own dpsql
+   connection — the engine's one pipeline, which charges the analyst's durable ledger before it
+   releases a value — and the rows go out typed as Describe said.
+
+Blocking work runs in the server's thread pool, one job at a time per session: a cancelled or
+abandoned statement keeps running to its end (charged by the engine's rule if it read data) before the
+session starts another or closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pg_mimic import BOOL, FLOAT8, INT8, TEXT, PgError, Portal, ResultColumn, Session, Statement, StaticStatement
+from pg_mimic.middleware import DEFAULT_MIDDLEWARE, MiddlewareContext, resolve, static_select
+from pg_mimic.session import drain_rows
+from pg_mimic.stream import ConnectionClosed
+from pg_mimic import messages
+
+import dpsql
+from dpsql.serve.sqlstate import INVALID_PARAMETER_VALUE, as_pg_error
+from dpsql.serve.sqltext import SETTINGS, cost_comment, placeholders_to_qmark, tables_named
+
+if TYPE_CHECKING:
+    from dpsql.serve.server import Service
+
+T = TypeVar("T")
+DESCRIPTIONS_KEPT = 256  # statement texts whose columns a session remembers
+_INTEGER_OIDS = {20, 21, 23, 26}  # int8, int2, int4, oid
+_FLOAT_OIDS = {700, 701, 1700}  # float4, float8, numeric
+_TRUE, _FALSE = {"on", "true", "t", "yes", "1"}, {"off", "false", "f", "no", "0"}
+
+
+class AnalystSession(Session):
+    """pg-mimic's session for one client connection; ``service`` holds what all sessions share."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.analyst: Any = None
+        self.engines: Any = None
+        self.settings: dict[str, str] = {}  # SET dpsql.<name>
+        self._descriptions: OrderedDict[str, list[ResultColumn]] = OrderedDict()
+        self._busy: asyncio.Future[Any] | None = None
+
+    middleware = (None,)  # set below, after the middleware functions are defined
+
+    async def init(self, connection: Any) -> None:
+        await super().init(connection)
+        self.analyst = self.service.analysts[connection.username]  # authentication passed: a configured analyst
+        try:
+            self.engines = await self.blocking(self.service.tables.open, self.analyst, self.service.ledger_path(self.analyst))
+        except BaseException as error:  # tell the client why, then hang up
+            problem = as_pg_error(error)
+            connection.stream.write(messages.make_error_response({"S": "FATAL", "V": "FATAL", "C": problem.sqlstate, "M": problem.message}))
+            await connection.stream.drain()
+            raise ConnectionClosed from error
+        self.service.sessions.add(self)
+
+    async def schema(self) -> dict[str, dict[str, str]]:
+        return self.service.catalog
+
+    async def prepare(self, sql: str, param_oids: list[int | None]) -> Statement:
+        answered = await resolve(self._connection, sql, param_oids, self.middleware)
+        return answered if answered is not None else DpsqlStatement(self, sql, param_oids)
+
+    async def close(self) -> None:
+        if self._busy is not None and not self._busy.done():
+            await asyncio.wait([self._busy])
+        if self.engines is not None:
+            engines, self.engines = self.engines, None
+            await asyncio.get_running_loop().run_in_executor(self.service.executor, engines.close)
+        self.service.sessions.discard(self)
+
+    async def blocking(self, function: Callable[..., T], *arguments: object) -> T:
+        """``function(*arguments)`` in the server's thread pool, after this session's previous job."""
+        if self._busy is not None and not self._busy.done():
+            await asyncio.wait([self._busy])
+        self._busy = asyncio.get_running_loop().run_in_executor(self.service.executor, function, *arguments)
+        try:
+            return await asyncio.shield(self._busy)
+        except (dpsql.Error, PgError) as error:
+            raise error if isinstance(error, PgError) else as_pg_error(error) from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - nothing but a PgError may reach the client
+            raise as_pg_error(error) from None
+
+    # -- statements ---------------------------------------------------------------------------------
+    def _options(self, sql: str) -> dict[str, object]:
+        """The keyword arguments of ``cursor.execute``: the statement's comment, else SET dpsql.*, else
+        the analyst's defaults (the connection's ``default_epsilon``)."""
+        chosen = {**self.settings, **cost_comment(sql)}
+        if "epsilon" in cost_comment(sql):
+            chosen.pop("rho", None)
+        elif "rho" in cost_comment(sql):
+            chosen.pop("epsilon", None)
+        options: dict[str, object] = {}
+        for name in ("epsilon", "rho"):
+            if name in chosen:
+                options[name] = _positive(chosen[name], name)
+        if "non_negative" in chosen:
+            options["non_negative"] = _boolean(chosen["non_negative"], "non_negative")
+        return options
+
+    def _execute(self, connection: dpsql.Connection, sql: str, parameters: Sequence[object] | None) -> dpsql.Cursor:
+        text, order = placeholders_to_qmark(sql)
+        bound = [parameters[i] if parameters is not None and i < len(parameters) else None for i in order] if order else None
+        cursor = connection.cursor()
+        cursor.execute(text, bound, **self._options(sql))  # type: ignore[arg-type]
+        return cursor
+
+    async def describe(self, sql: str, parameters: Sequence[object] | None) -> list[ResultColumn]:
+        """The statement's typed columns, from the replica (reads nothing, spends nothing real)."""
+        known = self._descriptions.get(sql)
+        if known is None:
+            known = await self.blocking(self._describe_now, sql, parameters)
+            self._descriptions[sql] = known
+            while len(self._descriptions) > DESCRIPTIONS_KEPT:
+                self._descriptions.popitem(last=False)
+        return known
+
+    def _describe_now(self, sql: str, parameters: Sequence[object] | None) -> list[ResultColumn]:
+        cursor = self._execute(self.engines.replica, sql, parameters)
+        return result_columns(cursor.description, cursor.fetchall())
+
+    async def run(self, sql: str, parameters: Sequence[object] | None, columns: list[ResultColumn]) -> list[tuple[object, ...]]:
+        """The released rows, typed as ``columns`` (the replica's description of the same statement)."""
+        return await self.blocking(self._run_now, sql, parameters, columns)
+
+    def _run_now(self, sql: str, parameters: Sequence[object] | None, columns: list[ResultColumn]) -> list[tuple[object, ...]]:
+        engines = self.engines
+        connection = engines.data[0][0] if len(engines.data) == 1 else engines.for_tables(tables_named(sql))
+        cursor = self._execute(connection, sql, parameters)
+        # released and charged: from here on nothing may fail
+        return [tuple(_typed(value, column.oid) for value, column in zip(row, columns)) for row in cursor.fetchall()]
+
+    def remaining(self) -> dpsql.Remaining:
+        return self.engines.data[0][0].budget_remaining()
+
+
+class DpsqlStatement(Statement):
+    """A statement for dpsql. pg-mimic binds a portal and then asks the statement for its columns
+    (``bind`` then ``describe``), so ``describe`` uses the parameters bound last; a Describe before any
+    Bind describes it with NULL parameters."""
+
+    def __init__(self, session: AnalystSession, sql: str, param_oids: list[int | None]) -> None:
+        self.session = session
+        self.sql = sql
+        self.param_oids = param_oids
+        self._bound: list[object] | None = None
+
+    async def describe(self) -> list[ResultColumn] | None:
+        return await self.session.describe(self.sql, self._bound)
+
+    def bind(self, params: list[str | None]) -> Portal:
+        self._bound = [_parameter(value, self.param_oids[i] if i < len(self.param_oids) else None) for i, value in enumerate(params)]
+        return DpsqlPortal(self, self._bound)
+
+
+class DpsqlPortal(Portal):
+    def __init__(self, statement: DpsqlStatement, parameters: list[object]) -> None:
+        self.statement = statement
+        self.parameters = parameters
+        self._rows: Any = None
+
+    async def execute(self, max_rows: int) -> tuple[list[tuple[object, ...]], bool]:
+        if self._rows is None:
+            session = self.statement.session
+            columns = await session.describe(self.statement.sql, self.parameters)
+            released = await session.run(self.statement.sql, self.parameters, columns)
+            self._rows = _iterate(released)
+        return await drain_rows(self._rows, max_rows)
+
+
+async def _iterate(rows: list[tuple[object, ...]]) -> Any:
+    for row in rows:
+        yield row
+
+
+def result_columns(description: Sequence[Sequence[object]] | None, rows: Sequence[Sequence[object]]) -> list[ResultColumn]:
+    """PostgreSQL columns for a dpsql result: int8, float8, bool or text from the values the schema's
+    domain produces; a column without values (an empty result) is float8 for numbers, else text."""
+    columns = []
+    for index, column in enumerate(description or ()):
+        values = [row[index] for row in rows if row[index] is not None]
+        if values and all(isinstance(v, bool) for v in values):
+            oid = BOOL
+        elif values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            oid = INT8
+        elif values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            oid = FLOAT8
+        elif values:
+            oid = TEXT
+        else:
+            oid = FLOAT8 if column[1] == dpsql.NUMBER else TEXT
+        columns.append(ResultColumn(str(column[0]), oid))
+    return columns
+
+
+def _typed(value: object, oid: int) -> object:
+    """``value`` as its column's type; never raises (it runs after the release)."""
+    if value is None:
+        return None
+    try:
+        if oid == FLOAT8:
+            return float(value)  # type: ignore[arg-type]
+        if oid == INT8 and float(value) == int(value):  # type: ignore[arg-type]
+            return int(value)  # type: ignore[arg-type]
+        if oid == BOOL:
+            return bool(value)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return value if oid != TEXT else str(value)
+
+
+def _parameter(value: object, oid: int | None) -> object:
+    """A bound parameter (pg-mimic hands them over as text) as the Python value its type means."""
+    if value is None or not isinstance(value, str):
+        return value
+    try:
+        if oid in _INTEGER_OIDS:
+            return int(value)
+        if oid in _FLOAT_OIDS:
+            number = float(value)
+            return int(number) if number.is_integer() and oid == 1700 and "." not in value else number
+    except ValueError as error:
+        raise PgError("22P02", f"invalid number in a parameter: {value!r}") from error
+    if oid == 16:
+        return _boolean(value, "a boolean parameter")
+    return value
+
+
+def _positive(text: str, name: str) -> float:
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number <= 0:
+        raise PgError(INVALID_PARAMETER_VALUE, f"dpsql.{name} must be a positive number, got {text!r}")
+    return number
+
+
+def _boolean(text: str, name: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in _TRUE | _FALSE:
+        return lowered in _TRUE
+    raise PgError(INVALID_PARAMETER_VALUE, f"{name} must be on or off, got {text!r}")
+
+
+# -- middleware: what the server answers itself -------------------------------------------------------
+_SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?dpsql\.(\w+)\s*(?:=|TO)\s*(.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
+_RESET = re.compile(r"^\s*RESET\s+dpsql\.(\w+)\s*;?\s*$", re.IGNORECASE)
+_SHOW = re.compile(r"^\s*SHOW\s+dpsql\.(\w+)\s*;?\s*$", re.IGNORECASE)
+_DEALLOCATE = re.compile(r"^\s*DEALLOCATE\s+(?:PREPARE\s+)?(\w+|\"[^\"]+\")\s*;?\s*$", re.IGNORECASE)
+_DISCARD = re.compile(r"^\s*(?:DISCARD\s+(?:ALL|PLANS|SEQUENCES|TEMP|TEMPORARY)|RESET\s+ALL)\s*;?\s*$", re.IGNORECASE)
+_BUDGET_COLUMNS = [ResultColumn("epsilon", FLOAT8), ResultColumn("delta", FLOAT8), ResultColumn("rho", FLOAT8)]
+
+
+def _session(context: MiddlewareContext) -> AnalystSession:
+    return context.connection.session
+
+
+def _setting_name(name: str) -> str:
+    lowered = name.lower()
+    if lowered not in SETTINGS:
+        raise PgError("42704", f'unrecognized configuration parameter "dpsql.{name}" (dpsql has {", ".join(SETTINGS)} and budget)')
+    return lowered
+
+
+async def dpsql_settings(context: MiddlewareContext) -> Statement | None:
+    """``SET dpsql.epsilon = 0.1`` (also ``rho``, ``non_negative``), ``RESET dpsql.x``, ``SHOW dpsql.x``
+    and ``SHOW dpsql.budget`` (what is left: ε, δ, ρ)."""
+    session = _session(context)
+    if match := _SET.match(context.sql):
+        name, value = _setting_name(match.group(1)), match.group(2).strip().strip("'\"")
+        if value.upper() == "DEFAULT":
+            return StaticStatement(context.sql, None, [], lambda: session.settings.pop(name, None))
+        _positive(value, name) if name != "non_negative" else _boolean(value, "dpsql.non_negative")
+        exclusive = {"epsilon": "rho", "rho": "epsilon"}.get(name)
+
+        def apply() -> None:
+            session.settings[name] = value
+            session.settings.pop(exclusive or "", None)
+
+        return StaticStatement(context.sql, None, [], apply)
+    if match := _RESET.match(context.sql):
+        name = _setting_name(match.group(1))
+        return StaticStatement(context.sql, None, [], lambda: session.settings.pop(name, None))
+    if match := _SHOW.match(context.sql):
+        if match.group(1).lower() == "budget":
+            return _Computed(context.sql, _BUDGET_COLUMNS, session, lambda: [_budget_row(session.remaining())])
+        name = _setting_name(match.group(1))
+        default = {"epsilon": session.analyst.default_epsilon, "non_negative": "off"}.get(name)
+        value = session.settings.get(name, "" if default is None else str(default))
+        return StaticStatement(context.sql, [ResultColumn(f"dpsql.{name}", TEXT)], [(value,)])
+    return None
+
+
+async def housekeeping(context: MiddlewareContext) -> Statement | None:
+    """What drivers send to tidy up: ``DEALLOCATE`` (psycopg, JDBC), ``DISCARD ALL`` and ``RESET ALL`` (pools)."""
+    connection = context.connection
+    if match := _DEALLOCATE.match(context.sql):
+        name = match.group(1).strip('"')
+        if name.upper() == "ALL":
+            return StaticStatement(context.sql, None, [], connection.statements.clear)
+        return StaticStatement(context.sql, None, [], lambda: connection.statements.pop(name, None))
+    if _DISCARD.match(context.sql):
+        session = _session(context)
+        return StaticStatement(context.sql, None, [], session.settings.clear)
+    return None
+
+
+def _budget_row(remaining: dpsql.Remaining) -> tuple[float, float, float]:
+    return (float(remaining.epsilon), float(remaining.delta), float(remaining.rho))
+
+
+class _Computed(Statement):
+    """A statement whose rows are computed when it is executed (in the thread pool)."""
+
+    def __init__(self, sql: str, columns: list[ResultColumn], session: AnalystSession, rows: Callable[[], list[tuple[object, ...]]]) -> None:
+        self.sql, self.param_oids, self._columns, self._session, self._rows = sql, [], columns, session, rows
+
+    async def describe(self) -> list[ResultColumn] | None:
+        return self._columns
+
+    def bind(self, params: list[str | None]) -> Portal:
+        statement = self
+
+        class _Portal(Portal):
+            rows: Any = None
+
+            async def execute(self, max_rows: int) -> tuple[list[tuple[object, ...]], bool]:
+                if self.rows is None:
+                    self.rows = _iterate(await statement._session.blocking(statement._rows))
+                return await drain_rows(self.rows, max_rows)
+
+        return _Portal()
+
+
+AnalystSession.middleware = (dpsql_settings, housekeeping, *DEFAULT_MIDDLEWARE, static_select)
