@@ -144,6 +144,28 @@ class BoundedStream(PgStream):
             raise ConnectionClosed(message)
 
 
+class AnalystConnection(Connection):
+    """pg-mimic's connection, with the session opened (the analyst's ledger and tables) between
+    authentication and the first ReadyForQuery, so a client is told it is connected only once it can
+    be served — or gets the FATAL error saying why not."""
+
+    async def run(self) -> None:
+        try:
+            if not await self._authenticate():
+                return
+            self.session._connection = self  # type: ignore[attr-defined]
+            await self.session.init(self)
+            await self._send_startup_completion()
+            await self._command_loop()
+        except ConnectionClosed:
+            pass
+        finally:
+            try:
+                await self.session.close()
+            finally:
+                await self.stream.close()
+
+
 class DpsqlPgServer(PgServer):
     """pg-mimic's server with TLS (SSLRequest → ``S`` and a TLS handshake; plain connections refused
     when TLS is configured) and :class:`BoundedStream` framing. It overrides pg-mimic's connection
@@ -169,7 +191,7 @@ class DpsqlPgServer(PgServer):
             return
         session = self.session_factory()
         pid = self._allocate_pid()
-        connection = Connection(stream, session, self, pid, struct.unpack("!i", os.urandom(4))[0], startup)  # type: ignore[arg-type]
+        connection = AnalystConnection(stream, session, self, pid, struct.unpack("!i", os.urandom(4))[0], startup)  # type: ignore[arg-type]
         self._connections[pid] = connection
         try:
             await connection.run()

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pg_mimic import BOOL, FLOAT8, INT8, TEXT, PgError, Portal, ResultColumn, Session, Statement, StaticStatement
+from sqlglot import exp
 from pg_mimic.middleware import DEFAULT_MIDDLEWARE, MiddlewareContext, resolve, static_select
 from pg_mimic.session import drain_rows
 from pg_mimic.stream import ConnectionClosed
@@ -34,7 +35,7 @@ from pg_mimic import messages
 
 import dpsql
 from dpsql.serve.sqlstate import INVALID_PARAMETER_VALUE, as_pg_error
-from dpsql.serve.sqltext import SETTINGS, cost_comment, placeholders_to_qmark, tables_named
+from dpsql.serve.sqltext import SETTINGS, cost_comment, has_parameters, inline_parameters, placeholders_to_qmark, tables_named
 
 if TYPE_CHECKING:
     from dpsql.serve.server import Service
@@ -43,6 +44,7 @@ T = TypeVar("T")
 DESCRIPTIONS_KEPT = 256  # statement texts whose columns a session remembers
 _INTEGER_OIDS = {20, 21, 23, 26}  # int8, int2, int4, oid
 _FLOAT_OIDS = {700, 701, 1700}  # float4, float8, numeric
+_CATALOG = re.compile(r"\b(pg_catalog|information_schema)\s*\.", re.IGNORECASE)
 _TRUE, _FALSE = {"on", "true", "t", "yes", "1"}, {"off", "false", "f", "no", "0"}
 
 
@@ -56,8 +58,6 @@ class AnalystSession(Session):
         self.settings: dict[str, str] = {}  # SET dpsql.<name>
         self._descriptions: OrderedDict[str, list[ResultColumn]] = OrderedDict()
         self._busy: asyncio.Future[Any] | None = None
-
-    middleware = (None,)  # set below, after the middleware functions are defined
 
     async def init(self, connection: Any) -> None:
         await super().init(connection)
@@ -75,6 +75,8 @@ class AnalystSession(Session):
         return self.service.catalog
 
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Statement:
+        if _CATALOG.search(sql) and has_parameters(sql):
+            return ParameterisedCatalog(self, sql, param_oids)
         answered = await resolve(self._connection, sql, param_oids, self.middleware)
         return answered if answered is not None else DpsqlStatement(self, sql, param_oids)
 
@@ -170,6 +172,48 @@ class DpsqlStatement(Statement):
     def bind(self, params: list[str | None]) -> Portal:
         self._bound = [_parameter(value, self.param_oids[i] if i < len(self.param_oids) else None) for i, value in enumerate(params)]
         return DpsqlPortal(self, self._bound)
+
+
+class ParameterisedCatalog(Statement):
+    """A catalog query with ``$n`` parameters (SQLAlchemy's reflection sends them): the middleware
+    answers catalog queries from their text, so the bound values are written into it as literals."""
+
+    def __init__(self, session: AnalystSession, sql: str, param_oids: list[int | None]) -> None:
+        self.session, self.sql, self.param_oids = session, sql, param_oids
+        self._bound: list[str | None] = [None] * len(param_oids)  # pg-mimic describes right after a bind
+
+    async def answer(self, params: list[str | None]) -> Statement:
+        literals = [_literal(value, self.param_oids[i] if i < len(self.param_oids) else None) for i, value in enumerate(params)]
+        answer = await resolve(self.session._connection, inline_parameters(self.sql, literals), [], self.session.middleware)
+        if answer is None:
+            raise PgError("0A000", "dpsql answers parameterised statements on pg_catalog and information_schema only as catalog queries")
+        return answer
+
+    async def describe(self) -> list[ResultColumn] | None:
+        return await (await self.answer(self._bound)).describe()
+
+    def bind(self, params: list[str | None]) -> Portal:
+        self._bound = params
+        return _CatalogPortal(self, params)
+
+
+class _CatalogPortal(Portal):
+    def __init__(self, statement: ParameterisedCatalog, params: list[str | None]) -> None:
+        self.statement, self.params = statement, params
+        self._portal: Portal | None = None
+
+    async def execute(self, max_rows: int) -> tuple[list[tuple[object, ...]], bool]:
+        if self._portal is None:
+            self._portal = (await self.statement.answer(self.params)).bind([])
+        return await self._portal.execute(max_rows)
+
+
+def _literal(value: object, oid: int | None) -> str:
+    if value is None:
+        return "NULL"
+    if oid in _INTEGER_OIDS | _FLOAT_OIDS and re.fullmatch(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?", str(value)):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
 
 
 class DpsqlPortal(Portal):
@@ -268,6 +312,9 @@ _RESET = re.compile(r"^\s*RESET\s+dpsql\.(\w+)\s*;?\s*$", re.IGNORECASE)
 _SHOW = re.compile(r"^\s*SHOW\s+dpsql\.(\w+)\s*;?\s*$", re.IGNORECASE)
 _DEALLOCATE = re.compile(r"^\s*DEALLOCATE\s+(?:PREPARE\s+)?(\w+|\"[^\"]+\")\s*;?\s*$", re.IGNORECASE)
 _DISCARD = re.compile(r"^\s*(?:DISCARD\s+(?:ALL|PLANS|SEQUENCES|TEMP|TEMPORARY)|RESET\s+ALL)\s*;?\s*$", re.IGNORECASE)
+_TRANSACTION = re.compile(r"^\s*SET\s+(?:SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANSACTION\b.*$", re.IGNORECASE | re.DOTALL)
+_SAVEPOINT = re.compile(r"^\s*(SAVEPOINT|RELEASE|ROLLBACK\s+TO)\b", re.IGNORECASE)
+_SHOW_ISOLATION = re.compile(r"^\s*SHOW\s+(?:TRANSACTION\s+ISOLATION\s+LEVEL|transaction_isolation|default_transaction_isolation)\s*;?\s*$", re.IGNORECASE)
 _BUDGET_COLUMNS = [ResultColumn("epsilon", FLOAT8), ResultColumn("delta", FLOAT8), ResultColumn("rho", FLOAT8)]
 
 
@@ -312,17 +359,66 @@ async def dpsql_settings(context: MiddlewareContext) -> Statement | None:
 
 
 async def housekeeping(context: MiddlewareContext) -> Statement | None:
-    """What drivers send to tidy up: ``DEALLOCATE`` (psycopg, JDBC), ``DISCARD ALL`` and ``RESET ALL`` (pools)."""
+    """What drivers send around statements: ``DEALLOCATE`` (psycopg, JDBC), ``DISCARD ALL`` and ``RESET ALL``
+    (pools), savepoints (psycopg), ``SET TRANSACTION ...`` and ``SHOW transaction isolation level`` (SQLAlchemy)."""
     connection = context.connection
     if match := _DEALLOCATE.match(context.sql):
         name = match.group(1).strip('"')
         if name.upper() == "ALL":
             return StaticStatement(context.sql, None, [], connection.statements.clear)
         return StaticStatement(context.sql, None, [], lambda: connection.statements.pop(name, None))
+    if match := _SAVEPOINT.match(context.sql):  # psycopg's nested transactions; nothing to undo in a read-only session
+        if match.group(1).upper().startswith("ROLLBACK"):
+            return StaticStatement(context.sql, None, [], lambda: setattr(connection, "tx_status", b"T"))
+        return StaticStatement(context.sql, None, [])
+    if _TRANSACTION.match(context.sql):  # dpsql only reads: every isolation level is the same here
+        return StaticStatement(context.sql, None, [])
+    if _SHOW_ISOLATION.match(context.sql):
+        return StaticStatement(context.sql, [ResultColumn("transaction_isolation", TEXT)], [("read committed",)])
     if _DISCARD.match(context.sql):
         session = _session(context)
         return StaticStatement(context.sql, None, [], session.settings.clear)
     return None
+
+
+_VERSION = re.compile(r"^\s*SELECT\s+(?:pg_catalog\.)?version\s*\(\s*\)\s*(?:AS\s+(\w+)\s*)?;?\s*$", re.IGNORECASE)
+VERSION = "PostgreSQL 16.0 (dpsql serve: differentially private SQL; only SELECT ... COUNT ... GROUP BY statements)"
+
+
+async def server_version(context: MiddlewareContext) -> Statement | None:
+    """``SELECT version()`` in PostgreSQL's form (clients such as SQLAlchemy read the version from it)."""
+    match = _VERSION.match(context.sql)
+    if match is None:
+        return None
+    return StaticStatement(context.sql, [ResultColumn(match.group(1) or "version", TEXT)], [(VERSION,)])
+
+
+_QUALIFIED = re.compile(r"\bpg_catalog\.(?=\w+\s*\()", re.IGNORECASE)
+
+
+async def qualified_functions(context: MiddlewareContext) -> Statement | None:
+    """A table-less SELECT of ``pg_catalog.version()`` and the like (SQLAlchemy sends it on connect):
+    answered as the same SELECT without the qualifier."""
+    if context.select_without_tables() is None or not _QUALIFIED.search(context.sql):
+        return None
+    plain = _QUALIFIED.sub("", context.sql)
+    return await resolve(context.connection, plain, context.param_oids, (*DEFAULT_MIDDLEWARE, static_select))
+
+
+async def catalog_arrays(context: MiddlewareContext) -> Statement | None:
+    """``x = ANY (ARRAY[...])`` in a catalog query (SQLAlchemy's reflection) as ``x IN (...)``, which the
+    catalog's evaluator runs."""
+    expression = context.expression
+    if expression is None or not _CATALOG.search(context.sql):
+        return None
+    rewritten = expression.copy()
+    for node in list(rewritten.find_all(exp.Any)):
+        inner = node.this.this if isinstance(node.this, exp.Paren) else node.this
+        if isinstance(node.parent, exp.EQ) and isinstance(inner, exp.Array):
+            node.parent.replace(exp.In(this=node.parent.this, expressions=list(inner.expressions)))
+    if rewritten == expression:
+        return None
+    return await resolve(context.connection, rewritten.sql(dialect="postgres"), context.param_oids, DEFAULT_MIDDLEWARE)
 
 
 def _budget_row(remaining: dpsql.Remaining) -> tuple[float, float, float]:
@@ -352,4 +448,4 @@ class _Computed(Statement):
         return _Portal()
 
 
-AnalystSession.middleware = (dpsql_settings, housekeeping, *DEFAULT_MIDDLEWARE, static_select)
+AnalystSession.middleware = (dpsql_settings, housekeeping, server_version, qualified_functions, catalog_arrays, *DEFAULT_MIDDLEWARE, static_select)

@@ -11,6 +11,7 @@ the tables named (to pick the connection that holds them).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import sqlglot
 from sqlglot import exp
@@ -44,18 +45,32 @@ def cost_comment(sql: str) -> dict[str, str]:
 def placeholders_to_qmark(sql: str) -> tuple[str, tuple[int, ...]]:
     """``$n`` parameters outside quotes and comments become ``?``; the tuple holds, per ``?``, the
     0-based index of the parameter it stands for (``$2 ... $1`` → ``(1, 0)``)."""
-    out: list[str] = []
     order: list[int] = []
+
+    def replace(index: int) -> str:
+        order.append(index)
+        return "?"
+
+    return _substitute(sql, replace), tuple(order)
+
+
+def inline_parameters(sql: str, literals: list[str]) -> str:
+    """``sql`` with each ``$n`` outside quotes and comments replaced by ``literals[n - 1]`` (SQL text)."""
+    return _substitute(sql, lambda index: literals[index] if 0 <= index < len(literals) else "NULL")
+
+
+def has_parameters(sql: str) -> bool:
+    found: list[int] = []
+    _substitute(sql, lambda index: found.append(index) or "")  # type: ignore[func-returns-value]
+    return bool(found)
+
+
+def _substitute(sql: str, replacement: Callable[[int], str]) -> str:
+    out = []
     for start, end, is_code in _segments(sql):
         text = sql[start:end]
-        if is_code:
-            def replace(match: re.Match[str]) -> str:
-                order.append(int(match.group(1)) - 1)
-                return "?"
-
-            text = _PARAMETER.sub(replace, text)
-        out.append(text)
-    return "".join(out), tuple(order)
+        out.append(_PARAMETER.sub(lambda match: replacement(int(match.group(1)) - 1), text) if is_code else text)
+    return "".join(out)
 
 
 def _segments(sql: str) -> list[tuple[int, int, bool]]:
