@@ -153,7 +153,6 @@ def test_psycopg_refusals_carry_sqlstate_and_keep_the_connection(server: Server)
 def test_budget_exhausted_is_a_dpsql_error_class(server: Server) -> None:
     with psycopg.connect(dsn(server, "alice"), autocommit=True) as connection:
         with pytest.raises(psycopg.errors.OperationalError) as raised:  # class 53: insufficient resources
-            connection.execute("SELECT COUNT(*) FROM adult", prepare=False)
             connection.execute("/* dpsql: epsilon=100 */ SELECT COUNT(*) FROM adult")
     assert raised.value.sqlstate == "53Z01"
     assert "would spend more than the budget has left" in str(raised.value)
