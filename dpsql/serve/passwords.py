@@ -85,8 +85,9 @@ class ScramExchange:
     gives None: the caller refuses the login either way, with no hint of which it was.
     """
 
-    def __init__(self, verifier: ScramVerifier) -> None:
+    def __init__(self, verifier: ScramVerifier, server_nonce: str | None = None) -> None:
         self.verifier = verifier
+        self._server_nonce = server_nonce  # None: fresh from OS entropy (given only to check RFC 7677's example)
         self._client_first_bare = ""
         self._server_first = ""
         self._nonce = ""
@@ -100,7 +101,7 @@ class ScramExchange:
         if not client_nonce:
             return None
         self._client_first_bare = bare
-        self._nonce = client_nonce + base64.b64encode(secrets.token_bytes(18)).decode("ascii")
+        self._nonce = client_nonce + (self._server_nonce or base64.b64encode(secrets.token_bytes(18)).decode("ascii"))
         salt = base64.b64encode(self.verifier.salt).decode("ascii")
         self._server_first = f"r={self._nonce},s={salt},i={self.verifier.iterations}"
         return self._server_first
