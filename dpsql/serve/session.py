@@ -26,12 +26,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pg_mimic import BOOL, FLOAT8, INT8, TEXT, PgError, Portal, ResultColumn, Session, Statement, StaticStatement
-from sqlglot import exp
+from pg_mimic import BOOL, FLOAT8, INT8, TEXT, PgError, Portal, ResultColumn, Session, Statement, StaticStatement, messages
 from pg_mimic.middleware import DEFAULT_MIDDLEWARE, MiddlewareContext, resolve, static_select
 from pg_mimic.session import drain_rows
 from pg_mimic.stream import ConnectionClosed
-from pg_mimic import messages
+from sqlglot import exp
 
 import dpsql
 from dpsql.serve.sqlstate import INVALID_PARAMETER_VALUE, as_pg_error
@@ -64,7 +63,7 @@ class AnalystSession(Session):
         self.analyst = self.service.analysts[connection.username]  # authentication passed: a configured analyst
         try:
             self.engines = await self.blocking(self.service.tables.open, self.analyst, self.service.ledger_path(self.analyst))
-        except BaseException as error:  # tell the client why, then hang up
+        except Exception as error:  # tell the client why, then hang up
             problem = as_pg_error(error)
             connection.stream.write(messages.make_error_response({"S": "FATAL", "V": "FATAL", "C": problem.sqlstate, "M": problem.message}))
             await connection.stream.drain()
@@ -106,10 +105,11 @@ class AnalystSession(Session):
     def _options(self, sql: str) -> dict[str, object]:
         """The keyword arguments of ``cursor.execute``: the statement's comment, else SET dpsql.*, else
         the analyst's defaults (the connection's ``default_epsilon``)."""
-        chosen = {**self.settings, **cost_comment(sql)}
-        if "epsilon" in cost_comment(sql):
+        comment = cost_comment(sql)
+        chosen = {**self.settings, **comment}
+        if "epsilon" in comment:
             chosen.pop("rho", None)
-        elif "rho" in cost_comment(sql):
+        elif "rho" in comment:
             chosen.pop("epsilon", None)
         options: dict[str, object] = {}
         for name in ("epsilon", "rho"):
