@@ -6,8 +6,9 @@ filtered cross tabulation, a CUBE and a range-filtered count, each with a parame
 from repetition to repetition so every statement is measured afresh (none is answered from kept
 measurements). The server path is a psycopg connection using the extended protocol (Parse/Bind/
 Describe/Execute with a bound parameter), so it includes the server's Describe on the empty replica
-the first time a statement text is seen. "wire" is the median difference: what the protocol, the
-thread hand-off and the Describe add to a statement. Throughput: 16 clients (psycopg connections,
+the first time a statement text is seen ("first_*" columns). "wire" is the median of the paired
+differences: what the protocol, the thread hand-off and the server's own handling add to a statement;
+"round trip" times a statement the server answers itself (the protocol alone). Throughput: 16 clients (psycopg connections,
 one thread each) against the server, beside 16 threads each with its own in-process connection.
 
     python benchmarks/serve.py [--persons 20000] [--repeats 30] [--statements-per-client 25]
@@ -79,6 +80,10 @@ def latency_rows(columns: dict[str, object], server: Server, repeats: int) -> li
             "wire_ms": statistics.median(differences), "wire_p90_ms": sorted(differences)[int(0.9 * len(differences))],
             "first_in_process_ms": cold_local, "first_served_ms": cold_remote,
         })
+    round_trip = [timed(lambda: remote.execute("SHOW dpsql.epsilon").fetchall()) for _ in range(repeats)]
+    rows.append({"statement": "round trip (SHOW dpsql.epsilon)", "in_process_ms": "", "served_ms": statistics.median(round_trip),
+                 "wire_ms": statistics.median(round_trip), "wire_p90_ms": sorted(round_trip)[int(0.9 * len(round_trip))],
+                 "first_in_process_ms": "", "first_served_ms": ""})
     remote.close()
     return rows
 

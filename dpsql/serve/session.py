@@ -44,6 +44,8 @@ DESCRIPTIONS_KEPT = 256  # statement texts whose columns a session remembers
 _INTEGER_OIDS = {20, 21, 23, 26}  # int8, int2, int4, oid
 _FLOAT_OIDS = {700, 701, 1700}  # float4, float8, numeric
 _CATALOG = re.compile(r"\b(pg_catalog|information_schema)\s*\.", re.IGNORECASE)
+_CATALOG_NAME = re.compile(r"\b(pg_\w+|information_schema)\b", re.IGNORECASE)
+_DATA_QUERY = re.compile(r"^\s*(/\*.*?\*/\s*)*(SELECT|WITH|EXPLAIN)\b(?=.*\bFROM\b)", re.IGNORECASE | re.DOTALL)
 _TRUE, _FALSE = {"on", "true", "t", "yes", "1"}, {"off", "false", "f", "no", "0"}
 
 
@@ -76,6 +78,8 @@ class AnalystSession(Session):
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Statement:
         if _CATALOG.search(sql) and has_parameters(sql):
             return ParameterisedCatalog(self, sql, param_oids)
+        if _DATA_QUERY.match(sql) and not _CATALOG_NAME.search(sql):  # dpsql's, no need to parse it for the middleware
+            return DpsqlStatement(self, sql, param_oids)
         answered = await resolve(self._connection, sql, param_oids, self.middleware)
         return answered if answered is not None else DpsqlStatement(self, sql, param_oids)
 
