@@ -9,7 +9,8 @@ Describe/Execute with a bound parameter), so it includes the server's Describe o
 the first time a statement text is seen ("first_*" columns). "wire" is the median of the paired
 differences: what the protocol, the thread hand-off and the server's own handling add to a statement;
 "round trip" times a statement the server answers itself (the protocol alone). Throughput: 16 clients (psycopg connections,
-one thread each) against the server, beside 16 threads each with its own in-process connection.
+one thread each) against the server, beside 16 threads each with its own in-process connection. The
+server runs in its own process, as deployed.
 
     python benchmarks/serve.py [--persons 20000] [--repeats 30] [--statements-per-client 25]
 
@@ -19,18 +20,25 @@ Prints a table and writes benchmarks/results/serve.csv.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+import pandas as pd
 import psycopg
+import yaml
 
 import dpsql
 from dpsql import demo
-from dpsql.serve import Server, hash_password
-from dpsql.serve.config import Analyst, ServeConfig, TableConfig
-from dpsql.serve.passwords import ScramVerifier
+from dpsql.serve import hash_password
 from results_io import print_table, write_csv
 
 STATEMENTS = (  # (name, dpsql text with ?, PostgreSQL text with %s, parameter of repetition i)
@@ -44,9 +52,32 @@ BUDGET = dpsql.Budget(epsilon=1e6, delta=1e-6)
 PASSWORD = "benchmark"
 
 
-def config(columns: dict[str, object]) -> ServeConfig:
-    analyst = Analyst("bench", ScramVerifier.parse(hash_password(PASSWORD)), BUDGET, "bench", default_epsilon=EPSILON)
-    return ServeConfig(tables=(TableConfig("census", columns, "census", demo.DEMO_SCHEMA),), analysts={"bench": analyst}, ledgers=None)
+@contextmanager
+def served(columns: dict[str, object]) -> Iterator[tuple[str, int]]:
+    """``dpsql serve`` in its own process (as deployed: no interpreter shared with the clients) on the
+    same table, written to Parquet; yields (host, port)."""
+    with tempfile.TemporaryDirectory() as directory:
+        folder = Path(directory)
+        pd.DataFrame(columns).to_parquet(folder / "census.parquet")
+        (folder / "census.yaml").write_text(yaml.safe_dump(demo.DEMO_SCHEMA))
+        budget = {"epsilon": BUDGET.epsilon, "delta": BUDGET.delta}
+        analyst = {"password": hash_password(PASSWORD), "budget": budget, "default_epsilon": EPSILON}
+        config = {"tables": {"census": {"source": "census.parquet", "schema": "census.yaml"}}, "ledgers": "memory",
+                  "analysts": {"bench": analyst}, "workers": 16}
+        (folder / "server.yaml").write_text(yaml.safe_dump(config))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dpsql.cli", "serve", "--config", str(folder / "server.yaml"), "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        try:
+            banner = process.stdout.readline()  # type: ignore[union-attr]
+            match = re.search(r"on ([\d.]+):(\d+)", banner)
+            if match is None:
+                raise RuntimeError(f"the server did not start: {banner!r}")
+            yield match.group(1), int(match.group(2))
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
 
 
 def in_process(columns: dict[str, object]) -> dpsql.Connection:
@@ -61,8 +92,7 @@ def timed(run: Callable[[], object]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def latency_rows(columns: dict[str, object], server: Server, repeats: int) -> list[dict[str, object]]:
-    host, port = server.address  # type: ignore[misc]
+def latency_rows(columns: dict[str, object], host: str, port: int, repeats: int) -> list[dict[str, object]]:
     local = in_process(columns).cursor()
     remote = psycopg.connect(f"host={host} port={port} user=bench password={PASSWORD} dbname=dpsql", autocommit=True)
     rows = []
@@ -116,10 +146,8 @@ def main() -> None:
     parser.add_argument("--statements-per-client", type=int, default=25)
     arguments = parser.parse_args()
     columns = demo.generate_census(arguments.persons, seed=0)
-    server = Server(config(columns))
-    host, port = server.start(port=0)
-    try:
-        rows = latency_rows(columns, server, arguments.repeats)
+    with served(columns) as (host, port):
+        rows = latency_rows(columns, host, port, arguments.repeats)
 
         def served_client() -> Callable[[str, tuple], object]:
             connection = psycopg.connect(f"host={host} port={port} user=bench password={PASSWORD} dbname=dpsql", autocommit=True)
@@ -136,8 +164,6 @@ def main() -> None:
                 rows.append({"statement": f"throughput, {clients} client(s), {label}", "in_process_ms": "", "served_ms": "",
                              "wire_ms": "", "wire_p90_ms": "", "first_in_process_ms": "", "first_served_ms": "",
                              "statements_per_s": rate})
-    finally:
-        server.stop()
     columns_out = ["statement", "in_process_ms", "served_ms", "wire_ms", "wire_p90_ms", "first_in_process_ms", "first_served_ms", "statements_per_s"]
     for row in rows:
         row.setdefault("statements_per_s", "")
