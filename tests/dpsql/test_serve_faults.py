@@ -97,6 +97,32 @@ def test_a_client_killed_mid_statement_is_charged_once_and_the_server_goes_on(se
         assert fresh.execute("SHOW dpsql.budget").fetchone()[0] == 4.75  # type: ignore[index]
 
 
+def test_a_cancelled_statement_leaves_a_consistent_ledger(server: Server) -> None:
+    statement = "/* dpsql: epsilon=0.25 */ SELECT education, sex, COUNT(*) FROM adult WHERE age > 20 GROUP BY CUBE (education, sex)"
+    with psycopg.connect(dsn(server, "alice"), autocommit=True) as connection:
+        outcome: list[str] = []
+
+        def run() -> None:
+            try:
+                connection.execute(statement).fetchall()
+                outcome.append("released")
+            except psycopg.errors.QueryCanceled:
+                outcome.append("cancelled")
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        time.sleep(0.02)
+        connection.cancel_safe()  # a CancelRequest on a connection of its own
+        worker.join()
+        # the next statement waits for a cancelled one still running, then sees its charge (if it read data)
+        left = connection.execute("SHOW dpsql.budget").fetchone()[0]  # type: ignore[index]
+    recorded = charges(server, "alice")
+    assert outcome in (["released"], ["cancelled"])
+    assert recorded in ([], [(0.25, statement)]) and left == 5.0 - 0.25 * len(recorded)
+    if outcome == ["released"]:
+        assert len(recorded) == 1
+
+
 def _authenticated_socket(server: Server) -> tuple[psycopg.Connection, socket.socket]:
     connection = psycopg.connect(dsn(server, "carol"), autocommit=True)
     return connection, socket.socket(fileno=os.dup(connection.pgconn.socket))
