@@ -264,9 +264,9 @@ class Server:
         """Stop accepting, let running statements end (they charge by the engine's rule), close everything."""
         assert self._server is not None and self._service is not None
         self._server._server.close()  # type: ignore[union-attr]  # stop listening first
-        sessions = [s for s in self._service.sessions if s._busy is not None and not s._busy.done()]
-        if sessions:
-            await asyncio.wait([s._busy for s in sessions], timeout=grace)  # type: ignore[misc]
+        running = [s.running for s in self._service.sessions if s.running is not None]
+        if running:
+            await asyncio.wait(running, timeout=grace)  # type: ignore[arg-type]
         self._server.close()
         for _ in range(100):  # the cancelled connections close their sessions
             if not self._service.sessions:

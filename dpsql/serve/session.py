@@ -84,17 +84,22 @@ class AnalystSession(Session):
         return answered if answered is not None else DpsqlStatement(self, sql, param_oids)
 
     async def close(self) -> None:
-        if self._busy is not None and not self._busy.done():
-            await asyncio.wait([self._busy])
+        if self.running is not None:
+            await asyncio.wait([self.running])
         if self.engines is not None:
             engines, self.engines = self.engines, None
             await asyncio.get_running_loop().run_in_executor(self.service.executor, engines.close)
         self.service.sessions.discard(self)
 
+    @property
+    def running(self) -> asyncio.Future[Any] | None:
+        """The job this session has in the thread pool, if one is still running."""
+        return self._busy if self._busy is not None and not self._busy.done() else None
+
     async def blocking(self, function: Callable[..., T], *arguments: object) -> T:
         """``function(*arguments)`` in the server's thread pool, after this session's previous job."""
-        if self._busy is not None and not self._busy.done():
-            await asyncio.wait([self._busy])
+        if self.running is not None:
+            await asyncio.wait([self.running])
         self._busy = asyncio.get_running_loop().run_in_executor(self.service.executor, function, *arguments)
         try:
             return await asyncio.shield(self._busy)

@@ -98,29 +98,30 @@ def test_a_client_killed_mid_statement_is_charged_once_and_the_server_goes_on(se
 
 
 def test_a_cancelled_statement_leaves_a_consistent_ledger(server: Server) -> None:
-    statement = "/* dpsql: epsilon=0.25 */ SELECT education, sex, COUNT(*) FROM adult WHERE age > 20 GROUP BY CUBE (education, sex)"
+    statement = "/* dpsql: epsilon=0.25 */ SELECT job, sex, COUNT(*) FROM adult WHERE age > %s GROUP BY CUBE (job, sex)"
     with psycopg.connect(dsn(server, "alice"), autocommit=True) as connection:
+        connection.execute(statement, (21,))  # the server now knows the statement's columns: a cancel meets the engine
         outcome: list[str] = []
 
         def run() -> None:
             try:
-                connection.execute(statement).fetchall()
+                connection.execute(statement, (20,)).fetchall()
                 outcome.append("released")
-            except psycopg.errors.QueryCanceled:
-                outcome.append("cancelled")
+            except psycopg.Error as error:
+                outcome.append("cancelled" if isinstance(error, psycopg.errors.QueryCanceled) else repr(error))
 
         worker = threading.Thread(target=run)
         worker.start()
         time.sleep(0.02)
         connection.cancel_safe()  # a CancelRequest on a connection of its own
         worker.join()
-        # the next statement waits for a cancelled one still running, then sees its charge (if it read data)
+        # the next statement waits for a cancelled one still running, then sees its charge
         left = connection.execute("SHOW dpsql.budget").fetchone()[0]  # type: ignore[index]
     recorded = charges(server, "alice")
     assert outcome in (["released"], ["cancelled"])
-    assert recorded in ([], [(0.25, statement)]) and left == 5.0 - 0.25 * len(recorded)
+    assert len(recorded) in (1, 2) and left == 5.0 - 0.25 * len(recorded)  # whole charges only
     if outcome == ["released"]:
-        assert len(recorded) == 1
+        assert len(recorded) == 2
 
 
 def _authenticated_socket(server: Server) -> tuple[psycopg.Connection, socket.socket]:
