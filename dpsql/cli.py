@@ -9,6 +9,9 @@
     dpsql demo [--persons 20000] [--seed 0] [--write DIR]
     dpsql ldp design --schema adult.yaml --epsilon 1 --output survey.json "SELECT ..."   # see dpsql.local_cli
     dpsql --version
+    dpsql serve --config server.yaml [--host 127.0.0.1] [--port 5433]    # a PostgreSQL-wire service (docs/serve.md)
+    dpsql serve --demo [--port 5433]                                       # the demo table for one analyst
+    dpsql hash-password [--iterations 4096]                                # a password verifier for server.yaml
 
 The table is named after the data file (``adult.csv`` → ``adult``) unless ``--table`` says
 otherwise. Without ``--ledger``, ``query`` and ``shell`` spend from the user's ledger of that data
@@ -82,6 +85,14 @@ def _parser() -> argparse.ArgumentParser:
     tour.add_argument("--seed", type=int, default=0)
     tour.add_argument("--write", metavar="DIR", help="write the README tour's demo files (adult.csv, adult.yaml) into DIR instead")
     local_cli.add_commands(commands)
+    serve = commands.add_parser("serve", help="serve tables to analysts over the PostgreSQL protocol (docs/serve.md)")
+    source = serve.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="the server's YAML configuration (tables, analysts, budgets, TLS)")
+    source.add_argument("--demo", action="store_true", help="serve the generated census table to one analyst 'demo'")
+    serve.add_argument("--host", help="address to listen on (default: the configuration's, else 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default: the configuration's, else 5433; 0: any free port)")
+    hashing = commands.add_parser("hash-password", help="print the SCRAM-SHA-256 verifier of a password, for server.yaml")
+    hashing.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations (default 4096, as PostgreSQL)")
     return parser
 
 
@@ -181,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _shell(arguments)
         elif arguments.command == "ldp":
             local_cli.run(arguments, _print_rows)
+        elif arguments.command in ("serve", "hash-password"):
+            from dpsql.serve import cli as serve_cli  # imported here: pg-mimic is an optional dependency
+
+            return serve_cli.run(arguments)
         else:
             _query(arguments)
     except dpsql.BudgetExceededError as error:

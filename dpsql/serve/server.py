@@ -1,0 +1,333 @@
+"""The PostgreSQL wire service: pg-mimic's protocol engine with dpsql's authentication, TLS, framing
+limits and sessions.
+
+:class:`Server` runs it — in the foreground with ``serve_forever()`` (``dpsql serve``; SIGTERM and
+SIGINT shut it down gracefully), or on a background thread with ``start()``/``stop()`` (tests,
+benchmarks, notebooks)::
+
+    server = Server(ServeConfig.load("server.yaml"))
+    host, port = server.start(port=0)     # 0: any free port
+    ...                                    # psql "host=127.0.0.1 port=<port> user=alice dbname=dpsql"
+    server.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import shutil
+import signal
+import ssl
+import struct
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pg_mimic import AuthPlugin, PgServer, messages
+from pg_mimic.connection import Connection
+from pg_mimic.stream import ConnectionClosed, PgStream
+from pg_mimic.types import unpack_int32
+
+import dpsql
+from dpsql.serve.config import Analyst, ServeConfig
+from dpsql.serve.passwords import MECHANISM, ScramExchange, decoy_verifier
+from dpsql.serve.session import AnalystSession
+from dpsql.serve.sqlstate import PROTOCOL_VIOLATION
+from dpsql.serve.tables import Tables
+
+log = logging.getLogger("dpsql.serve")
+
+PROTOCOL_3_0 = 196608
+MAX_MESSAGE_BYTES = 1 << 22  # 4 MiB: far above any statement; a longer message is a protocol violation
+MAX_STARTUP_BYTES = 10_000
+SHUTDOWN_GRACE_SECONDS = 30.0
+_FRONTEND_TAGS = frozenset(b"QPBDECSHXpdcf")
+SERVER_VERSION = "16.0 (dpsql)"
+
+
+class Service:
+    """What every session shares: the tables, the analysts and their ledgers, the thread pool."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.analysts: dict[str, Analyst] = config.analysts
+        self._temporary = None if config.ledgers is not None else tempfile.mkdtemp(prefix="dpsql-serve-ledgers-")
+        self.ledgers = Path(self._temporary) if config.ledgers is None else config.ledgers
+        self.ledgers.mkdir(parents=True, exist_ok=True)
+        self.tables = Tables(config.tables)
+        self.catalog = self.tables.catalog()
+        self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="dpsql-serve")
+        self.secret = secrets.token_bytes(32)  # for the decoy verifiers of unknown user names
+        self.sessions: set[AnalystSession] = set()
+        try:
+            self._check_ledgers()
+        except BaseException:
+            self.close()
+            raise
+
+    def ledger_path(self, analyst: Analyst) -> str:
+        return str(self.ledgers / f"{analyst.ledger}.ledger")
+
+    def _check_ledgers(self) -> None:
+        """Open every ledger once: a ledger created with another budget is refused at start-up, not at login."""
+        for analyst in {a.ledger: a for a in self.analysts.values()}.values():
+            dpsql.connect(budget=analyst.budget, ledger=self.ledger_path(analyst)).close()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+        self.tables.close()
+        if self._temporary is not None:
+            shutil.rmtree(self._temporary, ignore_errors=True)
+
+
+class ScramAuthentication(AuthPlugin):
+    """SCRAM-SHA-256 against the analysts' verifiers; unknown names go through the same exchange with
+    a decoy verifier and are refused at its end (28P01, as PostgreSQL does)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def authenticate(self, stream: PgStream, username: str, identity_provider: object) -> bool:
+        analyst = self.service.analysts.get(username)
+        exchange = ScramExchange(analyst.verifier if analyst is not None else decoy_verifier(username, self.service.secret))
+        stream.write(messages.make_authentication_sasl([MECHANISM]))
+        await stream.drain()
+        tag, payload = await stream.read_message()
+        if tag != messages.PASSWORD:
+            return False
+        try:
+            mechanism, client_first = messages.parse_sasl_initial_response(payload)
+        except (ValueError, IndexError, struct.error):
+            return False
+        server_first = exchange.first(client_first.decode("utf-8", "replace")) if mechanism == MECHANISM else None
+        if server_first is None:
+            return False
+        stream.write(messages.make_authentication_sasl_continue(server_first.encode("utf-8")))
+        await stream.drain()
+        tag, payload = await stream.read_message()
+        server_final = exchange.final(payload.decode("utf-8", "replace")) if tag == messages.PASSWORD else None
+        if server_final is None or analyst is None:
+            return False
+        stream.write(messages.make_authentication_sasl_final(server_final.encode("utf-8")))
+        return True
+
+
+class BoundedStream(PgStream):
+    """pg-mimic's framing with limits: an unknown message type or a length out of bounds is a protocol
+    violation that ends this connection (FATAL 08P01), as in PostgreSQL."""
+
+    async def read_startup_packet(self) -> tuple[int, bytes]:
+        header = await self._read_exactly(8)
+        length = unpack_int32(header, 0)
+        if not 8 <= length <= MAX_STARTUP_BYTES:
+            await self.violation("invalid length of startup packet")
+        return unpack_int32(header, 4), await self._read_exactly(length - 8) if length > 8 else b""
+
+    async def read_message(self) -> tuple[bytes, bytes]:
+        header = await self._read_exactly(5)
+        length = unpack_int32(header, 1)
+        if header[0] not in _FRONTEND_TAGS:
+            await self.violation(f"invalid frontend message type {header[0]}")
+        if not 4 <= length <= MAX_MESSAGE_BYTES:
+            await self.violation(f"invalid message length {length}")
+        return header[0:1], await self._read_exactly(length - 4) if length > 4 else b""
+
+    async def violation(self, message: str) -> None:
+        self.write(messages.make_error_response({"S": "FATAL", "V": "FATAL", "C": PROTOCOL_VIOLATION, "M": message}))
+        try:
+            await self.drain()
+        finally:
+            raise ConnectionClosed(message)
+
+
+class AnalystConnection(Connection):
+    """pg-mimic's connection, with the session opened (the analyst's ledger and tables) between
+    authentication and the first ReadyForQuery, so a client is told it is connected only once it can
+    be served — or gets the FATAL error saying why not."""
+
+    async def run(self) -> None:
+        try:
+            if not await self._authenticate():
+                return
+            self.session._connection = self  # type: ignore[attr-defined]
+            await self.session.init(self)
+            await self._send_startup_completion()
+            await self._command_loop()
+        except ConnectionClosed:
+            pass
+        finally:
+            try:
+                await self.session.close()
+            finally:
+                await self.stream.close()
+
+
+class DpsqlPgServer(PgServer):
+    """pg-mimic's server with TLS (SSLRequest → ``S`` and a TLS handshake; plain connections refused
+    when TLS is configured) and :class:`BoundedStream` framing. It overrides pg-mimic's connection
+    start-up (``_handle_client``/``_negotiate_startup``), which is why pg-mimic's version is pinned."""
+
+    def __init__(self, service: Service, tls: ssl.SSLContext | None) -> None:
+        super().__init__(
+            session_factory=lambda: AnalystSession(service),
+            auth_plugin_factory=lambda username: ScramAuthentication(service),
+            server_version=SERVER_VERSION,
+        )
+        self.tls = tls
+        self.parameter_status["application_name"] = ""
+
+    async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = BoundedStream(reader, writer)
+        try:
+            startup = await self._negotiate_startup(stream)
+        except (ConnectionClosed, ConnectionError, ssl.SSLError, ValueError, IndexError, struct.error, UnicodeDecodeError) as error:
+            log.debug("connection start-up failed: %r", error)
+            return
+        if startup is None:
+            return
+        session = self.session_factory()
+        pid = self._allocate_pid()
+        connection = AnalystConnection(stream, session, self, pid, struct.unpack("!i", os.urandom(4))[0], startup)  # type: ignore[arg-type]
+        self._connections[pid] = connection
+        try:
+            await connection.run()
+        finally:
+            self._connections.pop(pid, None)
+
+    async def _negotiate_startup(self, stream: PgStream) -> dict[str, str] | None:
+        code, payload = await stream.read_startup_packet()
+        encrypted = False
+        if code == messages.SSL_REQUEST_CODE and self.tls is not None:
+            stream.write(b"S")
+            await stream.drain()
+            await stream.writer.start_tls(self.tls)
+            encrypted = True
+            code, payload = await stream.read_startup_packet()
+        elif code in (messages.SSL_REQUEST_CODE, messages.GSSENC_REQUEST_CODE):
+            stream.write(b"N")
+            await stream.drain()
+            code, payload = await stream.read_startup_packet()
+        if code == messages.CANCEL_REQUEST_CODE and len(payload) == 8:
+            self.cancel(*messages.parse_cancel_request(payload))
+            return None
+        if code != PROTOCOL_3_0:
+            await _fatal(stream, "0A000", f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: dpsql serves 3.0")
+            return None
+        if self.tls is not None and not encrypted:
+            await _fatal(stream, "28000", "this server accepts TLS connections only: connect with sslmode=require")
+            return None
+        return messages.parse_startup_message(payload)
+
+
+async def _fatal(stream: PgStream, code: str, message: str) -> None:
+    stream.write(messages.make_error_response({"S": "FATAL", "V": "FATAL", "C": code, "M": message}))
+    await stream.drain()
+
+
+def tls_context(config: ServeConfig) -> ssl.SSLContext | None:
+    if config.tls is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(str(config.tls.certificate), str(config.tls.key))
+    except (OSError, ssl.SSLError) as error:
+        raise dpsql.ProgrammingError(f"tls: cannot load the certificate and key: {error}") from error
+    return context
+
+
+class Server:
+    """The service for ``config``: ``start()``/``stop()`` on a background thread, or ``serve_forever()``."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self._tls = tls_context(config)
+        self._service: Service | None = None
+        self._server: DpsqlPgServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped: asyncio.Event | None = None
+        self.address: tuple[str, int] | None = None
+
+    async def _open(self, host: str | None, port: int | None) -> tuple[str, int]:
+        self._service = Service(self.config)
+        self._server = DpsqlPgServer(self._service, self._tls)
+        listening = await self._server.start_server(host or self.config.host, self.config.port if port is None else port)
+        self.address = listening.sockets[0].getsockname()[:2]
+        self._stopped = asyncio.Event()
+        return self.address  # type: ignore[return-value]
+
+    async def _close(self, grace: float) -> None:
+        """Stop accepting, let running statements end (they charge by the engine's rule), close everything."""
+        assert self._server is not None and self._service is not None
+        self._server._server.close()  # type: ignore[union-attr]  # stop listening first
+        running = [s.running for s in self._service.sessions if s.running is not None]
+        if running:
+            await asyncio.wait(running, timeout=grace)  # type: ignore[arg-type]
+        self._server.close()
+        for _ in range(100):  # the cancelled connections close their sessions
+            if not self._service.sessions:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.get_running_loop().run_in_executor(None, self._service.close)
+
+    # -- foreground -------------------------------------------------------------------------------------
+    def serve_forever(self, host: str | None = None, port: int | None = None, ready: Any = None) -> None:
+        """Serve until SIGTERM or SIGINT; ``ready(address)`` is called once listening."""
+
+        async def main() -> None:
+            address = await self._open(host, port)
+            loop = asyncio.get_running_loop()
+            for signal_number in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signal_number, self._stopped.set)  # type: ignore[union-attr]
+            if ready is not None:
+                ready(address)
+            await self._stopped.wait()  # type: ignore[union-attr]
+            log.info("shutting down")
+            await self._close(SHUTDOWN_GRACE_SECONDS)
+
+        asyncio.run(main())
+
+    # -- background thread ----------------------------------------------------------------------------
+    def start(self, host: str | None = None, port: int | None = None) -> tuple[str, int]:
+        """Serve on a daemon thread; returns the (host, port) listened on."""
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            async def main() -> None:
+                try:
+                    await self._open(host, port)
+                except BaseException as error:
+                    failure.append(error)
+                    started.set()
+                    return
+                self._loop = asyncio.get_running_loop()
+                started.set()
+                await self._stopped.wait()  # type: ignore[union-attr]
+                await self._close(SHUTDOWN_GRACE_SECONDS)
+
+            asyncio.run(main())
+
+        self._thread = threading.Thread(target=run, name="dpsql-serve", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failure:
+            raise failure[0]
+        return self.address  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
