@@ -548,7 +548,7 @@ def _bin_bounds(operator: str, value: object, column: ColumnDomain, clause: str)
 
 def statement_counts(compiled: CompiledQuery) -> tuple[ProductRows | None, ...]:
     """Per SELECT item, its product in ``compiled.statement_workload`` (WHERE as masks): how batch
-    planning (``dpsql.batch``) maps a statement's rows when statements with different WHERE clauses
+    planning (``dpsql.workloads``) maps a statement's rows when statements with different WHERE clauses
     share one measurement and so cannot filter rows before bounding."""
     if compiled.statement_workload is None:
         return tuple(None for _ in compiled.query.select)
