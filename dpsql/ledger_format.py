@@ -63,9 +63,19 @@ def genesis(ledger_id: str) -> str:
 
 
 def chained(previous: str, charge: tuple[object, ...]) -> str:
-    """The chain value after ``charge`` (a row of :data:`CHARGE_COLUMNS`; floats enter exactly, as hex)."""
-    fields = [value.hex() if isinstance(value, float) else value for value in charge]
-    return hashlib.sha256((previous + "\n" + json.dumps(fields, ensure_ascii=False)).encode()).hexdigest()
+    """The chain value after ``charge`` (a row of :data:`CHARGE_COLUMNS`): SHA-256 of the previous
+    value and the fields, floats exactly (hex), texts with their length (so no two rows encode alike)."""
+    fields = "|".join(_field_text(value) for value in charge)
+    return hashlib.sha256(f"{previous}\n{fields}".encode()).hexdigest()
+
+
+def _field_text(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return value.hex()
+    text = str(value)
+    return f"{len(text)}:{text}"
 
 
 def exact_text(value: Fraction) -> str:
