@@ -14,6 +14,8 @@ import os
 # numpy is imported.
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
+# dpsql.testing's hooks (noise off, seeded noise) work only where this is set before dpsql is imported.
+os.environ["DPSQL_TEST_HOOKS"] = "1"
 
 from collections.abc import Iterator  # noqa: E402
 
