@@ -57,7 +57,7 @@ MAX_EPSILON = 1e9
 """Largest ε a budget or a statement may have: far beyond any meaningful guarantee (and ε² stays finite)."""
 MIN_RHO = MIN_EPSILON**2 / 2
 MAX_RHO = MAX_EPSILON**2 / 2
-_EPSILON_RANGE = f": between {MIN_EPSILON:g} (noise drowns every count) and {MAX_EPSILON:g} (no privacy left)"
+_EPSILON_RANGE = " (below, the noise drowns every count; above, nothing is protected)"
 _MECHANISMS = ("laplace", "gaussian")
 _EXACT_SCALE_BITS = 1074  # every double is a multiple of 2^-1074: sums over a history as scaled integers
 
@@ -67,8 +67,9 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_number(name: str, value: object, low: float, high: float, *, low_open: bool = False, high_open: bool = False, why: str = "") -> float:
-    """``value`` as a float if it is a real number in the interval, else a :class:`ProgrammingError`."""
+def check_number(name: str, value: object, low: float, high: float, *, low_open: bool = False, high_open: bool = False, why: str = "") -> float:
+    """``value`` as a float if it is a real number in the interval, else a :class:`ProgrammingError`
+    naming ``name`` (an int beyond the doubles, NaN and ±inf are not finite numbers)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ProgrammingError(f"{name} must be a finite number, got {_shown(value)}")
     try:
@@ -94,9 +95,9 @@ class Budget:
     delta: float = 0.0
 
     def __post_init__(self) -> None:
-        epsilon = _check_number("Budget epsilon", self.epsilon, MIN_EPSILON, MAX_EPSILON, why=_EPSILON_RANGE)
+        epsilon = check_number("Budget epsilon", self.epsilon, MIN_EPSILON, MAX_EPSILON, why=_EPSILON_RANGE)
         object.__setattr__(self, "epsilon", epsilon)
-        object.__setattr__(self, "delta", _check_number("Budget delta", self.delta, 0.0, 1.0, high_open=True))
+        object.__setattr__(self, "delta", check_number("Budget delta", self.delta, 0.0, 1.0, high_open=True))
 
     @property
     def rho(self) -> float:
@@ -119,13 +120,13 @@ class Cost:
 
     @classmethod
     def pure(cls, epsilon: float) -> Cost:
-        epsilon = _check_number("epsilon", epsilon, MIN_EPSILON, MAX_EPSILON, why=_EPSILON_RANGE)
+        epsilon = check_number("epsilon", epsilon, MIN_EPSILON, MAX_EPSILON, why=_EPSILON_RANGE)
         return cls("laplace", epsilon**2 / 2, epsilon)
 
     @classmethod
     def zcdp(cls, rho: float) -> Cost:
-        why = f": between {MIN_RHO:g} and {MAX_RHO:g} (ε²/2 for ε in [{MIN_EPSILON:g}, {MAX_EPSILON:g}])"
-        return cls("gaussian", _check_number("rho", rho, MIN_RHO, MAX_RHO, why=why))
+        why = f" (ε²/2 for ε in [{MIN_EPSILON:g}, {MAX_EPSILON:g}])"
+        return cls("gaussian", check_number("rho", rho, MIN_RHO, MAX_RHO, why=why))
 
     @classmethod
     def combined(cls, costs: list[Cost]) -> Cost:

@@ -42,6 +42,10 @@ OUT_OF_DOMAIN_RULE = (
     "cell after its declared values"
 )
 
+MAX_RANGE_CELLS = 1 << 20
+"""Most integers a ``range`` column may span (as many as a WHERE clause may mask): wider columns need
+``bins``."""
+
 Scalar = str | int | float | bool
 DomainKind = Literal["categories", "range", "bins", "unknown"]
 _COLUMN_KEYS = {"categories", "range", "bins", "nullable"}
@@ -215,9 +219,16 @@ class Schema:
 
 
 def _looks_like_path(text: str) -> bool:
-    return "\n" not in text and (
-        text.lower().endswith((".yaml", ".yml", ".json")) or Path(text).is_file()
-    )
+    """Whether schema text names a file: one line, not a JSON/YAML mapping, with a schema suffix or an
+    existing file's name (text too long or odd for a file name is not one)."""
+    if "\n" in text or text.lstrip().startswith(("{", "[")):
+        return False
+    if text.lower().endswith((".yaml", ".yml", ".json")):
+        return True
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def _parse_text(text: str, json_only: bool, origin: str) -> object:
@@ -280,10 +291,26 @@ def _check_range(name: str, values: tuple[object, ...]) -> None:
         raise ProgrammingError(f"column {name!r}: range must be [lo, hi] with two integers, got {list(values)}")
     if values[0] > values[1]:  # type: ignore[operator]
         raise ProgrammingError(f"column {name!r}: range [lo, hi] needs lo <= hi, got {list(values)}")
+    cells = values[1] - values[0] + 1  # type: ignore[operator]
+    if cells > MAX_RANGE_CELLS:
+        raise ProgrammingError(
+            f"column {name!r}: range {list(values)} spans {cells:,} integers; at most {MAX_RANGE_CELLS:,} are "
+            "supported: declare bins (edges of wider intervals) instead"
+        )
+
+
+def _finite_number(value: object) -> bool:
+    """A real number (not a bool) that a double represents as a finite value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond the doubles
+        return False
 
 
 def _check_bins(name: str, values: tuple[object, ...]) -> None:
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    numeric = all(_finite_number(v) for v in values)
     if len(values) < 2 or not numeric:
         raise ProgrammingError(f"column {name!r}: bins must be at least two finite numeric edges, got {list(values)}")
     if any(a >= b for a, b in zip(values, values[1:])):  # type: ignore[operator]
