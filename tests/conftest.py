@@ -59,6 +59,19 @@ def make_adult(persons: int = 1200, seed: int = 7) -> pd.DataFrame:
     )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--audit-runs", type=int, default=None, metavar="N",
+        help="privacy audits (tests/audit/): runs per neighbouring dataset (default: each audit's own, see docs/audit.md)",
+    )
+
+
+@pytest.fixture()
+def audit_runs(request: pytest.FixtureRequest) -> int | None:
+    """``--audit-runs N``, or None for each audit's default."""
+    return request.config.getoption("--audit-runs")
+
+
 @pytest.fixture(scope="session")
 def adult_schema() -> dict[str, object]:
     return ADULT_SCHEMA
