@@ -17,7 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 from scipy import optimize, stats
+
+import planner.noise
+from dpsql.sql.bounded import BoundedAggregation
 
 FALSE_ALARM_RATE = 1e-3  # per audit
 
@@ -78,3 +82,30 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
 
     best = optimize.minimize_scalar(log_delta, bounds=(1 + 1e-9, 1e4), method="bounded", options={"xatol": 1e-10})
     return min(1.0, math.exp(best.fun))
+
+
+# -- deliberately broken releases, each audit must catch one --------------------------------------------------
+
+
+def half_laplace_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Discrete Laplace noise at half the scale the plan charged for."""
+    original = planner.noise.discrete_laplace
+    monkeypatch.setattr(planner.noise, "discrete_laplace", lambda scale, size=None, rng=None: original(np.asarray(scale) / 2, size, rng))
+
+
+def half_gaussian_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Discrete Gaussian noise with half the standard deviation."""
+    original = planner.noise.discrete_gaussian
+    monkeypatch.setattr(planner.noise, "discrete_gaussian", lambda sigma2, size=None, rng=None: original(np.asarray(sigma2) / 4, size, rng))
+
+
+def half_ridge_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ridge pairs (and the rows outside pairs) at half the scale."""
+    original = planner.noise.discrete_ridge_pairs
+    monkeypatch.setattr(planner.noise, "discrete_ridge_pairs", lambda scale, h, count, rng=None: original(scale / 2, h // 2, count, rng))
+    half_laplace_noise(monkeypatch)
+
+
+def no_contribution_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounded SQL without its bound: every row of a unit is counted."""
+    monkeypatch.setattr(BoundedAggregation, "_bounded", lambda self, kept: kept)

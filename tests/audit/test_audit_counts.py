@@ -22,9 +22,7 @@ import pytest
 
 import dpsql
 import dpsql.testing
-import planner.noise
-from dpsql.sql.bounded import BoundedAggregation
-from privacy_audit import AuditResult, audit, zcdp_delta
+from privacy_audit import AuditResult, audit, half_gaussian_noise, half_laplace_noise, no_contribution_bound, zcdp_delta
 
 SLOTS = 1000  # neighbouring pairs per release
 UNITS = 5  # units per slot in D
@@ -74,20 +72,6 @@ def audit_counts(noise: str, cost: dict[str, float], runs: int, seed: int = 1) -
         return audit(on_neighbour, on_d, names, claimed)
     rho = spent.rho / spent.statements
     return audit(on_neighbour, on_d, names, GAUSSIAN_EPSILON, zcdp_delta(rho, GAUSSIAN_EPSILON))
-
-
-def half_laplace_noise(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = planner.noise.discrete_laplace
-    monkeypatch.setattr(planner.noise, "discrete_laplace", lambda scale, size=None, rng=None: original(np.asarray(scale) / 2, size, rng))
-
-
-def half_gaussian_noise(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = planner.noise.discrete_gaussian
-    monkeypatch.setattr(planner.noise, "discrete_gaussian", lambda sigma2, size=None, rng=None: original(np.asarray(sigma2) / 4, size, rng))
-
-
-def no_contribution_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(BoundedAggregation, "_bounded", lambda self, kept: kept)
 
 
 def test_laplace_count_keeps_its_epsilon(audit_runs: int | None) -> None:

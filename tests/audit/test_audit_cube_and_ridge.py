@@ -22,11 +22,9 @@ import pytest
 
 import dpsql
 import dpsql.testing
-import planner.noise
 from planner import Domain, Privacy, Workload, plan
 from planner.workload import AllRange, Factor, Identity, Product
-from privacy_audit import audit
-from test_audit_counts import half_laplace_noise, no_contribution_bound
+from privacy_audit import audit, half_laplace_noise, half_ridge_noise, no_contribution_bound
 
 SLOTS = 500
 UNITS = 3  # units per (slot, a, b) cell in D
@@ -112,12 +110,6 @@ def ridge_events(runs: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray, list
     copy_is_neighbour = np.tile(np.arange(COPIES) >= COPIES // 2, len(hits))
     names = [f"row {r} beyond the shift" for r in changed] + ["every changed row beyond its shift"]
     return events[~copy_is_neighbour], events[copy_is_neighbour], names, claimed
-
-
-def half_ridge_noise(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = planner.noise.discrete_ridge_pairs
-    monkeypatch.setattr(planner.noise, "discrete_ridge_pairs", lambda scale, h, count, rng=None: original(scale / 2, h // 2, count, rng))
-    half_laplace_noise(monkeypatch)  # the rows outside pairs
 
 
 def test_ridge_pair_noise_keeps_its_epsilon(audit_runs: int | None) -> None:
