@@ -36,7 +36,7 @@ CUBE_SCHEMA = {
     "columns": {"slot": {"range": [0, 2 * SLOTS - 1]}, "a": {"categories": [0, 1]}, "b": {"categories": [0, 1]}},
 }
 COPIES, CELLS, CHANGED_CELL = 4000, 32, 7
-RIDGE_RUNS = 20_000  # per dataset: 10 measurements
+RIDGE_RUNS = 12_000  # per dataset: 6 measurements
 
 
 def cube_table() -> pd.DataFrame:
