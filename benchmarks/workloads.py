@@ -26,19 +26,22 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+os.environ["DPSQL_TEST_HOOKS"] = "1"  # an evaluation: the exact answers and seeded releases use dpsql.testing's hooks
 
-import dpsql
-import dpsql.testing
-from dpsql import pipeline
-from dpsql.request import Prepared
-from dpsql.result import ResultSet
-from dpsql.sql.statement import parse_statement
-from results_io import print_table, write_csv
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+import dpsql  # noqa: E402
+import dpsql.testing  # noqa: E402
+from dpsql import pipeline  # noqa: E402
+from dpsql.request import Prepared  # noqa: E402
+from dpsql.result import ResultSet  # noqa: E402
+from dpsql.sql.statement import parse_statement  # noqa: E402
+from results_io import print_table, write_csv  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 EPSILON, TRIALS, SEED = 1.0, 100, 20261122

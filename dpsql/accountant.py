@@ -12,11 +12,17 @@ Spending is accounted two ways and the smaller (ε, δ) is reported (MATH.md §1
   composition) on top of either accounting, and the zCDP conversion uses what is left of the
   budget's δ.
 
-The ledger is a SQLite file. A charge is one ``BEGIN IMMEDIATE`` transaction that re-reads what
-was spent, refuses the charge if it would exceed the budget, and inserts it; the commit is fsynced
-(``synchronous=FULL``) before the caller may release anything. So two threads or processes sharing
-a ledger serialize their charges and can never overspend together. The budget is stored in the
-ledger when it is created; reopening it with a different budget is refused.
+Sums are exact (:class:`Totals`: rationals, in any order); only the final conversion is floating point.
+
+The ledger is a SQLite file (its format: :mod:`dpsql.ledger_format`). A charge is one
+``BEGIN IMMEDIATE`` transaction that reads the running totals (one row), refuses the charge if it
+would exceed the budget, inserts it, chained to the history, and updates the totals; the commit is
+fsynced (``synchronous=FULL``) before the caller may release anything. So two threads or processes
+sharing a ledger serialize their charges and can never overspend together, and a check or a charge
+costs the same after ten charges or a million. Opening a ledger recomputes its totals from its whole
+history and refuses a ledger whose history does not match them, whose file is empty, whose tables
+are gone, or whose file was deleted — it never starts a fresh budget in their place. The budget is
+stored in the ledger when it is created; reopening it with a different budget is refused.
 
 >>> ledger = Ledger(None, Budget(epsilon=1.0))
 >>> ledger.charge(Cost.pure(0.25), "SELECT ...")
@@ -28,27 +34,54 @@ ledger when it is created; reopening it with a different budget is refused.
 from __future__ import annotations
 
 import math
+import numbers
 import sqlite3
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 
+from dpsql import ledger_format
 from dpsql.errors import BudgetExceededError, IntegrityError, OperationalError, ProgrammingError
 
 TOLERANCE = 1e-12  # floating slack when comparing spent and budgeted ε
 LOCK_TIMEOUT_SECONDS = 60.0
+MIN_EPSILON = 1e-9
+"""Smallest ε a budget or a statement may have: below it the noise drowns every count (and the
+planner's arithmetic underflows)."""
+MAX_EPSILON = 1e9
+"""Largest ε a budget or a statement may have: far beyond any meaningful guarantee (and ε² stays finite)."""
+MIN_RHO = MIN_EPSILON**2 / 2
+MAX_RHO = MAX_EPSILON**2 / 2
+_EPSILON_RANGE = " (below, the noise drowns every count; above, nothing is protected)"
+_MECHANISMS = ("laplace", "gaussian")
+_EXACT_SCALE_BITS = 1074  # every double is a multiple of 2^-1074: sums over a history as scaled integers
 
 
-def _check_number(name: str, value: object, low: float, high: float, low_inclusive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ProgrammingError(f"{name} must be a finite number, got {value!r}")
-    if value < low or (value == low and not low_inclusive) or value >= high:
-        bracket = "[" if low_inclusive else "("
-        raise ProgrammingError(f"{name} must lie in {bracket}{low:g}, {high:g}), got {value!r}")
-    return float(value)
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_number(name: str, value: object, low: float, high: float, *, low_open: bool = False, high_open: bool = False, why: str = "") -> float:
+    """``value`` as a float if it is a real number in the interval, else a :class:`ProgrammingError`
+    naming ``name`` (an int beyond the doubles, NaN and ±inf are not finite numbers)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ProgrammingError(f"{name} must be a finite number, got {_shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the doubles
+        number = math.inf
+    if not math.isfinite(number):
+        raise ProgrammingError(f"{name} must be a finite number, got {_shown(value)}")
+    if number < low or number > high or (low_open and number == low) or (high_open and number == high):
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ProgrammingError(f"{name} must lie in {interval}, got {_shown(value)}{why}")
+    return number
 
 
 @dataclass(frozen=True)
@@ -62,15 +95,16 @@ class Budget:
     delta: float = 0.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _check_number("Budget epsilon", self.epsilon, 0.0, math.inf, False))
-        object.__setattr__(self, "delta", _check_number("Budget delta", self.delta, 0.0, 1.0, True))
+        epsilon = check_number("Budget epsilon", self.epsilon, MIN_EPSILON, MAX_EPSILON, why=_EPSILON_RANGE)
+        object.__setattr__(self, "epsilon", epsilon)
+        object.__setattr__(self, "delta", check_number("Budget delta", self.delta, 0.0, 1.0, high_open=True))
 
     @property
     def rho(self) -> float:
         """The largest ρ whose zCDP→(ε, δ) conversion fits in this budget (0 when δ = 0)."""
         if self.delta == 0:
             return 0.0
-        log_term = math.log(1 / self.delta)
+        log_term = -math.log(self.delta)
         return (math.sqrt(log_term + self.epsilon) - math.sqrt(log_term)) ** 2
 
 
@@ -86,12 +120,13 @@ class Cost:
 
     @classmethod
     def pure(cls, epsilon: float) -> Cost:
-        epsilon = _check_number("epsilon", epsilon, 0.0, math.inf, False)
+        epsilon = check_number("epsilon", epsilon, MIN_EPSILON, MAX_EPSILON, why=_EPSILON_RANGE)
         return cls("laplace", epsilon**2 / 2, epsilon)
 
     @classmethod
     def zcdp(cls, rho: float) -> Cost:
-        return cls("gaussian", _check_number("rho", rho, 0.0, math.inf, False))
+        why = f" (ε²/2 for ε in [{MIN_EPSILON:g}, {MAX_EPSILON:g}])"
+        return cls("gaussian", check_number("rho", rho, MIN_RHO, MAX_RHO, why=why))
 
     @classmethod
     def combined(cls, costs: list[Cost]) -> Cost:
@@ -131,72 +166,322 @@ class Spent:
     statements: int
 
 
+@dataclass(frozen=True)
+class Totals:
+    """Exact sums over charges: what the ledger keeps running, and all that spending depends on."""
+
+    statements: int = 0
+    rho: Fraction = Fraction(0)  # every charge's ρ (pure ones count ε²/2)
+    pure_epsilon: Fraction = Fraction(0)  # ε of the pure charges
+    gaussian_rho: Fraction = Fraction(0)  # ρ of the zCDP charges
+    approximate_epsilon: Fraction = Fraction(0)
+    delta: Fraction = Fraction(0)
+
+    @classmethod
+    def of(cls, costs: Iterable[Cost]) -> Totals:
+        totals = cls()
+        for cost in costs:
+            totals = totals.plus(cost)
+        return totals
+
+    def plus(self, cost: Cost) -> Totals:
+        pure = cost.epsilon is not None
+        return Totals(
+            self.statements + 1,
+            self.rho + Fraction(cost.rho),
+            self.pure_epsilon + (Fraction(cost.epsilon) if pure else 0),  # type: ignore[arg-type]
+            self.gaussian_rho + (0 if pure else Fraction(cost.rho)),
+            self.approximate_epsilon + Fraction(cost.approximate_epsilon),
+            self.delta + Fraction(cost.delta),
+        )
+
+    def spent(self, budget: Budget) -> Spent:
+        """The (ε, δ) these charges spend under ``budget``'s δ."""
+        rho_total = float(self.rho)
+        if self.gaussian_rho == 0:
+            return Spent(float(self.pure_epsilon + self.approximate_epsilon), float(self.delta), rho_total, self.statements)
+        conversion_delta = Fraction(budget.delta) - self.delta
+        if conversion_delta <= 0:
+            return Spent(math.inf, max(budget.delta, float(self.delta)), rho_total, self.statements)
+        log_term = math.log(conversion_delta.denominator) - math.log(conversion_delta.numerator)
+        gaussian_rho = float(self.gaussian_rho)
+        all_zcdp = rho_total + 2 * math.sqrt(rho_total * log_term)
+        split = float(self.pure_epsilon) + gaussian_rho + 2 * math.sqrt(gaussian_rho * log_term)
+        return Spent(min(all_zcdp, split) + float(self.approximate_epsilon), budget.delta, rho_total, self.statements)
+
+
 def spent_of(costs: list[Cost], budget: Budget) -> Spent:
     """Compose a list of costs into the (ε, δ) spent, under ``budget``'s δ."""
-    rho_total = sum(c.rho for c in costs)
-    pure_total = sum(c.epsilon for c in costs if c.epsilon is not None)
-    gaussian_rho = sum(c.rho for c in costs if c.epsilon is None)
-    approximate_epsilon = sum(c.approximate_epsilon for c in costs)
-    approximate_delta = sum(c.delta for c in costs)
-    if gaussian_rho == 0:
-        return Spent(pure_total + approximate_epsilon, approximate_delta, rho_total, len(costs))
-    conversion_delta = budget.delta - approximate_delta
-    if conversion_delta <= 0:
-        return Spent(math.inf, max(budget.delta, approximate_delta), rho_total, len(costs))
-    log_term = math.log(1 / conversion_delta)
-    all_zcdp = rho_total + 2 * math.sqrt(rho_total * log_term)
-    split = pure_total + gaussian_rho + 2 * math.sqrt(gaussian_rho * log_term)
-    return Spent(min(all_zcdp, split) + approximate_epsilon, budget.delta, rho_total, len(costs))
+    return Totals.of(costs).spent(budget)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One charge recorded in a ledger (:meth:`Ledger.history`)."""
+
+    number: int  # the charge's id in the ledger (what :meth:`Ledger.charge` returned)
+    time: datetime  # when it was charged (UTC)
+    statement: str
+    mechanism: str  # "laplace" (pure ε) or "gaussian" (ρ-zCDP)
+    epsilon: float | None  # ε of a pure charge, else None
+    rho: float
+    approximate_epsilon: float  # the (ε, δ)-DP part (partition selection)
+    delta: float
+
+    @property
+    def cost(self) -> Cost:
+        return Cost(self.mechanism, self.rho, self.epsilon, self.approximate_epsilon, self.delta)
+
+
+def _scaled(value: float) -> int:
+    """``value``·2^1074 exactly (an integer for every double)."""
+    numerator, denominator = value.as_integer_ratio()
+    return numerator << (_EXACT_SCALE_BITS - denominator.bit_length() + 1)
+
+
+def _checked_row(number: int, row: tuple[object, ...]) -> tuple[str, str, float | None, float, float, float, str]:
+    """A stored charge (columns of :data:`ledger_format.CHARGE_COLUMNS`), or an :class:`IntegrityError`."""
+    at, mechanism, epsilon, rho, approximate_epsilon, delta, statement = row
+
+    def number_ok(value: object) -> bool:
+        return isinstance(value, float) and math.isfinite(value) and value >= 0
+
+    problems = []
+    if not isinstance(at, str) or not _is_time(at):
+        problems.append(f"time {at!r}")
+    if mechanism not in _MECHANISMS:
+        problems.append(f"mechanism {mechanism!r}")
+    if not (epsilon is None or number_ok(epsilon)):
+        problems.append(f"epsilon {epsilon!r}")
+    for name, value in (("rho", rho), ("approximate_epsilon", approximate_epsilon), ("delta", delta)):
+        if not number_ok(value):
+            problems.append(f"{name} {value!r}")
+    if not isinstance(statement, str):
+        problems.append(f"statement {statement!r}")
+    if problems:
+        raise IntegrityError(f"charge #{number} of the ledger is corrupt ({', '.join(problems)}); restore the file from a backup")
+    return row  # type: ignore[return-value]
+
+
+def _is_time(text: str) -> bool:
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 class Ledger:
-    """Durable record of the charges against one budget (SQLite; ``path=None`` keeps it in memory)."""
+    """Durable record of the charges against one budget (SQLite; ``path=None`` keeps it in memory).
+
+    A new file is created only where no file exists (and no ledger of that name was created in its
+    directory before: :mod:`dpsql.ledger_format`); an existing one must be a ledger whose history
+    matches its running totals, else :class:`IntegrityError` says what is wrong.
+    """
 
     def __init__(self, path: str | Path | None, budget: Budget | None) -> None:
+        if budget is not None and not isinstance(budget, Budget):
+            raise ProgrammingError("budget must be a dpsql.Budget(epsilon=..., delta=...)")
         self.path = None if path is None else str(path)
         self._lock = threading.Lock()
+        file = None if path is None else Path(path)
+        if file is not None and not file.exists():
+            self._create(file, budget)
         try:
-            self._db = sqlite3.connect(
-                self.path or ":memory:", timeout=LOCK_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA busy_timeout=%d" % int(LOCK_TIMEOUT_SECONDS * 1000))
-            self.budget = self._open(budget)
+            self._db = self._connect(file)
         except sqlite3.Error as error:
-            raise OperationalError(f"cannot open the budget ledger {self.path!r}: {error}") from error
+            raise self._opening_error(error) from error
+        try:
+            if file is None:
+                with self._transaction():
+                    _initialize(self._db, _new_budget(budget), uuid.uuid4().hex, _now())
+            self.budget, self.ledger_id, created_at = self._verified(budget)
+            if file is not None:
+                ledger_format.register(file, self.ledger_id, created_at)
+        except BaseException as error:
+            self._db.close()
+            if isinstance(error, sqlite3.Error):
+                raise self._opening_error(error) from error
+            raise
 
-    def _open(self, budget: Budget | None) -> Budget:
-        with self._transaction():
-            self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value REAL NOT NULL)")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, "
-                "mechanism TEXT NOT NULL, epsilon REAL, rho REAL NOT NULL, statement TEXT NOT NULL)"
+    def _opening_error(self, error: sqlite3.Error) -> OperationalError | IntegrityError:
+        if isinstance(error, sqlite3.OperationalError) or not isinstance(error, sqlite3.DatabaseError):  # locked, I/O
+            return OperationalError(f"cannot open the budget ledger {self.path!r}: {error}")
+        return IntegrityError(f"{self.path!r} is not a readable dpsql budget ledger: {error}")  # not a database, malformed
+
+    def _connect(self, file: Path | None) -> sqlite3.Connection:
+        if file is not None and file.is_file() and file.stat().st_size == 0:
+            raise IntegrityError(
+                f"the budget ledger {self.path!r} is empty (0 bytes): its history is gone, so what it spent cannot "
+                "be known. Restore it from a backup; dpsql never starts a new budget over an existing file (choose a "
+                "new path to start one on purpose)"
             )
-            present = {row[1] for row in self._db.execute("PRAGMA table_info(charges)").fetchall()}
+        database = sqlite3.connect(
+            ":memory:" if file is None else str(file), timeout=LOCK_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
+        )
+        try:
+            database.execute("PRAGMA synchronous=FULL")
+            database.execute("PRAGMA busy_timeout=%d" % int(LOCK_TIMEOUT_SECONDS * 1000))
+        except sqlite3.Error:
+            database.close()
+            raise
+        return database
+
+    def _create(self, file: Path, budget: Budget | None) -> None:
+        """Create the ledger file, unless one was created at this path before and is gone."""
+        gone = ledger_format.registered(file)
+        if gone is not None:
+            raise IntegrityError(
+                f"the budget ledger {self.path!r} is gone: ledger {gone.ledger_id} was created at this path on "
+                f"{gone.created_at}, and without its file what it spent cannot be known. Restore the file from a "
+                f"backup; to start a new budget on purpose, use a new path (or delete its line from "
+                f"{str(file.parent / ledger_format.REGISTRY_NAME)!r})"
+            )
+        checked = _new_budget(budget)
+        ledger_id, created_at = uuid.uuid4().hex, _now()
+        ledger_format.create_exclusively(file, lambda database: _initialize(database, checked, ledger_id, created_at))
+
+    def _verified(self, budget: Budget | None) -> tuple[Budget, str, str]:
+        """Check the file is a ledger (upgrading format 1), its history matches its totals, and
+        ``budget`` (if given) is its budget. Returns the budget, the ledger id and its creation time."""
+        application_id = self._db.execute("PRAGMA application_id").fetchone()[0]
+        if application_id != ledger_format.APPLICATION_ID:
+            self._upgrade_format_1()
+        with self._transaction(write=False):
+            header = self._header()
+            recorded, history = self._history_totals(header[0])
+            running, head = self._read_totals()
+            if (running, head) != (recorded, history):
+                raise IntegrityError(
+                    f"the budget ledger {self.path!r} does not match its own running totals ({running.statements} "
+                    f"charge(s) recorded, {recorded.statements} in its history, checksums "
+                    f"{'equal' if head == history else 'different'}): charges were deleted, added or altered outside "
+                    "dpsql. Restore the file from a backup"
+                )
+        ledger_id, created_at, stored = header
+        if budget is not None and budget != stored:
+            raise IntegrityError(
+                f"the ledger {self.path!r} was created with budget (epsilon={stored.epsilon}, "
+                f"delta={stored.delta}); pass that budget, or omit it, or start a new ledger"
+            )
+        return stored, ledger_id, created_at
+
+    def _tables(self) -> set[str]:
+        return {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def _header(self) -> tuple[str, str, Budget]:
+        missing = {"header", "charges", "totals"} - self._tables()
+        if missing:
+            raise IntegrityError(
+                f"the budget ledger {self.path!r} has lost its table(s) {sorted(missing)}: its history is gone, so "
+                "what it spent cannot be known. Restore the file from a backup"
+            )
+        rows = self._db.execute("SELECT format, version, ledger_id, created_at, budget_epsilon, budget_delta FROM header").fetchall()
+        if len(rows) != 1 or rows[0][0] != ledger_format.FORMAT_NAME or not isinstance(rows[0][2], str):
+            raise IntegrityError(f"the budget ledger {self.path!r} has a corrupt header ({rows!r}); restore it from a backup")
+        _, version, ledger_id, created_at, epsilon, delta = rows[0]
+        if version != ledger_format.FORMAT_VERSION:
+            raise IntegrityError(
+                f"the budget ledger {self.path!r} has format version {version!r}; this dpsql reads version "
+                f"{ledger_format.FORMAT_VERSION} (a newer dpsql wrote it?)"
+            )
+        try:
+            return ledger_id, str(created_at), Budget(epsilon, delta)
+        except ProgrammingError as error:
+            raise IntegrityError(f"the budget ledger {self.path!r} records an invalid budget: {error}") from None
+
+    def _history_totals(self, ledger_id: str) -> tuple[Totals, str]:
+        """The exact totals and the chain value of the whole history, checking every charge."""
+        head = ledger_format.genesis(ledger_id)
+        count = 0
+        sums = [0, 0, 0, 0, 0]  # rho, pure epsilon, gaussian rho, approximate epsilon, delta (·2^1074)
+        rows = self._db.execute(f"SELECT id, {ledger_format.CHARGE_COLUMNS}, chain FROM charges ORDER BY id")
+        for number, *fields, link in rows:
+            _, mechanism, epsilon, rho, approximate_epsilon, delta, _ = _checked_row(number, tuple(fields))
+            head = ledger_format.chained(head, tuple(fields))
+            if link != head:
+                raise IntegrityError(
+                    f"charge #{number} of the budget ledger {self.path!r} breaks its checksum chain: the history was "
+                    "altered, reordered or partly deleted outside dpsql. Restore the file from a backup"
+                )
+            count += 1
+            sums[0] += _scaled(rho)
+            if mechanism == "laplace":
+                sums[1] += _scaled(epsilon)  # type: ignore[arg-type]
+            else:
+                sums[2] += _scaled(rho)
+            sums[3] += _scaled(approximate_epsilon)
+            sums[4] += _scaled(delta)
+        exact = [Fraction(total, 1 << _EXACT_SCALE_BITS) for total in sums]
+        return Totals(count, *exact), head
+
+    def _read_totals(self) -> tuple[Totals, str]:
+        try:
+            rows = self._db.execute(
+                "SELECT charges, head, rho, pure_epsilon, gaussian_rho, approximate_epsilon, delta FROM totals"
+            ).fetchall()
+        except sqlite3.OperationalError as error:
+            if "no such table" not in str(error):
+                raise
+            raise IntegrityError(f"the budget ledger {self.path!r} has lost its running totals: {error}") from error
+        if len(rows) != 1 or not isinstance(rows[0][0], int) or not isinstance(rows[0][1], str):
+            raise IntegrityError(f"the budget ledger {self.path!r} has corrupt running totals ({rows!r})")
+        count, head, *sums = rows[0]
+        names = ("rho", "pure_epsilon", "gaussian_rho", "approximate_epsilon", "delta")
+        return Totals(count, *(ledger_format.exact_value(text, name) for text, name in zip(sums, names))), head
+
+    def _upgrade_format_1(self) -> None:
+        """Give a ledger of format 1 (a ``meta`` table with the budget, charges without checksums) its
+        header, chain and totals, in one transaction; anything else is not a ledger."""
+        with self._transaction():
+            if self._db.execute("PRAGMA application_id").fetchone()[0] == ledger_format.APPLICATION_ID:
+                return  # another process upgraded it meanwhile
+            tables = self._tables()
+            if "meta" not in tables:
+                gone = "it has no tables: its history is gone" if not tables else "it is not a dpsql budget ledger"
+                raise IntegrityError(
+                    f"{self.path!r} exists but {gone}. Restore the ledger from a backup; dpsql never starts a new budget "
+                    "over an existing file (choose a new path to start one on purpose)"
+                )
+            if "charges" not in tables:
+                raise IntegrityError(
+                    f"the budget ledger {self.path!r} has lost its charges table: its history is gone, so what it spent "
+                    "cannot be known. Restore the file from a backup"
+                )
+            stored = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+            try:
+                budget = Budget(stored["budget_epsilon"], stored["budget_delta"])
+            except (KeyError, ProgrammingError) as error:
+                raise IntegrityError(f"the budget ledger {self.path!r} has a corrupt budget record ({error})") from None
+            present = {row[1] for row in self._db.execute("PRAGMA table_info(charges)")}
             for column in ("approximate_epsilon", "delta"):  # ledgers written before the approximate part
                 if column not in present:
                     self._db.execute(f"ALTER TABLE charges ADD COLUMN {column} REAL NOT NULL DEFAULT 0")
-            stored = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
-            if not stored:
-                if budget is None:
-                    raise ProgrammingError("a new ledger needs a budget: connect(budget=dpsql.Budget(epsilon=..., delta=...))")
-                self._db.executemany(
-                    "INSERT INTO meta (key, value) VALUES (?, ?)",
-                    [("budget_epsilon", budget.epsilon), ("budget_delta", budget.delta)],
-                )
-                return budget
-            recorded = Budget(stored["budget_epsilon"], stored["budget_delta"])
-            if budget is not None and budget != recorded:
-                raise IntegrityError(
-                    f"the ledger {self.path!r} was created with budget (epsilon={recorded.epsilon}, "
-                    f"delta={recorded.delta}); pass that budget, or omit it, or start a new ledger"
-                )
-            return recorded
+            self._db.execute("ALTER TABLE charges ADD COLUMN chain TEXT NOT NULL DEFAULT ''")
+            ledger_id, created_at = uuid.uuid4().hex, _now()
+            _initialize(self._db, budget, ledger_id, created_at, charges_table=False)
+            head, totals = ledger_format.genesis(ledger_id), Totals()
+            rows = self._db.execute(f"SELECT id, {ledger_format.CHARGE_COLUMNS} FROM charges ORDER BY id").fetchall()
+            for number, *fields in rows:
+                _, mechanism, epsilon, rho, approximate_epsilon, delta, _ = _checked_row(number, tuple(fields))
+                head = ledger_format.chained(head, tuple(fields))
+                self._db.execute("UPDATE charges SET chain = ? WHERE id = ?", (head, number))
+                totals = totals.plus(Cost(mechanism, rho, epsilon, approximate_epsilon, delta))
+            self._write_totals(totals, head)
+            self._db.execute("DROP TABLE meta")
+
+    def _write_totals(self, totals: Totals, head: str) -> None:
+        exact = (totals.rho, totals.pure_epsilon, totals.gaussian_rho, totals.approximate_epsilon, totals.delta)
+        self._db.execute(
+            "UPDATE totals SET charges = ?, head = ?, rho = ?, pure_epsilon = ?, gaussian_rho = ?, approximate_epsilon = ?, "
+            "delta = ?",
+            (totals.statements, head, *(ledger_format.exact_text(value) for value in exact)),
+        )
 
     @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """A write transaction: takes the database's write lock at once, so readers see no half-state."""
-        self._db.execute("BEGIN IMMEDIATE")
+    def _transaction(self, write: bool = True) -> Iterator[None]:
+        """A transaction; a write one takes the database's write lock at once, so readers see no half-state."""
+        self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             yield
         except BaseException:
@@ -204,18 +489,15 @@ class Ledger:
             raise
         self._db.execute("COMMIT")
 
-    def _costs(self) -> list[Cost]:
-        rows = self._db.execute("SELECT mechanism, rho, epsilon, approximate_epsilon, delta FROM charges").fetchall()
-        return [Cost(*row) for row in rows]
-
-    def _refusal(self, spent: Spent, costs: list[Cost], cost: Cost) -> BudgetExceededError | None:
-        after = spent_of(costs + [cost], self.budget)
-        if cost.delta > 0 and sum(c.delta for c in costs) + cost.delta > self.budget.delta * (1 + TOLERANCE):
+    def _refusal(self, totals: Totals, cost: Cost) -> BudgetExceededError | None:
+        after_totals = totals.plus(cost)
+        if cost.delta > 0 and float(after_totals.delta) > self.budget.delta * (1 + TOLERANCE):
             return BudgetExceededError(
                 f"the statement (delta={cost.delta:g}) would spend more delta than the budget has left: "
-                f"spent delta={sum(c.delta for c in costs):.6g} of {self.budget.delta:g}; use a smaller "
+                f"spent delta={float(totals.delta):.6g} of {self.budget.delta:g}; use a smaller "
                 "connection.selection_delta or start a new budget"
             )
+        after = after_totals.spent(self.budget)
         if after.epsilon <= self.budget.epsilon + TOLERANCE:
             return None
         if cost.epsilon is None and self.budget.delta == 0:
@@ -224,61 +506,96 @@ class Ledger:
         if cost.approximate_epsilon:
             asked += f" and selection epsilon={cost.approximate_epsilon:g}"
         return BudgetExceededError(
-            f"the statement ({asked}) would spend more than the budget has left: spent epsilon={spent.epsilon:.6g} "
-            f"of {self.budget.epsilon:g} (after it: {after.epsilon:.6g}); ask for less or start a new budget"
+            f"the statement ({asked}) would spend more than the budget has left: spent epsilon="
+            f"{totals.spent(self.budget).epsilon:.6g} of {self.budget.epsilon:g} (after it: {after.epsilon:.6g}); "
+            "ask for less or start a new budget"
         )
+
+    def _totals(self) -> Totals:
+        """The running totals, read under the lock (one row: the same cost at any length of history)."""
+        with self._lock:
+            try:
+                return self._read_totals()[0]
+            except sqlite3.Error as error:
+                raise OperationalError(f"cannot read the budget ledger: {error}") from error
 
     def check(self, cost: Cost) -> None:
         """Raise :class:`BudgetExceededError` if ``cost`` would not fit now (reads the ledger only)."""
-        with self._lock:
-            try:
-                costs = self._costs()
-            except sqlite3.Error as error:
-                raise OperationalError(f"cannot read the budget ledger: {error}") from error
-        refusal = self._refusal(spent_of(costs, self.budget), costs, cost)
+        refusal = self._refusal(self._totals(), cost)
         if refusal is not None:
             raise refusal
 
     def charge(self, cost: Cost, statement: str) -> int:
         """Atomically check and record ``cost``; durable (fsynced) when this returns. Returns the charge id."""
+        epsilon = None if cost.epsilon is None else float(cost.epsilon)
+        stored = Cost(cost.mechanism, float(cost.rho), epsilon, float(cost.approximate_epsilon), float(cost.delta))
+        fields = (_now(), stored.mechanism, stored.epsilon, stored.rho, stored.approximate_epsilon, stored.delta, str(statement))
         with self._lock:
             try:
                 with self._transaction():
-                    costs = self._costs()
-                    refusal = self._refusal(spent_of(costs, self.budget), costs, cost)
+                    totals, head = self._read_totals()
+                    refusal = self._refusal(totals, stored)
                     if refusal is not None:
                         raise refusal
+                    link = ledger_format.chained(head, fields)
                     cursor = self._db.execute(
-                        "INSERT INTO charges (at, mechanism, epsilon, rho, approximate_epsilon, delta, statement) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            datetime.now(UTC).isoformat(), cost.mechanism, cost.epsilon, cost.rho,
-                            cost.approximate_epsilon, cost.delta, statement,
-                        ),
+                        f"INSERT INTO charges ({ledger_format.CHARGE_COLUMNS}, chain) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (*fields, link),
                     )
-                    return int(cursor.lastrowid)
+                    self._write_totals(totals.plus(stored), link)
+                    return int(cursor.lastrowid)  # type: ignore[arg-type]
             except sqlite3.Error as error:
                 raise OperationalError(f"cannot write the budget ledger: {error}") from error
 
     def spent(self) -> Spent:
-        with self._lock:
-            try:
-                return spent_of(self._costs(), self.budget)
-            except sqlite3.Error as error:
-                raise OperationalError(f"cannot read the budget ledger: {error}") from error
+        return self._totals().spent(self.budget)
 
     def remaining(self) -> Remaining:
         """What is left; ``delta`` is the budget's δ less what (ε, δ) charges (partition selection) spent."""
-        with self._lock:
-            try:
-                costs = self._costs()
-            except sqlite3.Error as error:
-                raise OperationalError(f"cannot read the budget ledger: {error}") from error
-        spent = spent_of(costs, self.budget)
+        totals = self._totals()
+        spent = totals.spent(self.budget)
         epsilon_left = max(0.0, self.budget.epsilon - spent.epsilon)
         rho_left = max(0.0, self.budget.rho - spent.rho) if self.budget.delta > 0 else 0.0
-        return Remaining(epsilon_left, max(0.0, self.budget.delta - sum(c.delta for c in costs)), rho_left)
+        return Remaining(epsilon_left, max(0.0, self.budget.delta - float(totals.delta)), rho_left)
+
+    def history(self) -> list[Charge]:
+        """Every charge, oldest first: time, statement, mechanism, ε, ρ, approximate ε and δ."""
+        with self._lock:
+            try:
+                rows = self._db.execute(f"SELECT id, {ledger_format.CHARGE_COLUMNS} FROM charges ORDER BY id").fetchall()
+            except sqlite3.Error as error:
+                raise OperationalError(f"cannot read the budget ledger: {error}") from error
+        charges = []
+        for number, *fields in rows:
+            at, mechanism, epsilon, rho, approximate_epsilon, delta, statement = _checked_row(number, tuple(fields))
+            charges.append(Charge(number, datetime.fromisoformat(at), statement, mechanism, epsilon, rho, approximate_epsilon, delta))
+        return charges
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _new_budget(budget: Budget | None) -> Budget:
+    if budget is None:
+        raise ProgrammingError("a new ledger needs a budget: connect(budget=dpsql.Budget(epsilon=..., delta=...))")
+    return budget
+
+
+def _initialize(database: sqlite3.Connection, budget: Budget, ledger_id: str, created_at: str, charges_table: bool = True) -> None:
+    """Write a new ledger's identification, tables, header and zero totals (inside a transaction)."""
+    database.execute(f"PRAGMA application_id = {ledger_format.APPLICATION_ID}")
+    database.execute(f"PRAGMA user_version = {ledger_format.FORMAT_VERSION}")
+    for statement in ledger_format.TABLES:
+        if charges_table or not statement.startswith("CREATE TABLE charges"):
+            database.execute(statement)
+    database.execute(
+        "INSERT INTO header VALUES (?, ?, ?, ?, ?, ?)",
+        (ledger_format.FORMAT_NAME, ledger_format.FORMAT_VERSION, ledger_id, created_at, budget.epsilon, budget.delta),
+    )
+    zero = ledger_format.exact_text(Fraction(0))
+    database.execute("INSERT INTO totals VALUES (?, ?, ?, ?, ?, ?, ?)", (0, ledger_format.genesis(ledger_id), *[zero] * 5))

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from dpsql import errors, pipeline
-from dpsql.accountant import Budget, Ledger, Remaining, Spent
+from dpsql.accountant import Budget, Charge, Ledger, Remaining, Spent
 from dpsql.backends.factory import open_backend
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.frames import FrameSource, ResultFrames
@@ -132,6 +132,12 @@ class Connection(errors.ExceptionsOnConnection):
         Read from the ledger, so it survives restarts when the ledger is a file."""
         self._session.check_open()
         return self._session.ledger.remaining()
+
+    def budget_history(self) -> list[Charge]:
+        """Every charge so far, oldest first (time, statement text, mechanism, ε, ρ, δ): for a budget plot
+        (``dpsql.notebook.plot_budget``). Read from the ledger."""
+        self._session.check_open()
+        return self._session.ledger.history()
 
     def budget_spent(self) -> Spent:
         self._session.check_open()

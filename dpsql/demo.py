@@ -29,6 +29,7 @@ OCCUPATIONS = ["clerical", "craft", "management", "professional", "sales", "serv
 INCOME_EDGES = [0, 10_000, 25_000, 50_000, 100_000, 250_000, 10_000_000]
 WAVES = (2019, 2022)
 MAX_WAVES_PER_PERSON = 4
+MAX_PERSONS = 10_000_000  # the table is generated in memory (≈ 2.5 rows per person)
 
 DEMO_SCHEMA: dict[str, object] = {
     "privacy_unit": "person_id",
@@ -54,6 +55,10 @@ def generate_census(persons: int = 20_000, seed: int = 0) -> dict[str, np.ndarra
     occupation (NULL); a few rows carry values outside the schema's domains (age 99, income below 0
     from data-entry errors) so the dropping rule has something to do.
     """
+    if isinstance(persons, bool) or not isinstance(persons, int) or not 1 <= persons <= MAX_PERSONS:
+        raise dpsql.ProgrammingError(f"the demo needs between 1 and {MAX_PERSONS:,} persons (--persons), got {persons!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise dpsql.ProgrammingError(f"the demo's seed (--seed) must be a non-negative integer, got {seed!r}")
     rng = np.random.default_rng(seed)
     waves_per_person = rng.integers(1, MAX_WAVES_PER_PERSON + 1, size=persons)
     person = np.repeat(np.arange(1, persons + 1, dtype=np.int64), waves_per_person)

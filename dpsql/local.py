@@ -11,7 +11,7 @@ The reports then answer the same SQL through a DB-API-like cursor, with error ba
                                          "SELECT age, COUNT(*) FROM t WHERE sex = 'F' GROUP BY age"], epsilon=1.0)
     shipped = survey.to_json()                          # mechanism + statements + domain, for clients
     report = dpsql.local.Survey.from_json(shipped).randomize({"sex": "F", "age": 34})    # on a client
-    reports = survey.simulate("people.csv", seed=0)     # or: every unit of a table (for evaluation)
+    reports = survey.simulate("people.csv")             # or: every unit of a table (for evaluation)
     cursor = survey.connect(reports).cursor()
     cursor.execute("SELECT sex, COUNT(*) FROM t GROUP BY sex")
     cursor.fetchall(), cursor.errors, cursor.confidence_interval(0.95)
@@ -22,10 +22,16 @@ Rules:
   every row is a unit; with one, :meth:`Survey.simulate` keeps ONE row per unit chosen uniformly at
   random (the central engine's bounding with a bound of 1). Reduce the table yourself first if
   another rule (the latest row, say) suits your survey better.
-* **Values outside the domain.** :meth:`Survey.randomize` refuses a record with a value outside its
-  column's declared domain (or NULL in a column not declared nullable) with a :class:`DataError`: such
-  a client sends nothing. :meth:`Survey.simulate` applies the same rule to a table (like the central
-  engine's :data:`~dpsql.schema.OUT_OF_DOMAIN_RULE`, such units send no report).
+* **Every unit reports.** Whether a report arrives must not depend on the private value, so a value
+  with no cell — NULL in a column not declared nullable, a value outside its column's declared domain,
+  a missing column — is replaced on the device, before randomizing: by the column's NULL cell when the
+  column is ``nullable: true``, else by a uniformly random cell of that column (:data:`FALLBACK_RULE`).
+  The report then comes from the same randomizer as everyone's, so the survey stays ε-LDP; such units
+  are counted in those cells (declare ``nullable: true`` to count them apart). :meth:`Survey.cell`
+  is the strict mapping (a :class:`DataError` for such a value), for checking data before a survey.
+* **No seeds on real data.** Randomization draws from the operating system's CSPRNG: a seed would
+  let whoever knows it undo the randomization. :meth:`Survey.randomize` and :meth:`Survey.simulate`
+  refuse ``rng=`` / ``seed=``; tests make them reproducible with :func:`dpsql.testing.seeded`.
 * **Domain size.** The optimizer works on dense ``4n × n`` strategies; a survey domain of more than
   :data:`MAX_SURVEY_CELLS` cells is refused (mention fewer or coarser columns).
 * **Answering.** Any statement whose columns the survey collects can be executed: it is answered
@@ -49,7 +55,6 @@ import bisect
 import json
 import math
 import random
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -59,15 +64,16 @@ from typing import Any, Self
 
 import duckdb
 import numpy as np
+from sqlglot import exp
 
-from dpsql import errors
+from dpsql import errors, testing
 from dpsql import progress as progress_bars
 from dpsql.backends.factory import open_backend
 from dpsql.connection import ResultCursor
 from dpsql.errors import DataError, InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain, Schema
-from dpsql.sql.bounded import BoundedAggregation
+from dpsql.sql.bounded import salted_order_key
 from dpsql.sql.literals import ColumnType, canonical_schema
 from dpsql.sql.parse import Count, GroupKey, Query, predicate_columns
 from dpsql.sql.statement import Statement, bind_statement, parse_text
@@ -87,6 +93,11 @@ MAX_SURVEY_CELLS = 1024
 """Largest survey domain (cells = user types). The dense optimizer's cost grows as n³: n = 256 takes
 ≈ 34 s of one core (README, `benchmarks/ldp.py`), n = 1024 about half an hour."""
 
+FALLBACK_RULE = (
+    "a value with no cell (NULL in a column not declared nullable, a value outside the declared domain, a "
+    "missing column) is reported as the column's NULL cell when it is nullable, else as a uniformly random "
+    "cell of that column, drawn on the device before randomizing: every unit sends one report"
+)
 FORMAT_NAME = "dpsql-ldp-survey"
 FORMAT_VERSION = 1
 SIMULATION_TABLE = "__dpsql_survey_units"
@@ -188,15 +199,18 @@ def _schema_document(schema: Schema) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _cell_of_value(column: ColumnDomain, value: object) -> int:
-    """The cell of ``value`` in ``column``'s domain (None or a float NaN, pandas' missing value, is
-    NULL); a DataError if it has none."""
+def _is_null(value: object) -> bool:
+    """None, or a float NaN (pandas' missing value)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _cell_of_value(column: ColumnDomain, value: object) -> int | None:
+    """The cell of ``value`` in ``column``'s domain (NULL is the NULL cell of a nullable column); None
+    if it has none."""
     if isinstance(value, np.generic):
         value = value.item()
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        if column.nullable:
-            return column.null_cell  # type: ignore[return-value]
-        raise DataError(f"column {column.name!r} is not nullable, but the record's value is NULL ({value!r})")
+    if _is_null(value):
+        return column.null_cell
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if column.kind == "categories":
         for index, category in enumerate(column.values):
@@ -211,10 +225,39 @@ def _cell_of_value(column: ColumnDomain, value: object) -> int:
             edges = column.values
             if edges[0] <= value < edges[-1]:  # type: ignore[operator]
                 return bisect.bisect_right(edges, value) - 1  # type: ignore[arg-type]
-    raise DataError(
-        f"column {column.name!r}: the value {value!r} is outside its declared domain ({column.describe()}); "
-        "a unit with such a value cannot report"
-    )
+    return None
+
+
+def _strict_cell_of_value(column: ColumnDomain, value: object) -> int:
+    cell = _cell_of_value(column, value)
+    if cell is not None:
+        return cell
+    if _is_null(value.item() if isinstance(value, np.generic) else value):
+        raise DataError(f"column {column.name!r} is not nullable, but the record's value is NULL ({value!r})")
+    raise DataError(f"column {column.name!r}: the value {value!r} is outside its declared domain ({column.describe()})")
+
+
+def _reported_cell_of_value(column: ColumnDomain, value: object, rng: random.Random) -> int:
+    """The cell a device reports for ``value``: its own, else the fallback of :data:`FALLBACK_RULE`."""
+    cell = _cell_of_value(column, value)
+    if cell is not None:
+        return cell
+    return column.null_cell if column.nullable else rng.randrange(column.size)  # type: ignore[return-value]
+
+
+def _python_values(column: np.ndarray) -> list[object]:
+    """A result column as Python values, NULL (masked) as None."""
+    missing = np.ma.getmaskarray(column)
+    values = np.ma.getdata(column)
+    return [None if absent else (value.item() if isinstance(value, np.generic) else value) for value, absent in zip(values, missing)]
+
+
+def _refuse_seed(call: str, seed: object) -> None:
+    if seed is not None:
+        raise ProgrammingError(
+            f"{call}: a local survey randomizes real records, and anyone who knows a seed can undo the "
+            "randomization; it always draws from OS entropy (tests make it reproducible with dpsql.testing.seeded)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -301,36 +344,50 @@ class Survey:
 
     # -- the client side -------------------------------------------------------------------------------
     def cell(self, record: Mapping[str, object]) -> int:
-        """The cell (user type) of one record: a mapping from the survey's column names to values."""
+        """The cell (user type) of one record: a mapping from the survey's column names to values.
+        Strict: a :class:`DataError` for a value with no cell (:meth:`randomize` reports a fallback)."""
         if not isinstance(record, Mapping):
             raise DataError(f"a record must be a mapping of column names to values, got {type(record).__name__}")
         index = 0
         for column in self.schema.columns:
             if column.name not in record:
                 raise DataError(f"the record has no value for column {column.name!r}; the survey collects {list(self.columns)}")
-            index = index * column.size + _cell_of_value(column, record[column.name])
+            index = index * column.size + _strict_cell_of_value(column, record[column.name])
         return index
 
-    def randomize(self, record: Mapping[str, object], rng: random.Random | None = None) -> Report:
-        """The record's ε-LDP report (OS entropy unless ``rng`` is given). Only this leaves the device."""
-        return self.mechanism.randomize(self.cell(record), rng)
+    def reported_cell(self, record: Mapping[str, object], rng: random.Random) -> int:
+        """The cell a device randomizes for ``record``: its own, with :data:`FALLBACK_RULE` for values
+        that have none (drawn from ``rng``). Never fails on a value: every unit reports."""
+        if not isinstance(record, Mapping):
+            raise DataError(f"a record must be a mapping of column names to values, got {type(record).__name__}")
+        index = 0
+        for column in self.schema.columns:
+            index = index * column.size + _reported_cell_of_value(column, record.get(column.name), rng)
+        return index
 
-    def simulate(self, table: object, *, seed: int | None = None) -> list[Report]:
+    def randomize(self, record: Mapping[str, object], rng: object = None) -> Report:
+        """The record's ε-LDP report, from OS entropy. Only this leaves the device. A value with no
+        cell is replaced first (:data:`FALLBACK_RULE`), so every unit sends a report."""
+        _refuse_seed("randomize(record, rng=...)", rng)
+        source = testing.python_random()
+        return self.mechanism.randomize(self.reported_cell(record, source), source)
+
+    def simulate(self, table: object, *, seed: object = None) -> list[Report]:
         """Every unit of ``table`` randomized through the survey (for evaluation), in random order.
 
         ``table``: a ``.csv``/``.tsv``/``.json``/``.parquet`` path, a pandas DataFrame, an Arrow table
         or a DuckDB relation. One record per unit (one random row per privacy unit when the schema has
-        one; rows with a NULL unit are dropped); units with no record inside the domain send nothing.
-        ``seed`` makes it reproducible.
+        one; rows with a NULL unit belong to no unit and are dropped), reported as :meth:`randomize`
+        would: every unit sends one report. Draws from OS entropy (no seed: see the module's rules).
         """
-        rng: random.Random = random.Random(seed) if seed is not None else secrets.SystemRandom()
-        counts = self._cell_counts(table, salt=rng.getrandbits(62))
-        cells = np.repeat(np.arange(self.domain.size), counts).tolist()
-        rng.shuffle(cells)  # the order of reports must not reveal the cells
-        return [self.mechanism.randomize(cell, rng) for cell in cells]
+        _refuse_seed("simulate(table, seed=...)", seed)
+        source = testing.python_random()
+        cells = [self.reported_cell(record, source) for record in self._unit_records(table, salt=source.getrandbits(62))]
+        source.shuffle(cells)  # the order of reports must not reveal the cells
+        return [self.mechanism.randomize(cell, source) for cell in cells]
 
-    def _cell_counts(self, table: object, salt: int) -> np.ndarray:
-        """How many units of ``table`` fall in each cell (one record per unit, out-of-domain ones dropped)."""
+    def _unit_records(self, table: object, salt: int) -> list[dict[str, object]]:
+        """One record per unit of ``table`` (a random row per privacy unit, ordered by a salted hash)."""
         if isinstance(table, duckdb.DuckDBPyRelation):
             table = table.to_arrow_table()
         backend = open_backend(None)
@@ -342,22 +399,29 @@ class Survey:
             if missing:
                 raise ProgrammingError(f"the table has no column(s) {missing}; its columns are {list(column_types)}")
             types = {name: ColumnType.of(type_name, backend.dialect) for name, type_name in column_types.items()}
-            checked = canonical_schema(self.schema, types, self.table, backend.run, backend.dialect)
-            domains = {c.name: c for c in checked.columns}
-            aggregation = BoundedAggregation(
-                table=SIMULATION_TABLE,
-                columns=domains,
-                column_types={name: types[name] for name in self.columns},
-                marginals=(self.columns,),
-                privacy_unit=self.schema.privacy_unit,
-                max_rows_per_unit=1,
-                salt=salt,
-                row_columns=tuple(column_types),
-            )
-            result = backend.run(aggregation.statement().sql(dialect=backend.dialect))
-            return aggregation.marginal_arrays(result)[self.columns].ravel()
+            canonical_schema(self.schema, types, self.table, backend.run, backend.dialect)  # refuses domains the columns cannot hold
+            result = backend.run(self._one_row_per_unit(salt).sql(dialect=backend.dialect))
         finally:
             backend.close()
+        columns = [_python_values(result[self._alias(index)]) for index in range(len(self.columns))]
+        return [dict(zip(self.columns, values)) for values in zip(*columns)] if columns else []
+
+    @staticmethod
+    def _alias(index: int) -> str:
+        return f"c{index}"
+
+    def _one_row_per_unit(self, salt: int) -> exp.Select:
+        """``SELECT`` the survey's columns, one row per unit (rows with a NULL unit dropped)."""
+        projections = [exp.alias_(exp.column(name, quoted=True), self._alias(index)) for index, name in enumerate(self.columns)]
+        source = exp.Table(this=exp.to_identifier(SIMULATION_TABLE, quoted=True))
+        if self.schema.privacy_unit is None:
+            return exp.select(*projections).from_(source)
+        unit = exp.column(self.schema.privacy_unit, quoted=True)
+        order = salted_order_key([unit.copy(), *(exp.column(name, quoted=True) for name in self.columns)], salt)
+        rank = exp.Window(this=exp.RowNumber(), partition_by=[unit.copy()], order=exp.Order(expressions=[exp.Ordered(this=order)]))
+        ranked = exp.select(*projections, exp.alias_(rank, "row_in_unit")).from_(source).where(unit.copy().is_(exp.null()).not_())
+        aliases = [exp.column(self._alias(index)) for index in range(len(self.columns))]
+        return exp.select(*aliases).from_(ranked.subquery("ranked")).where(exp.column("row_in_unit").eq(1))
 
     # -- the server side -------------------------------------------------------------------------------
     def connect(self, reports: Iterable[Report]) -> LocalConnection:

@@ -8,7 +8,9 @@
 
 ``design`` writes the survey JSON (the mechanism under ``"mechanism"``, with the statements and the
 domain of the cells): what every client downloads. ``simulate`` writes a JSON list of reports, one per
-unit of the table; ``answer`` reads such a list and prints the rows with their standard errors.
+unit of the table, randomized from OS entropy (it takes no seed: the data is real, and a seed would
+let anyone undo the randomization); ``answer`` reads such a list and prints the rows with their
+standard errors. ``--seed`` of ``design`` only seeds the optimizer, which never sees data.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     simulate.add_argument("--survey", required=True, help="the survey JSON written by 'dpsql ldp design'")
     simulate.add_argument("--data", required=True, help="a .csv, .tsv, .json or .parquet file")
     simulate.add_argument("--output", help="file for the JSON list of reports (default: standard output)")
-    simulate.add_argument("--seed", type=int, help="seed of the randomization (default: OS entropy)")
     answer = actions.add_parser("answer", help="answer a statement from collected reports")
     answer.add_argument("sql", help="the statement, over the survey's columns")
     answer.add_argument("--survey", required=True, help="the survey JSON written by 'dpsql ldp design'")
@@ -63,7 +64,7 @@ def run(arguments: argparse.Namespace, print_rows: RowPrinter) -> None:
         _write(arguments.output, survey.to_json())
     elif arguments.ldp_command == "simulate":
         survey = local.Survey.from_json(_read(arguments.survey))
-        _write(arguments.output, json.dumps(survey.simulate(arguments.data, seed=arguments.seed)))
+        _write(arguments.output, json.dumps(survey.simulate(arguments.data)))
     else:
         survey = local.Survey.from_json(_read(arguments.survey))
         try:

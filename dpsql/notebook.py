@@ -139,12 +139,13 @@ def _field(record: object, name: str) -> Any:
 
 
 def _charge(record: object) -> tuple[datetime, str, Cost]:
-    """A ledger history record (a mapping or an object with ``at``, ``statement``, ``epsilon``, ``rho``,
-    ``delta`` and optionally ``approximate_epsilon``, ``mechanism``) as a time, a label and a cost."""
-    at = _field(record, "at")
+    """A ledger history record (``Connection.budget_history()``'s :class:`~dpsql.accountant.Charge`, or a
+    mapping with ``at``/``time``, ``statement``, ``epsilon``, ``rho``, ``delta`` and optionally
+    ``approximate_epsilon``, ``mechanism``) as a time, a label and a cost."""
+    at = _field(record, "time") if _field(record, "at") is None else _field(record, "at")
     when = datetime.fromisoformat(at) if isinstance(at, str) else at
     if not isinstance(when, datetime):
-        raise ProgrammingError(f"a budget history record needs its time in 'at', got {at!r}")
+        raise ProgrammingError(f"a budget history record needs its time in 'at' (or 'time'), got {at!r}")
     epsilon, rho = _field(record, "epsilon"), _field(record, "rho")
     if rho is None:
         rho = 0.0 if epsilon is None else epsilon**2 / 2

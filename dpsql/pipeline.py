@@ -33,7 +33,7 @@ import numpy as np
 
 import planner
 from dpsql import keys, nonnegative, testing
-from dpsql.accountant import Cost
+from dpsql.accountant import Cost, check_number
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
 from dpsql.request import Decision, Prepared, Request, Selection
@@ -120,12 +120,7 @@ def _weights(weights: object, count: int) -> tuple[float, ...]:
         return (1.0,) * count
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence) or len(weights) != count:
         raise ProgrammingError(f"weights= needs one positive number per statement ({count}), got {weights!r}")
-    checked = []
-    for weight in weights:
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (math.isfinite(weight) and 0 < weight < 1e150):
-            raise ProgrammingError(f"every statement weight must be a positive finite number below 1e150, got {weight!r}")
-        checked.append(float(weight))
-    return tuple(checked)
+    return tuple(check_number("every statement weight", w, 1e-100, 1e100, why="weights trade accuracy between statements") for w in weights)
 
 
 # ---------------------------------------------------------------------------------------------------

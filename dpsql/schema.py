@@ -50,7 +50,9 @@ OUT_OF_DOMAIN_RULE = (
 
 Scalar = str | int | float | bool | datetime.date | datetime.datetime
 DomainKind = Literal["categories", "range", "bins", "keys", "unknown"]
-MAX_RANGE_CELLS = 1 << 22  # a wider range is refused: declare bins instead
+MAX_RANGE_CELLS = 1 << 20
+"""Most values a ``range`` column may span (as many as a WHERE clause may mask): wider columns need
+``bins``."""
 INT64_LIMIT = 1 << 62  # range bounds beyond this are refused (cell arithmetic stays in int64)
 
 
@@ -265,9 +267,16 @@ class Schema:
 
 
 def _looks_like_path(text: str) -> bool:
-    return "\n" not in text and (
-        text.lower().endswith((".yaml", ".yml", ".json")) or Path(text).is_file()
-    )
+    """Whether schema text names a file: one line, not a JSON/YAML mapping, with a schema suffix or an
+    existing file's name (text too long or odd for a file name is not one)."""
+    if "\n" in text or text.lstrip().startswith(("{", "[")):
+        return False
+    if text.lower().endswith((".yaml", ".yml", ".json")):
+        return True
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def _parse_text(text: str, json_only: bool, origin: str) -> object:
@@ -360,8 +369,18 @@ def _as_date(value: object) -> datetime.date | None:
     return None
 
 
+def _finite_number(value: object) -> bool:
+    """A real number (not a bool) that a double represents as a finite value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond the doubles
+        return False
+
+
 def _check_bins(name: str, values: tuple[object, ...]) -> None:
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    numeric = all(_finite_number(v) for v in values)
     if len(values) < 2 or not numeric:
         raise ProgrammingError(f"column {name!r}: bins must be at least two finite numeric edges, got {list(values)}")
     if any(a >= b for a, b in zip(values, values[1:])):  # type: ignore[operator]

@@ -15,7 +15,6 @@ Needs the ``examples`` extra (matplotlib, pandas): ``pip install -e ".[examples]
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import matplotlib
@@ -38,13 +37,9 @@ def run(output: Path) -> dict[str, Path]:
     connection = dpsql.connect(budget=dpsql.Budget(epsilon=2.0))
     connection.register("adult", demo.generate_adult(seed=1), schema=Path(__file__).resolve().parent / "adult.yaml")
     cursor = connection.cursor()
-    history = []  # the ledger's charges, as Ledger.history() will give them
     saved: dict[str, Path] = {}
     for number, (sql, epsilon) in enumerate(STATEMENTS):
-        before = connection.budget_spent().statements
         cursor.execute(sql, epsilon=epsilon)
-        if connection.budget_spent().statements > before:
-            history.append({"at": datetime.now(UTC), "statement": sql, "epsilon": epsilon, "rho": epsilon**2 / 2, "delta": 0.0})
         print(cursor.df(errors=True).to_string(index=False), end="\n\n")
         if number == 0:
             saved["result.html"] = output / "result.html"
@@ -54,7 +49,7 @@ def run(output: Path) -> dict[str, Path]:
     cursor.execute("EXPLAIN " + STATEMENTS[0][0], epsilon=STATEMENTS[0][1])
     saved["explain.html"] = output / "explain.html"
     saved["explain.html"].write_text(cursor._repr_html_(), encoding="utf-8")
-    axes = notebook.plot_budget(history, connection.budget)
+    axes = notebook.plot_budget(connection.budget_history(), connection.budget)
     axes.figure.savefig(saved.setdefault("budget.png", output / "budget.png"), dpi=110)
     print(f"budget left: epsilon = {connection.budget_remaining():.3g}; saved {', '.join(str(p) for p in saved.values())}")
     connection.close()

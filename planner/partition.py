@@ -4,8 +4,10 @@
 Every primitive keeps a partition holding ``n`` distinct privacy units with probability
 ``π(n)``, ``π(0) = 0``, independently across partitions. Three primitives:
 
-* :func:`optimal` — the optimal (ε, δ) primitive of seed 001 (closed form; the recurrence is
-  :func:`optimal_keep_probabilities_by_recurrence`). It dominates every (ε, δ)-DP primitive.
+* :func:`optimal` — the optimal (ε, δ) primitive of seed 001, computed exactly on a grid of
+  multiples of 2^-62 (see :class:`OptimalSelection`; the real-valued recurrence, in 60-digit decimal
+  arithmetic, is :func:`optimal_keep_probabilities_by_recurrence`). It dominates every (ε, δ)-DP
+  primitive, up to the grid.
 * :func:`laplace_threshold` — keep when ``n + Z ≥ T`` with ``Z`` discrete Laplace.
 * :func:`gaussian_threshold` — keep when ``n + Z ≥ T`` with ``Z`` discrete Gaussian.
 
@@ -27,10 +29,12 @@ with the lowest midpoint.
 
 from __future__ import annotations
 
+import decimal
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import ClassVar
 
@@ -49,6 +53,22 @@ from planner.noise import (
 
 # Probabilities below this are treated as zero when truncating a noise distribution's support.
 _NEGLIGIBLE_MASS = 1e-60
+
+KEEP_PROBABILITY_BITS = 62
+"""The optimal primitive's keep probabilities are multiples of 2^-62, sampled exactly: a key is kept
+when a uniform integer on [0, 2^62) falls below the probability's numerator."""
+MIN_PARTITION_DELTA = 1e-15
+"""Smallest δ per partition (δ / max_groups) any primitive accepts: below it the optimal primitive's
+first step δ is no longer resolved by the grid of :data:`KEEP_PROBABILITY_BITS` (and the
+thresholding primitives' tail computations overflow near the smallest doubles)."""
+EXACT_STEPS = 1 << 16
+"""The optimal primitive's recurrence is computed exactly for this many units at most; beyond, its
+keep probability grows by δ per unit (still (ε, δ)-DP; it only matters when ε per partition is below
+about 2·ln(1/δ) / 65,536, where the midpoint is tens of thousands of units anyway)."""
+_GRID = 1 << KEEP_PROBABILITY_BITS
+_GROWTH_BITS = 128  # e^ε is bounded below by a multiple of 2^-128
+_GROWTH_MARGIN = 2.0**-48  # relative error allowed to libm's expm1 (a few ulp in practice)
+_GROWTH_EPSILON_CAP = 40.0  # e^40 ≫ 2^62: a larger ε changes no grid probability
 
 
 class PartitionSelectionImpossibleError(ValueError):
@@ -75,6 +95,11 @@ def _validate(epsilon: float, delta: float, max_groups: int) -> None:
         raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
     if isinstance(max_groups, bool) or not isinstance(max_groups, (int, np.integer)) or max_groups < 1:
         raise ValueError(f"max_groups (partitions one unit may touch) must be an integer >= 1, got {max_groups!r}")
+    if 0 < delta / max_groups < MIN_PARTITION_DELTA:
+        raise ValueError(
+            f"delta per partition (delta / max_groups = {delta / max_groups:.3g}) must be 0 or at least "
+            f"{MIN_PARTITION_DELTA:g}: use a larger delta for partition selection"
+        )
 
 
 def _counts_array(n: ArrayLike) -> np.ndarray:
@@ -173,65 +198,79 @@ class PartitionSelection(ABC):
 # The optimal primitive (seed 001, Theorems 13 and 14)
 
 
-@dataclass(frozen=True)
-class _OptimalPhases:
-    """Constants of the closed form for ε > 0, 0 < δ < 1 (MATH.md §6)."""
+def _growth_lower_bound(epsilon: float) -> Fraction:
+    """A rational ``L`` with ``1 ≤ L ≤ e^ε`` and denominator 2^128, within about 2^-48 of e^ε
+    (ε above 40 is treated as 40, which only lowers ``L``)."""
+    excess = Fraction(math.expm1(min(epsilon, _GROWTH_EPSILON_CAP))) * (1 - Fraction(_GROWTH_MARGIN))
+    return 1 + Fraction(math.floor(excess * (1 << _GROWTH_BITS)), 1 << _GROWTH_BITS)
 
-    epsilon: float
-    delta: float
-    crossover: int  # n₁: π(n) = δ(e^{nε} − 1)/(e^ε − 1) for n <= n₁
-    at_crossover: float  # π(n₁)
-    fixed_point: float  # p* = 1 + δ/(e^ε − 1)
+
+@dataclass(frozen=True, eq=False)
+class _OptimalGrid:
+    """The optimal primitive's keep probabilities as integers ``π(n)·2^62``, exactly (ε, δ)-DP.
+
+    The recurrence ``π(n) = min(L π(n−1) + δ, 1 + (π(n−1) + δ − 1)/L, 1)`` of MATH.md §6 is run in
+    integer arithmetic with ``L ≤ e^ε`` (:func:`_growth_lower_bound`) and ``δ`` rounded down to the
+    grid, each step rounded down to the grid from the previous *rounded* value. So for every ``n``
+    both DP inequalities hold exactly for the values the sampler uses:
+    ``π(n) ≤ e^ε π(n−1) + δ`` and ``1 − π(n−1) ≤ e^ε (1 − π(n)) + δ`` — no floating-point value near 1
+    is ever trusted (in doubles, ``1 − π`` loses its digits exactly where ``e^ε`` amplifies them).
+    After :data:`EXACT_STEPS` units the numerators grow by ``δ`` per unit (a (0, δ)-DP step, so both
+    inequalities still hold, as ``L ≥ 1``).
+    """
+
+    numerators: np.ndarray  # π(0 … m)·2^62 (int64), m ≤ EXACT_STEPS
+    step: int  # δ·2^62 rounded down: the growth per unit after the table
     always_kept: int  # first n with π(n) = 1
 
     @classmethod
-    def of(cls, epsilon: float, delta: float) -> _OptimalPhases:
-        expm1_epsilon = math.expm1(epsilon)
+    def of(cls, epsilon: float, delta: float) -> _OptimalGrid:
+        growth = _growth_lower_bound(epsilon)
+        scaled, denominator = growth.numerator, growth.denominator  # L = scaled / denominator
+        step = math.floor(Fraction(delta) * _GRID)
+        numerators = [0]
+        while numerators[-1] < _GRID and len(numerators) <= EXACT_STEPS:
+            previous = numerators[-1]
+            grown = previous * scaled // denominator + step
+            missing = _GRID - previous - step  # (1 − π(n−1) − δ)·2^62
+            approached = _GRID - (-(-missing * denominator // scaled)) if missing > 0 else _GRID
+            numerators.append(min(grown, approached, _GRID))
+        last = numerators[-1]
+        always_kept = len(numerators) - 1 if last == _GRID else len(numerators) - 1 + -(-(_GRID - last) // step)
+        return cls(np.array(numerators, dtype=np.int64), step, always_kept)
 
-        def geometric_phase(n: int) -> float:
-            return delta * math.expm1(n * epsilon) / expm1_epsilon
-
-        # The first argument of the min is active while π(n−1) <= (1 − δ)/(1 + e^ε).
-        switch = (1 - delta) / (1 + math.exp(epsilon))
-        last_below = math.floor(math.log1p(switch * expm1_epsilon / delta) / epsilon)
-        while geometric_phase(last_below + 1) <= switch:
-            last_below += 1
-        while last_below > 0 and geometric_phase(last_below) > switch:
-            last_below -= 1
-        crossover = last_below + 1
-        at_crossover = geometric_phase(crossover)
-        fixed_point = 1 + delta / expm1_epsilon
-        # p* − e^{−(n−n₁)ε}(p* − π(n₁)) >= 1  ⇔  n − n₁ >= ln((p* − π(n₁)) / (p* − 1)) / ε.
-        steps = math.log1p((1 - at_crossover) * expm1_epsilon / delta) / epsilon
-        return cls(epsilon, delta, crossover, at_crossover, fixed_point, crossover + max(1, math.ceil(steps)))
-
-    def probability(self, counts: np.ndarray) -> np.ndarray:
-        epsilon, delta = self.epsilon, self.delta
-        geometric = delta * np.expm1(np.minimum(counts, self.crossover) * epsilon) / math.expm1(epsilon)
-        beyond = np.maximum(counts - self.crossover, 0)
-        approach = self.fixed_point - np.exp(-beyond * epsilon) * (self.fixed_point - self.at_crossover)
-        probability = np.where(counts <= self.crossover, geometric, np.minimum(approach, 1.0))
-        return np.where(counts >= self.always_kept, 1.0, probability)
+    def numerator(self, counts: np.ndarray) -> np.ndarray:
+        """``π(counts)·2^62`` (int64)."""
+        last = len(self.numerators) - 1
+        tabulated = self.numerators[np.minimum(counts, last)]
+        beyond = np.minimum(np.maximum(counts - last, 0), max(self.always_kept - last, 0))
+        return np.where(counts >= self.always_kept, _GRID, np.minimum(tabulated + beyond * self.step, _GRID))
 
 
 def optimal_keep_probabilities_by_recurrence(epsilon: float, delta: float, n_max: int) -> np.ndarray:
-    """``π(0), …, π(n_max)`` of the optimal primitive from seed 001's recurrence
-    ``π(n) = min(e^ε π(n−1) + δ, 1 + e^{−ε}(π(n−1) + δ − 1), 1)`` (a check on the closed form)."""
+    """``π(0), …, π(n_max)`` of the real-valued optimal primitive from seed 001's recurrence
+    ``π(n) = min(e^ε π(n−1) + δ, 1 + e^{−ε}(π(n−1) + δ − 1), 1)``, in 60-digit decimal arithmetic
+    (a reference for the grid the sampler uses; it dominates every (ε, δ)-DP primitive)."""
     _validate(epsilon, delta, 1)
-    growth, shrink = math.exp(epsilon), math.exp(-epsilon)
-    probabilities = [0.0]
-    for _ in range(n_max):
-        previous = probabilities[-1]
-        probabilities.append(min(growth * previous + delta, 1 + shrink * (previous + delta - 1), 1.0))
-    return np.array(probabilities)
+    with decimal.localcontext() as context:
+        context.prec = 60
+        growth = decimal.Decimal(epsilon).exp()
+        exact_delta, one = decimal.Decimal(delta), decimal.Decimal(1)
+        probabilities = [decimal.Decimal(0)]
+        for _ in range(n_max):
+            previous = probabilities[-1]
+            probabilities.append(min(growth * previous + exact_delta, one + (previous + exact_delta - one) / growth, one))
+        return np.array([float(p) for p in probabilities])
 
 
 @dataclass(frozen=True)
 class OptimalSelection(PartitionSelection):
     """The optimal (ε, δ) primitive, run with ``(ε/k, δ/k)`` per partition for ``k = max_groups``.
 
-    ``δ = 0`` gives ``π ≡ 0`` (selection impossible, see :func:`require_selection_possible`);
-    ``ε = 0`` gives ``π(n) = min(n δ, 1)``.
+    Keep probabilities are exact multiples of 2^-62 that satisfy both DP inequalities exactly
+    (:class:`_OptimalGrid`), and :meth:`keep` realizes them exactly. ``δ = 0`` gives ``π ≡ 0``
+    (selection impossible, see :func:`require_selection_possible`); ``ε = 0`` gives
+    ``π(n) = min(n δ, 1)`` (δ rounded down to the grid).
     """
 
     epsilon: float
@@ -256,39 +295,27 @@ class OptimalSelection(PartitionSelection):
         return None
 
     @cached_property
-    def _phases(self) -> _OptimalPhases | None:
-        if self.delta == 0 or self.epsilon == 0:
-            return None
-        return _OptimalPhases.of(self.partition_epsilon, self.partition_delta)
+    def _grid(self) -> _OptimalGrid | None:
+        return None if self.delta == 0 else _OptimalGrid.of(self.partition_epsilon, self.partition_delta)
+
+    def keep_numerator(self, n: ArrayLike) -> np.ndarray:
+        """``π(n)·2^62`` exactly, as int64: what :meth:`keep` compares a uniform integer with."""
+        counts = _counts_array(n)
+        return np.zeros(counts.shape, dtype=np.int64) if self._grid is None else self._grid.numerator(counts)
 
     def probability_of_keep(self, n: ArrayLike) -> float | np.ndarray:
-        counts = _counts_array(n)
-        if self.delta == 0:
-            probability = np.zeros(counts.shape)
-        elif self.epsilon == 0:
-            probability = np.minimum(counts * self.partition_delta, 1.0)
-        else:
-            probability = self._phases.probability(counts)
+        probability = np.ldexp(self.keep_numerator(n).astype(np.float64), -KEEP_PROBABILITY_BITS)
         return float(probability) if probability.ndim == 0 else probability
 
     def always_kept(self) -> float:
-        if self.delta == 0:
-            return math.inf
-        if self.epsilon == 0:
-            steps = math.ceil(1 / self.partition_delta)  # then corrected for rounding of 1/δ
-            while steps > 1 and (steps - 1) * self.partition_delta >= 1:
-                steps -= 1
-            while steps * self.partition_delta < 1:
-                steps += 1
-            return steps
-        return self._phases.always_kept
+        return math.inf if self._grid is None else self._grid.always_kept
 
     def _search_limit(self) -> int:
         return int(self.always_kept())
 
     def keep(self, counts: np.ndarray, rng: RandomLike = None) -> tuple[np.ndarray, None]:
-        probability = np.asarray(self.probability_of_keep(counts))
-        return as_source(rng).uniform(probability.shape) < probability, None
+        numerators = self.keep_numerator(counts)
+        return as_source(rng).integers(_GRID, size=numerators.shape) < numerators, None
 
     def _parameters(self) -> str:
         return f"per partition epsilon={self.partition_epsilon:g}, delta={self.partition_delta:g}"

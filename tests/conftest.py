@@ -14,6 +14,8 @@ import os
 # numpy is imported.
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
+# dpsql.testing's hooks (noise off, seeded noise) work only where this is set before dpsql is imported.
+os.environ["DPSQL_TEST_HOOKS"] = "1"
 
 from collections.abc import Iterator  # noqa: E402
 
@@ -62,6 +64,19 @@ def user_data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     """The command line's per-user files (ledgers, shell history) go to a fresh directory, never $HOME."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg_data_home")))
     yield
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--audit-runs", type=int, default=None, metavar="N",
+        help="privacy audits (tests/audit/): runs per neighbouring dataset (default: each audit's own, see docs/audit.md)",
+    )
+
+
+@pytest.fixture()
+def audit_runs(request: pytest.FixtureRequest) -> int | None:
+    """``--audit-runs N``, or None for each audit's default."""
+    return request.config.getoption("--audit-runs")
 
 
 @pytest.fixture(scope="session")

@@ -33,6 +33,12 @@ def population() -> pd.DataFrame:
     return pd.DataFrame({"sex": np.array(["F", "M"])[cells // 4], "age": cells % 4 + 1, "zip": "x"})
 
 
+def simulated(survey: local.Survey, table: object, seed: int) -> list:
+    """``survey.simulate(table)``, reproducibly (the test hook; real data never gets a seed)."""
+    with dpsql.testing.seeded(seed):
+        return survey.simulate(table)
+
+
 @pytest.fixture(scope="module")
 def survey() -> local.Survey:
     return local.design(SCHEMA, STATEMENTS, 1.0, seed=0, **FAST)
@@ -84,8 +90,8 @@ def test_answers_are_unbiased_with_the_predicted_variance(survey: local.Survey) 
     worst_case = CELL_COUNTS.sum() * factorization.per_query_type_variance.max(axis=1)
     answers = []
     for seed in range(400):
-        rng = random.Random(seed)
-        connection = survey.connect([survey.randomize(record, rng) for record in records])
+        with dpsql.testing.seeded(seed):
+            connection = survey.connect([survey.randomize(record) for record in records])
         by_sex, women = connection.answer(BY_SEX), connection.answer(AGE_OF_WOMEN)
         answers.append([row[1] for row in by_sex.rows + women.rows])
         released = np.array([error[1] for error in by_sex.errors + women.errors]) ** 2
@@ -99,7 +105,7 @@ def test_answers_are_unbiased_with_the_predicted_variance(survey: local.Survey) 
 def test_rows_look_like_the_central_engines(survey: local.Survey) -> None:
     """Same description, keys and row order as the central engine (noise off), counts within 5 SE."""
     table = population()
-    cursor = survey.cursor(survey.simulate(table, seed=1))
+    cursor = survey.cursor(simulated(survey, table, 1))
     central = dpsql.connect(budget=dpsql.Budget(epsilon=100.0))
     central.register("t", table, schema=SCHEMA)
     central_cursor = central.cursor()
@@ -143,7 +149,7 @@ def test_json_round_trip(survey: local.Survey) -> None:
     assert document["mechanism"]["format"] == "dpsql-ldp-mechanism"
     shipped = local.Survey.from_json(text)
     assert shipped == survey
-    reports = survey.simulate(population(), seed=3)
+    reports = simulated(survey, population(), 3)
     assert shipped.connect(reports).answer(BY_SEX) == survey.connect(reports).answer(BY_SEX)
 
 
@@ -176,9 +182,10 @@ def test_records_map_to_cells_and_randomize_through_the_mechanism(survey: local.
     that cell (same seeded stream), so planner.ldp's frequency tests cover the client."""
     assert [survey.cell({"sex": s, "age": a}) for s in ("F", "M") for a in (1, 2, 3, 4)] == list(range(8))
     assert survey.cell({"sex": "M", "age": np.int64(2), "other": 5}) == 5 and survey.cell({"sex": "F", "age": 3.0}) == 2
-    ours, theirs = random.Random(11), random.Random(11)
-    for record in ({"sex": "M", "age": 4}, {"sex": "F", "age": 1}) * 50:
-        assert survey.randomize(record, ours) == survey.mechanism.randomize(survey.cell(record), theirs)
+    records, theirs = ({"sex": "M", "age": 4}, {"sex": "F", "age": 1}) * 50, random.Random(11)
+    with dpsql.testing.seeded(11):
+        ours = [survey.randomize(record) for record in records]
+    assert ours == [survey.mechanism.randomize(survey.cell(record), theirs) for record in records]
 
 
 def test_nullable_columns_and_bins_have_their_cells() -> None:
@@ -204,9 +211,9 @@ def test_nullable_columns_and_bins_have_their_cells() -> None:
         (["F", 1], "mapping"),
     ],
 )
-def test_bad_records_are_data_errors(survey: local.Survey, record: object, message: str) -> None:
+def test_records_without_a_cell_are_data_errors_for_the_strict_mapping(survey: local.Survey, record: object, message: str) -> None:
     with pytest.raises(dpsql.DataError, match=message):
-        survey.randomize(record)  # type: ignore[arg-type]
+        survey.cell(record)  # type: ignore[arg-type]
 
 
 # -- simulation -----------------------------------------------------------------------------------------------
@@ -215,14 +222,15 @@ def test_bad_records_are_data_errors(survey: local.Survey, record: object, messa
 def test_simulation_sends_one_report_per_unit_from_any_source(tmp_path) -> None:
     schema = {"privacy_unit": "pid", "columns": {"sex": {"categories": ["F", "M"]}}}
     survey = local.design(schema, ["SELECT sex, COUNT(*) FROM t GROUP BY sex"], 2.0, seed=0, **FAST)
-    rows = pd.DataFrame({"pid": [1, 1, 1, 2, 3, 4, 4, 5], "sex": ["F", "M", "F", "M", "X", "X", "F", None]})
+    rows = pd.DataFrame({"pid": [1, 1, 1, 2, 3, 4, 4, 5, None], "sex": ["F", "M", "F", "M", "X", "X", "F", None, "F"]})
     path = tmp_path / "t.csv"
     rows.to_csv(path, index=False)
-    # units 1, 2 and 4 have a row in the domain (unit 4 its 'F' row); units 3 and 5 none: 3 reports
+    # five units, each sends one report, whatever its values (units 3 and 5 have no cell: the fallback);
+    # the row with no unit belongs to nobody
     for source in (rows, str(path), duckdb.sql(f"SELECT * FROM read_csv('{path}')")):
-        reports = survey.simulate(source, seed=4)
-        assert len(reports) == 3 and all(0 <= r < 8 for r in reports)
-    assert survey.simulate(rows, seed=4) == survey.simulate(rows, seed=4)
+        reports = survey.simulate(source)
+        assert len(reports) == 5 and all(0 <= r < 8 for r in reports)
+    assert simulated(survey, rows, 4) == simulated(survey, rows, 4)
     with pytest.raises(dpsql.ProgrammingError, match="no column"):
         survey.simulate(rows.drop(columns="pid"))
 
@@ -234,7 +242,7 @@ def test_simulation_keeps_each_unit_in_its_cell() -> None:
     truthful = math.e / (math.e + 1)
     mechanism = TableMechanism(1.0, ((truthful, 1 - truthful), (1 - truthful, truthful)))
     survey = local.Survey("t", dpsql.Schema.load(schema), ("SELECT sex, COUNT(*) FROM t GROUP BY sex",), mechanism)
-    reports = survey.simulate(pd.DataFrame({"sex": ["F"] * 3000 + ["M"] * 1000}), seed=5)
+    reports = simulated(survey, pd.DataFrame({"sex": ["F"] * 3000 + ["M"] * 1000}), 5)
     expected = 3000 * truthful + 1000 * (1 - truthful)
     assert abs(reports.count(0) - expected) <= 5 * math.sqrt(4000 * truthful * (1 - truthful))
 
@@ -267,7 +275,7 @@ def test_bad_designs_are_refused_clearly(schema: dict, statements: list[str], er
 
 
 def test_statements_outside_the_survey_are_refused(survey: local.Survey) -> None:
-    cursor = survey.cursor(survey.simulate(population(), seed=6))
+    cursor = survey.cursor(simulated(survey, population(), 6))
     with pytest.raises(dpsql.ProgrammingError, match="unknown column"):
         cursor.execute("SELECT zip, COUNT(*) FROM t GROUP BY zip")
     with pytest.raises(dpsql.ProgrammingError, match="collects table 't'"):
@@ -298,7 +306,7 @@ def test_reports_not_from_the_mechanism_are_data_errors(survey: local.Survey, re
 
 
 def test_parameters_executemany_and_closing(survey: local.Survey) -> None:
-    connection = survey.connect(survey.simulate(population(), seed=7))
+    connection = survey.connect(simulated(survey, population(), 7))
     cursor = connection.cursor()
     cursor.executemany("SELECT age, COUNT(*) FROM t WHERE sex = ? GROUP BY age", [["F"], ["M"]])
     assert [row[0] for row in cursor.fetchall()] == [1, 2, 3, 4] * 2
@@ -316,7 +324,7 @@ def test_item_set_surveys_report_lists() -> None:
     histogram = "SELECT a, COUNT(*) FROM t GROUP BY a"
     survey = local.design(schema, [histogram], 1.0, seed=0, restarts=1, iterations=30)
     assert survey.mechanism.to_json().count('"subset selection"') == 1
-    reports = json.loads(json.dumps(survey.simulate(pd.DataFrame({"a": np.arange(3200) % 32 + 1}), seed=8)))
+    reports = json.loads(json.dumps(simulated(survey, pd.DataFrame({"a": np.arange(3200) % 32 + 1}), 8)))
     assert len(reports) == 3200 and all(isinstance(r, list) and len(set(r)) == len(r) == len(reports[0]) for r in reports)
     cursor = local.Survey.from_json(survey.to_json()).cursor(reports)
     rows, errors = cursor.execute(histogram).fetchall(), cursor.errors
@@ -328,9 +336,10 @@ def test_item_set_surveys_report_lists() -> None:
         survey.connect([reports[0][:1] * len(reports[0])])
 
 
-def test_simulation_and_client_agree_on_every_cell() -> None:
-    """The table path (DuckDB's domain tests) and the client path (Survey.cell) put each record in the
-    same cell and drop the same records: NULLs, bin edges, non-integer and out-of-range values."""
+def test_simulation_reports_each_units_record_as_the_client_would() -> None:
+    """simulate() picks one record per unit and maps it exactly as randomize() does on a device: the
+    same cells for values in the domain (NULLs, bin edges, non-integer and out-of-range values follow
+    Survey.cell), the fallback for the others — seeded, both give the same reports in the same order."""
     schema = {"columns": {"job": {"categories": ["a", "b"], "nullable": True}, "income": {"bins": [0, 10, 50]}, "age": {"range": [1, 3]}}}
     survey = local.design(schema, ["SELECT job, income, age, COUNT(*) FROM t GROUP BY job, income, age"], 1.0, seed=0, **FAST)
     table = pd.DataFrame(
@@ -340,11 +349,53 @@ def test_simulation_and_client_agree_on_every_cell() -> None:
             "age": [1.0, 3.0, 2.0, 1.0, 1.0, 2.5, 3.0, 4.0, 1.0],
         }
     )
-    cells = []
+    strict = []
     for record in table.to_dict("records"):
         try:
-            cells.append(survey.cell(record))
+            strict.append(survey.cell(record))
         except dpsql.DataError:
-            continue
-    assert cells == [0, 8, 16, 9]  # 6·job + 3·income bin + age: (a,[0,10),1), (b,[0,10),3), (NULL,[10,50),2), (b,[10,50),1)
-    np.testing.assert_array_equal(survey._cell_counts(table, salt=0), np.bincount(cells, minlength=survey.domain.size))
+            strict.append(None)
+    assert strict == [0, 8, 16, None, None, None, None, None, 9]  # 6·job + 3·income bin + age
+    records = survey._unit_records(table, salt=0)
+    rows = table.astype(object).where(table.notna(), None)[list(survey.columns)].values.tolist()
+    assert [[record[c] for c in survey.columns] for record in records] == rows  # no unit column: every row, NULL as None
+    with dpsql.testing.seeded(3):
+        reported = [survey.reported_cell(record, dpsql.testing.python_random()) for record in records]
+    assert [cell for cell, known in zip(reported, strict) if known is not None] == [c for c in strict if c is not None]
+    assert reported[3] == 12  # job 'c' is outside its domain: job's NULL cell (nullable), income [0, 10), age 1
+    with dpsql.testing.seeded(4):
+        source = dpsql.testing.python_random()
+        cells = [survey.reported_cell(record, source) for record in survey._unit_records(table, salt=source.getrandbits(62))]
+        source.shuffle(cells)
+        expected = [survey.mechanism.randomize(cell, source) for cell in cells]
+    assert simulated(survey, table, 4) == expected
+
+
+# -- every unit reports, and no seed drives real randomization (issue 17) ------------------------------
+
+
+def test_a_value_without_a_cell_is_reported_through_the_fallback(survey: local.Survey) -> None:
+    """Before issue 17 such a client sent nothing (randomize raised): whether a report arrives was a
+    function of the private value. Now: a non-nullable column's bad value becomes a uniformly random
+    cell of that column (the other columns keep theirs), a nullable column's its NULL cell."""
+    assert isinstance(survey.randomize({"sex": "X", "age": 2}), int) and isinstance(survey.randomize({"age": 99}), int)
+    with dpsql.testing.seeded(0):
+        rng = dpsql.testing.python_random()
+        cells = np.array([survey.reported_cell({"sex": None, "age": 3}, rng) for _ in range(4000)])
+    # sex is uniform over F, M (cells 2 and 6): binomial(4000, 1/2) within 5 sd; age stays 3
+    assert set(cells) == {2, 6} and abs((cells == 2).sum() - 2000) <= 5 * math.sqrt(1000)
+    nullable = local.design({"columns": {"job": {"categories": ["a", "b"], "nullable": True}}}, ["SELECT job, COUNT(*) FROM t GROUP BY job"], 1.0, seed=0, **FAST)
+    assert {nullable.reported_cell({"job": value}, random.Random(1)) for value in ("zzz", None, 7, math.nan)} == {2}
+    assert nullable.reported_cell({}, random.Random(1)) == 2  # a missing column is NULL
+    with pytest.raises(dpsql.DataError, match="mapping"):
+        survey.randomize(["F", 1])  # type: ignore[arg-type]
+
+
+def test_seeds_are_refused_on_real_records(survey: local.Survey) -> None:
+    """Issue 17: with simulate(data, seed=s) anyone knowing s recovered 37 % of Adult's true cells."""
+    with pytest.raises(dpsql.ProgrammingError, match="anyone who knows a seed can undo the randomization"):
+        survey.simulate(population(), seed=1)
+    with pytest.raises(dpsql.ProgrammingError, match="dpsql.testing.seeded"):
+        survey.randomize({"sex": "F", "age": 1}, random.Random(1))
+    first, second = survey.simulate(population()), survey.simulate(population())
+    assert first != second  # OS entropy: 310 reports never coincide by chance

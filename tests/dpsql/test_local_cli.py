@@ -40,7 +40,7 @@ def test_design_simulate_answer(files: dict[str, str], capsys: pytest.CaptureFix
     assert survey.columns == ("sex", "age") and survey.table == "people"
     assert len(document["mechanism"]["probabilities"]) == 6  # one row per cell (user type)
 
-    code, _, _ = _run(["ldp", "simulate", "--survey", files["survey"], "--data", files["data"], "--seed", "1", "--output", files["reports"]], capsys)
+    code, _, _ = _run(["ldp", "simulate", "--survey", files["survey"], "--data", files["data"], "--output", files["reports"]], capsys)
     reports = json.loads(Path(files["reports"]).read_text())
     assert code == 0 and len(reports) == 600 and all(isinstance(r, int) for r in reports)
 
@@ -50,6 +50,14 @@ def test_design_simulate_answer(files: dict[str, str], capsys: pytest.CaptureFix
     expected = survey.connect(reports).answer(BY_SEX)
     assert [(row["n"], row["n_stderr"]) for row in rows] == [(r[1], e[1]) for r, e in zip(expected.rows, expected.errors)]
     assert all(abs(row["n"] - 300) <= 5 * row["n_stderr"] for row in rows)
+
+
+def test_simulate_takes_no_seed(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 17: ``--seed`` made real records' randomization reproducible by anyone knowing it."""
+    _run(["ldp", "design", "--schema", files["schema"], "--epsilon", "1", "--output", files["survey"], *FAST, BY_SEX], capsys)
+    with pytest.raises(SystemExit) as exit_status:
+        cli.main(["ldp", "simulate", "--survey", files["survey"], "--data", files["data"], "--seed", "1"])
+    assert exit_status.value.code == 2 and "unrecognized arguments: --seed 1" in capsys.readouterr().err
 
 
 def test_design_prints_the_survey_without_output(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:

@@ -49,7 +49,7 @@ def test_a_ledger_written_before_the_approximate_part_is_upgraded(tmp_path: Path
         "epsilon REAL, rho REAL NOT NULL, statement TEXT NOT NULL)"
     )
     database.executemany("INSERT INTO meta VALUES (?, ?)", [("budget_epsilon", 2.0), ("budget_delta", 1e-6)])
-    database.execute("INSERT INTO charges (at, mechanism, epsilon, rho, statement) VALUES ('then', 'laplace', 0.5, 0.125, 'old')")
+    database.execute("INSERT INTO charges (at, mechanism, epsilon, rho, statement) VALUES ('2024-05-01T12:00:00+00:00', 'laplace', 0.5, 0.125, 'old')")
     database.commit()
     database.close()
     ledger = Ledger(path, None)

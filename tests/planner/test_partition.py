@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import math
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
+from planner import partition
+from planner.noise import RandomSource
 from planner.partition import (
     GaussianThresholding,
     LaplaceThresholding,
@@ -37,27 +41,108 @@ def binomial_half_width(probability: float, trials: int) -> float:
 # ---------------------------------------------------------------- optimal primitive: exact values
 
 
+def grid_shortfall_bound(delta: float, n: np.ndarray) -> np.ndarray:
+    """How far below the real optimum the 2^-62 grid may fall, relative to it: δ and every step
+    rounded down (≤ 2·2^-62/δ), and e^ε bounded below within 2^-48 per step."""
+    return 2.0**-61 / delta + (n + 1) * 2.0**-46
+
+
 @pytest.mark.parametrize(("epsilon", "delta"), list(itertools.product(EPSILONS, DELTAS)))
-def test_closed_form_equals_recurrence(epsilon: float, delta: float) -> None:
+def test_grid_follows_the_real_recurrence_from_below(epsilon: float, delta: float) -> None:
+    """The sampled probabilities never exceed the real optimum (60-digit recurrence) and fall short of
+    it by no more than the grid's resolution; π reaches 1 at the same n, or one unit later."""
     primitive = optimal(epsilon, delta)
-    n_max = int(primitive.always_kept()) + 5
-    by_recurrence = optimal_keep_probabilities_by_recurrence(epsilon, delta, n_max)
-    closed_form = primitive.probability_of_keep(np.arange(n_max + 1))
-    np.testing.assert_allclose(closed_form, by_recurrence, rtol=0, atol=1e-12)
-    # always_kept is the first n where the recurrence reaches exactly 1
-    assert int(np.argmax(by_recurrence >= 1.0)) == primitive.always_kept()
+    n = np.arange(int(primitive.always_kept()) + 6)
+    reference = optimal_keep_probabilities_by_recurrence(epsilon, delta, int(n[-1]))
+    grid = primitive.probability_of_keep(n)
+    assert np.all(grid <= reference + 1e-15)
+    assert np.all(reference - grid <= reference * grid_shortfall_bound(delta, n) + 1e-15)
+    assert int(np.argmax(reference >= 1.0)) in (primitive.always_kept(), primitive.always_kept() - 1)
+
+
+def exp_lower_bound(epsilon: float) -> Fraction:
+    """A rational ≤ e^ε: 60 correctly rounded digits less 1e-50 relative, and at least 1 (ε above 700
+    counts as 700, which only lowers it)."""
+    with decimal.localcontext() as context:
+        context.prec = 60
+        return max(Fraction(1), Fraction(decimal.Decimal(min(epsilon, 700.0)).exp()) * (1 - Fraction(1, 10**50)))
+
+
+def checked_counts(primitive: OptimalSelection) -> np.ndarray:
+    """Every n up to where π reaches 1 (a window of the table's end and of the linear tail when it is long)."""
+    last = int(primitive.always_kept())
+    if last <= 5000:
+        return np.arange(1, last + 3)
+    table_end = partition.EXACT_STEPS
+    return np.unique(np.concatenate([np.arange(1, 3000), np.arange(table_end - 50, table_end + 50), np.arange(last - 50, last + 3)]))
+
+
+EXTREME_GRID = [
+    (epsilon, delta, k)
+    for epsilon in (0.0, 1e-9, 1e-3, 0.1, 1.0, 5.0, 20.0, 50.0, 700.0, 1e9)
+    for delta in (1e-15, 1e-12, 1e-6, 0.1, 0.9)
+    for k in (1, 3)
+    if delta * k < 1
+]
+
+
+@pytest.mark.parametrize(("epsilon", "delta", "max_groups"), EXTREME_GRID)
+def test_optimal_dp_inequalities_hold_exactly_for_the_sampled_probabilities(epsilon: float, delta: float, max_groups: int) -> None:
+    """Issue 17: in doubles, π(n) near 1 broke the second inequality by up to 9,300 δ at ε = 20,
+    δ = 1e-12. The grid values the sampler uses satisfy both, in exact rational arithmetic, at
+    every (ε, δ) the primitive accepts: π(n) ≤ e^ε π(n−1) + δ and 1 − π(n−1) ≤ e^ε (1 − π(n)) + δ."""
+    primitive = optimal(epsilon * max_groups, delta * max_groups, max_groups)
+    n = checked_counts(primitive)
+    keep = [Fraction(int(v), 1 << partition.KEEP_PROBABILITY_BITS) for v in primitive.keep_numerator(n)]
+    before = [Fraction(int(v), 1 << partition.KEEP_PROBABILITY_BITS) for v in primitive.keep_numerator(n - 1)]
+    growth, exact_delta = exp_lower_bound(primitive.partition_epsilon), Fraction(primitive.partition_delta)
+    for count, now, previous in zip(n, keep, before):
+        assert now <= growth * previous + exact_delta, count
+        assert 1 - previous <= growth * (1 - now) + exact_delta, count
+    assert keep[-1] == 1 and 0 < keep[0] <= exact_delta
+
+
+def test_keep_compares_uniform_integers_with_the_exact_numerators() -> None:
+    """What is sampled is exactly the grid probability: a key is kept when a uniform integer on
+    [0, 2^62) is below π(n)·2^62 (the same seeded draws, compared by hand)."""
+    primitive = optimal(20.0, 1e-12)
+    counts = np.array([0, 1, 2, 3, 4, 5] * 1000)
+    mask, _ = primitive.keep(counts, rng=np.random.default_rng(5))
+    draws = RandomSource(np.random.default_rng(5)).integers(1 << partition.KEEP_PROBABILITY_BITS, size=counts.shape)
+    np.testing.assert_array_equal(mask, draws < primitive.keep_numerator(counts))
+
+
+@pytest.mark.parametrize("make", (optimal, laplace_threshold, gaussian_threshold, choose), ids=lambda f: f.__name__)
+@pytest.mark.parametrize(("delta", "max_groups"), ((1e-320, 1), (5e-324, 1), (1e-16, 1), (2e-15, 3)))
+def test_a_delta_below_the_grid_is_refused(make: Callable[..., PartitionSelection], delta: float, max_groups: int) -> None:
+    with pytest.raises(ValueError, match="delta per partition"):
+        make(1.0, delta, max_groups)
 
 
 @pytest.mark.parametrize("delta", (1e-3, 0.1, 0.3, 0.9))
 def test_epsilon_zero_is_linear_until_one(delta: float) -> None:
+    """ε = 0: π(n) = min(n δ, 1), with δ rounded down to the grid (so 1 is reached at ⌈2^62 / ⌊δ 2^62⌋⌉)."""
     primitive = optimal(0.0, delta)
     n = np.arange(int(primitive.always_kept()) + 3)
     np.testing.assert_allclose(primitive.probability_of_keep(n), np.minimum(n * delta, 1.0), rtol=0, atol=1e-15)
     np.testing.assert_allclose(
         optimal_keep_probabilities_by_recurrence(0.0, delta, n[-1]), np.minimum(n * delta, 1.0), atol=1e-12
     )
-    assert primitive.always_kept() == math.ceil(1 / delta - 1e-12)
+    step = math.floor(Fraction(delta) * (1 << partition.KEEP_PROBABILITY_BITS))
+    assert primitive.always_kept() == -(-(1 << partition.KEEP_PROBABILITY_BITS) // step)
     assert primitive.midpoint() == pytest.approx(0.5 / delta)
+
+
+def test_tiny_epsilon_continues_linearly_after_the_table() -> None:
+    """ε = 1e-6 per partition needs millions of units: the exact table stops at EXACT_STEPS and π then
+    grows by δ per unit, up to 1 (still DP: checked exactly above for ε = 1e-9)."""
+    primitive = optimal(1e-6, 1e-6)
+    last = partition.EXACT_STEPS
+    beyond = primitive.keep_numerator(np.array([last, last + 1, last + 1000]))
+    step = math.floor(Fraction(1e-6) * (1 << partition.KEEP_PROBABILITY_BITS))
+    assert beyond[1] - beyond[0] == step and beyond[2] - beyond[0] == 1000 * step
+    assert primitive.probability_of_keep(int(primitive.always_kept())) == 1.0
+    assert primitive.probability_of_keep(int(primitive.always_kept()) - 1) < 1.0
 
 
 def test_delta_zero_keeps_nothing_and_is_reported_as_impossible() -> None:
