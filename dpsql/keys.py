@@ -84,10 +84,21 @@ def keys_domain(column: str, keys: tuple[object, ...]) -> ColumnDomain:
     return ColumnDomain(column, "keys", values, nullable=None in keys)
 
 
+class _PlaceholderKey:
+    """Stands for the keys a statement will release, while it is prepared (never a released key)."""
+
+    def __repr__(self) -> str:
+        return "<a key to be selected>"
+
+
+PLACEHOLDER_KEY = _PlaceholderKey()
+
+
 def placeholder_domain(column: str) -> ColumnDomain:
-    """The domain a column has before its keys are selected: the remainder alone (compiles every
-    statement shape; no key shows a row)."""
-    return keys_domain(column, ())
+    """The domain a column has before its keys are selected: one stand-in key and the remainder, so that
+    every statement shape compiles as it will over the released keys (COUNT(column) counts the keys'
+    rows, not nothing)."""
+    return ColumnDomain(column, "keys", (PLACEHOLDER_KEY,), nullable=False)
 
 
 @dataclass(frozen=True)

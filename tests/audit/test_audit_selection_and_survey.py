@@ -30,6 +30,9 @@ KEYS = 500
 SELECTION_DELTA = 0.05
 SELECTION_RUNS = 10_000  # one-unit keys: 20 releases
 SELECTION_SCHEMA = {"privacy_unit": "pid", "max_rows_per_unit": 1, "max_rows_per_group": 2, "columns": {"browser": "unknown"}}
+# COUNT(browser), not COUNT(*): the optimal primitive selects and a plan counts (COUNT(*) alone with one row
+# per unit and key would let Laplace thresholding release its own noisy count instead)
+SELECTING = "SELECT browser, COUNT(browser) FROM t GROUP BY browser"
 SURVEY_RUNS = 20_000  # reports per record
 SURVEY_SCHEMA = {"columns": {"sex": {"categories": ["F", "M"]}, "flag": {"categories": [False, True]}}}
 
@@ -43,7 +46,7 @@ def released_one_unit_keys(runs: int, seed: int = 4) -> tuple[np.ndarray, float]
             with dpsql.connect(budget=dpsql.Budget(10.0, 0.5)) as connection:
                 connection.selection_delta = SELECTION_DELTA
                 connection.register("t", frame, schema=SELECTION_SCHEMA)
-                keys = {row[0] for row in connection.cursor().execute("SELECT browser, COUNT(*) FROM t GROUP BY browser", epsilon=1.0)}
+                keys = {row[0] for row in connection.cursor().execute(SELECTING, epsilon=1.0)}
                 released.append([f"key{k}" in keys for k in range(KEYS)])
                 charged.append(connection.budget_spent().delta)
     return np.ravel(released), max(charged)

@@ -8,6 +8,7 @@ missing the tests skip with the reason, except under ``CI=true``, where they fai
 
 from __future__ import annotations
 
+import datetime
 import os
 import sqlite3
 import threading
@@ -474,4 +475,74 @@ def test_spark_registers_spark_and_pandas_frames(spark: object, adult_frame: pd.
     expected = noise_free_rows(adult_connection, "SELECT race, COUNT(*) FROM adult GROUP BY race")
     for table in ("from_pandas", "from_spark"):
         assert_same_rows(noise_free_rows(connection, f"SELECT race, COUNT(*) FROM {table} GROUP BY race"), expected)
+    connection.close()
+
+
+# -- released keys of every type (issue 17, part 5) --------------------------------------------------------
+ODD_TEXT = ["it's", "back\\slash", 'say "hi"', "plain", "", "  spaced  "]
+ODD_FLOATS = [1.5, -0.0, float("inf"), float("-inf"), 1e300, float("nan")]
+ODD_DATES = [datetime.date(2024, 1, 1), datetime.date(1970, 1, 1), datetime.date(2099, 12, 31)]
+
+
+def odd_keys_frame() -> pd.DataFrame:
+    """30 units per key of every key column (one row each), so that every key is released."""
+    units = 30 * 6
+    return pd.DataFrame(
+        {
+            "pid": np.arange(units),
+            "sex": np.where(np.arange(units) % 2 == 0, "F", "M"),
+            "t": [ODD_TEXT[i % 6] for i in range(units)],
+            "f": [ODD_FLOATS[i % 6] for i in range(units)],
+            "d": [ODD_DATES[i % 3] for i in range(units)],
+            "b": [i % 3 == 0 for i in range(units)],
+        }
+    )
+
+
+def _odd_keys_table(name: str, spec: object) -> None:
+    """The table ``odd_keys`` in the engine behind ``spec`` (real types: text, double, date, boolean)."""
+    frame = odd_keys_frame()
+    if name == "duckdb":
+        spec.register("odd_frame", frame)  # type: ignore[attr-defined]
+        spec.execute("CREATE OR REPLACE TABLE odd_keys AS SELECT * FROM odd_frame")  # type: ignore[attr-defined]
+        spec.unregister("odd_frame")  # type: ignore[attr-defined]
+    elif name == "spark":
+        spec.createDataFrame(frame).createOrReplaceTempView("odd_keys")  # type: ignore[attr-defined]
+    else:
+        import psycopg
+
+        with psycopg.connect(str(spec), autocommit=True) as admin:
+            admin.execute("DROP TABLE IF EXISTS odd_keys")
+            admin.execute("CREATE TABLE odd_keys (pid bigint, sex text, t text, f double precision, d date, b boolean)")
+            with admin.cursor().copy("COPY odd_keys FROM STDIN") as copy:
+                for row in frame.itertuples(index=False):
+                    copy.write_row(tuple(row))
+
+
+@pytest.mark.parametrize("column", ["t", "f", "d", "b"])
+def test_released_keys_of_every_type_are_counted_exactly_and_reused(engine: tuple[str, object], column: str) -> None:
+    """Strings with quotes and backslashes, floats with ±inf and NaN (released as NULL, like SQL's NULL
+    key), dates and booleans: keys are selected, counted, cached and used by a later CUBE — never written
+    into SQL, so no key can break a statement."""
+    name, spec = engine
+    _odd_keys_table(name, spec)
+    connection = dpsql.connect(backend=spec, budget=dpsql.Budget(epsilon=100.0, delta=0.5), selection_delta=0.4)
+    schema = {"privacy_unit": "pid", "columns": {"sex": {"categories": ["F", "M"]}, column: "unknown"}}
+    with dpsql.testing.seeded(1):
+        connection.register("odd_keys", schema=schema)
+    frame = odd_keys_frame()
+    values = frame[column].map(lambda v: None if isinstance(v, float) and np.isnan(v) else v)
+    expected = values.value_counts(dropna=False).to_dict()
+    expected = {(None if isinstance(k, float) and np.isnan(k) else k): v for k, v in expected.items()}
+    with dpsql.testing.noise_disabled():
+        first = connection.cursor().execute(f"SELECT {column}, COUNT(*) FROM odd_keys GROUP BY {column}", epsilon=5.0).fetchall()
+        cube = connection.cursor().execute(
+            f"SELECT {column}, sex, GROUPING({column}, sex) AS g, COUNT(*) FROM odd_keys GROUP BY CUBE ({column}, sex)", epsilon=5.0
+        ).fetchall()
+    released = {key: count for key, count in first}
+    assert set(released) == set(expected)
+    assert all(released[k] == pytest.approx(n) for k, n in expected.items())
+    by_key = {key: count for key, sex, g, count in cube if g == 1}  # the cached keys, sex rolled up
+    assert by_key == pytest.approx(expected)
+    assert [count for *_, g, count in cube if g == 3] == [pytest.approx(len(frame))]  # the whole table
     connection.close()

@@ -188,7 +188,7 @@ def test_analysts_do_not_spend_or_see_each_others_budgets(server: Server) -> Non
     ledgers = sorted(p.name for p in Path(server.config.ledgers).iterdir() if p.suffix == ".ledger")  # type: ignore[arg-type]
     assert ledgers == ["alice.ledger", "bob.ledger", "group-research.ledger"]
     with sqlite3.connect(Path(server.config.ledgers) / "group-research.ledger") as ledger:  # type: ignore[arg-type]
-        assert ledger.execute("SELECT value FROM meta WHERE key = 'budget_epsilon'").fetchone()[0] == GROUP_BUDGET["epsilon"]
+        assert ledger.execute("SELECT budget_epsilon FROM header").fetchone()[0] == GROUP_BUDGET["epsilon"]
 
 
 @pytest.mark.parametrize(("user", "password"), [("alice", "wrong"), ("mallory", "anything"), ("bob", ANALYSTS["alice"][0])])

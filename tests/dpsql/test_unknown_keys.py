@@ -454,3 +454,12 @@ def test_rows_outside_a_declared_domain_are_not_counted_for_any_key() -> None:
     with dpsql.testing.noise_disabled(), dpsql.testing.seeded(3):
         rows = dict(connection.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0).fetchall())
     assert rows == {"chrome": pytest.approx(250.0), "firefox": pytest.approx(200.0)}
+
+
+def test_counting_the_selected_column_in_the_selecting_statement(logs: dpsql.Connection) -> None:
+    """COUNT(browser) while selecting browser's keys: prepared over a stand-in key (not over an empty
+    domain, where the count would be zero by construction and nothing would be selected)."""
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(2):
+        rows = logs.cursor().execute("SELECT browser, COUNT(browser) FROM logs GROUP BY browser", epsilon=1.0).fetchall()
+    assert dict(rows) == {"chrome": pytest.approx(600), "firefox": pytest.approx(400), "safari": pytest.approx(200)}
+    assert logs.budget_spent().delta > 0
