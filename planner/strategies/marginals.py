@@ -39,7 +39,7 @@ from planner.budget import (
     Sensitivity,
     continuous_laplace_variance,
     noise_for_group,
-    optimal_budgets,
+    optimal_split,
     sample_noise,
     within,
 )
@@ -232,7 +232,7 @@ class BudgetProblem:
             if not improved:
                 break
             group_mass = precision**2 * (coverage.T @ (self.mass * covariance**2))
-            budgets = optimal_budgets(group_mass, np.ones(len(measured)), self.privacy)
+            budgets = optimal_split(group_mass, np.ones(len(measured)), self.privacy)  # checked once, below
         keep = best_budgets >= PRUNE_SHARE * best_budgets.max()
         if not self.covers([m for m, k in zip(measured, keep) if k]):
             keep = best_budgets > 0  # a marginal that alone covers a subset never loses all its budget
