@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,6 +125,25 @@ def downward_closure(attribute_sets: Iterable[Subset]) -> tuple[Subset, ...]:
         for subset in subsets(attributes):
             closure.setdefault(subset, None)
     return tuple(sorted(closure, key=len))
+
+
+def first_containing(wanted: Iterable[Subset], held: Sequence[Subset]) -> dict[Subset, int]:
+    """For each wanted attribute set, the index of the first ``held`` set containing it (absent when none
+    does). One integer bitset of holders per attribute, intersected over the wanted set's attributes:
+    linear in the attributes involved, not in ``|wanted| × |held|``."""
+    holders: dict[str, int] = {}
+    for index, attributes in enumerate(held):
+        for attribute in attributes:
+            holders[attribute] = holders.get(attribute, 0) | 1 << index
+    everyone = (1 << len(held)) - 1
+    found = {}
+    for attributes in wanted:
+        common = everyone
+        for attribute in attributes:
+            common &= holders.get(attribute, 0)
+        if common:
+            found[attributes] = (common & -common).bit_length() - 1
+    return found
 
 
 def residual_shape(subset: Subset, bases: Bases) -> tuple[int, ...]:

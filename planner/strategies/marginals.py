@@ -48,6 +48,7 @@ from planner.recovery import (
     Subset,
     coefficient_masses,
     downward_closure,
+    first_containing,
     helmert_basis,
     integer_counts,
     inverse_variance_mean,
@@ -171,15 +172,22 @@ class MarginalsCandidate(CoefficientCandidate):
 
 
 def incidence(needed: Sequence[Subset], measured: Sequence[Subset], workload: Workload) -> sparse.csr_matrix:
-    """``inc[T, B] = 1 / Π_{a∈B∖T} n_a`` for ``T ⊆ B``: how much of ``B``'s precision reaches ``T``."""
+    """``inc[T, B] = 1 / Π_{a∈B∖T} n_a`` for ``T ⊆ B``: how much of ``B``'s precision reaches ``T``.
+    Only subsets of ``B`` as large as the largest needed ``T`` are visited."""
     index = {t: i for i, t in enumerate(needed)}
+    widest = max((len(t) for t in needed), default=0)
+    domain = workload.domain
     rows, cols, data = [], [], []
     for j, held in enumerate(measured):
-        for subset in subsets(held):
-            if subset in index:
-                rows.append(index[subset])
-                cols.append(j)
-                data.append(1.0 / math.prod(workload.domain.shape(a for a in held if a not in subset)))
+        sizes = [domain.size_of(a) for a in held]
+        cells = math.prod(sizes)
+        for width in range(min(widest, len(held)) + 1):
+            for chosen in itertools.combinations(range(len(held)), width):
+                row = index.get(tuple(held[i] for i in chosen))
+                if row is not None:
+                    rows.append(row)
+                    cols.append(j)
+                    data.append(1.0 / (cells // math.prod(sizes[i] for i in chosen)))
     return sparse.csr_matrix((data, (rows, cols)), shape=(len(needed), len(measured)))
 
 
@@ -209,8 +217,7 @@ class BudgetProblem:
         self.total = privacy.epsilon if privacy.is_laplace else privacy.rho
 
     def covers(self, measured: Sequence[Subset]) -> bool:
-        held = [set(m) for m in measured]
-        return all(any(set(t) <= b for b in held) for t in self.relevant)
+        return len(first_containing(self.relevant, measured)) == len(self.relevant)
 
     def solve(
         self, measured: Sequence[Subset], iterations: int = MAX_ITERATIONS, tolerance: float = TOLERANCE
@@ -247,25 +254,26 @@ def _greedy_cover(
     start from the first uncovered set in ``start_order``, add the attribute that covers the most
     uncovered sets (ties: the earlier attribute, i.e. the smaller one) until nothing more fits."""
     uncovered = np.ones(masks.size, dtype=bool)
+    single = np.left_shift(1, np.arange(log_cells.size, dtype=np.int64))
     blocks = []
     for start in start_order:
         if not uncovered[start]:
             continue
         block = int(masks[start])
-        block_cells = float(sum(log_cells[i] for i in range(log_cells.size) if block >> i & 1))
+        block_cells = float(log_cells[(block & single) != 0].sum())
         open_masks = masks[uncovered]
         covered = int(np.count_nonzero((open_masks & ~block) == 0))
         while bin(block).count("1") < max_attributes:
-            best, best_gain = -1, covered
-            for i in range(log_cells.size):
-                if block >> i & 1 or block_cells + log_cells[i] > log_limit:
-                    continue
-                gain = int(np.count_nonzero((open_masks & ~(block | 1 << i)) == 0))
-                if gain > best_gain:
-                    best, best_gain = i, gain
-            if best < 0:
+            allowed = ((block & single) == 0) & (block_cells + log_cells <= log_limit)
+            if not allowed.any():
                 break
-            block, block_cells, covered = block | 1 << best, block_cells + log_cells[best], best_gain
+            grown = block | single[allowed]  # every allowed one-attribute extension at once
+            gains = np.count_nonzero((open_masks[None, :] & ~grown[:, None]) == 0, axis=1)
+            pick = int(np.argmax(gains))  # ties: the earlier attribute
+            if gains[pick] <= covered:
+                break
+            best = int(np.flatnonzero(allowed)[pick])
+            block, block_cells, covered = block | 1 << best, block_cells + log_cells[best], int(gains[pick])
         blocks.append(block)
         uncovered &= (masks & ~block) != 0
     return blocks

@@ -30,6 +30,7 @@ from planner.recovery import (
     Subset,
     coefficient_masses,
     downward_closure,
+    first_containing,
     helmert_basis,
     integer_residual,
     integer_row_norms2,
@@ -231,7 +232,7 @@ class DirectCoefficientCandidate(CoefficientCandidate):
         self._groups = groups
         self._norms2 = {t: integer_row_norms2(t, bases) for t in self.needed}
         self._required = maximal_sets(tuple(p.attributes for p in workload.products))
-        self._sources = {t: next(m for m in self._required if set(t) <= set(m)) for t in self.needed}
+        self._sources = {t: self._required[i] for t, i in first_containing(self.needed, self._required).items()}
 
     def group_budgets(self) -> tuple[GroupBudget, ...]:
         return self._groups
