@@ -207,14 +207,28 @@ def noise_for_group(
     distinct_applies: bool = False,
 ) -> GroupNoise:
     """Noise for a group of column magnitude ``magnitude`` given budget ``ε_g`` or ``ρ_g``."""
-    if not budget > 0:
-        raise BudgetError(f"a measured group needs a positive budget, got {budget}")
+    return noises_for_groups(privacy, [budget], sensitivity, magnitude, distinct_applies)[0]
+
+
+def noises_for_groups(
+    privacy: Privacy,
+    budgets: Sequence[float] | np.ndarray,
+    sensitivity: Sensitivity,
+    magnitude: float = 1.0,
+    distinct_applies: bool = False,
+) -> tuple[GroupNoise, ...]:
+    """:func:`noise_for_group` for many groups of the same magnitude, with one vectorized variance call."""
+    budget = np.asarray(budgets, dtype=float)
+    if not (budget > 0).all():
+        raise BudgetError(f"a measured group needs a positive budget, got {budget[~(budget > 0)][0]}")
     if privacy.is_laplace:
-        scale = sensitivity.laplace_scale(magnitude, budget)
-        return GroupNoise("laplace", scale, float(noise.discrete_laplace_variance(scale)),
-                          float(continuous_laplace_variance(scale)))
-    sigma2 = sensitivity.gaussian_sigma2(magnitude**2, budget, distinct_applies)
-    return GroupNoise("gaussian", sigma2, float(noise.discrete_gaussian_variance(sigma2)), sigma2)
+        scale = sensitivity.laplace_scale(magnitude, 1.0) / budget
+        variance = discrete_variance("laplace", scale)
+        continuous = continuous_laplace_variance(scale)
+        return tuple(GroupNoise("laplace", *values) for values in zip(scale.tolist(), variance.tolist(), continuous.tolist()))
+    sigma2 = sensitivity.gaussian_sigma2(magnitude**2, 1.0, distinct_applies) / budget
+    variance = discrete_variance("gaussian", sigma2)
+    return tuple(GroupNoise("gaussian", *values) for values in zip(sigma2.tolist(), variance.tolist(), sigma2.tolist()))
 
 
 def optimal_row_budgets_cvx(

@@ -38,7 +38,7 @@ from planner.domain import Domain
 from planner.budget import (
     Sensitivity,
     continuous_laplace_variance,
-    noise_for_group,
+    noises_for_groups,
     optimal_split,
     sample_noise,
     within,
@@ -95,7 +95,7 @@ class MarginalsCandidate(CoefficientCandidate):
         uncovered = [t for t, count in zip(self.needed, sources) if count == 0 and t in self.relevant]
         if uncovered:
             raise ValueError(f"measured marginals {self.measured} do not cover {uncovered}")
-        self.noises = tuple(noise_for_group(privacy, b, sensitivity, 1.0, distinct_applies=True) for b in self.budgets)
+        self.noises = noises_for_groups(privacy, self.budgets, sensitivity, 1.0, distinct_applies=True)
 
     def group_budgets(self) -> tuple[GroupBudget, ...]:
         domain = self.workload.domain
