@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import dpsql
-from dpsql import demo, local_cli
+from dpsql import local_cli
 
 EXIT_BAD_INPUT = 2
 EXIT_BUDGET = 3
@@ -114,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     try:
         if arguments.command == "demo":
+            from dpsql import demo  # each subcommand imports what it runs: `dpsql --help` stays fast
+
             demo.tour(arguments.persons, arguments.seed)
         elif arguments.command == "ldp":
             local_cli.run(arguments, _print_rows)

@@ -30,9 +30,9 @@ import functools
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
 
 from planner.domain import Domain
 from planner.budget import (
@@ -59,6 +59,9 @@ from planner.recovery import (
 from planner.strategies.base import Candidate, GroupBudget, Measurement
 from planner.strategies.residual import MASS_TOLERANCE, MAX_MARGINAL_CELLS, CoefficientCandidate, maximal_sets
 from planner.workload import Workload, marginal_for
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 MAX_ITERATIONS = 3000
 TOLERANCE = 1e-9  # stop alternating when the relative improvement of an iteration falls below this
@@ -174,6 +177,8 @@ class MarginalsCandidate(CoefficientCandidate):
 def incidence(needed: Sequence[Subset], measured: Sequence[Subset], workload: Workload) -> sparse.csr_matrix:
     """``inc[T, B] = 1 / Π_{a∈B∖T} n_a`` for ``T ⊆ B``: how much of ``B``'s precision reaches ``T``.
     Only subsets of ``B`` as large as the largest needed ``T`` are visited."""
+    from scipy import sparse  # imported on first use, not with the planner
+
     index = {t: i for i, t in enumerate(needed)}
     widest = max((len(t) for t in needed), default=0)
     domain = workload.domain
