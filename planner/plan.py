@@ -20,6 +20,7 @@ from planner.privacy import Privacy
 from planner.select import BoundUnavailableError, all_candidates, choose, svd_bound
 from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
 from planner.strategies.residual import CoefficientCandidate, NonNegativityReport, nonnegative_answer
+from planner.threads import one_blas_thread
 from planner.workload import Product, Workload
 
 MAX_EXPLAINED_PRODUCTS = 20
@@ -72,6 +73,7 @@ class Plan:
         return self.candidate.group_budgets()
 
     @functools.cached_property
+    @one_blas_thread
     def _svd_bound(self) -> float | BoundUnavailableError:
         try:
             return svd_bound(self.workload, self.privacy, self.contributions, self.distinct_cells)
@@ -98,12 +100,15 @@ class Plan:
     def required_marginals(self) -> tuple[tuple[str, ...], ...]:
         return self.candidate.required_marginals()
 
+    @one_blas_thread
     def measure(self, marginals: Mapping[tuple[str, ...], np.ndarray], rng: object = None, noise: bool = True) -> Measurement:
         return self.candidate.measure(marginals, rng=rng, noise=noise)
 
+    @one_blas_thread
     def answer(self, measurement: Measurement) -> Answers:
         return self.candidate.answer(measurement)
 
+    @one_blas_thread
     def answer_nonnegative(self, measurement: Measurement) -> tuple[Answers, NonNegativityReport]:
         """Answers consistent with non-negative counts (NNLS), and what that changed against GLS.
         Available for marginal-type strategies; the variances returned are the GLS ones."""
@@ -144,6 +149,7 @@ def _product_label(product: Product) -> str:
     return " ⊗ ".join(parts) + ("" if product.weight == 1 else f" (weight {product.weight:g})")
 
 
+@one_blas_thread
 def plan(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> Plan:
     """The least-error plan among every strategy family for ``workload`` under ``privacy``.
 
