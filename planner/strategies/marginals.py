@@ -72,6 +72,7 @@ COVERING_STEPS = 8  # … and at most 4^7 times the cells of the largest workloa
 SCREENING_ITERATIONS = 60  # coverings are compared after this many alternations, the best refined
 SCREENING_TOLERANCE = 1e-4
 REFINE_WORK = 15_000  # local-search budget: short alternations × residual subsets they involve
+COVERING_MAX_UNION = 62  # coverings are searched over at most this many attributes (one int64 bit each)
 
 
 def marginal_name(attributes: Subset) -> str:
@@ -287,10 +288,13 @@ def _greedy_cover(
 def coverings(workload: Workload) -> list[tuple[Subset, ...]]:
     """Greedy coverings of the workload's marginals by larger marginals, over a grid of block limits
     (attributes × cells), deduplicated. Fewer, larger marginals mean fewer groups sharing ε, which is
-    what Laplace noise favours; the budget alternation then judges each covering exactly."""
+    what Laplace noise favours; the budget alternation then judges each covering exactly. None when the
+    workload reads more than ``COVERING_MAX_UNION`` attributes."""
     domain = workload.domain
     own = list(dict.fromkeys(p.attributes for p in workload.products))
     union = sorted(domain.canonical(a for s in own for a in s), key=domain.size_of)  # small attributes first
+    if len(union) > COVERING_MAX_UNION:
+        return []
     bit = {a: 1 << i for i, a in enumerate(union)}
     masks = np.array([sum(bit[a] for a in s) for s in own], dtype=np.int64)
     log_cells = np.log2([float(domain.size_of(a)) for a in union])

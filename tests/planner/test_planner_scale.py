@@ -74,3 +74,15 @@ def test_answers_at_scale_are_exact_without_noise_and_have_the_stated_variances(
     band = 5 * math.sqrt(2 / scaled.size)  # the mean of squares of independent unit-variance values
     assert abs(float(np.mean(scaled**2)) - 1) < band
     assert abs(float(np.mean(scaled))) < 5 / math.sqrt(scaled.size)
+
+
+def test_pure_dp_plan_over_more_attributes_than_coverings_search() -> None:
+    """Coverings use one int64 bit per attribute: past 62 attributes they are not searched (they used
+    to overflow), the other families still plan."""
+    from planner.strategies.marginals import COVERING_MAX_UNION, coverings
+
+    domain = Domain({f"x{i:03d}": 2 for i in range(COVERING_MAX_UNION + 1)})
+    workload = Workload.all_kway(domain, 2)
+    assert coverings(workload) == []
+    chosen = plan(workload, Privacy.laplace(1.0))
+    assert chosen.strategy_name in ("fourier", "marginals") and math.isfinite(chosen.expected_error())
