@@ -106,6 +106,7 @@ def time_case(case: Case, privacy: Privacy) -> dict[str, object]:
         "plan_s": round(plan_seconds, 3),
         "answer_s": round(answer_seconds, 3),
         "total_s": round(total, 3),
+        "fastest_s": round(min(p + a for p, a in zip(plan_times, answer_times)), 3),
         "wall_s": round(statistics.median(wall_times), 3),
         "limit_s": "" if case.limit_seconds is None else case.limit_seconds,
         "within_limit": "" if case.limit_seconds is None else ("yes" if total < case.limit_seconds else "NO"),

@@ -204,7 +204,7 @@ def _precision(budgets: np.ndarray, privacy: Privacy, sensitivity: Sensitivity) 
     if privacy.is_laplace:
         precision[used] = 1.0 / continuous_laplace_variance(sensitivity.rows / budgets[used])
     else:
-        precision[used] = 1.0 / np.array([sensitivity.gaussian_sigma2(1.0, b, True) for b in budgets[used]])
+        precision[used] = 1.0 / sensitivity.gaussian_sigma2(1.0, budgets[used], True)  # elementwise
     return precision
 
 
@@ -232,6 +232,7 @@ class BudgetProblem:
         Returns the kept marginals, their budgets and the (continuous-noise) expected error."""
         measured = list(measured)
         coverage = incidence(self.relevant, measured, self.workload)
+        coverage_transposed = coverage.T.tocsr()
         budgets = np.full(len(measured), self.total / len(measured))
         best, best_budgets = math.inf, budgets
         for _ in range(iterations):
@@ -244,7 +245,7 @@ class BudgetProblem:
             best, best_budgets = error, budgets
             if not improved:
                 break
-            group_mass = precision**2 * (coverage.T @ (self.mass * covariance**2))
+            group_mass = precision**2 * (coverage_transposed @ (self.mass * covariance**2))
             budgets = optimal_split(group_mass, np.ones(len(measured)), self.privacy)  # checked once, below
         keep = best_budgets >= PRUNE_SHARE * best_budgets.max()
         if not self.covers([m for m, k in zip(measured, keep) if k]):
