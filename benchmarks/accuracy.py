@@ -56,6 +56,11 @@ def family_of(name: str) -> str:
     return name.split("(")[0]
 
 
+def planned_ratio(row: Row, privacy: Privacy) -> float:
+    """The planner's choice: its expected error over the SVD bound."""
+    return plan(row.workload(), privacy).ratio
+
+
 def measure_row(row: Row, privacy: Privacy) -> dict[str, object]:
     workload = row.workload()
     chosen = plan(workload, privacy)

@@ -66,6 +66,30 @@ def timed(action) -> float:  # noqa: ANN001
     return time.perf_counter() - started
 
 
+def measure(database: duckdb.DuckDBPyConnection, setting: str, schema: dict, query: str, repeats: int) -> dict[str, object]:
+    """dpsql's statement beside DuckDB's exact query on the same table, alternating, medians of
+    ``repeats`` runs after one warm-up each (the cold first private call is reported apart)."""
+    connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1e6), reuse=False)  # time a fresh release each run
+    connection.register("census", None, schema=schema)
+    cursor = connection.cursor()
+    cold = timed(lambda: cursor.execute(query, epsilon=0.5).fetchall())
+    timed(lambda: database.execute(query).fetchall())
+    private, exact = [], []
+    for _ in range(repeats):
+        exact.append(timed(lambda: database.execute(query).fetchall()))
+        private.append(timed(lambda: cursor.execute(query, epsilon=0.5).fetchall()))
+    record: dict[str, object] = {
+        "setting": setting,
+        "query": query,
+        "rows": database.execute("SELECT count(*) FROM census").fetchone()[0],
+        "duckdb_exact_s": statistics.median(exact),
+        "dpsql_s": statistics.median(private),
+        "dpsql_cold_s": cold,
+    }
+    record["ratio"] = record["dpsql_s"] / record["duckdb_exact_s"]
+    return record
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -78,27 +102,7 @@ def main() -> None:
     persons, most = database.execute("SELECT count(DISTINCT person_id), max(c) FROM (SELECT person_id, count(*) c FROM census GROUP BY 1)").fetchone()
     print(f"generated {arguments.rows:,} rows, {persons:,} persons (at most {most} rows each) in {time.perf_counter() - started:.1f} s")
 
-    records = []
-    for setting, schema, query in CASES:
-        connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1e6), reuse=False)  # time a fresh release each run
-        connection.register("census", None, schema=schema)
-        cursor = connection.cursor()
-        cold = timed(lambda: cursor.execute(query, epsilon=0.5).fetchall())
-        timed(lambda: database.execute(query).fetchall())
-        private, exact = [], []
-        for _ in range(arguments.repeats):
-            exact.append(timed(lambda: database.execute(query).fetchall()))
-            private.append(timed(lambda: cursor.execute(query, epsilon=0.5).fetchall()))
-        record = {
-            "setting": setting,
-            "query": query,
-            "rows": arguments.rows,
-            "duckdb_exact_s": statistics.median(exact),
-            "dpsql_s": statistics.median(private),
-            "dpsql_cold_s": cold,
-        }
-        record["ratio"] = record["dpsql_s"] / record["duckdb_exact_s"]
-        records.append(record)
+    records = [measure(database, setting, schema, query, arguments.repeats) for setting, schema, query in CASES]
 
     print(f"\n{QUERY}\n(no WHERE: {UNFILTERED_QUERY})\n")
     print(f"{'setting':<30} {'DuckDB exact (s)':>17} {'dpsql (s)':>10} {'ratio':>7} {'dpsql cold (s)':>15}")

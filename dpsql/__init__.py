@@ -6,8 +6,11 @@
 ('2.0', 'qmark')
 """
 
+from __future__ import annotations
+
+import importlib
+
 from dpsql.accountant import Budget, Remaining, Spent
-from dpsql.connection import Connection, Cursor, connect
 from dpsql.errors import (
     BudgetExceededError,
     DatabaseError,
@@ -21,7 +24,6 @@ from dpsql.errors import (
     ProgrammingError,
     Warning,
 )
-from dpsql.schema import Schema
 from dpsql.types import (
     BINARY,
     DATETIME,
@@ -37,19 +39,31 @@ from dpsql.types import (
     TimestampFromTicks,
 )
 
-apilevel = "2.0"
-threadsafety = 1  # threads may share the module, not connections
-paramstyle = "qmark"
-
+_LAZY = {"connect": "dpsql.connection", "Connection": "dpsql.connection", "Cursor": "dpsql.connection", "Schema": "dpsql.schema"}
+"""Names whose modules load the SQL engine (sqlglot, DuckDB, the planner, numpy): imported on first use,
+so that ``import dpsql`` (and ``dpsql --help``) stay fast."""
 
 
 def __getattr__(name: str) -> object:
-    """``dpsql.__version__``, read from the package metadata only when asked for."""
+    """The lazy names of :data:`_LAZY`, and ``__version__`` (read from the package metadata when asked)."""
     if name == "__version__":
         from dpsql.version import package_version
 
         return package_version()
-    raise AttributeError(f"module 'dpsql' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dpsql' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # later lookups are ordinary attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+apilevel = "2.0"
+threadsafety = 1  # threads may share the module, not connections
+paramstyle = "qmark"
 
 
 __all__ = [

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import dpsql
-from dpsql import demo, local_cli
+from dpsql import local_cli
 
 EXIT_BAD_INPUT = 2
 EXIT_BUDGET = 3
@@ -183,10 +183,13 @@ def _shell(arguments: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     try:
-        if arguments.command == "demo" and arguments.write:
-            for path in demo.write_files(arguments.write, arguments.seed):
-                print(path)
-        elif arguments.command == "demo":
+        if arguments.command == "demo":
+            from dpsql import demo  # each subcommand imports what it runs: `dpsql --help` stays fast
+
+            if arguments.write:
+                for path in demo.write_files(arguments.write, arguments.seed):
+                    print(path)
+                return 0
             demo.tour(arguments.persons, arguments.seed)
         elif arguments.command == "shell":
             _shell(arguments)

@@ -19,12 +19,14 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dpsql import local
-from dpsql.connection import ResultCursor
 from dpsql.errors import DataError, ProgrammingError
 
-RowPrinter = Callable[[ResultCursor, str], None]
+if TYPE_CHECKING:
+    from dpsql.connection import ResultCursor
+
+RowPrinter = Callable[["ResultCursor", str], None]
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -52,6 +54,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def run(arguments: argparse.Namespace, print_rows: RowPrinter) -> None:
     """Run the ``ldp`` action named in ``arguments`` (``print_rows`` prints a cursor's rows)."""
+    from dpsql import local  # the survey machinery (the planner's LDP optimizer, DuckDB) only when used
+
     if arguments.ldp_command == "design":
         survey = local.design(
             arguments.schema,

@@ -41,38 +41,83 @@ def _checked_masses(masses: Sequence[float], magnitudes: Sequence[float]) -> tup
     return mass, magnitude
 
 
-def laplace_budgets(masses: Sequence[float], magnitudes: Sequence[float], epsilon: float) -> np.ndarray:
-    """``ε_g = ε (a_g C_g²)^{1/3} / Σ_h (a_h C_h²)^{1/3}``: minimises ``Σ_g 2 a_g (k C_g/ε_g)²``."""
+def laplace_split(masses: Sequence[float], magnitudes: Sequence[float], epsilon: float) -> np.ndarray:
+    """``ε_g = ε (a_g C_g²)^{1/3} / Σ_h (a_h C_h²)^{1/3}`` in floating point: minimises
+    ``Σ_g 2 a_g (k C_g/ε_g)²``. The shares may exceed ``ε`` by ulps: inside an optimisation loop that is
+    harmless; what is released goes through :func:`within` (or :func:`laplace_budgets`)."""
     mass, magnitude = _checked_masses(masses, magnitudes)
     weight = np.cbrt(mass * magnitude**2)
-    return within(epsilon * weight / weight.sum(), epsilon)
+    return epsilon * weight / weight.sum()
+
+
+def gaussian_split(masses: Sequence[float], magnitudes: Sequence[float], rho: float) -> np.ndarray:
+    """``ρ_g = ρ √a_g C_g / Σ_h √a_h C_h`` in floating point: minimises ``Σ_g a_g k² C_g² / (2ρ_g)``
+    (unchecked like :func:`laplace_split`)."""
+    mass, magnitude = _checked_masses(masses, magnitudes)
+    weight = np.sqrt(mass) * magnitude
+    return rho * weight / weight.sum()
+
+
+def optimal_split(masses: Sequence[float], magnitudes: Sequence[float], privacy: Privacy) -> np.ndarray:
+    """The §2 closed form for the privacy spec's family, unchecked (for optimisation loops)."""
+    if privacy.is_laplace:
+        return laplace_split(masses, magnitudes, privacy.epsilon)
+    return gaussian_split(masses, magnitudes, privacy.rho)
+
+
+def laplace_budgets(masses: Sequence[float], magnitudes: Sequence[float], epsilon: float) -> np.ndarray:
+    """:func:`laplace_split` made to sum to at most ``ε`` exactly."""
+    return within(laplace_split(masses, magnitudes, epsilon), epsilon)
 
 
 def gaussian_budgets(masses: Sequence[float], magnitudes: Sequence[float], rho: float) -> np.ndarray:
-    """``ρ_g = ρ √a_g C_g / Σ_h √a_h C_h``: minimises ``Σ_g a_g k² C_g² / (2ρ_g)``."""
-    mass, magnitude = _checked_masses(masses, magnitudes)
-    weight = np.sqrt(mass) * magnitude
-    return within(rho * weight / weight.sum(), rho)
-
-
-def within(budgets: Sequence[float] | np.ndarray, total: float) -> np.ndarray:
-    """``budgets`` with the largest lowered ulp by ulp until their exact (rational) sum is at most
-    ``total``: a split computed in floating point (``total·w_g/Σw``) can exceed the spec by a few ulps,
-    and sequential composition needs ``Σ_g ε_g ≤ ε`` exactly."""
-    result = np.array(budgets, dtype=float)
-    if result.size and math.fsum(result) > total * (1 + 1e-9):
-        raise BudgetError(f"budgets summing to {math.fsum(result)!r} exceed {total!r} by more than rounding")
-    while result.size and sum(map(Fraction, result.tolist())) > Fraction(total):
-        largest = int(np.argmax(result))
-        result[largest] = math.nextafter(result[largest], 0.0)
-    return result
+    """:func:`gaussian_split` made to sum to at most ``ρ`` exactly."""
+    return within(gaussian_split(masses, magnitudes, rho), rho)
 
 
 def optimal_budgets(masses: Sequence[float], magnitudes: Sequence[float], privacy: Privacy) -> np.ndarray:
-    """The §2 closed form for the privacy spec's family (ε_g or ρ_g per group)."""
-    if privacy.is_laplace:
-        return laplace_budgets(masses, magnitudes, privacy.epsilon)
-    return gaussian_budgets(masses, magnitudes, privacy.rho)
+    """The §2 closed form for the privacy spec's family (ε_g or ρ_g per group), exactly within the spec."""
+    return within(optimal_split(masses, magnitudes, privacy), privacy.epsilon if privacy.is_laplace else privacy.rho)
+
+
+def exact_sum(values: np.ndarray) -> Fraction:
+    """The exact rational sum of finite floats, on integers: every double is ``m·2^e`` with an integer
+    ``m`` of at most 53 bits, so over the common denominator ``2^{−min e}`` the sum is one integer sum."""
+    mantissas, exponents = np.frexp(np.asarray(values, dtype=float).ravel())
+    integers = (mantissas * 2.0**53).astype(np.int64).tolist()  # exact: |mantissa| < 1 has 53 bits
+    powers = (exponents.astype(np.int64) - 53).tolist()
+    if not integers:
+        return Fraction(0)
+    lowest = min(powers)
+    numerator = sum(m << (e - lowest) for m, e in zip(integers, powers))
+    return Fraction(numerator, 1 << -lowest) if lowest < 0 else Fraction(numerator << lowest)
+
+
+def within(budgets: Sequence[float] | np.ndarray, total: float) -> np.ndarray:
+    """``budgets`` with the largest lowered by their exact excess over ``total`` (rounded down to a
+    float), so that their exact rational sum is at most ``total``: a split computed in floating point
+    (``total·w_g/Σw``) can exceed the spec by a few ulps, and sequential composition needs
+    ``Σ_g ε_g ≤ ε`` exactly. One exact check on integers (:func:`exact_sum`), not a loop of fractions."""
+    result = np.array(budgets, dtype=float)
+    if not result.size:
+        return result
+    if not np.isfinite(result).all() or (result < 0).any():
+        raise BudgetError(f"budgets must be finite and ≥ 0, got {result!r}")
+    if math.fsum(result) > total * (1 + 1e-9):
+        raise BudgetError(f"budgets summing to {math.fsum(result)!r} exceed {total!r} by more than rounding")
+    limit = Fraction(total)
+    excess = exact_sum(result) - limit
+    while excess > 0:
+        largest = int(np.argmax(result))
+        target = Fraction(result[largest]) - excess
+        if target < 0:
+            raise BudgetError(f"budgets {result!r} cannot be brought within {total!r} by their largest share")
+        lowered = float(target)
+        if Fraction(lowered) > target:  # float() rounds to nearest; the share must not exceed the target
+            lowered = math.nextafter(lowered, 0.0)
+        result[largest] = lowered
+        excess = exact_sum(result) - limit  # ≤ 0 now; checked again rather than assumed
+    return result
 
 
 def grouped_error(
@@ -162,14 +207,28 @@ def noise_for_group(
     distinct_applies: bool = False,
 ) -> GroupNoise:
     """Noise for a group of column magnitude ``magnitude`` given budget ``ε_g`` or ``ρ_g``."""
-    if not budget > 0:
-        raise BudgetError(f"a measured group needs a positive budget, got {budget}")
+    return noises_for_groups(privacy, [budget], sensitivity, magnitude, distinct_applies)[0]
+
+
+def noises_for_groups(
+    privacy: Privacy,
+    budgets: Sequence[float] | np.ndarray,
+    sensitivity: Sensitivity,
+    magnitude: float = 1.0,
+    distinct_applies: bool = False,
+) -> tuple[GroupNoise, ...]:
+    """:func:`noise_for_group` for many groups of the same magnitude, with one vectorized variance call."""
+    budget = np.asarray(budgets, dtype=float)
+    if not (budget > 0).all():
+        raise BudgetError(f"a measured group needs a positive budget, got {budget[~(budget > 0)][0]}")
     if privacy.is_laplace:
-        scale = sensitivity.laplace_scale(magnitude, budget)
-        return GroupNoise("laplace", scale, float(noise.discrete_laplace_variance(scale)),
-                          float(continuous_laplace_variance(scale)))
-    sigma2 = sensitivity.gaussian_sigma2(magnitude**2, budget, distinct_applies)
-    return GroupNoise("gaussian", sigma2, float(noise.discrete_gaussian_variance(sigma2)), sigma2)
+        scale = sensitivity.laplace_scale(magnitude, 1.0) / budget
+        variance = discrete_variance("laplace", scale)
+        continuous = continuous_laplace_variance(scale)
+        return tuple(GroupNoise("laplace", *values) for values in zip(scale.tolist(), variance.tolist(), continuous.tolist()))
+    sigma2 = sensitivity.gaussian_sigma2(magnitude**2, 1.0, distinct_applies) / budget
+    variance = discrete_variance("gaussian", sigma2)
+    return tuple(GroupNoise("gaussian", *values) for values in zip(sigma2.tolist(), variance.tolist(), sigma2.tolist()))
 
 
 def optimal_row_budgets_cvx(

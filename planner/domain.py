@@ -40,6 +40,7 @@ class Domain:
         object.__setattr__(self, "attributes", attributes)
         object.__setattr__(self, "sizes", size_values)
         object.__setattr__(self, "ordered", ordered_set)
+        object.__setattr__(self, "_positions", {name: i for i, name in enumerate(attributes)})  # not a field
 
     @property
     def size(self) -> int:
@@ -57,8 +58,8 @@ class Domain:
 
     def index(self, attribute: str) -> int:
         try:
-            return self.attributes.index(attribute)
-        except ValueError:
+            return self._positions[attribute]
+        except (KeyError, TypeError):
             raise ValueError(f"unknown attribute {attribute!r}; the domain has {list(self.attributes)}") from None
 
     def is_ordered(self, attribute: str) -> bool:
@@ -67,10 +68,7 @@ class Domain:
 
     def canonical(self, attributes: Iterable[str]) -> tuple[str, ...]:
         """The given attributes, deduplicated and sorted into domain order."""
-        chosen = set(attributes)
-        for attribute in chosen:
-            self.index(attribute)
-        return tuple(a for a in self.attributes if a in chosen)
+        return tuple(sorted(set(attributes), key=self.index))
 
     def shape(self, attributes: Iterable[str]) -> tuple[int, ...]:
         """Sizes of the given attributes, in the order given."""

@@ -23,6 +23,7 @@ from planner.select import BoundUnavailableError, all_candidates, choose, svd_bo
 from planner.store import CoefficientEstimate
 from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
 from planner.strategies.residual import CoefficientCandidate, NonNegativityReport, nonnegative_answer
+from planner.threads import one_blas_thread
 from planner.workload import Product, Workload
 
 MAX_EXPLAINED_PRODUCTS = 20
@@ -75,6 +76,7 @@ class Plan:
         return self.candidate.group_budgets()
 
     @functools.cached_property
+    @one_blas_thread
     def _svd_bound(self) -> float | BoundUnavailableError:
         try:
             return svd_bound(self.workload, self.privacy, self.contributions, self.distinct_cells)
@@ -101,9 +103,11 @@ class Plan:
     def required_marginals(self) -> tuple[tuple[str, ...], ...]:
         return self.candidate.required_marginals()
 
+    @one_blas_thread
     def measure(self, marginals: Mapping[tuple[str, ...], np.ndarray], rng: object = None, noise: bool = True) -> Measurement:
         return self.candidate.measure(marginals, rng=rng, noise=noise)
 
+    @one_blas_thread
     def answer(self, measurement: Measurement) -> Answers:
         return self.candidate.answer(measurement)
 
@@ -112,6 +116,7 @@ class Plan:
         None when the strategy measures in another basis (Fourier, hierarchies, eigen, …)."""
         return self.candidate.kept_estimates(measurement)
 
+    @one_blas_thread
     def answer_nonnegative(self, measurement: Measurement) -> tuple[Answers, NonNegativityReport]:
         """Answers consistent with non-negative counts (NNLS), and what that changed against GLS.
         Available for marginal-type strategies; the variances returned are the GLS ones."""
@@ -152,6 +157,7 @@ def _product_label(product: Product) -> str:
     return " ⊗ ".join(parts) + ("" if product.weight == 1 else f" (weight {product.weight:g})")
 
 
+@one_blas_thread
 def identity_plan(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> Plan:
     """The identity strategy answered by summation (``planner.strategies.direct``): one noisy marginal
     over every attribute the workload reads, whatever the sizes of its blocks. It fails only when the
@@ -162,6 +168,7 @@ def identity_plan(workload: Workload, privacy: Privacy, contributions: int = 1, 
     return Plan(candidate, (CandidateSummary(candidate.name, _detail(candidate), candidate.expected_error()),), contributions, distinct_cells)
 
 
+@one_blas_thread
 def plan(
     workload: Workload,
     privacy: Privacy,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,10 +77,12 @@ class AttributeBasis:
     matrix: np.ndarray  # padded × padded, orthonormal columns, column 0 constant
     rows: np.ndarray  # (padded − 1) × padded integers
 
-    @property
+    @functools.cached_property
     def row_norms2(self) -> np.ndarray:
-        """Squared norms of the integer rows."""
-        return (self.rows.astype(float) ** 2).sum(axis=1)
+        """Squared norms of the integer rows (read-only)."""
+        norms2 = (self.rows.astype(float) ** 2).sum(axis=1)
+        norms2.setflags(write=False)
+        return norms2
 
     @property
     def residual_matrix(self) -> np.ndarray:
@@ -127,6 +129,25 @@ def downward_closure(attribute_sets: Iterable[Subset]) -> tuple[Subset, ...]:
     return tuple(sorted(closure, key=len))
 
 
+def first_containing(wanted: Iterable[Subset], held: Sequence[Subset]) -> dict[Subset, int]:
+    """For each wanted attribute set, the index of the first ``held`` set containing it (absent when none
+    does). One integer bitset of holders per attribute, intersected over the wanted set's attributes:
+    linear in the attributes involved, not in ``|wanted| × |held|``."""
+    holders: dict[str, int] = {}
+    for index, attributes in enumerate(held):
+        for attribute in attributes:
+            holders[attribute] = holders.get(attribute, 0) | 1 << index
+    everyone = (1 << len(held)) - 1
+    found = {}
+    for attributes in wanted:
+        common = everyone
+        for attribute in attributes:
+            common &= holders.get(attribute, 0)
+        if common:
+            found[attributes] = (common & -common).bit_length() - 1
+    return found
+
+
 def residual_shape(subset: Subset, bases: Bases) -> tuple[int, ...]:
     return tuple(bases[a].padded - 1 for a in subset)
 
@@ -155,21 +176,39 @@ def integer_counts(table: np.ndarray, attributes: Subset) -> np.ndarray:
     return values.astype(np.int64)
 
 
-def integer_residual(table: np.ndarray, held: Subset, subset: Subset, bases: Bases) -> np.ndarray:
-    """``(⊗_{a∈T} rows_a ⊗ 1ᵀ_{B∖T}) y_B`` in exact integer arithmetic: the integer strategy rows of
-    subset ``T`` applied to a count marginal on ``held ⊇ T`` (padded cells are structural zeros)."""
-    counts = integer_counts(table, held)
-    summed = tuple(i for i, a in enumerate(held) if a not in subset)
-    tensor = counts.astype(np.int64).sum(axis=summed) if summed else counts.astype(np.int64)
-    for axis, attribute in enumerate(subset):
-        basis = bases[attribute]
-        tensor = _apply_along(tensor, basis.rows[:, : basis.size].T, axis)
-    return tensor
+def integer_residuals(requests: Sequence[tuple[np.ndarray, Subset, Subset]], bases: Bases) -> list[np.ndarray]:
+    """``(⊗_{a∈T} rows_a ⊗ 1ᵀ_{B∖T}) y_B`` in exact integer arithmetic for each ``(y_B, B, T)``: the
+    integer strategy rows of subset ``T`` applied to a count marginal on ``held = B ⊇ T`` (padded cells
+    are structural zeros). Requests of the same shape (bases of ``B``, positions of ``T`` in it) are
+    computed together."""
+    found: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(requests)
+
+    def shape_of(request: tuple[np.ndarray, Subset, Subset]) -> Hashable:
+        _, held, subset = request
+        return tuple(bases[a] for a in held), tuple(i for i, a in enumerate(held) if a in subset)
+
+    for (held_bases, positions), members in _grouped(requests, shape_of).items():
+        tensor = np.stack([integer_counts(requests[i][0], requests[i][1]) for i in members])
+        summed = tuple(1 + i for i in range(len(held_bases)) if i not in positions)
+        tensor = tensor.sum(axis=summed) if summed else tensor
+        for axis, position in enumerate(positions, start=1):
+            basis = held_bases[position]
+            tensor = _apply_along(tensor, basis.rows[:, : basis.size].T, axis)
+        for i, rows in zip(members, tensor):
+            found[i] = rows
+    return found
 
 
 def integer_row_norms2(subset: Subset, bases: Bases) -> np.ndarray:
-    """Squared norms of the integer rows of subset ``T`` (shape: the residual shape of ``T``)."""
-    return functools.reduce(np.multiply.outer, [bases[a].row_norms2 for a in subset], np.asarray(1.0))
+    """Squared norms of the integer rows of subset ``T`` (shape: the residual shape of ``T``; read-only)."""
+    return _outer_row_norms2(tuple(bases[a] for a in subset))
+
+
+@functools.lru_cache(maxsize=4096)
+def _outer_row_norms2(subset_bases: tuple[AttributeBasis, ...]) -> np.ndarray:
+    norms2 = functools.reduce(np.multiply.outer, [b.row_norms2 for b in subset_bases], np.asarray(1.0))
+    norms2.setflags(write=False)
+    return norms2
 
 
 def residual_of_marginal(table: np.ndarray, held: Subset, subset: Subset, bases: Bases) -> np.ndarray:
@@ -184,16 +223,66 @@ def residual_of_marginal(table: np.ndarray, held: Subset, subset: Subset, bases:
 
 def marginal_from_residuals(attributes: Subset, residuals: Mapping[Subset, np.ndarray], bases: Bases) -> np.ndarray:
     """The marginal on ``attributes`` (real cells) rebuilt from ``φ_T`` for every ``T ⊆ attributes``."""
-    shape = tuple(bases[a].padded for a in attributes)
-    coefficients = np.zeros(shape)
-    for subset in subsets(attributes):
-        index = tuple(slice(1, None) if a in subset else 0 for a in attributes)
-        scale = 1.0 / math.sqrt(padded_count((a for a in attributes if a not in subset), bases))
-        coefficients[index] = scale * residuals[subset]
-    for axis, attribute in enumerate(attributes):
-        basis = bases[attribute]
-        coefficients = _apply_along(coefficients, basis.matrix[: basis.size].T, axis)
-    return coefficients
+    return marginals_from_residuals([attributes], residuals, bases)[0]
+
+
+def marginals_from_residuals(
+    attribute_sets: Sequence[Subset], residuals: Mapping[Subset, np.ndarray], bases: Bases
+) -> list[np.ndarray]:
+    """:func:`marginal_from_residuals` for many marginals: those whose attributes have the same bases
+    (all k-way marginals over equal sizes) are rebuilt together, one array operation per subset and axis."""
+    rebuilt: list[np.ndarray] = [np.zeros(0)] * len(attribute_sets)
+    for members in _grouped(attribute_sets, lambda s: tuple(bases[a] for a in s)).values():
+        first = attribute_sets[members[0]]
+        coefficients = _filled(
+            [attribute_sets[i] for i in members], residuals, bases,
+            lambda spread: 1.0 / math.sqrt(spread), multiply=True,
+        )
+        for axis, attribute in enumerate(first, start=1):
+            basis = bases[attribute]
+            coefficients = _apply_along(coefficients, basis.matrix[: basis.size].T, axis)
+        for i, marginal in zip(members, coefficients):
+            rebuilt[i] = marginal
+    return rebuilt
+
+
+def _grouped(items: Sequence[object], signature: Callable[[object], Hashable]) -> dict[Hashable, list[int]]:
+    """Positions of ``items`` by signature (first appearance order)."""
+    groups: dict[Hashable, list[int]] = {}
+    for position, item in enumerate(items):
+        groups.setdefault(signature(item), []).append(position)
+    return groups
+
+
+def _filled(
+    attribute_sets: Sequence[Subset],
+    values: Mapping[Subset, np.ndarray],
+    bases: Bases,
+    scale: Callable[[int], float],
+    multiply: bool,
+) -> np.ndarray:
+    """One padded coefficient tensor per attribute set (stacked on a first axis; all sets share their
+    bases position by position): ``values[T]`` on the block of ``T ⊆ A`` (the non-constant coefficients of
+    ``T``'s attributes, the constant one of the others), times (or divided by, ``multiply=False``)
+    ``scale(Π_{a∈A∖T} p_a)``."""
+    first = attribute_sets[0]
+    padded = [bases[a].padded for a in first]
+    tensor = np.zeros((len(attribute_sets), *padded))
+    for positions in subsets(tuple(range(len(first)))):
+        index = (slice(None),) + tuple(slice(1, None) if i in positions else 0 for i in range(len(first)))
+        shape = tuple(padded[i] - 1 for i in positions)
+        block = _stacked([values[tuple(a[i] for i in positions)] for a in attribute_sets], shape)
+        factor = scale(math.prod(padded[i] for i in range(len(first)) if i not in positions))
+        tensor[index] = block * factor if multiply else block / factor
+    return tensor
+
+
+def _stacked(arrays: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """The arrays (each of ``shape``, or broadcastable to it) stacked on a new first axis."""
+    stacked = np.asarray(arrays, dtype=float) if all(np.shape(a) == shape for a in arrays) else None
+    if stacked is None:
+        stacked = np.stack([np.broadcast_to(a, shape) for a in arrays]).astype(float)
+    return stacked
 
 
 def inverse_variance_mean(estimates: Iterable[tuple[np.ndarray, float]]) -> tuple[np.ndarray, float]:
@@ -235,36 +324,40 @@ def _summed_coefficient_squares(block: Block, scope_bases: tuple[AttributeBasis,
     return summed
 
 
-def _variance_tensor(attributes: Subset, variances: CoefficientVariances, bases: Bases) -> np.ndarray:
-    """Variance of every orthonormal coefficient ``β_c = U_Aᵀ M̂_A`` of the marginal on ``attributes``:
-    ``Var φ_T[c_T] / Π_{a∈A∖T} p_a`` (the GLS covariance of ``M̂_A`` is ``U_A diag(·) U_Aᵀ``)."""
-    tensor = np.zeros(tuple(bases[a].padded for a in attributes))
-    for subset in subsets(attributes):
-        index = tuple(slice(1, None) if a in subset else 0 for a in attributes)
-        spread = padded_count((a for a in attributes if a not in subset), bases)
-        tensor[index] = np.broadcast_to(variances[subset], residual_shape(subset, bases)) / spread
-    return tensor
-
-
-def _contract_factors(product: Product, tensor: np.ndarray, bases: Bases, per_factor: list[np.ndarray]) -> np.ndarray:
-    """Contract a tensor over the product's padded attribute cells (domain order) with one matrix per
-    factor (``k_f × padded scope cells``), giving a tensor with one axis per factor."""
-    attributes = product.attributes
-    order = [attributes.index(a) for f in product.factors for a in f.attributes]
-    scoped = np.transpose(tensor, order).reshape(
-        [padded_count(f.attributes, bases) for f in product.factors]
-    )
-    for axis, matrix in enumerate(per_factor):
-        scoped = _apply_along(scoped, matrix.T, axis)
-    return scoped
-
-
 def product_variances(product: Product, variances: CoefficientVariances, bases: Bases) -> np.ndarray:
     """Exact variance of every (unweighted) query of ``product`` under GLS with the given coefficient
     variances: ``Var(r·M̂_A) = Σ_c Var(β_c) (r·U_A[:, c])²``, contracted factor by factor."""
-    tensor = _variance_tensor(product.attributes, variances, bases)
-    squares = [_factor_coefficient_squares(f, bases) for f in product.factors]
-    return _contract_factors(product, tensor, bases, squares).reshape(-1)
+    return products_variances([product], variances, bases)[0]
+
+
+def products_variances(products: Sequence[Product], variances: CoefficientVariances, bases: Bases) -> list[np.ndarray]:
+    """:func:`product_variances` for many products: products of the same shape (blocks, bases, scope
+    order) are contracted together. The variance of the orthonormal coefficient ``β_c = U_Aᵀ M̂_A`` of
+    the marginal on ``A`` is ``Var φ_T[c_T] / Π_{a∈A∖T} p_a`` (the GLS covariance of ``M̂_A`` is
+    ``U_A diag(·) U_Aᵀ``)."""
+    found: list[np.ndarray] = [np.zeros(0)] * len(products)
+    for members in _grouped(products, lambda p: (_factor_scopes(p, bases), _scope_order(p))).values():
+        first = products[members[0]]
+        tensor = _filled([products[i].attributes for i in members], variances, bases, float, multiply=False)
+        order = [0] + [1 + i for i in _scope_positions(first)]
+        scoped = np.transpose(tensor, order).reshape(
+            [len(members)] + [padded_count(f.attributes, bases) for f in first.factors]
+        )
+        for axis, factor in enumerate(first.factors, start=1):
+            scoped = _apply_along(scoped, _factor_coefficient_squares(factor, bases).T, axis)
+        for i, values in zip(members, scoped.reshape(len(members), -1)):
+            found[i] = values
+    return found
+
+
+def _factor_scopes(product: Product, bases: Bases) -> tuple[tuple[Block, tuple[AttributeBasis, ...]], ...]:
+    return tuple((f.block, tuple(bases[a] for a in f.attributes)) for f in product.factors)
+
+
+def _scope_positions(product: Product) -> tuple[int, ...]:
+    """Where each attribute of the factors' scopes (factor by factor) sits among the product's attributes."""
+    attributes = product.attributes
+    return tuple(attributes.index(a) for f in product.factors for a in f.attributes)
 
 
 def coefficient_masses(workload: Workload, bases: Bases) -> dict[Subset, np.ndarray]:
@@ -281,19 +374,40 @@ def _coefficient_masses(workload: Workload, key: tuple[tuple[str, AttributeBasis
     masses: dict[Subset, np.ndarray] = {}
     for product in workload.products:
         attributes = product.attributes
-        summed = [_summed_coefficient_squares(f.block, tuple(bases[a] for a in f.attributes)) for f in product.factors]
-        outer = functools.reduce(np.multiply.outer, summed, np.asarray(product.weight**2))
-        scope_order = [a for f in product.factors for a in f.attributes]
-        outer = outer.reshape([bases[a].padded for a in scope_order])
-        outer = np.transpose(outer, [scope_order.index(a) for a in attributes])
-        for subset in subsets(attributes):
-            index = tuple(slice(1, None) if a in subset else 0 for a in attributes)
-            spread = padded_count((a for a in attributes if a not in subset), bases)
-            contribution = outer[index] / spread
+        for positions, contribution in _product_masses(product.weight, _factor_scopes(product, bases), _scope_order(product)):
+            subset = tuple(attributes[i] for i in positions)
             masses[subset] = masses.get(subset, 0.0) + contribution
     for value in masses.values():
         value.setflags(write=False)
     return masses
+
+
+def _scope_order(product: Product) -> tuple[int, ...]:
+    """Where each of the product's attributes (domain order) sits among its factors' scopes."""
+    scope = [a for f in product.factors for a in f.attributes]
+    return tuple(scope.index(a) for a in product.attributes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _product_masses(
+    weight: float, scopes: tuple[tuple[Block, tuple[AttributeBasis, ...]], ...], order: tuple[int, ...]
+) -> tuple[tuple[tuple[int, ...], np.ndarray], ...]:
+    """A product's recovery mass on each subset of its attributes, by position among them: it depends
+    only on the weight, the blocks and the bases, so products of the same shape (all k-way marginals over
+    equal sizes) share one computation."""
+    summed = [_summed_coefficient_squares(block, scope_bases) for block, scope_bases in scopes]
+    outer = functools.reduce(np.multiply.outer, summed, np.asarray(weight**2))
+    padded_sizes = [b.padded for _, scope_bases in scopes for b in scope_bases]
+    outer = np.transpose(outer.reshape(padded_sizes), order)
+    padded = [padded_sizes[i] for i in order]
+    found = []
+    for positions in subsets(tuple(range(len(order)))):
+        index = tuple(slice(1, None) if i in positions else 0 for i in range(len(order)))
+        spread = math.prod(padded[i] for i in range(len(order)) if i not in positions)
+        contribution = outer[index] / spread
+        contribution.setflags(write=False)
+        found.append((positions, contribution))
+    return tuple(found)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -353,5 +467,5 @@ def _complete(attributes: Subset, estimates: Mapping[Subset, np.ndarray], bases:
     return {t: estimates.get(t, np.zeros(residual_shape(t, bases))) for t in subsets(attributes)}
 
 
-for _cached in (_coefficient_squares, _summed_coefficient_squares, _coefficient_masses):
+for _cached in (_coefficient_squares, _summed_coefficient_squares, _coefficient_masses, _product_masses, _outer_row_norms2):
     caches.register(_cached.cache_clear)

@@ -28,12 +28,14 @@ eigenproblem of ``Σ_T |T|`` cells, not of the full domain.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from planner import caches
 from planner.budget import Sensitivity
 from planner.domain import Domain
 from planner.noise import NoiseParameterError
@@ -142,8 +144,25 @@ class _AttributeSpectrum:
     multiplicity: np.ndarray
 
 
-def _attribute_spectrum(size: int, blocks: list[Block | None]) -> _AttributeSpectrum:
-    distinct = list(dict.fromkeys(blocks))
+def _distinct_blocks(workload: Workload, per_product: list[dict[str, Block]]) -> dict[str, tuple[Block | None, ...]]:
+    """Per attribute, its distinct blocks in order of first appearance over the products (None where a
+    product sums the attribute out), without a pass over every attribute of every product."""
+    first: dict[str, dict[Block | None, int]] = {a: {} for a in workload.domain.attributes}
+    readers: dict[str, list[int]] = {a: [] for a in workload.domain.attributes}
+    for index, blocks in enumerate(per_product):
+        for attribute, block in blocks.items():
+            first[attribute].setdefault(block, index)
+            readers[attribute].append(index)
+    for attribute, indices in readers.items():
+        gap = next((i for i, j in enumerate(indices) if i != j), len(indices))  # the first product not reading it
+        if gap < len(per_product):
+            first[attribute][None] = gap
+    return {a: tuple(sorted(found, key=found.__getitem__)) for a, found in first.items()}
+
+
+@functools.lru_cache(maxsize=1024)
+def _attribute_spectrum(size: int, distinct: tuple[Block | None, ...]) -> _AttributeSpectrum:
+    """The spectrum of an attribute's distinct blocks (memoized: equal attributes share one object)."""
     if all(b is None or isinstance(b, (Identity, Total)) for b in distinct):
         values = {b: (np.array([1.0, 1.0]) if isinstance(b, Identity) else np.array([float(size), 0.0])) for b in distinct}
         return _AttributeSpectrum(values, np.array([1, size - 1]))
@@ -252,12 +271,13 @@ def _without_rounding_noise(eigenvalues: np.ndarray) -> np.ndarray:
 def _structured_singular_value_sum(workload: Workload) -> float:
     domain = workload.domain
     per_product = [{f.attributes[0]: f.block for f in p.factors} for p in workload.products]
-    spectra = [_attribute_spectrum(domain.size_of(a), [blocks.get(a) for blocks in per_product]) for a in domain.attributes]
+    distinct = _distinct_blocks(workload, per_product)
+    spectra = [_attribute_spectrum(domain.size_of(a), distinct[a]) for a in domain.attributes]
     classes = _product_classes(workload, per_product, spectra)
     if classes is None:
         return 0.0
-    unique, inverse, multiplicity = _class_table(classes, spectra)
-    eigenvalues = np.bincount(inverse, weights=np.concatenate([values for _, _, values in classes]))
+    unique, inverse, multiplicity = _class_table(classes)
+    eigenvalues = np.bincount(inverse, weights=np.concatenate([values for _, _, values, _ in classes]))
     return float(np.sum(multiplicity * np.sqrt(np.maximum(eigenvalues, 0.0))))
 
 
@@ -269,27 +289,28 @@ def _partly_structured_singular_value_sum(workload: Workload) -> float:
     eigenproblem over the cells of ``N`` per distinct coefficient vector ``c(k)``."""
     domain = workload.domain
     per_product = [{f.attributes[0]: f.block for f in p.factors} for p in workload.products]
+    distinct = _distinct_blocks(workload, per_product)
     spectra: list[_AttributeSpectrum] = []
     dense: list[str] = []
     for attribute in domain.attributes:
         size = domain.size_of(attribute)
         try:
-            spectra.append(_attribute_spectrum(size, [blocks.get(attribute) for blocks in per_product]))
+            spectra.append(_attribute_spectrum(size, distinct[attribute]))
         except BoundUnavailableError:
             dense.append(attribute)
-            spectra.append(_AttributeSpectrum({b.get(attribute): np.ones(1) for b in per_product}, np.ones(1, dtype=int)))
+            spectra.append(_AttributeSpectrum({b: np.ones(1) for b in distinct[attribute]}, np.ones(1, dtype=int)))
     cells = math.prod(domain.shape(dense))
     if not dense or cells > MAX_MARGINAL_SPACE:
         raise BoundUnavailableError(f"the non-commuting attributes {dense} have {cells} cells (at most {MAX_MARGINAL_SPACE})")
     classes = _product_classes(workload, per_product, spectra)
     if classes is None:
         return 0.0
-    unique, inverse, multiplicity = _class_table(classes, spectra)
-    coefficients = np.zeros((unique.size, len(workload.products)))
+    unique, inverse, multiplicity = _class_table(classes)
+    coefficients = np.zeros((len(unique), len(workload.products)))
     offset = 0
-    for index, keys, values in classes:
-        coefficients[inverse[offset : offset + keys.size], index] = values
-        offset += keys.size
+    for index, keys, values, _ in classes:
+        coefficients[inverse[offset : offset + len(keys)], index] = values
+        offset += len(keys)
     rows, row_of_class = np.unique(coefficients, axis=0, return_inverse=True)
     weights = np.bincount(row_of_class.ravel(), weights=multiplicity)
     grams = []
@@ -307,42 +328,107 @@ def _partly_structured_singular_value_sum(workload: Workload) -> float:
     return total
 
 
-ProductClasses = list[tuple[int, np.ndarray, np.ndarray]]  # (product index, class keys, coefficients)
+ClassKey = tuple[tuple[int, ...], int]
+"""A joint eigen-class: the attributes (positions) away from their default class, and their classes
+there in mixed radix (the first attribute varying fastest)."""
+ProductClasses = list[tuple[int, list[ClassKey], np.ndarray, np.ndarray]]
+"""Per product with a nonzero Gram: its index, the classes where it is nonzero, ``w² Π_a λ`` there,
+and the multiplicity of each of those classes."""
+
+
+def _default_classes(spectra: list[_AttributeSpectrum]) -> list[tuple[int, float | None]]:
+    """Per attribute, the class a summed-out attribute sits in (the constant vector's: the only class on
+    which ``11ᵀ`` is nonzero) and its eigenvalue there (None when no product sums the attribute out).
+    Keys name only the attributes away from their default class, so a product enumerates the classes of
+    the attributes it reads, never the joint classes of the whole domain."""
+    defaults: list[tuple[int, float | None]] = []
+    for spectrum in spectra:
+        summed = spectrum.eigenvalues.get(None)
+        if summed is None:
+            defaults.append((0, None))
+            continue
+        support = np.flatnonzero(np.abs(summed) > 1e-12 * max(1.0, float(np.abs(summed).max())))
+        if support.size > 1:
+            raise BoundUnavailableError("a summed-out attribute spans several eigen-classes")
+        defaults.append((int(support[0]), float(summed[support[0]])) if support.size else (0, 0.0))
+    return defaults
 
 
 def _product_classes(
     workload: Workload, per_product: list[dict[str, Block]], spectra: list[_AttributeSpectrum]
 ) -> ProductClasses | None:
-    """Per product, the joint eigen-classes on which its Gram is nonzero (flat keys) and ``w² Π_a λ``
-    there; None when there are too many classes, an empty list when every product is zero."""
-    class_counts = [len(s.multiplicity) for s in spectra]
-    if math.prod(class_counts) >= 2**62:
-        raise BoundUnavailableError("too many eigen-classes to enumerate")
+    """Per product, the joint eigen-classes on which its Gram is nonzero, ``w² Π_a λ`` and the class
+    multiplicities there (see :data:`ProductClasses`); None when every product is zero."""
+    defaults = _default_classes(spectra)
+    position_of = {a: i for i, a in enumerate(workload.domain.attributes)}
+    summed_out = [value for _, value in defaults if value is not None]
+    zero_sums = sum(value == 0 for value in summed_out)  # attributes whose summed-out eigenvalue is 0
+    all_summed = math.prod(value for value in summed_out if value != 0)
+    base_multiplicity = math.prod(float(s.multiplicity[d]) for s, (d, _) in zip(spectra, defaults))
+    shapes: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, ReadKeys]] = {}
     found: ProductClasses = []
     for index, (product, blocks) in enumerate(zip(workload.products, per_product)):
-        supports, factors = [], []
-        for attribute, spectrum in zip(workload.domain.attributes, spectra):
-            eigen = spectrum.eigenvalues[blocks.get(attribute)]
-            support = np.flatnonzero(np.abs(eigen) > 1e-12 * max(1.0, float(np.abs(eigen).max())))
-            supports.append(support)
-            factors.append(eigen[support])
-        if any(support.size == 0 for support in supports):
+        read = sorted(position_of[a] for a in blocks)
+        read_sums = [defaults[p][1] for p in read if defaults[p][1] is not None]
+        if zero_sums > sum(value == 0 for value in read_sums):
+            continue  # an attribute it sums out has a zero eigenvalue there: its Gram is zero
+        attributes = workload.domain.attributes
+        shape = tuple((id(spectra[p]), blocks[attributes[p]], defaults[p][0]) for p in read)
+        if shape not in shapes:
+            shapes[shape] = _read_classes([spectra[p] for p in read], [blocks[attributes[p]] for p in read],
+                                          [defaults[p][0] for p in read])
+        values, multiplicity, template = shapes[shape]
+        if not values.any():
             continue
-        grids = np.meshgrid(*supports, indexing="ij")
-        value = product.weight**2
-        for factor in factors:
-            value = np.multiply.outer(value, factor)
-        found.append((index, np.ravel_multi_index([g.ravel() for g in grids], class_counts), np.asarray(value).ravel()))
+        scale = product.weight**2 * all_summed / math.prod(v for v in read_sums if v != 0)
+        chosen, which, codes = template
+        named = [tuple(read[i] for i in c) for c in chosen]
+        keys = [(named[k], code) for k, code in zip(which, codes)]
+        found.append((index, keys, scale * values, base_multiplicity * multiplicity))
     return found or None
 
 
-def _class_table(classes: ProductClasses, spectra: list[_AttributeSpectrum]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+ReadKeys = tuple[list[tuple[int, ...]], list[int], list[int]]
+"""Class keys by position among a product's read attributes: the distinct sets of positions away from
+their default class, which of them each joint class has, and each joint class's code (:data:`ClassKey`)."""
+
+
+def _read_classes(
+    spectra: list[_AttributeSpectrum], blocks: list[Block], defaults: list[int]
+) -> tuple[np.ndarray, np.ndarray, ReadKeys]:
+    """For a product reading attributes with these spectra and blocks: ``Π_a λ_a`` on every joint class
+    of the read attributes where it is nonzero, each class's multiplicity relative to the default
+    classes, and the classes' keys (:data:`ReadKeys`)."""
+    values, multiplicity = np.ones(1), np.ones(1)
+    classes: list[np.ndarray] = []  # the class of each read attribute, per joint class (C order)
+    for spectrum, block, default in zip(spectra, blocks, defaults):
+        eigen = spectrum.eigenvalues[block]
+        support = np.flatnonzero(np.abs(eigen) > 1e-12 * max(1.0, float(np.abs(eigen).max())))
+        values = np.multiply.outer(values, eigen[support]).ravel()
+        multiplicity = np.multiply.outer(multiplicity, spectrum.multiplicity[support] / spectrum.multiplicity[default]).ravel()
+        classes = [np.repeat(c, support.size) for c in classes] + [np.tile(support, values.size // support.size)]
+    counts = [len(spectrum.multiplicity) for spectrum in spectra]
+    exact = np.int64 if math.prod(counts) < 2**62 and len(classes) < 62 else object  # codes must not overflow
+    code, stride, pattern = np.zeros(values.size, dtype=exact), np.ones(values.size, dtype=exact), np.zeros(values.size, dtype=exact)
+    for i, (c, count, default) in enumerate(zip(classes, counts, defaults)):
+        away = c != default
+        code = code + np.where(away, c * stride, 0)
+        stride = np.where(away, stride * count, stride)
+        pattern = pattern + np.where(away, 1 << i, 0)
+    patterns, which = np.unique(pattern, return_inverse=True)
+    chosen = [tuple(i for i in range(len(classes)) if int(bits) >> i & 1) for bits in patterns.tolist()]
+    return values, multiplicity, (chosen, which.ravel().tolist(), code.tolist())
+
+
+def _class_table(classes: ProductClasses) -> tuple[list[ClassKey], np.ndarray, np.ndarray]:
     """The distinct class keys, each key's position among them, and each distinct class's multiplicity."""
-    unique, inverse = np.unique(np.concatenate([keys for _, keys, _ in classes]), return_inverse=True)
-    multiplicity = np.ones(unique.size)
-    for spectrum, index in zip(spectra, np.unravel_index(unique, [len(s.multiplicity) for s in spectra])):
-        multiplicity *= spectrum.multiplicity[index]
-    return unique, inverse.ravel(), multiplicity
+    positions: dict[ClassKey, int] = {}
+    inverse = np.fromiter(
+        (positions.setdefault(key, len(positions)) for _, keys, _, _ in classes for key in keys), dtype=np.int64
+    )
+    multiplicity = np.zeros(len(positions))
+    multiplicity[inverse] = np.concatenate([m for _, _, _, m in classes])  # equal for equal keys
+    return list(positions), inverse, multiplicity
 
 
 def svd_bound(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> float:
@@ -354,3 +440,6 @@ def svd_bound(workload: Workload, privacy: Privacy, contributions: int = 1, dist
     if privacy.is_laplace:
         return 2 * sensitivity.rows**2 * total / privacy.epsilon**2
     return sensitivity.gaussian_sigma2(1.0, privacy.rho, True) * total
+
+
+caches.register(_attribute_spectrum.cache_clear)

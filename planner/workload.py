@@ -23,6 +23,7 @@ Weights scale rows: a product of weight ``w`` contributes ``w² · Var`` to the 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -266,7 +267,7 @@ class Product:
             raise ValueError(f"a product weight must be positive and finite, got {self.weight}")
         object.__setattr__(self, "factors", tuple(kept))
 
-    @property
+    @functools.cached_property
     def attributes(self) -> tuple[str, ...]:
         """The attributes this product reads, in domain order: the marginal it needs."""
         return self.domain.canonical(a for f in self.factors for a in f.attributes)

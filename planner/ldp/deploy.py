@@ -40,6 +40,7 @@ from planner.ldp.factorization import Factorization, as_workload_matrix, check_e
 from planner.ldp.item_sets import ItemSetScheme, scheme_from_parameters
 from planner.ldp.optimize import optimize
 from planner.ldp.wnnls import non_negative_answers
+from planner.threads import one_blas_thread
 
 FORMAT_NAME = "dpsql-ldp-mechanism"
 FORMAT_VERSION = 1
@@ -204,6 +205,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+@one_blas_thread
 def design(workload: Any, epsilon: float, *, seed: int | None = None, **optimize_options: Any) -> Mechanism:
     """An ε-LDP mechanism optimized for `workload` (dense `W` or an object with `.dense()`).
 
@@ -229,6 +231,7 @@ class Aggregator:
     standard estimator `W (Σ supports − N q)/(p − q)`. Reports are checked before any is counted.
     """
 
+    @one_blas_thread
     def __init__(self, mechanism: Mechanism, workload: Any) -> None:
         self.mechanism = mechanism
         W = as_workload_matrix(workload)
@@ -278,6 +281,7 @@ class Aggregator:
         histogram = (self._statistics - self._num_reports * support.other_item) / (support.true_item - support.other_item)
         return self.factorization.W @ histogram
 
+    @one_blas_thread
     def answers(self, non_negative: bool = False) -> WorkloadAnswers:
         """The estimates with per-query worst-case variances; `non_negative=True` post-processes with
         WNNLS (biased, usually more accurate; the variances then still describe the unbiased estimate)."""

@@ -35,6 +35,7 @@ from planner.ldp.factorization import (
 )
 from planner.ldp.projection import project_bounded_simplex, project_row_minima
 from planner.ldp.protocols import classic_protocols, randomized_response_matrix
+from planner.threads import one_blas_thread
 
 SINGULAR_PIVOT_RATIO = 1e-7
 """`QᵀD⁻¹Q` counts as singular when a Cholesky pivot is this small relative to the largest."""
@@ -176,6 +177,7 @@ class TextProgressBar:
         self.stream.flush()
 
 
+@one_blas_thread
 def optimize(
     workload: np.ndarray,
     epsilon: float,

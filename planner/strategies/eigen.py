@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy import fft
 
 from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_noise
 from planner.noise import NoiseParameterError
@@ -52,6 +51,14 @@ MAX_MULTIPLY = 2**31  # n² × other cells: integer products computed per measur
 MIN_SCALE_BITS = 22  # fewest bits when a tiny ρ needs a smaller scale (reported variances stay within 1e-6)
 REFINEMENT_STEPS = 8
 GROUP = "eigen rows"
+
+
+def _dst1(values: np.ndarray) -> np.ndarray:
+    """Orthonormal DST-I along the first axis. scipy.fft is imported on first use: importing it costs
+    more than planning a small workload, and most plans never need it."""
+    from scipy import fft
+
+    return fft.dst(values, type=1, norm="ortho", axis=0)
 
 
 def range_gram_eigenvalues(block: Block) -> np.ndarray:
@@ -114,19 +121,19 @@ class SineBasis:
         """``Vᵀ x``."""
         n = self.size
         if self.kind is AllRange:
-            return fft.dst(x, type=1, norm="ortho", axis=0)
+            return _dst1(x)
         padded = np.zeros((2 * n,) + x.shape[1:])
         padded[:n] = x[::-1]
-        return math.sqrt(2) * fft.dst(padded, type=1, norm="ortho", axis=0)[0::2]
+        return math.sqrt(2) * _dst1(padded)[0::2]
 
     def synthesise(self, coefficients: np.ndarray) -> np.ndarray:
         """``V c``."""
         n = self.size
         if self.kind is AllRange:
-            return fft.dst(coefficients, type=1, norm="ortho", axis=0)
+            return _dst1(coefficients)
         padded = np.zeros((2 * n,) + coefficients.shape[1:])
         padded[0::2] = coefficients
-        return math.sqrt(2) * fft.dst(padded, type=1, norm="ortho", axis=0)[:n][::-1]
+        return math.sqrt(2) * _dst1(padded)[:n][::-1]
 
     def matrix(self) -> np.ndarray:
         """``V`` densely (columns are eigenvectors, k = 1..n)."""

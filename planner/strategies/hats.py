@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy.linalg import lapack
 
 from planner import caches
 from planner.budget import (
@@ -64,6 +63,8 @@ def hat_rows(size: int, spacing: int) -> np.ndarray:
 
 def spd_inverse(matrix: np.ndarray) -> np.ndarray:
     """The inverse of a symmetric positive definite matrix by Cholesky (about half the time of LU)."""
+    from scipy.linalg import lapack  # imported on first use (importing scipy.linalg costs ~0.1 s)
+
     factor, info = lapack.dpotrf(matrix, lower=1)
     if info == 0:
         inverse, info = lapack.dpotri(factor, lower=1)

@@ -30,16 +30,16 @@ import functools
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
 
 from planner.domain import Domain
 from planner.budget import (
     Sensitivity,
     continuous_laplace_variance,
-    noise_for_group,
-    optimal_budgets,
+    noises_for_groups,
+    optimal_split,
     sample_noise,
     within,
 )
@@ -48,6 +48,7 @@ from planner.recovery import (
     Subset,
     coefficient_masses,
     downward_closure,
+    first_containing,
     helmert_basis,
     integer_counts,
     inverse_variance_mean,
@@ -60,6 +61,9 @@ from planner.strategies.base import Candidate, GroupBudget, Measurement
 from planner.strategies.residual import MASS_TOLERANCE, MAX_MARGINAL_CELLS, CoefficientCandidate, maximal_sets
 from planner.workload import Workload, marginal_for
 
+if TYPE_CHECKING:
+    from scipy import sparse
+
 MAX_ITERATIONS = 3000
 TOLERANCE = 1e-9  # stop alternating when the relative improvement of an iteration falls below this
 PRUNE_SHARE = 1e-6  # marginals whose budget share falls below this are dropped
@@ -69,6 +73,7 @@ COVERING_STEPS = 8  # … and at most 4^7 times the cells of the largest workloa
 SCREENING_ITERATIONS = 60  # coverings are compared after this many alternations, the best refined
 SCREENING_TOLERANCE = 1e-4
 REFINE_WORK = 15_000  # local-search budget: short alternations × residual subsets they involve
+COVERING_MAX_UNION = 62  # coverings are searched over at most this many attributes (one int64 bit each)
 
 
 def marginal_name(attributes: Subset) -> str:
@@ -95,7 +100,7 @@ class MarginalsCandidate(CoefficientCandidate):
         uncovered = [t for t, count in zip(self.needed, sources) if count == 0 and t in self.relevant]
         if uncovered:
             raise ValueError(f"measured marginals {self.measured} do not cover {uncovered}")
-        self.noises = tuple(noise_for_group(privacy, b, sensitivity, 1.0, distinct_applies=True) for b in self.budgets)
+        self.noises = noises_for_groups(privacy, self.budgets, sensitivity, 1.0, distinct_applies=True)
 
     def group_budgets(self) -> tuple[GroupBudget, ...]:
         domain = self.workload.domain
@@ -188,15 +193,24 @@ class MarginalsCandidate(CoefficientCandidate):
 
 
 def incidence(needed: Sequence[Subset], measured: Sequence[Subset], workload: Workload) -> sparse.csr_matrix:
-    """``inc[T, B] = 1 / Π_{a∈B∖T} n_a`` for ``T ⊆ B``: how much of ``B``'s precision reaches ``T``."""
+    """``inc[T, B] = 1 / Π_{a∈B∖T} n_a`` for ``T ⊆ B``: how much of ``B``'s precision reaches ``T``.
+    Only subsets of ``B`` as large as the largest needed ``T`` are visited."""
+    from scipy import sparse  # imported on first use, not with the planner
+
     index = {t: i for i, t in enumerate(needed)}
+    widest = max((len(t) for t in needed), default=0)
+    domain = workload.domain
     rows, cols, data = [], [], []
     for j, held in enumerate(measured):
-        for subset in subsets(held):
-            if subset in index:
-                rows.append(index[subset])
-                cols.append(j)
-                data.append(1.0 / math.prod(workload.domain.shape(a for a in held if a not in subset)))
+        sizes = [domain.size_of(a) for a in held]
+        cells = math.prod(sizes)
+        for width in range(min(widest, len(held)) + 1):
+            for chosen in itertools.combinations(range(len(held)), width):
+                row = index.get(tuple(held[i] for i in chosen))
+                if row is not None:
+                    rows.append(row)
+                    cols.append(j)
+                    data.append(1.0 / (cells // math.prod(sizes[i] for i in chosen)))
     return sparse.csr_matrix((data, (rows, cols)), shape=(len(needed), len(measured)))
 
 
@@ -207,7 +221,7 @@ def _precision(budgets: np.ndarray, privacy: Privacy, sensitivity: Sensitivity) 
     if privacy.is_laplace:
         precision[used] = 1.0 / continuous_laplace_variance(sensitivity.rows / budgets[used])
     else:
-        precision[used] = 1.0 / np.array([sensitivity.gaussian_sigma2(1.0, b, True) for b in budgets[used]])
+        precision[used] = 1.0 / sensitivity.gaussian_sigma2(1.0, budgets[used], True)  # elementwise
     return precision
 
 
@@ -226,8 +240,7 @@ class BudgetProblem:
         self.total = privacy.epsilon if privacy.is_laplace else privacy.rho
 
     def covers(self, measured: Sequence[Subset]) -> bool:
-        held = [set(m) for m in measured]
-        return all(any(set(t) <= b for b in held) for t in self.relevant)
+        return len(first_containing(self.relevant, measured)) == len(self.relevant)
 
     def solve(
         self, measured: Sequence[Subset], iterations: int = MAX_ITERATIONS, tolerance: float = TOLERANCE
@@ -236,6 +249,7 @@ class BudgetProblem:
         Returns the kept marginals, their budgets and the (continuous-noise) expected error."""
         measured = list(measured)
         coverage = incidence(self.relevant, measured, self.workload)
+        coverage_transposed = coverage.T.tocsr()
         budgets = np.full(len(measured), self.total / len(measured))
         best, best_budgets = math.inf, budgets
         for _ in range(iterations):
@@ -248,8 +262,8 @@ class BudgetProblem:
             best, best_budgets = error, budgets
             if not improved:
                 break
-            group_mass = precision**2 * (coverage.T @ (self.mass * covariance**2))
-            budgets = optimal_budgets(group_mass, np.ones(len(measured)), self.privacy)
+            group_mass = precision**2 * (coverage_transposed @ (self.mass * covariance**2))
+            budgets = optimal_split(group_mass, np.ones(len(measured)), self.privacy)  # checked once, below
         keep = best_budgets >= PRUNE_SHARE * best_budgets.max()
         if not self.covers([m for m, k in zip(measured, keep) if k]):
             keep = best_budgets > 0  # a marginal that alone covers a subset never loses all its budget
@@ -264,25 +278,26 @@ def _greedy_cover(
     start from the first uncovered set in ``start_order``, add the attribute that covers the most
     uncovered sets (ties: the earlier attribute, i.e. the smaller one) until nothing more fits."""
     uncovered = np.ones(masks.size, dtype=bool)
+    single = np.left_shift(1, np.arange(log_cells.size, dtype=np.int64))
     blocks = []
     for start in start_order:
         if not uncovered[start]:
             continue
         block = int(masks[start])
-        block_cells = float(sum(log_cells[i] for i in range(log_cells.size) if block >> i & 1))
+        block_cells = float(log_cells[(block & single) != 0].sum())
         open_masks = masks[uncovered]
         covered = int(np.count_nonzero((open_masks & ~block) == 0))
         while bin(block).count("1") < max_attributes:
-            best, best_gain = -1, covered
-            for i in range(log_cells.size):
-                if block >> i & 1 or block_cells + log_cells[i] > log_limit:
-                    continue
-                gain = int(np.count_nonzero((open_masks & ~(block | 1 << i)) == 0))
-                if gain > best_gain:
-                    best, best_gain = i, gain
-            if best < 0:
+            allowed = ((block & single) == 0) & (block_cells + log_cells <= log_limit)
+            if not allowed.any():
                 break
-            block, block_cells, covered = block | 1 << best, block_cells + log_cells[best], best_gain
+            grown = block | single[allowed]  # every allowed one-attribute extension at once
+            gains = np.count_nonzero((open_masks[None, :] & ~grown[:, None]) == 0, axis=1)
+            pick = int(np.argmax(gains))  # ties: the earlier attribute
+            if gains[pick] <= covered:
+                break
+            best = int(np.flatnonzero(allowed)[pick])
+            block, block_cells, covered = block | 1 << best, block_cells + log_cells[best], int(gains[pick])
         blocks.append(block)
         uncovered &= (masks & ~block) != 0
     return blocks
@@ -291,10 +306,13 @@ def _greedy_cover(
 def coverings(workload: Workload) -> list[tuple[Subset, ...]]:
     """Greedy coverings of the workload's marginals by larger marginals, over a grid of block limits
     (attributes × cells), deduplicated. Fewer, larger marginals mean fewer groups sharing ε, which is
-    what Laplace noise favours; the budget alternation then judges each covering exactly."""
+    what Laplace noise favours; the budget alternation then judges each covering exactly. None when the
+    workload reads more than ``COVERING_MAX_UNION`` attributes."""
     domain = workload.domain
     own = list(dict.fromkeys(p.attributes for p in workload.products))
     union = sorted(domain.canonical(a for s in own for a in s), key=domain.size_of)  # small attributes first
+    if len(union) > COVERING_MAX_UNION:
+        return []
     bit = {a: 1 << i for i, a in enumerate(union)}
     masks = np.array([sum(bit[a] for a in s) for s in own], dtype=np.int64)
     log_cells = np.log2([float(domain.size_of(a)) for a in union])

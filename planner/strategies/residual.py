@@ -30,12 +30,13 @@ from planner.recovery import (
     Subset,
     coefficient_masses,
     downward_closure,
+    first_containing,
     helmert_basis,
-    integer_residual,
+    integer_residuals,
     integer_row_norms2,
-    marginal_from_residuals,
+    marginals_from_residuals,
     nonnegative_fit,
-    product_variances,
+    products_variances,
     residual_shape,
     subsets,
 )
@@ -137,7 +138,7 @@ class CoefficientCandidate(Candidate):
 
     def query_variances_for(self, continuous: bool) -> tuple[np.ndarray, ...]:
         variances = self.coefficient_variances(True) if continuous else self.exact_coefficient_variances
-        return tuple(product_variances(p, variances, self.bases) for p in self.workload.products)
+        return tuple(products_variances(self.workload.products, variances, self.bases))
 
     def query_variances(self) -> tuple[np.ndarray, ...]:
         return self._query_variances
@@ -170,10 +171,9 @@ class CoefficientCandidate(Candidate):
         if measurement.strategy != self.name:
             raise ValueError(f"measurement was made by strategy {measurement.strategy!r}, not {self.name!r}")
         residuals = self.residuals(measurement)
-        values = tuple(
-            p.unweighted_answer(marginal_from_residuals(p.attributes, residuals, self.bases))
-            for p in self.workload.products
-        )
+        products = self.workload.products
+        marginals = marginals_from_residuals([p.attributes for p in products], residuals, self.bases)
+        values = tuple(p.unweighted_answer(m) for p, m in zip(products, marginals))
         return Answers(values, self.query_variances())
 
 
@@ -230,6 +230,20 @@ def _noise_variances(family: str, parameters: np.ndarray, continuous: bool) -> n
     return np.asarray(parameters, dtype=float) if continuous else discrete_variance(family, parameters)
 
 
+def _row_noise_variances(
+    family: str, parameters: Mapping[Subset, np.ndarray], order: Sequence[Subset], continuous: bool
+) -> dict[Subset, np.ndarray]:
+    """The noise variance of every row of every subset (0 where the parameter is NaN: not measured),
+    from one vectorized call over all subsets."""
+    flat = np.concatenate([np.ravel(parameters[t]) for t in order]) if order else np.zeros(0)
+    measured = np.isfinite(flat)
+    variance = np.zeros(flat.size)
+    if measured.any():
+        variance[measured] = _noise_variances(family, flat[measured], continuous)
+    ends = np.cumsum([np.size(parameters[t]) for t in order])
+    return {t: piece.reshape(np.shape(parameters[t])) for t, piece in zip(order, np.split(variance, ends[:-1]))}
+
+
 class DirectCoefficientCandidate(CoefficientCandidate):
     """Measure each needed coefficient of ``T`` once: integer row ``r`` plus discrete noise with the
     per-row parameter ``parameters[T]`` (Laplace scale or Gaussian σ², already scaled for ``r``).
@@ -250,7 +264,7 @@ class DirectCoefficientCandidate(CoefficientCandidate):
         self._groups = groups
         self._norms2 = {t: integer_row_norms2(t, bases) for t in self.needed}
         self._required = maximal_sets(tuple(p.attributes for p in workload.products))
-        self._sources = {t: next(m for m in self._required if set(t) <= set(m)) for t in self.needed}
+        self._sources = {t: self._required[i] for t, i in first_containing(self.needed, self._required).items()}
 
     def group_budgets(self) -> tuple[GroupBudget, ...]:
         return self._groups
@@ -260,22 +274,15 @@ class DirectCoefficientCandidate(CoefficientCandidate):
 
     def coefficient_variances(self, continuous: bool = False) -> dict[Subset, np.ndarray]:
         family = "laplace" if self.privacy.is_laplace else "gaussian"
-        result = {}
-        for subset in self.needed:
-            parameters = self.parameters[subset]
-            measured = np.isfinite(parameters)
-            variance = np.zeros(parameters.shape)
-            if measured.any():
-                variance[measured] = _noise_variances(family, parameters[measured], continuous)
-            result[subset] = variance / self._norms2[subset]
-        return result
+        noise = _row_noise_variances(family, self.parameters, self.needed, continuous)
+        return {t: noise[t] / self._norms2[t] for t in self.needed}
 
     def measure(self, marginals: Mapping[Subset, np.ndarray], rng: object = None, noise: bool = True) -> Measurement:
+        tables = {held: marginal_for(self.workload.domain, marginals, held) for held in self._required}
+        requests = [(tables[self._sources[t]], self._sources[t], t) for t in self.needed]
         exact_rows = {}
-        for subset in self.needed:
-            held = self._sources[subset]
-            table = marginal_for(self.workload.domain, marginals, held)
-            rows = np.array(integer_residual(np.asarray(table), held, subset, self.bases), dtype=np.int64)
+        for subset, rows in zip(self.needed, integer_residuals(requests, self.bases)):
+            rows = np.array(rows, dtype=np.int64)
             rows[~np.isfinite(self.parameters[subset])] = 0  # not measured: never released
             exact_rows[subset] = rows
         if noise:
@@ -330,18 +337,17 @@ def residual_candidate(workload: Workload, privacy: Privacy, sensitivity: Sensit
     active = mass > MASS_TOLERANCE * mass.max()
     budgets = np.zeros(len(needed))
     budgets[active] = optimal_budgets(mass[active], np.sqrt(squared_magnitude[active]), privacy)
-    parameters, groups = {}, []
+    parameters = {}
     for subset, rho, c2 in zip(needed, budgets, squared_magnitude):
-        shape = residual_shape(subset, bases)
-        if rho == 0:
-            parameters[subset] = np.full(shape, np.nan)
-            continue
-        sigma2 = c2 / (2 * rho)  # per orthonormal coefficient
-        parameters[subset] = sigma2 * integer_row_norms2(subset, bases)
-        rows = math.prod(shape)
-        exact = float(np.mean(discrete_variance("gaussian", parameters[subset]) / integer_row_norms2(subset, bases)))
-        groups.append(GroupBudget(f"residual {subset_name(subset)} (variance per unit-norm row)", rows, float(rho), exact))
-    return DirectCoefficientCandidate("residual", workload, privacy, sensitivity, bases, parameters, tuple(groups))
+        norms2 = integer_row_norms2(subset, bases)
+        parameters[subset] = np.full(norms2.shape, np.nan) if rho == 0 else c2 / (2 * rho) * norms2  # σ_T² ‖r‖²
+    noise = _row_noise_variances("gaussian", parameters, needed, continuous=False)
+    groups = tuple(
+        GroupBudget(f"residual {subset_name(t)} (variance per unit-norm row)", int(np.size(noise[t])), float(rho),
+                    float(np.mean(noise[t] / integer_row_norms2(t, bases))))
+        for t, rho in zip(needed, budgets) if rho != 0
+    )
+    return DirectCoefficientCandidate("residual", workload, privacy, sensitivity, bases, parameters, groups)
 
 
 def candidates(workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool = False) -> list[Candidate]:
