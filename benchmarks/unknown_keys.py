@@ -1,106 +1,160 @@
-"""GROUP BY on an unknown column: the split between key selection and counting (dpsql.keys).
+"""GROUP BY a column with no public domain: dpsql's one-statement designs against OpenDP, side by side.
 
-Keys hold Zipf-distributed numbers of units (one row per unit and key, so a key's count is its
-number of units). For every candidate design — each selection fraction of the grid with the
-optimal primitive and discrete-Laplace counting, and Laplace thresholding whose noisy count is
-released — the table shows, over seeded trials: keys released, and the empirical total squared
-error over ALL keys of the data (a dropped key errs by its whole count, a kept key by its noise),
-beside the design's minimax objective ``max_n π(n)V + (1 − π(n))n²``. ``*`` marks the design
-``dpsql.keys.design`` picks, ``+`` the one it picks when the noisy count may not be re-used (r > 1 or a
-mixed GROUP BY). End-to-end timing of one statement through DuckDB closes the table.
+PUMS_10k (10,000 persons, one row each: ``PersonID`` is the privacy unit), 233 PUMAs with no public
+domain, ``sex`` public (0/1): 466 (puma, sex) cells, total budget (ε, δ) = (1, 1e-5), TRIALS interleaved
+trials. For every configuration the table shows the mean absolute error of the released cells, of all
+466 cells (a cell not released reads 0), of the 233 PUMA totals, of the two ``(sex)`` totals and of the
+grand total, and how many cells were released. Configurations:
 
-    /work/venv/bin/python benchmarks/unknown_keys.py     # prints the table, writes results/unknown_keys.csv
+* OpenDP (its Polars context, in a separate environment): one ``group_by(puma, sex).agg(len())`` — noisy
+  counts, thresholded; PUMA, sex and grand totals summed by the user from the released cells.
+* dpsql, one ``GROUP BY CUBE (puma, sex)`` at ε = 1: keys selected from the statement's own measured
+  counts, the (sex) and () totals measured on the whole table, all consistent (``dpsql.selection``).
+* dpsql, one ``GROUP BY puma, sex`` at ε = 1 (totals summed from the released cells, as OpenDP's).
+* dpsql, ``GROUP BY puma`` at 0.5 then ``CUBE (puma, sex)`` at 0.5 (the two-step route).
+* dpsql per query: the CUBE's four grouping sets as four statements at ε/4 each (``reuse=False``).
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/unknown_keys.py [--trials 20]
+    # OpenDP: python3 -m venv /tmp/peers && /tmp/peers/bin/pip install "opendp[polars]" pandas
+    #         DPSQL_PEER_PYTHON=/tmp/peers/bin/python .venv/bin/python benchmarks/unknown_keys.py
 """
 
 from __future__ import annotations
 
-import time
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 import dpsql
-import planner
-from dpsql import keys
-from planner.noise import discrete_laplace
-from planner.partition import laplace_threshold, optimal
-from results_io import write_csv
+from results_io import number_text, print_table, write_csv
 
-KEYS, UNITS, TRIALS, DELTA = 5000, 200_000, 40, 1e-6
-BOUNDS = keys.KeyBounds(max_groups_per_unit=1, max_rows_per_group=1, max_rows_per_unit=1)
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent.parent / "shared" / "data" / "PUMS_10k.csv"
+EPSILON, DELTA = 1.0, 1e-5
+SCHEMA = {"privacy_unit": "PersonID", "max_rows_per_unit": 1, "columns": {"sex": {"categories": [0, 1]}, "puma": "unknown"}}
+CUBE = "SELECT puma, sex, GROUPING(puma, sex) AS g, COUNT(*) FROM pums GROUP BY CUBE (puma, sex)"
+CELLS = "SELECT puma, sex, COUNT(*) FROM pums GROUP BY puma, sex"
 
-
-def zipf_counts(rng: np.random.Generator) -> np.ndarray:
-    """Units per key: UNITS units spread over KEYS keys with Zipf(1.1) popularity (keys with 0 units dropped)."""
-    weights = 1.0 / np.arange(1, KEYS + 1) ** 1.1
-    counts = rng.multinomial(UNITS, weights / weights.sum())
-    return counts[counts > 0]
+Released = dict[str, object]  # cells {(puma, sex): n}, and the totals each configuration gives
 
 
-def empirical(design: keys.SelectionDesign, counts: np.ndarray, epsilon: float, rng: np.random.Generator) -> tuple[float, float]:
-    """Mean keys released and mean total squared error over TRIALS selections."""
-    released, errors = [], []
-    for _ in range(TRIALS):
-        mask, noisy = design.primitive.keep(counts, rng=rng)
-        if design.reuses_noisy_count:
-            estimate = noisy
-        else:
-            scale = BOUNDS.contributions / (epsilon * (1 - design.fraction))
-            estimate = counts + discrete_laplace(scale, size=counts.shape, rng=rng)
-        error = np.where(mask, (estimate - counts).astype(float) ** 2, counts.astype(float) ** 2)
-        released.append(mask.sum())
-        errors.append(error.sum())
-    return float(np.mean(released)), float(np.mean(errors))
+def run_statements(frame: pd.DataFrame, statements: list[tuple[str, float]], reuse: bool = True) -> list[list[tuple]]:
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON, delta=DELTA), reuse=reuse)
+    connection.register("pums", frame, schema=SCHEMA)
+    rows = [connection.cursor().execute(sql, epsilon=epsilon).fetchall() for sql, epsilon in statements]
+    connection.close()
+    return rows
 
 
-def candidates(epsilon: float) -> list[keys.SelectionDesign]:
-    found = []
-    for fraction in keys.SELECTION_FRACTIONS:
-        primitive = optimal(epsilon * fraction, DELTA)
-        privacy = planner.Privacy.laplace(epsilon * (1 - fraction))
-        variance = keys._count_variance(privacy, BOUNDS.contributions)
-        found.append(keys.SelectionDesign(primitive, fraction, privacy, variance, keys.worst_key_error(primitive, variance)))
-    thresholding = laplace_threshold(epsilon, DELTA)
-    variance = keys._count_variance(planner.Privacy.laplace(epsilon), BOUNDS.contributions)
-    found.append(keys.SelectionDesign(thresholding, 1.0, None, variance, keys.worst_key_error(thresholding, None)))
-    return found
+def from_cells(cells: dict[tuple[int, int], float]) -> Released:
+    """Totals summed from released cells (what a user of OpenDP or of a plain GROUP BY does)."""
+    puma: dict[int, float] = {}
+    sex: dict[int, float] = {}
+    for (p, s), n in cells.items():
+        puma[p] = puma.get(p, 0.0) + n
+        sex[s] = sex.get(s, 0.0) + n
+    return {"cells": cells, "puma": puma, "sex": sex, "total": sum(cells.values())}
 
 
-def timing() -> tuple[int, float]:
-    """Seconds for one SELECT key, COUNT(*) … GROUP BY key over 1M rows (100k units) through DuckDB."""
-    rng = np.random.default_rng(1)
-    units = np.repeat(np.arange(100_000), 10)
-    frame = pd.DataFrame({"unit": units, "key": rng.zipf(1.3, size=units.size).astype(np.int64) % 20_000})
-    connection = dpsql.connect(budget=dpsql.Budget(epsilon=10, delta=1e-5))
-    connection.register("t", frame, schema={"privacy_unit": "unit", "max_rows_per_unit": 10, "max_groups_per_unit": 3,
-                                           "max_rows_per_group": 1, "columns": {"key": "unknown"}})
-    started = time.perf_counter()
-    released = connection.cursor().execute("SELECT key, COUNT(*) FROM t GROUP BY key", epsilon=1.0).rowcount
-    return released, time.perf_counter() - started
+def from_cube(rows: list[tuple]) -> Released:
+    return {
+        "cells": {(p, s): n for p, s, g, n in rows if g == 0},
+        "puma": {p: n for p, s, g, n in rows if g == 1},
+        "sex": {s: n for p, s, g, n in rows if g == 2},
+        "total": next(n for p, s, g, n in rows if g == 3),
+    }
 
 
-def main() -> None:
-    rng = np.random.default_rng(0)
-    counts = zipf_counts(rng)
-    rows = []
-    print(f"{counts.size} keys with units (of {KEYS}), {UNITS} units, delta = {DELTA:g}, {TRIALS} trials each")
-    print(f"{'epsilon':>7} {'design':<34} {'released':>9} {'total sq. error':>16} {'minimax objective':>18}")
-    for epsilon in (0.5, 1.0, 2.0):
-        chosen = keys.design("laplace", epsilon, DELTA, BOUNDS, True)
-        measured = keys.design("laplace", epsilon, DELTA, BOUNDS, False)
-        for candidate in candidates(epsilon):
-            released, error = empirical(candidate, counts, epsilon, rng)
-            label = f"{candidate.primitive.name}, f = {candidate.fraction:.2f}"
-            picked = (candidate.primitive.name, candidate.fraction)
-            mark = "*" if picked == (chosen.primitive.name, chosen.fraction) else "+" if picked == (measured.primitive.name, measured.fraction) else " "
-            print(f"{epsilon:7.2f} {label:<33}{mark} {released:9.1f} {error:16.4g} {candidate.objective:18.4g}")
-            rows.append({"epsilon": epsilon, "primitive": candidate.primitive.name, "fraction": candidate.fraction,
-                         "chosen": mark == "*", "chosen_without_reuse": mark == "+", "released": released, "total_squared_error": error,
-                         "objective": candidate.objective})
-    released, seconds = timing()
-    print(f"\nend to end (DuckDB, 1M rows, 100k units, k = 3): {released} keys released in {seconds:.2f} s")
-    write_csv("unknown_keys.csv", rows)
+def cube_once(frame: pd.DataFrame) -> Released:
+    return from_cube(run_statements(frame, [(CUBE, EPSILON)])[0])
+
+
+def cells_once(frame: pd.DataFrame) -> Released:
+    return from_cells({(p, s): n for p, s, n in run_statements(frame, [(CELLS, EPSILON)])[0]})
+
+
+def two_steps(frame: pd.DataFrame) -> Released:
+    return from_cube(run_statements(frame, [("SELECT puma, COUNT(*) FROM pums GROUP BY puma", 0.5), (CUBE, 0.5)])[-1])
+
+
+def per_query(frame: pd.DataFrame) -> Released:
+    quarter = EPSILON / 4
+    cells, puma, sex, total = run_statements(
+        frame,
+        [(CELLS, quarter), ("SELECT puma, COUNT(*) FROM pums GROUP BY puma", quarter), ("SELECT sex, COUNT(*) FROM pums GROUP BY sex", quarter),
+         ("SELECT COUNT(*) FROM pums", quarter)],
+        reuse=False,
+    )
+    return {"cells": {(p, s): n for p, s, n in cells}, "puma": dict(puma), "sex": dict(sex), "total": total[0][0]}
+
+
+def opendp_trials(trials: int) -> tuple[list[Released], str] | None:
+    """OpenDP's releases from the peer environment (DPSQL_PEER_PYTHON), or None with a printed note."""
+    python = os.environ.get("DPSQL_PEER_PYTHON")
+    if not python:
+        print("note: OpenDP skipped (set DPSQL_PEER_PYTHON to a Python with opendp[polars]; see the module doc)")
+        return None
+    output = subprocess.run(
+        [python, str(HERE / "peers" / "opendp_keys.py"), str(DATA), str(EPSILON), str(DELTA), str(trials)],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip().splitlines()
+    releases = [from_cells({(p, s): float(n) for p, s, n in json.loads(line)}) for line in output[:-1]]
+    return releases, json.loads(output[-1])["opendp"]
+
+
+def errors(release: Released, exact: Released) -> dict[str, float]:
+    cells, truth = release["cells"], exact["cells"]
+    assert isinstance(cells, dict) and isinstance(truth, dict)
+    released = [abs(n - truth.get(k, 0.0)) for k, n in cells.items()]
+    return {
+        "mae_released_cells": float(np.mean(released)) if released else float("nan"),
+        "mae_all_cells": float(np.mean([abs(cells.get(k, 0.0) - n) for k, n in truth.items()])),
+        "mae_puma_totals": float(np.mean([abs(release["puma"].get(p, 0.0) - n) for p, n in exact["puma"].items()])),  # type: ignore[union-attr]
+        "mae_sex_totals": float(np.mean([abs(release["sex"].get(s, 0.0) - n) for s, n in exact["sex"].items()])),  # type: ignore[union-attr]
+        "error_grand_total": abs(float(release["total"]) - float(exact["total"])),  # type: ignore[arg-type]
+        "cells_released": float(len(cells)),
+    }
+
+
+def main(trials: int) -> list[dict[str, object]]:
+    frame = pd.read_csv(DATA)[["PersonID", "puma", "sex"]]
+    exact = from_cells({k: float(v) for k, v in frame.groupby(["puma", "sex"]).size().items()})
+    configurations: dict[str, Callable[[pd.DataFrame], Released]] = {
+        "dpsql: one CUBE (puma, sex) at 1": cube_once,
+        "dpsql: one GROUP BY puma, sex at 1": cells_once,
+        "dpsql: GROUP BY puma at 0.5, then CUBE at 0.5": two_steps,
+        "dpsql: 4 grouping sets as 4 statements at 0.25": per_query,
+    }
+    measured: dict[str, list[dict[str, float]]] = {name: [] for name in configurations}
+    for _ in range(trials):  # interleaved: every configuration sees the same machine state
+        for name, run in configurations.items():
+            measured[name].append(errors(run(frame), exact))
+    peer = opendp_trials(trials)
+    if peer is not None:
+        releases, version = peer
+        measured[f"OpenDP {version}: one group_by(puma, sex)"] = [errors(r, exact) for r in releases]
+    table = []
+    for name, runs in measured.items():
+        row: dict[str, object] = {"configuration": name}
+        row.update({metric: round(float(np.mean([r[metric] for r in runs])), 3) for metric in runs[0]})
+        table.append(row)
+    return table
+
+
+def report(table: list[dict[str, object]]) -> None:
+    print(f"PUMS_10k, 466 (puma, sex) cells, (ε, δ) = ({EPSILON:g}, {DELTA:g}); means over trials")
+    print_table(table, list(table[0]), number_text)
+    write_csv("unknown_keys.csv", table)
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=20)
+    sys.exit(report(main(parser.parse_args().trials)))

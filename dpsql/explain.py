@@ -36,6 +36,7 @@ from dpsql.result import ResultSet
 from dpsql.schema import OUT_OF_DOMAIN_RULE
 from dpsql.types import NUMBER, STRING
 from planner.select import BoundUnavailableError
+from planner.strategies.direct import row_norms2_over
 
 DESCRIPTION = (
     ("section", STRING, None, None, None, None, False),
@@ -156,6 +157,8 @@ def _query_rows(prepared: Prepared) -> list[ExplainRow]:
 def _selection_rows(prepared: Prepared) -> list[ExplainRow]:
     selection = prepared.selection
     assert selection is not None
+    if selection.thresholded is not None:
+        return _thresholded_rows(prepared)
     chosen, cost = selection.split, prepared.cost
     primitive = chosen.primitive
     always = primitive.always_kept()
@@ -177,6 +180,49 @@ def _selection_rows(prepared: Prepared) -> list[ExplainRow]:
         ExplainRow("strategy", "chosen after selection", None, "the counts are planned for the released keys (the plan is reported after execution)"),
         ExplainRow("keys", "considered", None, "withheld: the number of keys in the data is private"),
     ]
+
+
+def _thresholded_rows(prepared: Prepared) -> list[ExplainRow]:
+    """Selection from the measured counts (``dpsql.selection``): shares, noise, threshold, δ, the totals plan,
+    and the expected RMSE of every grouping set (per released key for those grouping by the column)."""
+    selection = prepared.selection
+    assert selection is not None and prepared.batch.workload is not None
+    chosen = selection.thresholded
+    rule = chosen.release  # type: ignore[attr-defined]
+    cost = prepared.cost
+    name, value = ("epsilon", cost.epsilon) if cost.epsilon is not None else ("rho", cost.rho)
+    budget = "epsilon" if rule.key_privacy.is_laplace else "rho"
+    key_budget = rule.key_privacy.epsilon if rule.key_privacy.is_laplace else rule.key_privacy.rho
+    rows = [
+        ExplainRow("bounds", "keys", float(selection.bounds.max_groups_per_unit), selection.bounds.describe()),
+        ExplainRow("cost", name, float(value), "charged once when executed: the counts (selection reuses them)"),
+        ExplainRow("cost", "selection delta", float(cost.delta), "keys released by thresholding their measured counts"),
+        ExplainRow("selection", "threshold", float(rule.threshold), rule.describe()),
+        ExplainRow("selection", "midpoint", float(rule.threshold), "a key whose rows reach about this many is released with probability 1/2"),
+        ExplainRow("split", "key share", rule.key_share, f"the rest ({1 - rule.key_share:.0%}) for the queries over all keys; least objective {rule.objective:.4g} on the grid"),
+        ExplainRow("strategy", "per-key cells", None, f"{rule.key_privacy}, {rule.sensitivity} row(s) per privacy unit over a key's cells"),
+        ExplainRow("group", "cells of every present key", float(key_budget), f"{rule.cells} row(s) per key, {budget} share, noise variance {rule.cell_variance:.6g}"),
+        ExplainRow("keys", "considered", None, "withheld: the number of keys in the data is private"),
+    ]
+    plan = chosen.totals_plan  # type: ignore[attr-defined]
+    if plan is not None:
+        rows += plan_rows(plan)
+    workload = prepared.batch.workload
+    variances = {i: rule.cell_variance * row_norms2_over(workload.products[i], workload.domain.attributes) for i in chosen.per_key}  # type: ignore[attr-defined]
+    if plan is not None:
+        variances.update(zip(chosen.totals, plan.query_variances()))  # type: ignore[attr-defined]
+    for number, compiled in enumerate(prepared.batch.statements, start=1):
+        for branch, query, first in zip(compiled.statement.branches, compiled.branches, compiled.first_products):
+            if query.workload is None:
+                continue
+            chosen_variances = np.concatenate([variances[i] for i in range(first, first + len(query.workload.products))])
+            rmse = np.sqrt(np.maximum(chosen_variances, 0.0))
+            per_key = selection.column in branch.grouping_set or any(selection.column.lower() == c.lower() for c in branch.grouping_set)
+            label = f"{number}: ({', '.join(branch.grouping_set)})"
+            rows.append(ExplainRow("query", label, float(rmse.max()), ("per released key; " if per_key else "") + f"expected RMSE {rmse.min():.4g}–{rmse.max():.4g}"))
+    if plan is not None:
+        rows += error_rows(plan)
+    return rows
 
 
 def explain_result(prepared: Prepared) -> ResultSet:

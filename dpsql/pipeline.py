@@ -10,8 +10,8 @@ without a declared domain its domain — a key set released earlier, or, when th
 its keys, a placeholder — compiles all statements into one workload (``dpsql.workloads``), and decides
 what to measure: for known domains the plan (``planner.plan``) and which products kept measurements
 already answer at least as accurately as a fresh measurement at the requested cost would
-(``planner.store``); for a statement that selects keys, the split of its budget between selection and
-counting (``planner.selection_split``) and a check that counting can always be planned afterwards.
+(``planner.store``); for a statement that selects keys, how it selects them (``dpsql.selection``: from the
+measured counts themselves, or by a split of its budget), checked to be runnable for any data.
 
 **release** follows one charge rule: a statement that reads nothing (every answer already kept, or zero
 by construction) is free and never refused; otherwise the ledger is charged — durably, refusing an
@@ -32,11 +32,11 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 import planner
-from dpsql import keys, nonnegative, testing
+from dpsql import keys, nonnegative, selection, testing
 from dpsql.accountant import Cost, check_number
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
-from dpsql.request import Decision, Prepared, Request, Selection
+from dpsql.request import Decision, Prepared, Request
 from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
@@ -44,13 +44,9 @@ from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
 from dpsql.sql.parse import Count, predicate_columns
 from dpsql.sql.statement import Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
-from planner.noise import NoiseParameterError
-from planner.partition import PartitionSelectionImpossibleError
-from planner.selection_split import SelectionSplit, split
 from planner.strategies.base import Answers, Measurement
 from planner.workload import Workload, marginal_for
 
-MAX_KEYED_OTHER_CELLS = 1 << 16  # a statement selecting keys reads every (key, other cells) count
 RELATIVE_TOLERANCE = 1e-9  # kept variances this close to a fresh plan's count as equally accurate
 
 
@@ -158,10 +154,10 @@ def prepare(session: Session, request: Request) -> Prepared:
     privacy = planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
     if selecting:
         assert keyed is not None
-        selection = _selection(session, table, batch, keyed, privacy)
-        return Prepared(request, table, batch, rows, privacy, keyed, selection, nothing, _selection_cost(selection.split))
-    if keyed is not None and math.prod(s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed) > MAX_KEYED_OTHER_CELLS:
-        raise NotSupportedError(_too_many_cells(keyed))
+        chosen = selection.design(session, table, batch, keyed, privacy)
+        return Prepared(request, table, batch, rows, privacy, keyed, chosen, nothing, selection.cost(chosen))
+    if keyed is not None and math.prod(s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed) > selection.MAX_KEYED_OTHER_CELLS:
+        raise NotSupportedError(selection.too_many_cells(keyed))
     fresh = session.plan(batch.workload, privacy, table.schema.contributions)
     _check_spent(fresh.privacy, privacy)
     decision = _decision(session, batch.workload, fresh, rows, privacy, table, request.cost is not None)
@@ -223,54 +219,6 @@ def _keyed_column(session: Session, table: Table, statements: Sequence[Statement
                         "on it (a predicate on it cannot be compiled to a mask over a public domain)"
                     )
     return column, selecting
-
-
-def _too_many_cells(column: str) -> str:
-    return (
-        f"GROUP BY {column!r}: a statement grouping by a column without declared domain reads every (key, other cells) "
-        f"count, and the other columns here span more than {MAX_KEYED_OTHER_CELLS} cells; group by fewer or coarser columns"
-    )
-
-
-def _selection(session: Session, table: Table, batch: CompiledBatch, column: str, privacy: planner.Privacy) -> Selection:
-    """Design the statement's selection and check that counting can be planned for any released keys."""
-    workload = batch.workload
-    assert workload is not None
-    others = [s for a, s in zip(workload.domain.attributes, workload.domain.sizes) if a != column]
-    if math.prod(others) > MAX_KEYED_OTHER_CELLS:
-        raise NotSupportedError(_too_many_cells(column))
-    bounds = keys.KeyBounds.of(table.schema)
-    branches = [b for s in batch.statements for b in s.branches]
-    reuse_allowed = (
-        bounds.max_rows_per_group == 1
-        and len(branches) == 1
-        and branches[0].group_columns == (column,)
-        and not batch.row_filters
-        and all(item.column is None for item in branches[0].query.select if isinstance(item, Count))
-    )
-    try:
-        chosen = split(privacy, session.selection_delta(), bounds.max_groups_per_unit, table.schema.contributions, reuse_allowed)
-    except PartitionSelectionImpossibleError as error:
-        raise ProgrammingError(f"GROUP BY {column!r}: {error}") from error
-    except ValueError as error:
-        raise ProgrammingError(f"GROUP BY {column!r}: cannot design partition selection: {error}") from error
-    if chosen.count_privacy is not None:
-        try:  # the fallback for counting over any released keys: its noise depends on the budget alone
-            planner.identity_plan(workload, chosen.count_privacy, table.schema.contributions)
-        except NoiseParameterError as error:
-            raise ProgrammingError(f"the statement's counting budget is too small to add exact noise ({error}); use a larger budget") from error
-    return Selection(column, bounds, chosen)
-
-
-def _selection_cost(chosen: SelectionSplit) -> Cost:
-    """The ledger charge: the selection as an (ε, δ) part, the counting as pure ε or zCDP."""
-    selection = (float(chosen.primitive.epsilon), float(chosen.primitive.delta))
-    count = chosen.count_privacy
-    if count is None:
-        return Cost("laplace", 0.0, 0.0, *selection)
-    if count.is_laplace:
-        return Cost("laplace", float(count.epsilon) ** 2 / 2, float(count.epsilon), *selection)
-    return Cost("gaussian", float(count.rho), None, *selection)
 
 
 def _check_spent(spent: planner.Privacy, requested: planner.Privacy) -> None:
@@ -389,30 +337,20 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
 def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregation, result: dict[str, np.ndarray]) -> list[ResultSet]:
     """Everything after the read: select (when asked), plan the counts of released keys, measure, keep, build."""
     batch, decision = prepared.batch, prepared.decision
-    released: int | None = None
-    if prepared.keyed is not None:
-        histogram = aggregation.key_histogram(result)
-        selected = None
-        if prepared.selection is not None:
-            selected = keys.select_keys(histogram, prepared.selection.split.primitive, testing.random_source())
-            if selected.keys:
-                session.keys.put(prepared.table, prepared.keyed, selected.keys)
-            released = len(selected.keys)
-            batch = _recompiled(prepared, selected.keys)
+    if prepared.selection is not None:
+        outcome = selection.release(session, prepared, aggregation.key_histogram(result))
+        if outcome.answers is None:
+            return _with_explanation(session, prepared, _zero_results(outcome.batch), Outcome("measured", released=outcome.released))
+        answers, note = _finished(session, prepared, outcome.answers, None, None, from_store=False, batch=outcome.batch)
+        report = Outcome("measured", released=outcome.released, plan=outcome.plan, note=note)
+        return _with_explanation(session, prepared, outcome.batch.results(answers.values, answers.variances), report)
+    plan, measured, kept = decision.plan, decision.measured, decision.kept
+    if prepared.keyed is not None:  # a released key set: the column's cells come from key bounding
+        assert batch.workload is not None
         domain = next(c for s in batch.statements for b in s.branches for n, c in b.columns.items() if n == prepared.keyed)
-        if batch.workload is None or not domain.values and not domain.nullable and _groups_only_by(batch, prepared.keyed):
-            return _with_explanation(session, prepared, _zero_results(batch), Outcome("measured", released=released))
-        full = np.moveaxis(keys.table_over_keys(histogram, domain), 0, batch.workload.domain.attributes.index(prepared.keyed))
-        marginals = {batch.workload.domain.attributes: full}
-        if selected is not None and prepared.selection.split.reuses_noisy_count:  # type: ignore[union-attr]
-            answers = _noisy_unit_counts(batch, prepared, histogram, selected)
-            return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), Outcome("measured", released=released))
-        plan = decision.plan if prepared.selection is None else _counting_plan(session, batch.workload, prepared)
-        measured = tuple(range(len(batch.workload.products))) if prepared.selection is not None else decision.measured
-        kept = () if prepared.selection is not None else decision.kept
-        required = {m: marginal_for(batch.workload.domain, marginals, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
+        full = np.moveaxis(keys.table_over_keys(aggregation.key_histogram(result), domain), 0, batch.workload.domain.attributes.index(prepared.keyed))
+        required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
     else:
-        plan, measured, kept = decision.plan, decision.measured, decision.kept
         required = aggregation.marginal_arrays(result)
     assert plan is not None and batch.workload is not None
     measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
@@ -430,13 +368,8 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     gls = Answers(tuple(found[i][0] for i in everything), tuple(found[i][1] for i in everything))
     answers, note = _finished(session, prepared, gls, plan, measurement, from_store=len(from_store) == len(everything), batch=batch)
     combined = bool(kept) or (estimates is not None and earlier > 0 and bool(from_store))
-    outcome = Outcome("combined" if combined else "measured", released=released, plan=plan if prepared.selection is not None else None, note=note)
+    outcome = Outcome("combined" if combined else "measured", note=note)
     return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), outcome)
-
-
-def _groups_only_by(batch: CompiledBatch, column: str) -> bool:
-    """Whether every branch groups by ``column`` (then no released key means no row at all)."""
-    return all(column in b.group_columns for s in batch.statements for b in s.branches)
 
 
 def _zero_results(batch: CompiledBatch) -> list[ResultSet]:
@@ -444,40 +377,6 @@ def _zero_results(batch: CompiledBatch) -> list[ResultSet]:
         return batch.results([], [])
     zeros = [np.zeros(p.rows) for p in batch.workload.products]
     return batch.results(zeros, zeros)
-
-
-def _recompiled(prepared: Prepared, released: tuple[object, ...]) -> CompiledBatch:
-    """The request compiled over the released keys (it compiled over the placeholder, so it compiles)."""
-    column = prepared.keyed
-    assert column is not None
-    schema = prepared.table.schema
-    domain = keys.keys_domain(column, released)
-    schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != column) + (domain,))
-    request = prepared.request
-    return compile_batch(request.statements, request.weights, schema, tuple(prepared.table.column_types))
-
-
-def _counting_plan(session: Session, workload: Workload, prepared: Prepared) -> planner.Plan:
-    """The plan for counting over the released keys: the planner's best, or — should it fail for this
-    key count — the summed identity, which ``prepare`` checked can be built for any key count."""
-    selection = prepared.selection
-    assert selection is not None and selection.split.count_privacy is not None
-    privacy, contributions = selection.split.count_privacy, prepared.contributions
-    try:
-        return session.plan(workload, privacy, contributions)
-    except Error:
-        return planner.identity_plan(workload, privacy, contributions)
-
-
-def _noisy_unit_counts(batch: CompiledBatch, prepared: Prepared, histogram: object, selected: keys.Selected) -> Answers:
-    """Rows from the thresholding primitive's noisy unit counts (= row counts, as r = 1)."""
-    assert batch.workload is not None and prepared.selection is not None and prepared.keyed is not None
-    exact = dict(zip(histogram.keys, histogram.units))  # type: ignore[attr-defined]
-    counts = exact if not testing.noise_enabled() else selected.noisy_units or {}
-    labels = batch.statements[0].branches[0].columns[prepared.keyed].labels()
-    variance = prepared.selection.split.count_variance
-    values = tuple(np.array([float(counts.get(label, 0)) for label in labels]) for _ in batch.workload.products)
-    return Answers(values, tuple(np.full(len(labels), variance) for _ in batch.workload.products))
 
 
 def _from_store(session: Session, prepared: Prepared, products: tuple[int, ...]) -> Answers:

@@ -34,11 +34,13 @@ class Request:
 
 @dataclass(frozen=True)
 class Selection:
-    """Keys of ``column`` are selected by this statement: the split of its budget and the bounds."""
+    """Keys of ``column`` are selected by this statement (``dpsql.selection``): by thresholding the measured
+    counts (``thresholded``) or by a split of the budget between selection and counting (``split``)."""
 
     column: str
     bounds: KeyBounds
-    split: SelectionSplit
+    split: SelectionSplit | None
+    thresholded: object | None  # dpsql.selection.ThresholdedDesign
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ thin DB-API facade over the two.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass

@@ -36,6 +36,15 @@ def row_norms2(block: Block) -> np.ndarray:
     return np.asarray(block.apply(np.ones(block.size), 0), dtype=float)
 
 
+def row_norms2_over(product: Product, attributes: tuple[str, ...]) -> np.ndarray:
+    """Squared norms of the product's rows as queries over the cells of ``attributes`` ⊇ its own (an
+    attribute it sums out multiplies every norm by its size), in the Kronecker order of its factors."""
+    domain = product.domain
+    spread = math.prod(domain.size_of(a) for a in attributes if a not in product.attributes)
+    norms = functools.reduce(np.multiply.outer, [row_norms2(f.block) for f in product.factors], np.asarray(1.0))
+    return spread * np.asarray(norms, dtype=float).reshape(-1)
+
+
 class SummedIdentityCandidate(Candidate):
     """Measure the union marginal at the whole budget; answers are sums of its noisy cells."""
 
@@ -57,15 +66,9 @@ class SummedIdentityCandidate(Candidate):
     def privacy(self) -> Privacy:
         return self._privacy
 
-    def _product_variances(self, product: Product) -> np.ndarray:
-        domain = self.workload.domain
-        spread = math.prod(domain.size_of(a) for a in self.union if a not in product.attributes)
-        norms = functools.reduce(np.multiply.outer, [row_norms2(f.block) for f in product.factors], np.asarray(1.0))
-        return self.noise.variance * spread * np.asarray(norms, dtype=float).reshape(-1)
-
     @functools.cached_property
     def _variances(self) -> tuple[np.ndarray, ...]:
-        return tuple(self._product_variances(p) for p in self.workload.products)
+        return tuple(self.noise.variance * row_norms2_over(p, self.union) for p in self.workload.products)
 
     def query_variances(self) -> tuple[np.ndarray, ...]:
         return self._variances

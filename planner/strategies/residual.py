@@ -37,7 +37,6 @@ from planner.recovery import (
     marginals_from_residuals,
     nonnegative_fit,
     products_variances,
-    residual_shape,
     subsets,
 )
 from planner.store import CoefficientEstimate

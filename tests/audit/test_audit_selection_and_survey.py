@@ -30,14 +30,15 @@ KEYS = 500
 SELECTION_DELTA = 0.05
 SELECTION_RUNS = 10_000  # one-unit keys: 20 releases
 SELECTION_SCHEMA = {"privacy_unit": "pid", "max_rows_per_unit": 1, "max_rows_per_group": 2, "columns": {"browser": "unknown"}}
-# COUNT(browser), not COUNT(*): the optimal primitive selects and a plan counts (COUNT(*) alone with one row
-# per unit and key would let Laplace thresholding release its own noisy count instead)
+# COUNT(browser): the optimal primitive selects from distinct units and a plan counts (the split design);
+# COUNT(*): keys are selected by thresholding their measured counts (dpsql.selection)
 SELECTING = "SELECT browser, COUNT(browser) FROM t GROUP BY browser"
+THRESHOLDING = "SELECT browser, COUNT(*) FROM t GROUP BY browser"
 SURVEY_RUNS = 20_000  # reports per record
 SURVEY_SCHEMA = {"columns": {"sex": {"categories": ["F", "M"]}, "flag": {"categories": [False, True]}}}
 
 
-def released_one_unit_keys(runs: int, seed: int = 4) -> tuple[np.ndarray, float]:
+def released_one_unit_keys(runs: int, seed: int = 4, sql: str = SELECTING) -> tuple[np.ndarray, float]:
     """Whether each one-unit key was released, per release (releases·KEYS,), and the δ charged per release."""
     frame = pd.DataFrame({"pid": np.arange(KEYS), "browser": [f"key{k}" for k in range(KEYS)]})
     released, charged = [], []
@@ -46,7 +47,7 @@ def released_one_unit_keys(runs: int, seed: int = 4) -> tuple[np.ndarray, float]
             with dpsql.connect(budget=dpsql.Budget(10.0, 0.5)) as connection:
                 connection.selection_delta = SELECTION_DELTA
                 connection.register("t", frame, schema=SELECTION_SCHEMA)
-                keys = {row[0] for row in connection.cursor().execute(SELECTING, epsilon=1.0)}
+                keys = {row[0] for row in connection.cursor().execute(sql, epsilon=1.0)}
                 released.append([f"key{k}" in keys for k in range(KEYS)])
                 charged.append(connection.budget_spent().delta)
     return np.ravel(released), max(charged)
@@ -59,6 +60,24 @@ def test_a_key_with_one_unit_is_released_at_most_with_probability_delta(audit_ru
     result = audit(released[:, None], never[:, None], ["the key is released"], epsilon=0.0, delta=charged)
     assert charged == pytest.approx(SELECTION_DELTA) and result.passes(), str(result)
     assert 0 < released.mean()  # the audit sees releases at all
+
+
+def test_thresholding_measured_counts_releases_a_one_unit_key_at_most_with_probability_delta(audit_runs: int | None) -> None:
+    released, charged = released_one_unit_keys(audit_runs or SELECTION_RUNS, sql=THRESHOLDING)
+    result = audit(released[:, None], np.zeros_like(released)[:, None], ["the key is released"], epsilon=0.0, delta=charged)
+    assert 0 < charged <= SELECTION_DELTA and result.passes(), str(result)
+    assert 0 < released.mean()
+
+
+def test_the_thresholding_audit_detects_a_lowered_threshold(monkeypatch: pytest.MonkeyPatch, audit_runs: int | None) -> None:
+    """The broken variant releases keys two rows below the threshold the δ was computed for."""
+    from planner import keyed_release
+
+    original = keyed_release.threshold_for
+    monkeypatch.setattr(keyed_release, "threshold_for", lambda *args: (original(*args)[0] - 2, original(*args)[1]))
+    released, charged = released_one_unit_keys(audit_runs or SELECTION_RUNS, sql=THRESHOLDING)
+    result = audit(released[:, None], np.zeros_like(released)[:, None], ["the key is released"], epsilon=0.0, delta=charged)
+    assert not result.passes() and result.delta_lower_bound > 1.5 * charged, str(result)
 
 
 def test_the_selection_audit_detects_doubled_keep_probabilities(monkeypatch: pytest.MonkeyPatch, audit_runs: int | None) -> None:

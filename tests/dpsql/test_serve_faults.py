@@ -18,7 +18,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pandas as pd
 import psycopg
 import pytest
 

@@ -25,11 +25,13 @@ from dpsql.backends.dialects import POSTGRES, SPARK
 from dpsql.schema import ColumnDomain
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
 from dpsql.sql.literals import ColumnType
-from planner import selection_split
+from planner import keyed_release, selection_split
 from planner.noise import discrete_gaussian_variance, discrete_laplace_variance
 from planner.partition import gaussian_threshold, laplace_threshold, optimal
 
 GRAMMAR = Path(__file__).resolve().parents[2] / "grammar"
+COUNT_ROWS = "SELECT browser, COUNT(*) FROM logs GROUP BY browser"  # selected by thresholding its measured counts
+COUNT_KEYS = "SELECT browser, COUNT(browser) FROM logs GROUP BY browser"  # COUNT(column): selection by a split of ε
 
 
 def _schema(**bounds: int) -> dict[str, object]:
@@ -117,26 +119,32 @@ def test_keys_absent_from_the_data_never_appear() -> None:
 
 
 def test_a_key_with_many_units_is_always_released(logs: dpsql.Connection) -> None:
+    """Both designs: thresholding the measured counts (COUNT(*)) and the split (COUNT(browser))."""
     logs.selection_delta = 1e-8  # ten selections fit in the budget's δ
-    primitive = prepare(logs, ["SELECT browser, COUNT(*) FROM logs GROUP BY browser"], epsilon=1.0).selection.split.primitive  # type: ignore[union-attr]
+    thresholded = prepare(logs, [COUNT_ROWS], epsilon=1.0).selection.thresholded.release  # type: ignore[union-attr]
+    assert thresholded.keep_probability(np.array([200]))[0] == pytest.approx(1.0, abs=1e-12)
+    primitive = prepare(logs, [COUNT_KEYS], epsilon=1.0).selection.split.primitive  # type: ignore[union-attr]
     assert primitive.probability_of_keep(100) == pytest.approx(1.0, abs=1e-12)
     for seed in range(10):
         logs._session.keys = keys.ReleasedKeys()  # forget the released key set: select afresh
         with dpsql.testing.seeded(seed):
-            rows = logs.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0).fetchall()
+            rows = logs.cursor().execute(COUNT_ROWS if seed % 2 else COUNT_KEYS, epsilon=1.0).fetchall()
         assert {"chrome", "firefox", "safari"} <= {row[0] for row in rows}
 
 
-@pytest.mark.parametrize("rows_per_group", [1, 2])  # 1: thresholding's noisy count may be re-used; 2: optimal + counting
-def test_keys_held_by_one_unit_are_released_with_probability_pi_of_one(rows_per_group: int) -> None:
-    """600 keys with one unit each: the number released is Binomial(600, π(1)) (4-sigma bounds)."""
+@pytest.mark.parametrize("sql", [COUNT_ROWS, COUNT_KEYS], ids=["thresholded counts", "split"])
+def test_keys_held_by_one_unit_are_released_with_probability_pi_of_one(sql: str) -> None:
+    """600 keys with one unit each: the number released is Binomial(600, π(1)) (4-sigma bounds), and
+    π(1) is at most the selection δ."""
     frame = _one_key_per_user({f"key{i:03d}": 1 for i in range(600)})
-    connection = _connect(frame, _schema(m=2, max_rows_per_group=rows_per_group), epsilon=10.0, delta=0.5)
+    connection = _connect(frame, _schema(m=1), epsilon=10.0, delta=0.5)
     connection.selection_delta = 0.2
-    sql = "SELECT browser, COUNT(*) FROM logs GROUP BY browser"
-    chosen = prepare(connection, [sql], epsilon=2.0).selection.split  # type: ignore[union-attr]
-    assert chosen.reuses_noisy_count == (rows_per_group == 1)
-    probability = float(chosen.primitive.probability_of_keep(1))
+    selection = prepare(connection, [sql], epsilon=2.0).selection
+    if selection.thresholded is not None:  # type: ignore[union-attr]
+        rule = selection.thresholded.release  # type: ignore[union-attr]
+        probability = keyed_release.sum_tail(rule.key_privacy, rule.noise_parameter, 1, rule.threshold - 1)  # P(1 + Z ≥ τ), exact
+    else:
+        probability = float(selection.split.primitive.probability_of_keep(1))  # type: ignore[union-attr]
     assert 0.05 < probability <= 0.2 + 1e-12  # π(1) never exceeds δ
     with dpsql.testing.seeded(3):
         released = connection.cursor().execute(sql, epsilon=2.0).rowcount
@@ -206,12 +214,12 @@ def test_statement_charges_its_cost_once_and_the_cached_key_set_charges_no_selec
     assert delta == pytest.approx(1e-7)  # a tenth of the budget's δ by default
     cursor.execute(sql, epsilon=1.0)
     first = logs.budget_spent()
-    assert (first.epsilon, first.delta, first.statements) == (pytest.approx(1.0), pytest.approx(delta), 1)
+    assert (first.epsilon, first.statements) == (pytest.approx(1.0), 1) and 0 < first.delta <= delta
     assert "keys: released = 3 (of 'browser', newly selected" in cursor.explanation
     cursor.execute("SELECT browser, sex, COUNT(*) FROM logs GROUP BY browser, sex", epsilon=0.5)
     second = logs.budget_spent()
-    assert (second.epsilon, second.delta, second.statements) == (pytest.approx(1.5), pytest.approx(delta), 2)
-    assert logs.budget_remaining().delta == pytest.approx(1e-6 - delta)
+    assert (second.epsilon, second.delta, second.statements) == (pytest.approx(1.5), first.delta, 2)
+    assert logs.budget_remaining().delta == pytest.approx(1e-6 - first.delta)
     assert "keys: cached = 3" in cursor.explanation and "from the cached key set" in cursor.explanation
     assert {row[0] for row in cursor.fetchall()} == {"chrome", "firefox", "safari"}
     assert "keys: cached = 3" in logs.explain(sql, epsilon=0.5)
@@ -224,12 +232,12 @@ def test_explain_shows_the_primitive_and_reads_and_charges_nothing(logs: dpsql.C
     statements: list[str] = []
     run = logs._session.backend.run
     logs._session.backend.run = lambda sql: statements.append(sql) or run(sql)  # type: ignore[method-assign]
-    cursor = logs.cursor().execute("EXPLAIN SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0)
+    cursor = logs.cursor().execute("EXPLAIN " + COUNT_KEYS, epsilon=1.0)
     rows = cursor.fetchall()
     assert statements == [] and logs.budget_spent().statements == 0
     assert [d[0] for d in cursor.description] == ["section", "name", "value", "detail"]
     by_name = {(section, name): (value, detail) for section, name, value, detail in rows}
-    chosen = prepare(logs, ["SELECT browser, COUNT(*) FROM logs GROUP BY browser"], epsilon=1.0).selection.split  # type: ignore[union-attr]
+    chosen = prepare(logs, [COUNT_KEYS], epsilon=1.0).selection.split  # type: ignore[union-attr]
     primitive = chosen.primitive
     value, detail = by_name[("selection", primitive.name)]
     assert value == pytest.approx(primitive.midpoint()) and detail == primitive.describe()
@@ -238,8 +246,13 @@ def test_explain_shows_the_primitive_and_reads_and_charges_nothing(logs: dpsql.C
     assert by_name[("split", "selection fraction")][0] == chosen.fraction
     assert by_name[("cost", "selection delta")][0] == pytest.approx(1e-7)
     assert "withheld" in by_name[("keys", "considered")][1]
-    explained = logs.explain("SELECT browser, COUNT(*) FROM logs GROUP BY browser", epsilon=1.0)
+    explained = logs.explain(COUNT_KEYS, epsilon=1.0)
     assert primitive.describe() in explained and logs.budget_spent().statements == 0
+    thresholded = dict(((section, name), (value, detail)) for section, name, value, detail in logs.cursor().execute("EXPLAIN " + COUNT_ROWS, epsilon=1.0).fetchall())
+    rule = prepare(logs, [COUNT_ROWS], epsilon=1.0).selection.thresholded.release  # type: ignore[union-attr]
+    assert thresholded[("selection", "threshold")] == (rule.threshold, rule.describe())
+    assert thresholded[("cost", "selection delta")][0] == pytest.approx(rule.delta) and rule.delta <= 1e-7
+    assert statements == [] and logs.budget_spent().statements == 0
 
 
 def test_more_than_one_key_per_unit_chooses_between_split_optimal_and_gaussian_thresholding() -> None:
@@ -258,7 +271,7 @@ def test_gaussian_noise_charges_zcdp_counting_plus_the_selection_part() -> None:
     frame = _one_key_per_user({"chrome": 300, "firefox": 200})
     connection = _connect(frame, _schema(m=2, max_rows_per_group=2), epsilon=100.0, delta=1e-5, noise="gaussian")
     with dpsql.testing.seeded(2):
-        cursor = connection.cursor().execute("SELECT browser, COUNT(*) FROM logs GROUP BY browser", rho=0.5)
+        cursor = connection.cursor().execute("SELECT browser, COUNT(browser) FROM logs GROUP BY browser", rho=0.5)
     made = selection_split.split(planner.Privacy.zcdp(0.5), 1e-6, 1, 2, False)
     spent = connection.budget_spent()
     assert spent.rho == pytest.approx(0.5 * (1 - made.fraction))
@@ -266,6 +279,12 @@ def test_gaussian_noise_charges_zcdp_counting_plus_the_selection_part() -> None:
     assert {row[0] for row in cursor.fetchall()} == {"chrome", "firefox"}
     errors = [e[1] for e in cursor.errors]
     assert errors[0] == pytest.approx(math.sqrt(4 / (2 * 0.5 * (1 - made.fraction))), rel=1e-3)  # σ² = c²/(2ρ), c = 2
+    with dpsql.testing.seeded(3):  # thresholding the measured counts: the whole ρ counts, selection only costs δ
+        counted = _connect(frame, _schema(m=2, max_rows_per_group=2), epsilon=100.0, delta=1e-5, noise="gaussian")
+        errors = counted.cursor().execute(COUNT_ROWS, rho=0.5).errors
+    selection_delta = 1e-5 - counted.budget_remaining().delta  # what the (ε, δ) part of the charge took
+    assert counted.budget_spent().rho == pytest.approx(0.5) and 0 < selection_delta <= 1e-6
+    assert errors[0][1] == pytest.approx(math.sqrt(4 / (2 * 0.5)), rel=1e-3)
 
 
 # -- the split objective ------------------------------------------------------------------------------------
@@ -442,7 +461,7 @@ def test_other_statements_read_a_released_key_set_as_a_public_domain(logs: dpsql
     assert sum(n for _, n in many) == pytest.approx(2 * 600) and len(many) == 6
     with pytest.raises(dpsql.DataError, match="is not among the released keys of 'browser'"):
         cursor.execute("SELECT COUNT(*) FROM logs WHERE browser = 'lynx'", epsilon=0.5)  # not a released key
-    assert logs.budget_spent().delta == pytest.approx(logs._session.selection_delta())  # one selection in all
+    assert 0 < logs.budget_spent().delta <= logs._session.selection_delta()  # one selection in all
 
 
 def test_rows_outside_a_declared_domain_are_not_counted_for_any_key() -> None:
@@ -463,3 +482,26 @@ def test_counting_the_selected_column_in_the_selecting_statement(logs: dpsql.Con
         rows = logs.cursor().execute("SELECT browser, COUNT(browser) FROM logs GROUP BY browser", epsilon=1.0).fetchall()
     assert dict(rows) == {"chrome": pytest.approx(600), "firefox": pytest.approx(400), "safari": pytest.approx(200)}
     assert logs.budget_spent().delta > 0
+
+
+def test_a_cube_over_selected_keys_is_consistent_and_counts_the_whole_table(logs: dpsql.Connection) -> None:
+    """One statement selects the keys from its own measured counts: every key's total is the sum of its
+    released cells, the grand total the sum of the (sex) totals, and those totals count every row (the
+    lynx user included, in the hidden remainder); with the noise off they are DuckDB's exact counts."""
+    sql = "SELECT browser, sex, GROUPING(browser, sex) AS g, COUNT(*) FROM logs GROUP BY CUBE (browser, sex)"
+    assert "selection: threshold" in logs.cursor().execute("EXPLAIN " + sql, epsilon=1.0).explanation
+    with dpsql.testing.seeded(5):
+        noisy = logs.cursor().execute(sql, epsilon=1.0).fetchall()
+    cells = {(b, s): n for b, s, g, n in noisy if g == 0}
+    for browser, _, g, n in noisy:
+        if g == 1:
+            assert n == pytest.approx(sum(v for (b, _), v in cells.items() if b == browser), abs=1e-9)
+    by_sex = [n for *_, g, n in noisy if g == 2]
+    assert [n for *_, g, n in noisy if g == 3] == [pytest.approx(sum(by_sex), abs=1e-9)]
+    fresh = _connect(_one_key_per_user({"chrome": 300, "firefox": 200, "safari": 100, "lynx": 1}, rows_per_unit=2), _schema(m=4, max_groups_per_unit=2, max_rows_per_group=2))
+    frame = fresh._session.backend.connection.execute('SELECT * FROM "__dpsql_logs"').df()  # type: ignore[attr-defined]
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(5):
+        exact = fresh.cursor().execute(sql, epsilon=1.0).fetchall()
+    truth = _exact(frame, "SELECT browser, sex, COUNT(*) FROM logs GROUP BY browser, sex")
+    assert {(b, s): n for b, s, g, n in exact if g == 0} == pytest.approx({k: float(v) for k, v in truth.items() if k[0] != "lynx"})
+    assert [n for *_, g, n in exact if g == 3] == [pytest.approx(len(frame))]
