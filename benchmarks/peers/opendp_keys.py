@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
+from importlib.metadata import version
 
-import opendp
 import opendp.prelude as dp
 import pandas as pd
 import polars as pl
@@ -28,7 +28,7 @@ def main(path: str, epsilon: float, delta: float, trials: int) -> None:
         )
         released = context.query().group_by(["puma", "sex"]).agg(dp.len()).release().collect()
         print(json.dumps([[int(p), int(s), int(n)] for p, s, n in released.iter_rows()]))
-    print(json.dumps({"opendp": opendp.__version__}))
+    print(json.dumps({"opendp": version("opendp")}))
 
 
 if __name__ == "__main__":

@@ -81,9 +81,12 @@ class DuckDBBackend:
         if not path.is_file():
             raise ProgrammingError(f"no such data file: {str(path)!r}")
         kind = "VIEW" if loader == "read_parquet" else "TABLE"
+        # a CSV's first line is its header, even when every name in it is a number (0,1,…,15): the
+        # schema names the columns, and DuckDB's detection would otherwise read that line as data
+        options = ", header = true" if loader == "read_csv_auto" else ""
         try:
             self.connection.execute(
-                f"CREATE OR REPLACE {kind} {_quote(internal_name)} AS SELECT * FROM {loader}({_string(str(path))})"
+                f"CREATE OR REPLACE {kind} {_quote(internal_name)} AS SELECT * FROM {loader}({_string(str(path))}{options})"
             )
         except duckdb.Error as error:
             raise ProgrammingError(f"cannot load {str(path)!r}: {error}") from error

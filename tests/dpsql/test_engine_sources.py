@@ -84,3 +84,15 @@ def test_registered_view_is_not_reachable_from_sql() -> None:
     with pytest.raises(dpsql.ProgrammingError, match="unknown table '__dpsql_t'"):
         connection.cursor().execute("SELECT COUNT(*) FROM __dpsql_t", epsilon=0.1)
     assert np.isclose(connection.budget_remaining(), 10.0)
+
+
+def test_a_csv_whose_header_is_numbers_registers_under_those_names(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """nltcs.csv's header is 0,1,…,15: the schema names the columns "0", "1", …; the first line is the header."""
+    path = tmp_path / "binary.csv"
+    path.write_text("0,1,2\n1,0,1\n0,0,1\n1,1,1\n", encoding="utf-8")
+    connection = dpsql.connect(budget=dpsql.Budget(10.0))
+    columns = {str(i): {"categories": [0, 1]} for i in range(3)}
+    connection.register("binary", str(path), schema={"columns": columns})
+    with dpsql.testing.noise_disabled():
+        rows = connection.cursor().execute('SELECT "0", COUNT(*) FROM binary GROUP BY "0"', epsilon=1.0).fetchall()
+    assert rows == [(0, pytest.approx(1.0)), (1, pytest.approx(2.0))]
