@@ -32,7 +32,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 import planner
-from dpsql import keys, nonnegative, selection, testing
+from dpsql import keys, nonnegative, progress, selection, testing
 from dpsql.accountant import Cost, check_number
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
@@ -291,8 +291,9 @@ def release(session: Session, prepared: Prepared) -> list[ResultSet]:
 
 def _read(session: Session, aggregation: BoundedAggregation) -> dict[str, np.ndarray]:
     """The one read of private rows. The engine's message is withheld: it may quote row values."""
+    sql = aggregation.statement().sql(dialect=session.backend.dialect)
     try:
-        return session.backend.run(aggregation.statement().sql(dialect=session.backend.dialect))
+        return progress.watched(lambda: session.backend.run(sql), getattr(session.backend, "progress", None), "reading")
     except Exception as error:  # noqa: BLE001
         cause = error.__cause__ if isinstance(error, OperationalError) and error.__cause__ is not None else error
         raise OperationalError(

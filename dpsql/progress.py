@@ -1,5 +1,5 @@
-"""Progress bars for long work (LDP design, large planning): tqdm on a terminal or in a notebook,
-silent otherwise.
+"""Progress bars for long work (LDP design, large planning, the backend's read of a big table): tqdm on
+a terminal or in a notebook, silent otherwise.
 
 Whether a bar shows: the call's ``progress=`` argument when given (True / False), else the
 environment variable ``DPSQL_PROGRESS`` (``1`` / ``0``), else only when standard error is a terminal
@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from dpsql.errors import InterfaceError
 
+T = TypeVar("T")
 ENVIRONMENT_VARIABLE = "DPSQL_PROGRESS"
 Progress = bool | Callable[..., None] | None
 """A ``progress=`` argument: None (automatic), True / False, or a callable receiving the updates."""
@@ -87,3 +89,34 @@ def bar(description: str, progress: Progress = None, unit: str = "step", delay: 
             return None
         raise InterfaceError("progress bars need tqdm, which is not installed: pip install 'dpsql[progress]'") from None
     return Bar(tqdm, description, unit, delay)
+
+
+def watched(work: Callable[[], T], fraction: Callable[[], float | None] | None, description: str, delay: float = 2.0) -> T:
+    """Run ``work`` while a daemon thread shows ``fraction()`` (0..1, or None when unknown) on a bar that
+    appears after ``delay`` seconds — only where bars are wanted and the source can tell its progress.
+    Nothing the watcher does can change or fail ``work``: its errors are swallowed."""
+    show = bar(description, unit="%", delay=delay) if fraction is not None else None
+    if show is None:
+        return work()
+    finished = threading.Event()
+
+    def poll() -> None:
+        try:
+            while not finished.wait(0.5):
+                done = fraction()  # type: ignore[misc]
+                if done is not None and 0 <= done <= 1:
+                    show(int(done * 100), 100)
+        except Exception:  # noqa: BLE001 - a progress bar must never affect the statement
+            return
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    try:
+        return work()
+    finally:
+        finished.set()
+        watcher.join(timeout=1.0)
+        try:
+            show.close()  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            pass

@@ -46,6 +46,11 @@ class DuckDBBackend:
         except duckdb.Error as error:
             raise OperationalError(f"the backend failed to run the bounded aggregation: {error}") from error
 
+    def progress(self) -> float | None:
+        """How far the running statement is (0..1), or None when DuckDB cannot tell; for a progress bar."""
+        done = self.connection.query_progress()
+        return None if done < 0 else float(done) / 100.0
+
     def describe(self, table: str) -> dict[str, str]:
         try:
             rows = self.connection.execute(f"DESCRIBE {_quote(table)}").fetchall()

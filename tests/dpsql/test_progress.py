@@ -105,3 +105,21 @@ def test_the_optimizer_callback_is_the_planners_own() -> None:
     seen: list[int] = []
     optimize(np.tril(np.ones((4, 4))), 1.0, seed=0, restarts=1, iterations=20, progress=lambda done, total, best: seen.append(done))
     assert seen == [10, 20]
+
+
+def test_a_long_read_shows_its_progress_and_a_broken_watcher_changes_nothing(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The backend's read runs while a watcher polls its progress; the watcher's own failures are swallowed."""
+    import time
+
+    from dpsql import progress
+
+    seen: list[tuple[int, int]] = []
+    monkeypatch.setattr(progress, "bar", lambda *args, **kwargs: (lambda done, total, detail=None: seen.append((done, total))))
+
+    def slow() -> str:
+        time.sleep(1.2)
+        return "rows"
+
+    assert progress.watched(slow, lambda: 0.5, "reading", delay=0.0) == "rows"
+    assert seen and seen[0] == (50, 100)
+    assert progress.watched(slow, lambda: 1 / 0, "reading", delay=0.0) == "rows"  # type: ignore[return-value]
