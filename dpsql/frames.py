@@ -19,59 +19,14 @@ explanation) and ``fetchall()`` (the rows not fetched yet: a tail of those rows)
 
 from __future__ import annotations
 
-import html
-import importlib
-from collections.abc import Sequence
-from statistics import NormalDist
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
-from dpsql.errors import InterfaceError, ProgrammingError
+from dpsql import notebook
+from dpsql.errors import ProgrammingError
+from dpsql.frame_source import FrameSource, Row, frame_columns, optional_module
 
-Row = tuple[object, ...]
-ERROR_SUFFIX = "_stderr"
-HTML_ROWS = 50  # rows shown by the notebook display before eliding the middle
-
-_EXTRAS = {"pandas": "pandas", "pyarrow": "arrow", "polars": "polars", "matplotlib.pyplot": "plot", "matplotlib.dates": "plot"}
-
-
-class FrameSource(NamedTuple):
-    """What a result shows: the PEP 249 description, every row, the standard errors aligned with the
-    rows (None in key columns) and how the statement was answered (None when unknown)."""
-
-    description: Sequence[Sequence[object]]
-    rows: Sequence[Row]
-    errors: Sequence[Row]
-    explanation: str | None = None
-
-
-def optional_module(name: str, purpose: str) -> ModuleType:
-    """Import an optional dependency, or raise a dpsql error naming the extra that installs it."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        extra = _EXTRAS.get(name, name)
-        raise InterfaceError(
-            f"{purpose} needs {name.split('.')[0]}, which is not installed: pip install 'dpsql[{extra}]'"
-        ) from None
-
-
-def error_columns(errors: Sequence[Row], width: int) -> list[int]:
-    """The columns that carry a standard error in some row (released values, not keys)."""
-    return [column for column in range(width) if any(error[column] is not None for error in errors)]
-
-
-def frame_columns(source: FrameSource, rows: Sequence[Row], errors: Sequence[Row], with_errors: bool) -> list[tuple[str, list[object]]]:
-    """``(name, values)`` per output column; with ``with_errors`` each released column is followed by
-    ``<name>_stderr`` (the error columns are chosen from every row, so they do not depend on fetching)."""
-    names = [str(d[0]) for d in source.description]
-    carrying = set(error_columns(source.errors, len(names))) if with_errors else set()
-    columns: list[tuple[str, list[object]]] = []
-    for index, name in enumerate(names):
-        columns.append((name, [row[index] for row in rows]))
-        if index in carrying:
-            columns.append((name + ERROR_SUFFIX, [error[index] for error in errors]))
-    return columns
+__all__ = ["FrameSource", "ResultFrames"]
 
 
 class ResultFrames:
@@ -128,15 +83,11 @@ class ResultFrames:
     def _repr_html_(self) -> str:
         """Jupyter's rich display: values ± standard errors, then the cost and strategy in one line.
         Shows every row of the result (it does not fetch)."""
-        from dpsql import notebook
-
         return notebook.result_html(self._frame_source())
 
     def plot(self, level: float = 0.95, ax: Any = None) -> Any:
         """Released values with their ``level`` confidence intervals, one bar per row (labelled by its
         group keys) and one colour per released column; returns the matplotlib Axes. Shows every row."""
-        from dpsql import notebook
-
         return notebook.plot_result(self._frame_source(), level, ax)
 
 
@@ -155,14 +106,3 @@ def _arrow_array(pyarrow: ModuleType, values: list[object]) -> Any:
         return pyarrow.array(values)
     except (pyarrow.ArrowInvalid, pyarrow.ArrowTypeError):  # keys of mixed types (categories [0, 'a'])
         return pyarrow.array([None if v is None else str(v) for v in values])
-
-
-def interval_half_width(level: float) -> float:
-    """z such that value ± z·stderr covers ``level`` (normal approximation of the released noise)."""
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-        raise ProgrammingError(f"the confidence level must lie strictly between 0 and 1, got {level!r}")
-    return NormalDist().inv_cdf(0.5 + level / 2)
-
-
-def escape(value: object) -> str:
-    return html.escape("NULL" if value is None else str(value))

@@ -18,7 +18,7 @@ from typing import Any
 
 from dpsql.accountant import Budget, Cost, spent_of
 from dpsql.errors import ProgrammingError
-from dpsql.frames import HTML_ROWS, FrameSource, error_columns, escape, interval_half_width, optional_module
+from dpsql.frame_source import HTML_ROWS, FrameSource, error_columns, escape, interval_half_width, optional_module
 
 EXPLAIN_COLUMNS = ("section", "name", "value", "detail")
 _STYLE = "border-collapse:collapse;font-family:monospace;font-size:90%"

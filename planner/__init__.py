@@ -4,7 +4,6 @@ from planner.domain import Domain
 from planner.privacy import Privacy
 from planner.workload import AllRange, Explicit, Factor, Identity, Predicate, Prefix, Product, Total, Workload
 from planner.plan import Plan, identity_plan, plan
-from planner.strategies import kronecker as _kronecker  # noqa: F401  (registers its family in select.FAMILIES)
 
 __all__ = [
     "AllRange",

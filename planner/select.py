@@ -1,8 +1,8 @@
 """Candidate generation, the choice of strategy, and the SVD lower bound (MATH.md §7).
 
 Every family is a function ``(workload, privacy, contributions) -> list[Candidate]``; the selector asks
-all of them (identity, marginals, Fourier, residual, hierarchies, eigen-designs, and whatever is registered in
-:data:`FAMILIES`) and keeps the consistent candidate with the least exact expected error.
+all of them (identity, marginals, Fourier, residual, hierarchies, eigen-designs, hats, ridge pairs,
+Kronecker ranges, composites — the list in :func:`all_candidates` is the one registry) and keeps the consistent candidate with the least exact expected error.
 
 The SVD bound needs ``Σσ_i(W)`` without densifying ``W``: per attribute, the Gram blocks of all products
 (``I`` for GROUP BY, ``11ᵀ`` for summed-out attributes, the block's own Gram otherwise) are diagonalised
@@ -40,14 +40,23 @@ from planner.budget import Sensitivity
 from planner.domain import Domain
 from planner.noise import NoiseParameterError
 from planner.privacy import Privacy
-from planner.strategies import composite, direct, eigen, fourier, hats, hierarchy, identity, marginals, residual, ridge
+from planner.strategies import (
+    composite,
+    direct,
+    eigen,
+    fourier,
+    hats,
+    hierarchy,
+    identity,
+    kronecker,
+    marginals,
+    residual,
+    ridge,
+)
 from planner.strategies.base import Candidate
 from planner.workload import AllRange, Block, Identity, Prefix, Product, Total, Workload
 
 Family = Callable[[Workload, Privacy, int], list[Candidate]]
-
-FAMILIES: list[Family] = []
-"""Strategy families registered from other modules (each appends its ``candidates`` function)."""
 
 MAX_EIGEN_SIZE = 4096  # largest attribute whose Gram blocks are diagonalised densely
 MAX_MARGINAL_SPACE = 1500  # most marginal cells (over maximal attribute sets) of the dense fallback: ≲ 1 s
@@ -76,6 +85,14 @@ def _blocks_are_small(workload: Workload) -> bool:
     return all(f.block.rows * f.block.size <= MAX_FACTOR_ENTRIES for p in workload.products for f in p.factors)
 
 
+def candidates_or_empty(workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool) -> list[Candidate]:
+    """The whole search over a sub-workload, for the composite family's parts (empty when none applies)."""
+    try:
+        return all_candidates(workload, privacy, contributions, distinct_cells)
+    except NoCandidateError:
+        return []
+
+
 def all_candidates(
     workload: Workload,
     privacy: Privacy,
@@ -93,7 +110,14 @@ def all_candidates(
     own = _own_families(distinct_cells, include_inconsistent) if _blocks_are_small(workload) else [
         lambda w, p, k: direct.candidates(w, p, k, distinct_cells)
     ]
-    families = own + [hierarchy.candidates, eigen.candidates, hats.candidates, ridge.candidates, *FAMILIES, lambda w, p, k: composite.candidates(w, p, k, distinct_cells)]
+    families = own + [
+        hierarchy.candidates,
+        eigen.candidates,
+        hats.candidates,
+        ridge.candidates,
+        kronecker.candidates,
+        lambda w, p, k: composite.candidates(w, p, k, distinct_cells, candidates_or_empty),
+    ]
     found: list[Candidate] = []
     out_of_range: list[NoiseParameterError] = []
     for done, family in enumerate(families, start=1):

@@ -66,7 +66,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +87,9 @@ from planner.strategies.hierarchy import TreeCovariance
 from planner.strategies.ranges import DenseCovariance, OrderedCovariance, RangeCandidate, is_range_block
 from planner.strategies.residual import CoefficientCandidate
 from planner.workload import Workload, marginal_for
+
+Search = Callable[[Workload, Privacy, int, bool], list[Candidate]]
+"""The planner's candidate search over a sub-workload (empty when no family applies)."""
 
 MAX_SHARED_ATTRIBUTES = 2
 MAX_SHARED_CELLS = 64
@@ -504,20 +507,13 @@ def _best_part(
     privacy: Privacy,
     contributions: int,
     distinct_cells: bool,
+    search: Search,
 ) -> Part | None:
     """The least-error candidate for the part that the composite handles exactly (its link to the
     shared marginal known and its ``K`` zero or invertible) and that measures only ``allowed`` attributes."""
-    from planner.select import (  # select imports this module's family
-        NoCandidateError,
-        all_candidates,
-    )
-
     sub = Workload(workload.domain, tuple(workload.products[i] for i in products))
-    try:
-        found = all_candidates(sub, privacy, contributions, distinct_cells)
-    except NoCandidateError:
-        return None
     usable = []
+    found = search(sub, privacy, contributions, distinct_cells)
     for candidate in found:
         if not getattr(candidate, "consistent", True) or not math.isfinite(candidate.expected_error()):
             continue
@@ -529,13 +525,16 @@ def _best_part(
     return min(usable, key=lambda p: p.candidate.expected_error(), default=None)
 
 
-def candidates(workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool = False) -> list[Candidate]:
+def candidates(
+    workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool, search: Search
+) -> list[Candidate]:
     """The composite candidate when a small shared set splits the workload into two or more parts
     (:func:`shared_attributes`), every part can be planned by a family the composite handles exactly,
     and some part is best measured by a range family: when every part's best is marginal-type, the
     joint marginal-type families (one GLS over every part, budgets optimised jointly) already contain
     the composite's strategy, and choosing a composite there would only cost planning time and the
-    connection's measurement re-use (``dpsql.reuse``)."""
+    connection's measurement re-use (``dpsql.reuse``). Each part is planned by ``search``, the
+    planner's whole candidate search (passed in by ``planner.select``, which lists this family)."""
     domain = workload.domain
     if not any(domain.is_ordered(f.attributes[0]) and is_range_block(f.block) for p in workload.products for f in p.factors):
         return []  # no range family applies to any part
@@ -544,7 +543,7 @@ def candidates(workload: Workload, privacy: Privacy, contributions: int, distinc
         return []
     groups = parts_of(workload, shared)
     allowed = [{a for i in group for a in workload.products[i].attributes} | set(shared) for group in groups]
-    arguments = (shared, privacy, contributions, distinct_cells)
+    arguments = (shared, privacy, contributions, distinct_cells, search)
     first = [_best_part(g, workload, a, *arguments) for g, a in zip(groups, allowed)]
     if any(p is None for p in first) or all(isinstance(p.candidate, CoefficientCandidate) for p in first):  # type: ignore[union-attr]
         return []
@@ -552,7 +551,7 @@ def candidates(workload: Workload, privacy: Privacy, contributions: int, distinc
     if not all(e > 0 for e in errors):
         return []
     shares = split_budget(privacy, errors)
-    parts = [_best_part(g, workload, a, shared, s, contributions, distinct_cells) for g, a, s in zip(groups, allowed, shares)]
+    parts = [_best_part(g, workload, a, shared, s, contributions, distinct_cells, search) for g, a, s in zip(groups, allowed, shares)]
     if any(p is None for p in parts):
         return []
     try:

@@ -41,7 +41,6 @@ from functools import cached_property
 
 import numpy as np
 
-from planner import select
 from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_noise
 from planner.domain import Domain
 from planner.noise import MAX_GAUSSIAN_SIGMA2, MAX_LAPLACE_SCALE, NoiseParameterError
@@ -433,6 +432,3 @@ def candidates(workload: Workload, privacy: Privacy, contributions: int = 1) -> 
     candidate = kronecker_candidate(layout, privacy, contributions)
     return [] if candidate is None else [candidate]
 
-
-if candidates not in select.FAMILIES:
-    select.FAMILIES.append(candidates)

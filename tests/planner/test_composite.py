@@ -22,7 +22,7 @@ from planner import (
     Workload,
     plan,
 )
-from planner.select import all_candidates, choose, svd_bound
+from planner.select import all_candidates, candidates_or_empty, choose, svd_bound
 from planner.strategies import (
     composite,
     eigen,
@@ -51,6 +51,11 @@ DOM = Domain({"x": 32, "y": 4, "s": 2}, ordered={"x", "y"})  # x large enough fo
 ZCDP, LAPLACE = Privacy.zcdp(0.7), Privacy.laplace(0.9)
 
 
+def composite_candidates(workload: Workload, privacy: Privacy, contributions: int) -> list[Candidate]:
+    """The composite family as the planner's search calls it."""
+    return composite.candidates(workload, privacy, contributions, False, candidates_or_empty)
+
+
 def product(*factors: tuple[str, object], weight: float = 1.0, dom: Domain = DOM) -> Workload:
     return Workload(dom, (Product(dom, tuple(Factor((a,), b) for a, b in factors), weight),))
 
@@ -74,11 +79,11 @@ def test_parts_are_connected_components_and_totals_join_the_largest() -> None:
 
 
 def test_offered_only_for_two_or_more_parts_with_a_range_part_and_never_for_a_part() -> None:
-    assert composite.candidates(Workload.marginals(DOM, [("x", "y"), ("y", "s")]), ZCDP, 1) == []
+    assert composite_candidates(Workload.marginals(DOM, [("x", "y"), ("y", "s")]), ZCDP, 1) == []
     for privacy in (ZCDP, LAPLACE):  # every part marginal-type: the joint marginal families cover it
-        assert composite.candidates(Workload.marginals(DOM, [("x",), ("y", "s")]), privacy, 1) == []
+        assert composite_candidates(Workload.marginals(DOM, [("x",), ("y", "s")]), privacy, 1) == []
     workload = Workload.prefix(DOM, "x") + Workload.marginals(DOM, [("y", "s")])
-    (candidate,) = composite.candidates(workload, ZCDP, 1)
+    (candidate,) = composite_candidates(workload, ZCDP, 1)
     for part in candidate.parts:
         assert not any(isinstance(c, CompositeCandidate) for c in all_candidates(part.candidate.workload, ZCDP))
 
@@ -226,7 +231,7 @@ def test_a_kronecker_part_covaries_with_its_total_by_its_factors_and_matches_den
     parts = [composite.Part((0,), kron, total_link(kron)), composite.Part((1,), other, total_link(other))]
     assert_matches_dense_gls(composite.CompositeCandidate(workload, privacy, parts))
     if not privacy.is_laplace:  # under ε-DP the joint marginals win on 8 × 4 cells
-        (planned,) = composite.candidates(workload, privacy, 1)
+        (planned,) = composite_candidates(workload, privacy, 1)
         assert isinstance(planned.parts[0].candidate, kronecker.KroneckerCandidate)
 
 
@@ -249,7 +254,7 @@ WORKLOADS = {
 @pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
 def test_planned_composite_matches_dense_gls(name: str, privacy: Privacy) -> None:
     workload = WORKLOADS[name]
-    (candidate,) = composite.candidates(workload, privacy, 2)
+    (candidate,) = composite_candidates(workload, privacy, 2)
     assert len(candidate.parts) == len(parts_of(workload))
     assert_matches_dense_gls(candidate)
 
@@ -308,7 +313,7 @@ def random_data(dom: Domain, seed: int = 3) -> dict[tuple[str, ...], np.ndarray]
 @pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
 def test_totals_of_every_part_agree_exactly(privacy: Privacy) -> None:
     workload = Workload.prefix(DOM, "x") + Workload.all_range(DOM, "y") + Workload.marginals(DOM, [("s",)])
-    (candidate,) = composite.candidates(workload, privacy, 1)
+    (candidate,) = composite_candidates(workload, privacy, 1)
     measurement = candidate.measure(random_data(DOM), rng=12)
     answers = candidate.answer(measurement)
     prefix_total, range_total, cells = answers.values[0][-1], answers.values[1][3], answers.values[2]  # range [0, 3]
@@ -327,7 +332,7 @@ def test_totals_of_every_part_agree_exactly(privacy: Privacy) -> None:
 @pytest.mark.parametrize("privacy", [ZCDP, LAPLACE], ids=["zcdp", "laplace"])
 def test_noise_free_answers_are_exact_and_the_contract_holds(privacy: Privacy) -> None:
     workload = WORKLOADS["ranges x + ranges y + s + total"]
-    (candidate,) = composite.candidates(workload, privacy, 1)
+    (candidate,) = composite_candidates(workload, privacy, 1)
     data = random_data(DOM)
     measurement = candidate.measure(data, noise=False)
     for got, want in zip(candidate.answer(measurement).values, workload.answer(data)):
@@ -349,7 +354,7 @@ def test_empirical_error_matches_the_prediction() -> None:
     """600 independent releases (one seeded stream): the mean total squared error lies within 4
     standard errors of the expected error."""
     workload = Workload.prefix(DOM, "x") + Workload.marginals(DOM, [("y", "s")])
-    (candidate,) = composite.candidates(workload, Privacy.zcdp(2.0), 1)
+    (candidate,) = composite_candidates(workload, Privacy.zcdp(2.0), 1)
     data = random_data(DOM)
     truth = np.concatenate(workload.answer(data))
     rng = np.random.default_rng(5)
@@ -361,7 +366,7 @@ def test_empirical_error_matches_the_prediction() -> None:
 
 def test_the_parts_draw_independent_noise_from_one_seed() -> None:
     workload = Workload.prefix(DOM, "x") + Workload.prefix(DOM, "y")
-    (candidate,) = composite.candidates(workload, ZCDP, 1)
+    (candidate,) = composite_candidates(workload, ZCDP, 1)
     data = random_data(DOM)
     exact = candidate.measure(data, noise=False)
     noisy = candidate.measure(data, rng=4)
@@ -538,7 +543,7 @@ def test_parts_sharing_attributes_match_dense_gls(privacy: Privacy) -> None:
     # the third part measures only sex of Z: it shares its sex marginal
     assert candidate.parts[2].link.shared == ("sex",)
     small = Domain({"age": 32, "sex": 2, "race": 3}, ordered={"age"})  # ε-DP: ranges on 8 ages go to marginals
-    (planned,) = composite.candidates(ranges_by_sex(small), privacy, 1)
+    (planned,) = composite_candidates(ranges_by_sex(small), privacy, 1)
     assert planned.shared == ("sex",) and len(planned.parts) == 2
     assert_matches_dense_gls(planned)
 
