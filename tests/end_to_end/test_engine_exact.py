@@ -111,7 +111,7 @@ def test_noise_free_answers_equal_duckdb(
     if not statement.limit:
         released_keys = {tuple(row[p] for p in key_positions) for row in rows}
         assert set(reference) <= released_keys
-    assert _in_order(rows, statement.order_by)
+    assert _in_order(rows, tuple(k for k in statement.order_by if k.item < len(statement.names)))  # hidden keys: test_derived.py
     assert len(cursor.errors) == len(rows)
     for row, error in zip(rows, cursor.errors):
         assert all(error[p] is None for p in key_positions)
