@@ -13,10 +13,10 @@ of the SELECT list is one workload product:
   a row per group cell (rows that select nothing are dropped: those cells are exact zeros);
 * ``COUNT(c)`` for a nullable ``c`` adds the conjunct ``c IS NOT NULL``;
 * a derived GROUP BY column (``CASE``, arithmetic or a date part over one column, see
-  :mod:`dpsql.sql.derived`) reads its source column: its public map from source cells to derived cells
-  makes one ``Explicit`` aggregation factor over the source (a row per derived cell), joined with the
-  WHERE masks and the other group columns over the same source (so the result is still one linear
-  query over the source column; the source's cells are read, never anything full-domain).
+  :mod:`dpsql.sql.derived`) is an attribute of its own, whose cells are its values, with an ``Identity``
+  factor: the planner measures its few cells, not the cells of its source. Its public map from the
+  source's declared cells (:attr:`CompiledQuery.derived`) lets the engine read counts over the source
+  and sum them into the derived cells before any noise (``dpsql.workloads``).
 
 Predicates are evaluated against the schema's domains only, never against the data. The WHERE
 masks are also handed to the backend (:attr:`CompiledQuery.row_filters`), which drops the rows they
@@ -26,6 +26,7 @@ counts (a per-row public rule, so still DP), and the workload's masks leave thos
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ import numpy as np
 
 from dpsql.errors import DataError, NotSupportedError, ProgrammingError
 from dpsql.schema import ColumnDomain, Schema
-from dpsql.sql.derived import CaseWhen, Derived, derived_map
+from dpsql.sql.derived import CaseWhen, Derived, DerivedMap, derived_map
 from dpsql.sql.parse import (
     And,
     Between,
@@ -54,7 +55,6 @@ from planner import Domain, Explicit, Factor, Identity, Product, Workload
 from planner import Predicate as PredicateBlock
 
 MAX_PREDICATE_CELLS = 1 << 20  # largest joint domain a coupled WHERE component may span
-MAX_EXPLICIT_ENTRIES = 1 << 23  # largest (group cells x source cells) matrix one keyed factor may hold
 
 FALSE, UNKNOWN, TRUE = 0, 1, 2  # Kleene truth values (SQL three-valued logic)
 
@@ -69,17 +69,12 @@ class ProductRows:
 
 
 @dataclass(frozen=True, eq=False)
-class GroupColumn:
-    """One GROUP BY entry: the column it reads (``source``), the domain its rows show, and the cell of
-    ``domain`` each source cell falls in (None: the source column itself)."""
+class DerivedAttribute:
+    """A derived GROUP BY column as an attribute of the workload: the column it is computed from and
+    the public map of that column's cells to its own."""
 
-    name: str
     source: str
-    domain: ColumnDomain
-    cell_of: np.ndarray | None = None
-
-    def key_cells(self, source_cells: np.ndarray) -> np.ndarray:
-        return source_cells if self.cell_of is None else self.cell_of[source_cells]
+    map: DerivedMap
 
 
 @dataclass(frozen=True)
@@ -103,19 +98,19 @@ class CompiledQuery:
     row_filters: tuple[CellFilter, ...]
     statement_workload: Workload | None
     structural_zeros: np.ndarray  # bool over the GROUP BY cells (shape = group_shape)
-    groups: tuple[GroupColumn, ...] = ()  # per GROUP BY entry
+    derived: dict[str, DerivedAttribute] = dataclasses.field(default_factory=dict)  # by GROUP BY key
 
     @property
     def group_columns(self) -> tuple[str, ...]:
         return self.query.group_by
 
     def group_domain(self, name: str) -> ColumnDomain:
-        """The domain the rows show for GROUP BY entry ``name`` (a derived column's values)."""
-        return self.groups[self.query.group_by.index(name)].domain
+        """The domain a GROUP BY entry's rows show: its column's, or a derived column's values."""
+        return self.derived[name].map.domain if name in self.derived else self.columns[name]
 
     @property
     def group_shape(self) -> tuple[int, ...]:
-        return tuple(g.domain.size for g in self.groups)
+        return tuple(self.group_domain(c).size for c in self.query.group_by)
 
     @property
     def group_cells(self) -> int:
@@ -147,17 +142,18 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
     resolver = _Resolver(query, schema, table_columns)
     query = resolver.resolved_query()
     columns = resolver.columns
-    groups = _group_columns(query, columns)
-    sources = query.group_sources()
-    counted = [c for c in columns if c not in sources and _counts_nulls(c, query, columns)]
-    where_only = [c for c in columns if c not in sources and c not in counted and _in_where(c, query)]
+    derived = _derived_attributes(query, columns)
+    cells = {**columns, **{name: d.map.domain for name, d in derived.items()}}  # every attribute's domain
+    group = query.group_by
+    counted = [c for c in columns if c not in group and _counts_nulls(c, query, columns)]
+    where_only = [c for c in columns if c not in group and c not in counted and _in_where(c, query)]
     where_conjuncts = _conjuncts(query.where) if query.where is not None else []
-    statement_domain = _domain(columns, (*sources, *counted, *where_only))
-    statement_workload, statement_counts = _workload(statement_domain, columns, query, groups, where_conjuncts)
+    statement_domain = _domain(cells, (*group, *counted, *where_only))
+    statement_workload, statement_counts = _workload(statement_domain, cells, query, where_conjuncts)
     filters = _cell_filters(statement_domain, columns, where_conjuncts)
-    domain = _domain(columns, (*sources, *counted))
+    domain = _domain(cells, (*group, *counted))
     zero = {i.column for i, c in zip(query.select, statement_counts) if isinstance(i, Count) and c is None}
-    workload, counts = _workload(domain, columns, query, groups, [], zero)
+    workload, counts = _workload(domain, cells, query, [], zero)
     if statement_workload is None:
         workload, counts = None, tuple(None for _ in counts)
     return CompiledQuery(
@@ -169,23 +165,19 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
         contributions=schema.contributions,
         row_filters=tuple(f for f in filters if not f.mask.all()),
         statement_workload=statement_workload,
-        structural_zeros=_structural_zeros(_group_components(filters, groups, columns), groups),
-        groups=groups,
+        structural_zeros=_structural_zeros(filters, group, cells),
+        derived=derived,
     )
 
 
-def _group_columns(query: Query, columns: dict[str, ColumnDomain]) -> tuple[GroupColumn, ...]:
-    """Each GROUP BY entry with the domain its rows show; a derived one's map computed from the schema."""
-    derived = {d.key: d for d in query.derived}
-    found = []
-    for name in query.group_by:
-        if name not in derived:
-            found.append(GroupColumn(name, name, columns[name]))
-            continue
-        source = derived[name].source
-        mapped = derived_map(derived[name], columns[source], lambda p, s=source: _truth(p, (s,), columns))
-        found.append(GroupColumn(name, source, mapped.domain, None if mapped.is_identity else mapped.cell_of))
-    return tuple(found)
+def _derived_attributes(query: Query, columns: dict[str, ColumnDomain]) -> dict[str, DerivedAttribute]:
+    """Each derived GROUP BY column with its public map, computed from its source's declared domain."""
+    found = {}
+    for derived in query.derived:
+        source = derived.source
+        mapped = derived_map(derived, columns[source], lambda p, s=source: _truth(p, (s,), columns))
+        found[derived.key] = DerivedAttribute(source, mapped)
+    return found
 
 
 def _domain(columns: dict[str, ColumnDomain], names: Sequence[str]) -> Domain:
@@ -196,7 +188,6 @@ def _workload(
     domain: Domain,
     columns: dict[str, ColumnDomain],
     query: Query,
-    groups: tuple[GroupColumn, ...],
     where_conjuncts: list[Predicate],
     zero: set[str | None] = frozenset(),  # type: ignore[assignment]
 ) -> tuple[Workload | None, tuple[ProductRows | None, ...]]:
@@ -216,7 +207,7 @@ def _workload(
             conjuncts = list(where_conjuncts)
             if item.column is not None and (columns[item.column].nullable or columns[item.column].kind == "keys"):
                 conjuncts.append(Not(IsNull(item.column)))
-            made = _product(domain, columns, groups, conjuncts)
+            made = _product(domain, columns, query.group_by, conjuncts)
             if made is None:
                 built[item.column] = None
             else:
@@ -227,20 +218,19 @@ def _workload(
     return (Workload(domain, tuple(products)) if products else None), tuple(counts)
 
 
-def _structural_zeros(components: list[CellFilter], groups: tuple[GroupColumn, ...]) -> np.ndarray:
-    """GROUP BY cells that no row passing the WHERE masks can fall in (nor any source cell map to)."""
-    shape = tuple(g.domain.size for g in groups)
+def _structural_zeros(filters: list[CellFilter], group: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
+    """GROUP BY cells that no row passing the WHERE masks can fall in."""
+    shape = tuple(columns[c].size for c in group)
     reachable = np.ones(shape, dtype=bool)
-    for component in components:
-        keyed = _keyed(component.scope, groups)
-        if not keyed:
+    for cell_filter in filters:
+        keyed_axes = [i for i, c in enumerate(cell_filter.scope) if c in group]
+        if not keyed_axes:
             continue
-        row_of_cell, key_shape = _key_rows(component.mask.shape, component.scope, keyed)
-        allowed = np.zeros(math.prod(key_shape), dtype=bool)
-        allowed[row_of_cell[component.mask.ravel()]] = True
-        order = [keyed.index(g) for g in groups if g in keyed]  # keyed → GROUP BY order
-        allowed = allowed.reshape(key_shape).transpose(order)
-        reachable &= allowed.reshape([g.domain.size if g in keyed else 1 for g in groups])
+        other_axes = tuple(i for i in range(len(cell_filter.scope)) if i not in keyed_axes)
+        allowed = cell_filter.mask.any(axis=other_axes) if other_axes else cell_filter.mask
+        keyed = [cell_filter.scope[i] for i in keyed_axes]  # in GROUP BY order (domain order)
+        broadcast = [columns[c].size if c in keyed else 1 for c in group]
+        reachable &= allowed.reshape(broadcast)
     return ~reachable
 
 
@@ -380,28 +370,16 @@ def _cell_filters(domain: Domain, columns: dict[str, ColumnDomain], conjuncts: l
     return filters
 
 
-def _group_components(filters: list[CellFilter], groups: tuple[GroupColumn, ...], columns: dict[str, ColumnDomain]) -> list[CellFilter]:
-    """The WHERE components, plus one unmasked component per group source no WHERE component reads."""
-    scoped = {c for f in filters for c in f.scope}
-    extra = dict.fromkeys(g.source for g in groups if g.source not in scoped)
-    return filters + [CellFilter((s,), np.full(columns[s].size, True)) for s in extra]
-
-
-def _keyed(scope: tuple[str, ...], groups: tuple[GroupColumn, ...]) -> tuple[GroupColumn, ...]:
-    """The GROUP BY entries reading a column of ``scope``, in the scope's (domain) order."""
-    return tuple(sorted((g for g in groups if g.source in scope), key=lambda g: scope.index(g.source)))
-
-
 def _product(
-    domain: Domain, columns: dict[str, ColumnDomain], groups: tuple[GroupColumn, ...], conjuncts: list[Predicate]
+    domain: Domain, columns: dict[str, ColumnDomain], group: tuple[str, ...], conjuncts: list[Predicate]
 ) -> tuple[Product, np.ndarray] | None:
     """The product for one COUNT, with the GROUP BY cell keys of its rows; None if it is all zeros."""
     factors: list[Factor] = []
     key_maps: list[dict[str, np.ndarray]] = []
-    filters = _cell_filters(domain, columns, conjuncts)
-    for index, component in enumerate(_group_components(filters, groups, columns)):
-        scope, mask = component.scope, component.mask
-        keyed = _keyed(scope, groups)
+    covered: set[str] = set()
+    for cell_filter in _cell_filters(domain, columns, conjuncts):
+        scope, mask = cell_filter.scope, cell_filter.mask
+        keyed = tuple(c for c in scope if c in group)
         if not mask.any():
             return None
         if not keyed:
@@ -409,42 +387,32 @@ def _product(
                 factors.append(Factor(scope, PredicateBlock(mask.ravel())))
                 key_maps.append({})
             continue
-        if index >= len(filters) and len(keyed) == 1 and keyed[0].cell_of is None:
-            factors.append(Factor(scope, Identity(mask.size)))  # a plain group column on its own
-            key_maps.append({keyed[0].name: np.arange(mask.size)})
-            continue
         block, keys = _keyed_block(mask, scope, keyed)
         factors.append(Factor(scope, block))
         key_maps.append(keys)
+        covered |= set(keyed)
+    for name in group:
+        if name not in covered:
+            factors.append(Factor((name,), Identity(columns[name].size)))
+            key_maps.append({name: np.arange(columns[name].size)})
     product = Product(domain, tuple(factors))
-    return product, _row_keys(product, factors, key_maps, tuple(g.name for g in groups))
-
-
-def _key_rows(shape: tuple[int, ...], scope: tuple[str, ...], keyed: tuple[GroupColumn, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
-    """For every cell of ``scope`` (C order), the flat index of the keyed GROUP BY cells it falls in."""
-    cells = np.indices(shape).reshape(len(scope), -1)
-    key_shape = tuple(g.domain.size for g in keyed)
-    key_cells = tuple(g.key_cells(cells[scope.index(g.source)]) for g in keyed)
-    return np.ravel_multi_index(key_cells, key_shape), key_shape
+    return product, _row_keys(product, factors, key_maps, group)
 
 
 def _keyed_block(
-    mask: np.ndarray, scope: tuple[str, ...], keyed: tuple[GroupColumn, ...]
+    mask: np.ndarray, scope: tuple[str, ...], keyed: tuple[str, ...]
 ) -> tuple[Explicit, dict[str, np.ndarray]]:
-    """One row per cell of the keyed (GROUP BY) entries of ``scope``, selecting the masked cells that fall in it."""
-    row_of_cell, key_shape = _key_rows(mask.shape, scope, keyed)
-    if math.prod(key_shape) * mask.size > MAX_EXPLICIT_ENTRIES:
-        names = ", ".join(g.name for g in keyed)
-        raise NotSupportedError(
-            f"GROUP BY {names}: grouping {math.prod(key_shape)} cells over the {mask.size} cells of {list(scope)} needs a "
-            f"matrix beyond {MAX_EXPLICIT_ENTRIES} entries; group by fewer or coarser values, or declare a smaller domain"
-        )
+    """One row per cell of the keyed (GROUP BY) columns of ``scope``, selecting the masked cells."""
+    axes = [scope.index(c) for c in keyed]
+    cells = np.indices(mask.shape).reshape(len(scope), -1)
+    key_shape = tuple(mask.shape[a] for a in axes)
+    row_of_cell = np.ravel_multi_index(tuple(cells[a] for a in axes), key_shape)
     matrix = np.zeros((math.prod(key_shape), mask.size))
     selected = mask.ravel()
     matrix[row_of_cell[selected], np.flatnonzero(selected)] = 1.0
     kept_rows = np.flatnonzero(matrix.any(axis=1))
     key_cells = np.unravel_index(kept_rows, key_shape)
-    return Explicit(matrix[kept_rows]), {g.name: key_cells[i] for i, g in enumerate(keyed)}
+    return Explicit(matrix[kept_rows]), {name: key_cells[i] for i, name in enumerate(keyed)}
 
 
 def _row_keys(
@@ -629,4 +597,5 @@ def statement_counts(compiled: CompiledQuery) -> tuple[ProductRows | None, ...]:
     if compiled.statement_workload is None:
         return tuple(None for _ in compiled.query.select)
     conjuncts = _conjuncts(compiled.query.where) if compiled.query.where is not None else []
-    return _workload(compiled.statement_workload.domain, compiled.columns, compiled.query, compiled.groups, conjuncts)[1]
+    cells = {**compiled.columns, **{name: d.map.domain for name, d in compiled.derived.items()}}
+    return _workload(compiled.statement_workload.domain, cells, compiled.query, conjuncts)[1]

@@ -23,7 +23,8 @@ from dpsql.schema import ColumnDomain
 from dpsql.sql.compile import compile_query
 from dpsql.sql.derived import derived_map
 from dpsql.sql.statement import parse_statement
-from planner import Explicit
+from dpsql.workloads import compile_batch
+from planner import Identity
 
 DAYS = ("2023-11-20", "2025-02-10")
 VISITS_SCHEMA = {
@@ -69,16 +70,16 @@ DATES = [
 def test_derived_values_and_types_equal_duckdb_on_every_declared_cell(visits, expression: str) -> None:  # noqa: ANN001
     connection, _ = visits
     compiled = _compiled(connection, f"SELECT {expression} AS v, COUNT(*) FROM visits GROUP BY v")
-    (group,) = compiled.groups
-    source = compiled.columns[group.source]
+    (derived,) = compiled.derived.values()
+    source = compiled.columns[derived.source]
     cells = source.labels()
-    mapped = group.domain.labels()
-    ours = [mapped[i] for i in (group.cell_of if group.cell_of is not None else range(len(cells)))]
+    mapped = derived.map.domain.labels()
+    ours = [mapped[i] for i in derived.map.cell_of]
     engine = duckdb.connect()
     column_type = "DATE" if source.is_date_range else "INTEGER"
-    engine.execute(f"CREATE TABLE t ({group.source} {column_type})")
+    engine.execute(f"CREATE TABLE t ({derived.source} {column_type})")
     engine.executemany("INSERT INTO t VALUES (?)", [[c] for c in cells])
-    theirs = [r[0] for r in engine.execute(f"SELECT {expression} FROM t ORDER BY {group.source}").fetchall()]
+    theirs = [r[0] for r in engine.execute(f"SELECT {expression} FROM t ORDER BY {derived.source}").fetchall()]
     assert len(ours) == len(theirs) == len(cells)
     for mine, reference in zip(ours, theirs):
         assert mine == reference and type(mine) is type(reference), (expression, mine, reference)
@@ -118,24 +119,31 @@ def test_noise_free_date_and_arithmetic_groups_equal_duckdb(visits) -> None:  # 
             assert abs(value - reference.get(key, 0)) < 1e-6, (sql, key, value)
 
 
-def test_derived_column_is_one_aggregation_block_over_its_source(adult_connection: dpsql.Connection) -> None:
-    table = adult_connection._session.table("adult")
+def test_derived_column_is_measured_on_its_own_cells(adult_connection: dpsql.Connection) -> None:
+    """The band is an attribute of 3 cells (Identity): the plan measures 3 noisy counts, read as the
+    source's counts summed through the public map before the noise."""
     sql = "SELECT CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'mid' ELSE 'old' END AS band, COUNT(*) FROM adult GROUP BY band"
-    compiled = compile_query(parse_statement(sql).branches[0].query, table.schema, tuple(table.column_types))
-    (product,) = compiled.workload.products
-    (factor,) = product.factors
-    assert factor.attributes == ("age",) and isinstance(factor.block, Explicit)
+    statement = parse_statement(sql)
+    batch = compile_batch([statement], [1.0], *_adult(adult_connection))
+    key = statement.branches[0].query.group_by[0]
+    assert batch.workload.domain.attributes == (key,) and batch.workload.domain.sizes == (3,)
+    (factor,) = batch.workload.products[0].factors
+    assert isinstance(factor.block, Identity) and factor.block.size == 3
+    assert batch.read_marginals([(key,)]) == (("age",),)
     ages = np.arange(17, 91)
-    expected = np.array([ages < 30, (ages >= 30) & (ages < 60), ages >= 60], dtype=float)
-    assert np.array_equal(factor.block.values, expected)
-    # today's planner measures the 74 ages (identity, discrete Laplace of scale 3/ε) and sums them: a band's
-    # variance is the cell variance times its number of ages (13, 30, 31)
+    folded = batch.folded([(key,)], {("age",): ages.copy()})[(key,)]
+    assert folded.tolist() == [ages[ages < 30].sum(), ages[(ages >= 30) & (ages < 60)].sum(), ages[ages >= 60].sum()]
+    # each band's standard error is one count's: discrete Laplace of scale 3/ε (3 rows per unit), ε = 1
     cursor = adult_connection.cursor().execute(sql, epsilon=1.0)
     assert [r[0] for r in cursor.fetchall()] == ["young", "mid", "old"]
     q = np.exp(-1.0 / 3.0)
-    cell_variance = 2 * q / (1 - q) ** 2
-    for error, ages in zip(cursor.errors, (13, 30, 31)):
-        assert error[1] ** 2 == pytest.approx(cell_variance * ages, rel=1e-9)
+    for error in cursor.errors:
+        assert error[1] ** 2 == pytest.approx(2 * q / (1 - q) ** 2, rel=1e-9)
+
+
+def _adult(connection: dpsql.Connection) -> tuple[object, tuple[str, ...]]:
+    table = connection._session.table("adult")
+    return table.schema, tuple(table.column_types)
 
 
 def test_having_is_free_post_processing_of_the_released_values(adult_frame: pd.DataFrame) -> None:
@@ -210,4 +218,32 @@ def test_bad_derived_columns_are_refused_before_anything_is_charged(adult_connec
     for sql, message in cases.items():
         with pytest.raises(dpsql.NotSupportedError, match=message):
             adult_connection.cursor().execute(sql, epsilon=1.0)
+    assert adult_connection.budget_remaining() == before
+
+
+def test_batch_with_where_masks_folds_joint_marginals(adult_connection: dpsql.Connection, adult_frame: pd.DataFrame) -> None:
+    """Different WHERE clauses put the masks into the products: the plan then reads joint marginals of the
+    derived column with its own source (and others), folded through the map; answers stay exact."""
+    statements = [
+        "SELECT age // 10 AS d, COUNT(*) FROM adult WHERE age > 40 OR sex = 'F' GROUP BY d",
+        "SELECT age // 10 AS d, sex, COUNT(job) FROM adult WHERE race = 1 AND age < 70 GROUP BY d, sex",
+    ]
+    batch = compile_batch([parse_statement(s) for s in statements], [1.0, 1.0], *_adult(adult_connection))
+    assert "age" in batch.workload.domain.attributes and batch.row_filters == ()
+    with dpsql.testing.noise_disabled():
+        results = adult_connection.workload(statements, epsilon=1.0)
+    engine = duckdb.connect()
+    engine.register("adult", adult_frame)
+    for sql, result in zip(statements, results):
+        reference = {r[:-1]: r[-1] for r in engine.execute(sql).fetchall()}
+        released = {r[:-1]: r[-1] for r in result.fetchall()}
+        assert set(reference) <= set(released)
+        for key, value in released.items():
+            assert abs(value - reference.get(key, 0)) < 1e-6, (sql, key)
+
+
+def test_derived_column_with_a_column_without_domain_is_refused(adult_connection: dpsql.Connection) -> None:
+    before = adult_connection.budget_remaining()
+    with pytest.raises(dpsql.NotSupportedError, match="no declared domain"):
+        adult_connection.cursor().execute("SELECT age // 10 AS d, browser, COUNT(*) FROM adult GROUP BY d, browser", epsilon=1.0)
     assert adult_connection.budget_remaining() == before
