@@ -6,8 +6,10 @@ functions ``date_trunc`` / ``extract`` / ``date_part`` / ``year()``, ``month()``
 column are accepted as group keys. Each is evaluated here on the *declared* cells of its source column —
 from the schema only, never on the data — giving a :class:`DerivedMap`: the derived values (the cells
 a result row shows, in order of first appearance over the source's cells, NULL last) and the derived
-cell of every source cell. The statement stays a linear query over the source column (the compiler puts
-an aggregation block over it in the workload), so a derived column costs nothing beyond its source.
+cell of every source cell. The derived column is then an attribute of the workload with its own few
+cells; the engine reads counts over the source column and sums them through the map before any noise
+(``dpsql.workloads``), so grouping by a derived column is priced and answered like grouping by a
+declared column with those values.
 
 The values follow DuckDB's semantics exactly: ``/`` is floating-point division (``17 / 10 = 1.7``),
 ``//`` integer division truncating toward zero, ``%`` the remainder with the sign of the dividend,
@@ -242,10 +244,6 @@ class DerivedMap:
 
     domain: ColumnDomain
     cell_of: np.ndarray
-
-    @property
-    def is_identity(self) -> bool:
-        return len(self.cell_of) == self.domain.size and bool((self.cell_of == np.arange(len(self.cell_of))).all())
 
 
 Truth = Callable[["Predicate"], np.ndarray]  # Kleene truth (0/1/2) of a condition on every source cell
