@@ -165,7 +165,7 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
         contributions=schema.contributions,
         row_filters=tuple(f for f in filters if not f.mask.all()),
         statement_workload=statement_workload,
-        structural_zeros=_structural_zeros(filters, group, cells),
+        structural_zeros=_structural_zeros(filters, group, cells, derived),
         derived=derived,
     )
 
@@ -218,8 +218,11 @@ def _workload(
     return (Workload(domain, tuple(products)) if products else None), tuple(counts)
 
 
-def _structural_zeros(filters: list[CellFilter], group: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
-    """GROUP BY cells that no row passing the WHERE masks can fall in."""
+def _structural_zeros(
+    filters: list[CellFilter], group: tuple[str, ...], columns: dict[str, ColumnDomain], derived: dict[str, DerivedAttribute]
+) -> np.ndarray:
+    """GROUP BY cells that no row passing the WHERE masks can fall in (a derived column's cells that no
+    allowed cell of its source maps to included)."""
     shape = tuple(columns[c].size for c in group)
     reachable = np.ones(shape, dtype=bool)
     for cell_filter in filters:
@@ -231,6 +234,14 @@ def _structural_zeros(filters: list[CellFilter], group: tuple[str, ...], columns
         keyed = [cell_filter.scope[i] for i in keyed_axes]  # in GROUP BY order (domain order)
         broadcast = [columns[c].size if c in keyed else 1 for c in group]
         reachable &= allowed.reshape(broadcast)
+    for name, attribute in derived.items():
+        for cell_filter in (f for f in filters if attribute.source in f.scope):
+            axis = cell_filter.scope.index(attribute.source)
+            others = tuple(i for i in range(len(cell_filter.scope)) if i != axis)
+            sources = cell_filter.mask.any(axis=others) if others else cell_filter.mask
+            allowed = np.zeros(attribute.map.domain.size, dtype=bool)
+            allowed[attribute.map.cell_of[sources]] = True
+            reachable &= allowed.reshape([allowed.size if c == name else 1 for c in group])
     return ~reachable
 
 

@@ -247,3 +247,10 @@ def test_derived_column_with_a_column_without_domain_is_refused(adult_connection
     with pytest.raises(dpsql.NotSupportedError, match="no declared domain"):
         adult_connection.cursor().execute("SELECT age // 10 AS d, browser, COUNT(*) FROM adult GROUP BY d, browser", epsilon=1.0)
     assert adult_connection.budget_remaining() == before
+
+
+def test_derived_cells_the_where_clause_cannot_reach_are_exact_zeros(adult_connection: dpsql.Connection) -> None:
+    cursor = adult_connection.cursor().execute("SELECT age // 10 AS d, COUNT(*) FROM adult WHERE age >= 40 GROUP BY d", epsilon=1.0)
+    rows = dict(zip((r[0] for r in cursor.fetchall()), cursor.errors))
+    assert [d for d, e in rows.items() if e[1] == 0] == [1, 2, 3]  # ages 17-39 only: exact zeros, no noise
+    assert all(e[1] > 0 for d, e in rows.items() if d >= 4)
