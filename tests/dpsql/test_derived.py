@@ -254,3 +254,32 @@ def test_derived_cells_the_where_clause_cannot_reach_are_exact_zeros(adult_conne
     rows = dict(zip((r[0] for r in cursor.fetchall()), cursor.errors))
     assert [d for d, e in rows.items() if e[1] == 0] == [1, 2, 3]  # ages 17-39 only: exact zeros, no noise
     assert all(e[1] > 0 for d, e in rows.items() if d >= 4)
+
+
+def test_parameters_inside_derived_expressions_in_one_batch(adult_connection: dpsql.Connection, adult_frame: pd.DataFrame) -> None:
+    """executemany: two bindings give two derived columns over `age`, read once and folded into each (and
+    into their joint marginal when the plan measures one)."""
+    sql = "SELECT CASE WHEN age < ? THEN 'young' ELSE 'old' END AS band, COUNT(*) FROM adult GROUP BY band"
+    cursor = adult_connection.cursor()
+    with dpsql.testing.noise_disabled():
+        rows = cursor.executemany(sql, [(30,), (50,)], epsilon=1.0).fetchall()
+    ages = adult_frame["age"]
+    assert [(r[0], round(r[1])) for r in rows] == [
+        ("young", int((ages < 30).sum())), ("old", int((ages >= 30).sum())),
+        ("young", int((ages < 50).sum())), ("old", int((ages >= 50).sum())),
+    ]  # fmt: skip
+
+
+def test_fold_into_a_joint_marginal_of_two_derived_columns_and_their_source(adult_connection: dpsql.Connection) -> None:
+    where = ("age > 20 OR sex = 'F'", "sex = 'M'")  # different WHERE clauses: masks in the products, over age
+    statements = [parse_statement(f"SELECT age // {w} AS d, COUNT(*) FROM adult WHERE {c} GROUP BY d") for w, c in zip((10, 25), where)]
+    batch = compile_batch(statements, [1.0, 1.0], *_adult(adult_connection))
+    (ten,), (quarter,) = (s.branches[0].query.group_by for s in statements)
+    assert batch.read_marginals([(ten, quarter, "age"), (ten, "sex")]) == (("age",), ("age", "sex"))
+    counts = np.arange(74)  # a count per age 17..90
+    joint = batch.folded([(ten, quarter, "age")], {("age",): counts})[(ten, quarter, "age")]
+    ages = np.arange(17, 91)
+    tens, quarters = batch.derived[ten].map.cell_of, batch.derived[quarter].map.cell_of
+    assert joint.shape == (9, 4, 74) and joint.sum() == counts.sum()
+    assert all(joint[tens[i], quarters[i], i] == counts[i] for i in range(74))
+    assert [batch.derived[ten].map.domain.labels()[tens[i]] for i in range(74)] == list(ages // 10)
