@@ -124,6 +124,8 @@ def is_derived(node: exp.Expression) -> bool:
     in full by :func:`derived_column`)."""
     if isinstance(node, exp.Paren):
         return is_derived(node.this)
+    if node.find(exp.AggFunc) is not None:  # COUNT(*) + 1: an aggregate expression, not a group column
+        return False
     if isinstance(node, exp.Anonymous):
         return str(node.this).lower() == "date_part"
     return isinstance(node, _DERIVED_NODES)
