@@ -284,3 +284,11 @@ def test_fold_into_a_joint_marginal_of_two_derived_columns_and_their_source(adul
     assert joint.shape == (9, 4, 74) and joint.sum() == counts.sum()
     assert all(joint[tens[i], quarters[i], i] == counts[i] for i in range(74))
     assert [batch.derived[ten].map.domain.labels()[tens[i]] for i in range(74)] == list(ages // 10)
+
+
+def test_local_surveys_refuse_derived_group_columns() -> None:
+    from dpsql import local
+
+    schema = {"privacy_unit": None, "columns": {"age": {"range": [1, 4]}}}
+    with pytest.raises(dpsql.NotSupportedError, match="local survey answers group columns it randomized"):
+        local.design(schema, ["SELECT age // 2 AS half, COUNT(*) FROM t GROUP BY half"], 1.0, seed=0, restarts=1, iterations=100)
