@@ -6,8 +6,8 @@ columns carry None in the errors. Every cell of a grouping set's GROUP BY domain
 included), except the hidden remainder cell of a released key set; GROUP BY cells that the WHERE clause
 makes unreachable are exact zeros. Branches (grouping sets) fill the statement's columns by their layout
 (a rolled-up column is NULL, ``GROUPING()`` a constant). HAVING, ORDER BY, OFFSET and LIMIT apply to the
-released rows (post-processing, free of privacy cost; hidden aggregates they use are dropped last); the order is total over values of any types, NULLs last in
-both directions, so ordering can never fail. Without ORDER BY, rows come branch by branch, each in domain
+released rows (post-processing, free of privacy cost; hidden aggregates they use are dropped last); the
+order is total over values of any types, NULLs last in both directions, so ordering can never fail. Without ORDER BY, rows come branch by branch, each in domain
 order of its GROUP BY columns (the first varies slowest).
 """
 
