@@ -83,6 +83,10 @@ def explain_rows(prepared: Prepared) -> list[ExplainRow]:
     rows = [ExplainRow("statement", str(i + 1), w, s.sql) for i, (s, w) in enumerate(zip(request.statements, request.weights))]
     for name, column in batch.columns.items():
         rows.append(ExplainRow("column", name, None, column.describe()))
+    for name, derived in batch.derived.items():
+        detail = (f"derived from {derived.source!r}: {derived.map.domain.size} cell(s), a public map of its declared cells; "
+                  f"counts read per {derived.source!r} cell and summed into these before the noise")
+        rows.append(ExplainRow("column", name, None, detail))
     schema = prepared.table.schema
     unit = f"at most {schema.max_rows_per_unit} random row(s) per {schema.privacy_unit!r}" if schema.privacy_unit else "one row = one unit"
     rows.append(ExplainRow("bounding", "rows per unit", float(schema.contributions), f"{unit}; values outside the domain: {OUT_OF_DOMAIN_RULE}"))

@@ -139,7 +139,7 @@ def _compile(sql: object, parameters: Sequence[object] | None, schema: Schema) -
 
 
 def _mentioned(query: Query) -> list[str]:
-    names = list(query.group_by)
+    names = list(query.group_sources())
     for item in query.select:
         if isinstance(item, GroupKey) or (isinstance(item, Count) and item.column is not None):
             names.append(item.column)  # type: ignore[arg-type]
@@ -150,6 +150,11 @@ def _mentioned(query: Query) -> list[str]:
 
 def _check_declared(query: Query, schema: Schema) -> None:
     """Every column the statement reads must have a declared domain among ``schema``'s columns."""
+    if query.derived:
+        raise NotSupportedError(
+            f"GROUP BY {query.derived[0].key[:60]!r}: a local survey answers group columns it randomized; group by the "
+            "source column and combine its rows, or declare the derived values as a column of the survey"
+        )
     known = {c.name.lower(): c for c in schema.columns}
     for name in _mentioned(query):
         column = known.get(name.lower())

@@ -142,6 +142,12 @@ def prepare(session: Session, request: Request) -> Prepared:
         domain = keys.placeholder_domain(keyed) if selecting else keys.keys_domain(keyed, cached)  # type: ignore[arg-type]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
     batch = compile_batch(request.statements, request.weights, schema, tuple(table.column_types))
+    if keyed is not None and batch.derived:
+        raise NotSupportedError(
+            f"GROUP BY {next(iter(batch.derived))[:60]!r}: a derived group column cannot be combined with the column "
+            f"{keyed!r}, which has no declared domain; declare {keyed!r}'s domain, or group by the derived column in a "
+            "statement of its own"
+        )
     rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters))
     if request.cost is None and not request.explain:
         raise ProgrammingError(
@@ -319,8 +325,9 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
     else:
         keyed = None
         assert prepared.decision.plan is not None
-        marginals = tuple(prepared.decision.plan.required_marginals())
-    ordered = {name: columns[name] for name in (*domain.attributes, *(c for c in columns if c not in domain.attributes))}
+        marginals = batch.read_marginals(prepared.decision.plan.required_marginals())
+    attributes = batch.read_attributes(domain.attributes)
+    ordered = {name: columns[name] for name in (*attributes, *(c for c in columns if c not in attributes))}
     return BoundedAggregation(
         table=table.relation,
         columns=ordered,
@@ -352,7 +359,7 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
         full = np.moveaxis(keys.table_over_keys(aggregation.key_histogram(result), domain), 0, batch.workload.domain.attributes.index(prepared.keyed))
         required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
     else:
-        required = aggregation.marginal_arrays(result)
+        required = batch.folded(plan.required_marginals(), aggregation.marginal_arrays(result))  # type: ignore[union-attr]
     assert plan is not None and batch.workload is not None
     measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
     fresh = plan.answer(measurement)

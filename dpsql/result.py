@@ -5,9 +5,9 @@ them would break consistency across cells and subtotals. Each count carries its 
 columns carry None in the errors. Every cell of a grouping set's GROUP BY domain is a row (zeros
 included), except the hidden remainder cell of a released key set; GROUP BY cells that the WHERE clause
 makes unreachable are exact zeros. Branches (grouping sets) fill the statement's columns by their layout
-(a rolled-up column is NULL, ``GROUPING()`` a constant). ORDER BY, OFFSET and LIMIT apply to the released
-rows (post-processing, free of privacy cost); the order is total over values of any types, NULLs last in
-both directions, so ordering can never fail. Without ORDER BY, rows come branch by branch, each in domain
+(a rolled-up column is NULL, ``GROUPING()`` a constant). HAVING, ORDER BY, OFFSET and LIMIT apply to the
+released rows (post-processing, free of privacy cost; hidden aggregates they use are dropped last); the
+order is total over values of any types, NULLs last in both directions, so ordering can never fail. Without ORDER BY, rows come branch by branch, each in domain
 order of its GROUP BY columns (the first varies slowest).
 """
 
@@ -25,6 +25,7 @@ from dpsql.errors import ProgrammingError
 from dpsql.frames import FrameSource, ResultFrames
 from dpsql.sql.compile import CompiledQuery
 from dpsql.sql.grouping import Constant
+from dpsql.sql.having import holds
 from dpsql.sql.parse import GroupKey
 from dpsql.sql.statement import Statement
 from dpsql.types import DATETIME, NUMBER, STRING
@@ -84,10 +85,14 @@ def statement_result(
     for branch, query, branch_values, branch_variances in zip(statement.branches, compiled, values, variances):
         branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances)
         for row, error in zip(branch_rows, branch_errors):
-            rows.append(tuple(s.value if isinstance(s, Constant) else row[s] for s in branch.layout))
+            output = tuple(s.value if isinstance(s, Constant) else row[s] for s in branch.layout)
+            if branch.having is not None and not holds(branch.having, output):
+                continue
+            rows.append(output)
             errors.append(tuple(None if isinstance(s, Constant) else error[s] for s in branch.layout))
     rows, errors = _ordered(statement, rows, errors)
-    return ResultSet(_description(statement, compiled), rows, errors)
+    shown = len(statement.names)
+    return ResultSet(_description(statement, compiled), [r[:shown] for r in rows], [e[:shown] for e in errors])
 
 
 def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]) -> tuple[list[Row], list[Row]]:
@@ -97,14 +102,14 @@ def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variance
     key_cells = np.unravel_index(cells, shape) if shape else ()
     shown = np.ones(len(cells), dtype=bool)
     for position, column in enumerate(compiled.group_columns):
-        hidden = compiled.columns[column].hidden_cells
+        hidden = compiled.group_domain(column).hidden_cells
         if hidden:
             shown &= ~np.isin(key_cells[position], hidden)
     columns: list[list[object]] = []
     error_columns: list[list[object]] = []
     for item, rows in zip(compiled.query.select, compiled.counts):
         if isinstance(item, GroupKey):
-            labels = compiled.columns[item.column].labels()
+            labels = compiled.group_domain(item.column).labels()
             position = compiled.group_columns.index(item.column)
             columns.append([labels[i] for i in key_cells[position][shown]])
             error_columns.append([None] * int(shown.sum()))
@@ -144,7 +149,7 @@ def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tup
                 continue
             item = query.query.select[slot]
             if isinstance(item, GroupKey):
-                column = query.columns[item.column]
+                column = query.group_domain(item.column)
                 type_code = _type_code(column.labels()[: column.value_cells])
                 null_ok |= column.nullable
         described.append((name, type_code, None, None, None, None, null_ok))

@@ -8,6 +8,11 @@ or when the WHERE clause reads a column whose cells are only known after key bou
 set), or the caller asks for it (local surveys) — each branch keeps its WHERE as masks in its products
 and the rows are bounded unfiltered. Answers to the merged workload map back to each statement's
 products, in the statement's own attribute order.
+
+A derived GROUP BY column (``dpsql.sql.derived``) is an attribute of the workload that the table does
+not have: the engine reads counts over its source column instead (:meth:`CompiledBatch.read_marginals`)
+and sums them into the derived cells through the column's public map (:meth:`CompiledBatch.folded`),
+exactly and before any noise, so the plan measures the derived cells themselves.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import numpy as np
 
 from dpsql.result import ResultSet, statement_result
 from dpsql.schema import ColumnDomain, Schema
-from dpsql.sql.compile import CellFilter, CompiledQuery, compile_query, statement_counts
+from dpsql.sql.compile import CellFilter, CompiledQuery, DerivedAttribute, compile_query, statement_counts
 from dpsql.sql.statement import Statement
 from planner import Domain, Product, Workload
 
@@ -51,6 +56,49 @@ class CompiledBatch:
                 for name, column in branch.columns.items():
                     found.setdefault(name, column)
         return found
+
+    @property
+    def derived(self) -> dict[str, DerivedAttribute]:
+        """Every derived GROUP BY attribute of some branch (one map per expression: one schema)."""
+        found: dict[str, DerivedAttribute] = {}
+        for statement in self.statements:
+            for branch in statement.branches:
+                for name, attribute in branch.derived.items():
+                    found.setdefault(name, attribute)
+        return found
+
+    def read_attributes(self, attributes: Sequence[str]) -> tuple[str, ...]:
+        """The table columns that give ``attributes``: a derived attribute's source in its place."""
+        derived = self.derived
+        return tuple(dict.fromkeys(derived[a].source if a in derived else a for a in attributes))
+
+    def read_marginals(self, marginals: Sequence[tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:
+        """The marginals to read from the table for the plan's ``marginals`` (see :meth:`folded`)."""
+        return tuple(dict.fromkeys(self.read_attributes(m) for m in marginals))
+
+    def folded(self, marginals: Sequence[tuple[str, ...]], read: dict[tuple[str, ...], np.ndarray]) -> dict[tuple[str, ...], np.ndarray]:
+        """The plan's ``marginals`` from the marginals read over source columns: each source cell's count
+        added to the derived cells its values map to (a public map: exact, before any noise)."""
+        derived = self.derived
+        folded = {}
+        for marginal in marginals:
+            source = self.read_attributes(marginal)
+            table = read[source]
+            if source == marginal:
+                folded[marginal] = table
+                continue
+            cells = np.indices(table.shape).reshape(len(source), -1)
+            target = []
+            for attribute in marginal:
+                if attribute in derived:
+                    target.append(derived[attribute].map.cell_of[cells[source.index(derived[attribute].source)]])
+                else:
+                    target.append(cells[source.index(attribute)])
+            assert self.workload is not None
+            out = np.zeros(self.workload.domain.shape(marginal), dtype=table.dtype)
+            np.add.at(out, tuple(target), table.reshape(-1))
+            folded[marginal] = out
+        return folded
 
     def results(self, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]) -> list[ResultSet]:
         """Each statement's result set from per-product answers of the merged workload (empty sequences

@@ -11,7 +11,12 @@ of the SELECT list is one workload product:
   over their joint public domain, evaluated with SQL's three-valued logic: a NULL cell never
   satisfies a comparison), or, when it also mentions GROUP BY columns, one ``Explicit`` factor with
   a row per group cell (rows that select nothing are dropped: those cells are exact zeros);
-* ``COUNT(c)`` for a nullable ``c`` adds the conjunct ``c IS NOT NULL``.
+* ``COUNT(c)`` for a nullable ``c`` adds the conjunct ``c IS NOT NULL``;
+* a derived GROUP BY column (``CASE``, arithmetic or a date part over one column, see
+  :mod:`dpsql.sql.derived`) is an attribute of its own, whose cells are its values, with an ``Identity``
+  factor: the planner measures its few cells, not the cells of its source. Its public map from the
+  source's declared cells (:attr:`CompiledQuery.derived`) lets the engine read counts over the source
+  and sum them into the derived cells before any noise (``dpsql.workloads``).
 
 Predicates are evaluated against the schema's domains only, never against the data. The WHERE
 masks are also handed to the backend (:attr:`CompiledQuery.row_filters`), which drops the rows they
@@ -21,6 +26,7 @@ counts (a per-row public rule, so still DP), and the workload's masks leave thos
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 from collections.abc import Sequence
@@ -30,6 +36,7 @@ import numpy as np
 
 from dpsql.errors import DataError, NotSupportedError, ProgrammingError
 from dpsql.schema import ColumnDomain, Schema
+from dpsql.sql.derived import CaseWhen, Derived, DerivedMap, derived_map
 from dpsql.sql.parse import (
     And,
     Between,
@@ -61,6 +68,15 @@ class ProductRows:
     keys: np.ndarray
 
 
+@dataclass(frozen=True, eq=False)
+class DerivedAttribute:
+    """A derived GROUP BY column as an attribute of the workload: the column it is computed from and
+    the public map of that column's cells to its own."""
+
+    source: str
+    map: DerivedMap
+
+
 @dataclass(frozen=True)
 class CompiledQuery:
     """A statement ready to run.
@@ -82,14 +98,19 @@ class CompiledQuery:
     row_filters: tuple[CellFilter, ...]
     statement_workload: Workload | None
     structural_zeros: np.ndarray  # bool over the GROUP BY cells (shape = group_shape)
+    derived: dict[str, DerivedAttribute] = dataclasses.field(default_factory=dict)  # by GROUP BY key
 
     @property
     def group_columns(self) -> tuple[str, ...]:
         return self.query.group_by
 
+    def group_domain(self, name: str) -> ColumnDomain:
+        """The domain a GROUP BY entry's rows show: its column's, or a derived column's values."""
+        return self.derived[name].map.domain if name in self.derived else self.columns[name]
+
     @property
     def group_shape(self) -> tuple[int, ...]:
-        return tuple(self.columns[c].size for c in self.query.group_by)
+        return tuple(self.group_domain(c).size for c in self.query.group_by)
 
     @property
     def group_cells(self) -> int:
@@ -121,16 +142,18 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
     resolver = _Resolver(query, schema, table_columns)
     query = resolver.resolved_query()
     columns = resolver.columns
+    derived = _derived_attributes(query, columns)
+    cells = {**columns, **{name: d.map.domain for name, d in derived.items()}}  # every attribute's domain
     group = query.group_by
     counted = [c for c in columns if c not in group and _counts_nulls(c, query, columns)]
     where_only = [c for c in columns if c not in group and c not in counted and _in_where(c, query)]
     where_conjuncts = _conjuncts(query.where) if query.where is not None else []
-    statement_domain = _domain(columns, (*group, *counted, *where_only))
-    statement_workload, statement_counts = _workload(statement_domain, columns, query, where_conjuncts)
+    statement_domain = _domain(cells, (*group, *counted, *where_only))
+    statement_workload, statement_counts = _workload(statement_domain, cells, query, where_conjuncts)
     filters = _cell_filters(statement_domain, columns, where_conjuncts)
-    domain = _domain(columns, (*group, *counted))
+    domain = _domain(cells, (*group, *counted))
     zero = {i.column for i, c in zip(query.select, statement_counts) if isinstance(i, Count) and c is None}
-    workload, counts = _workload(domain, columns, query, [], zero)
+    workload, counts = _workload(domain, cells, query, [], zero)
     if statement_workload is None:
         workload, counts = None, tuple(None for _ in counts)
     return CompiledQuery(
@@ -142,8 +165,19 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
         contributions=schema.contributions,
         row_filters=tuple(f for f in filters if not f.mask.all()),
         statement_workload=statement_workload,
-        structural_zeros=_structural_zeros(filters, group, columns),
+        structural_zeros=_structural_zeros(filters, group, cells, derived),
+        derived=derived,
     )
+
+
+def _derived_attributes(query: Query, columns: dict[str, ColumnDomain]) -> dict[str, DerivedAttribute]:
+    """Each derived GROUP BY column with its public map, computed from its source's declared domain."""
+    found = {}
+    for derived in query.derived:
+        source = derived.source
+        mapped = derived_map(derived, columns[source], lambda p, s=source: _truth(p, (s,), columns))
+        found[derived.key] = DerivedAttribute(source, mapped)
+    return found
 
 
 def _domain(columns: dict[str, ColumnDomain], names: Sequence[str]) -> Domain:
@@ -184,8 +218,11 @@ def _workload(
     return (Workload(domain, tuple(products)) if products else None), tuple(counts)
 
 
-def _structural_zeros(filters: list[CellFilter], group: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
-    """GROUP BY cells that no row passing the WHERE masks can fall in."""
+def _structural_zeros(
+    filters: list[CellFilter], group: tuple[str, ...], columns: dict[str, ColumnDomain], derived: dict[str, DerivedAttribute]
+) -> np.ndarray:
+    """GROUP BY cells that no row passing the WHERE masks can fall in (a derived column's cells that no
+    allowed cell of its source maps to included)."""
     shape = tuple(columns[c].size for c in group)
     reachable = np.ones(shape, dtype=bool)
     for cell_filter in filters:
@@ -197,6 +234,14 @@ def _structural_zeros(filters: list[CellFilter], group: tuple[str, ...], columns
         keyed = [cell_filter.scope[i] for i in keyed_axes]  # in GROUP BY order (domain order)
         broadcast = [columns[c].size if c in keyed else 1 for c in group]
         reachable &= allowed.reshape(broadcast)
+    for name, attribute in derived.items():
+        for cell_filter in (f for f in filters if attribute.source in f.scope):
+            axis = cell_filter.scope.index(attribute.source)
+            others = tuple(i for i in range(len(cell_filter.scope)) if i != axis)
+            sources = cell_filter.mask.any(axis=others) if others else cell_filter.mask
+            allowed = np.zeros(attribute.map.domain.size, dtype=bool)
+            allowed[attribute.map.cell_of[sources]] = True
+            reachable &= allowed.reshape([allowed.size if c == name else 1 for c in group])
     return ~reachable
 
 
@@ -248,14 +293,24 @@ class _Resolver:
 
     def resolved_query(self) -> Query:
         q = self.query
-        group = tuple(dict.fromkeys(self.name(c, "GROUP BY") for c in q.group_by))
-        select = tuple(self._item(item) for item in q.select)
+        derived = tuple(self._derived(d) for d in q.derived)
+        keys = {d.key for d in derived}
+        group = tuple(dict.fromkeys(c if c in keys else self.name(c, "GROUP BY") for c in q.group_by))
+        select = tuple(self._item(item, keys) for item in q.select)
         where = self._predicate(q.where) if q.where is not None else None
-        return Query(q.table, select, group, where)
+        return Query(q.table, select, group, where, derived)
 
-    def _item(self, item: GroupKey | Count) -> GroupKey | Count:
+    def _derived(self, derived: Derived) -> Derived:
+        source = self.name(derived.source, "GROUP BY")
+        expression = derived.expression
+        if isinstance(expression, CaseWhen):
+            branches = tuple((self._predicate(p), value) for p, value in expression.branches)
+            expression = CaseWhen(branches, expression.default)
+        return Derived(derived.key, source, expression)
+
+    def _item(self, item: GroupKey | Count, derived_keys: set[str]) -> GroupKey | Count:
         if isinstance(item, GroupKey):
-            return GroupKey(item.name, self.name(item.column, "SELECT"))
+            return item if item.column in derived_keys else GroupKey(item.name, self.name(item.column, "SELECT"))
         if item.column is None:
             return item
         return Count(item.name, self.name(item.column, "SELECT COUNT"))
@@ -553,4 +608,5 @@ def statement_counts(compiled: CompiledQuery) -> tuple[ProductRows | None, ...]:
     if compiled.statement_workload is None:
         return tuple(None for _ in compiled.query.select)
     conjuncts = _conjuncts(compiled.query.where) if compiled.query.where is not None else []
-    return _workload(compiled.statement_workload.domain, compiled.columns, compiled.query, conjuncts)[1]
+    cells = {**compiled.columns, **{name: d.map.domain for name, d in compiled.derived.items()}}
+    return _workload(compiled.statement_workload.domain, cells, compiled.query, conjuncts)[1]

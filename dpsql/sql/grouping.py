@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.sql.derived import derived_key, is_derived
 from dpsql.sql.parse import SUPPORTED, refuse_select_item
 
 GroupingSet = tuple[str, ...]
@@ -53,6 +54,9 @@ class SelectBranch:
 
 
 def _column_name(node: exp.Expression, clause: str) -> str:
+    """A grouping column's name: the column's, or a derived expression's key (``dpsql.sql.derived``)."""
+    if is_derived(node):
+        return derived_key(node)
     if isinstance(node, exp.Paren):
         return _column_name(node.this, clause)
     if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
@@ -80,8 +84,6 @@ def _element_sets(node: exp.Expression) -> list[GroupingSet]:
         return [tuple(c for part in parts[:size] for c in part) for size in range(len(parts), -1, -1)]
     if isinstance(node, exp.GroupingSets):
         return [s for element in node.expressions for s in _element_sets(element)]
-    if isinstance(node, exp.Literal):
-        raise NotSupportedError(f"GROUP BY by position ({node.sql()}) is not supported: name the columns. {SUPPORTED}")
     return [_composite(node, "GROUP BY")]
 
 
@@ -136,6 +138,8 @@ def _items(select: exp.Select) -> list[_Item]:
             items.append(_Item(name or inner.sql(dialect="duckdb"), inner, "grouping", columns))
         elif isinstance(inner, exp.Column):
             items.append(_Item(name or inner.name, inner, "key", (inner.name,)))
+        elif is_derived(inner):
+            items.append(_Item(name or inner.sql(dialect="duckdb"), inner, "key", (derived_key(inner),)))
         else:
             refuse_select_item(inner)
             items.append(_Item(name or inner.sql(dialect="duckdb"), inner, "count", ()))
@@ -144,18 +148,26 @@ def _items(select: exp.Select) -> list[_Item]:
 
 def split_select(select: exp.Select) -> tuple[tuple[str, ...], list[SelectBranch]]:
     """The output names of a SELECT and its grouping-set branches."""
+    resolve_references(select)
     sets = expand_group_by(select.args.get("group"))
     grouped = {c.lower() for s in sets for c in s}
     items = _items(select)
     for item in items:
         strays = [c for c in item.columns if c.lower() not in grouped]
+        if strays and item.kind == "key" and is_derived(item.node):
+            raise NotSupportedError(
+                f"SELECT: the expression {strays[0]!r} is not in GROUP BY; use it (or its alias or position) in GROUP BY: "
+                "an expression over columns is supported as a group column of its own"
+            )
         if strays:
             where = "GROUPING()" if item.kind == "grouping" else "SELECT"
             raise ProgrammingError(f"{where}: column {strays[0]!r} must appear in the GROUP BY clause (or inside COUNT)")
-    return tuple(i.name for i in items), [_branch(select, items, s) for s in sets]
+    group = select.args.get("group")
+    derived = {derived_key(n).lower(): n for n in (group.find_all(exp.Expression) if group else ()) if is_derived(n)}
+    return tuple(i.name for i in items), [_branch(select, items, s, derived) for s in sets]
 
 
-def _branch(select: exp.Select, items: list[_Item], grouping_set: GroupingSet) -> SelectBranch:
+def _branch(select: exp.Select, items: list[_Item], grouping_set: GroupingSet, derived: dict[str, exp.Expression]) -> SelectBranch:
     members = {c.lower() for c in grouping_set}
     kept: list[exp.Expression] = []
     layout: list[Slot] = []
@@ -173,5 +185,62 @@ def _branch(select: exp.Select, items: list[_Item], grouping_set: GroupingSet) -
         plain.set(arg, None)
     plain.set("expressions", kept)
     if grouping_set:
-        plain = plain.group_by(*(exp.column(c, quoted=not c.isidentifier()) for c in grouping_set), copy=False)
+        keys = (derived[c.lower()].copy() if c.lower() in derived else exp.column(c, quoted=not c.isidentifier()) for c in grouping_set)
+        plain = plain.group_by(*keys, copy=False)
     return SelectBranch(grouping_set, plain, tuple(layout))
+
+
+# ---------------------------------------------------------------------------------------------------
+# GROUP BY positions and aliases.
+# ---------------------------------------------------------------------------------------------------
+
+
+def resolve_references(select: exp.Select) -> None:
+    """Replace, in place, each GROUP BY element that is a position (``GROUP BY 1``) by the SELECT item it
+    points at, and each name that is the alias of a derived SELECT expression (``… AS band … GROUP BY
+    band``) by that expression — also inside CUBE, ROLLUP and GROUPING SETS."""
+    group = select.args.get("group")
+    if group is None:
+        return
+    items = [(e.alias if isinstance(e, exp.Alias) else None, e.this if isinstance(e, exp.Alias) else e) for e in select.expressions]
+    aliases: dict[str, exp.Expression] = {}
+    for alias, node in items:
+        if alias and is_derived(node):
+            if any(c.name.lower() == alias.lower() for c in node.find_all(exp.Column)):
+                raise NotSupportedError(
+                    f"GROUP BY {alias}: the alias {alias!r} is also the name of the column its expression reads, so SQL "
+                    f"would group by the column; use another alias for {node.sql(dialect='duckdb')[:60]!r}"
+                )
+            aliases.setdefault(alias.lower(), node)
+
+    def substitute(node: exp.Expression) -> None:
+        if isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets, exp.Tuple)):
+            for element in list(node.expressions):
+                substitute(element)
+        elif isinstance(node, exp.Paren):
+            substitute(node.this)
+        elif isinstance(node, exp.Literal) and not node.is_string:
+            node.replace(_positional(node, items))
+        elif isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            node.replace(aliases[node.name.lower()].copy())
+
+    for element in list(group.expressions):
+        substitute(element)
+    for arg in ("grouping_sets", "cube", "rollup"):
+        value = group.args.get(arg)
+        for element in value if isinstance(value, list) else [value] if value else []:
+            substitute(element)
+
+
+def _positional(node: exp.Literal, items: list[tuple[str | None, exp.Expression]]) -> exp.Expression:
+    text = str(node.this)
+    position = int(text) if text.isdigit() else 0
+    if not 1 <= position <= len(items):
+        raise ProgrammingError(f"GROUP BY {text}: a position must be between 1 and {len(items)} (the SELECT list's items)")
+    target = items[position - 1][1]
+    if isinstance(target, (exp.AggFunc, exp.Grouping)):
+        raise ProgrammingError(
+            f"GROUP BY {text}: item {position} of the SELECT list is {target.sql(dialect='duckdb')[:40]!r}, not a group "
+            f"column; use the position of a column or of a derived expression"
+        )
+    return target.copy()

@@ -23,6 +23,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.sql.derived import Derived, derived_column, is_derived
 
 SUPPORTED = (
     "Supported: SELECT <group columns and COUNT(*) / COUNT(column), optionally AS alias> FROM <one table> "
@@ -112,16 +113,23 @@ SelectItem = GroupKey | Count
 
 @dataclass(frozen=True)
 class Query:
-    """One grouping set of a statement: ``SELECT <keys and counts> FROM table [WHERE] [GROUP BY]``."""
+    """One grouping set of a statement: ``SELECT <keys and counts> FROM table [WHERE] [GROUP BY]``.
+    A GROUP BY entry is a column name or the key of one of ``derived`` (an expression over a column)."""
 
     table: str
     select: tuple[SelectItem, ...]
     group_by: tuple[str, ...]
     where: Predicate | None
+    derived: tuple[Derived, ...] = ()
+
+    def group_sources(self) -> tuple[str, ...]:
+        """The columns the GROUP BY entries read (a derived entry's source column)."""
+        source = {d.key: d.source for d in self.derived}
+        return tuple(dict.fromkeys(source.get(g, g) for g in self.group_by))
 
     def columns(self) -> tuple[str, ...]:
         """Every column the statement mentions, in order of first appearance."""
-        found = list(self.group_by)
+        found = list(self.group_sources())
         found += [item.column for item in self.select if isinstance(item, Count) and item.column is not None]
         if self.where is not None:
             found += predicate_columns(self.where)
@@ -274,6 +282,7 @@ class BranchChecker:
         self.statement = select
         self.table = ""
         self.qualifiers: set[str] = set()
+        self.derived: dict[str, Derived] = {}  # by key
 
     def query(self) -> Query:
         select = self._require_select()
@@ -293,7 +302,7 @@ class BranchChecker:
                 )
         where = select.args.get("where")
         predicate = self._predicate(where.this) if where is not None else None
-        return Query(table=self.table, select=items, group_by=group_by, where=predicate)
+        return Query(table=self.table, select=items, group_by=group_by, where=predicate, derived=tuple(self.derived.values()))
 
     # -- statement and FROM ----------------------------------------------------------------------
     def _require_select(self) -> exp.Select:
@@ -350,8 +359,17 @@ class BranchChecker:
         refuse_select_item(node)
         if isinstance(node, exp.Count):
             return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column))
+        if is_derived(node):
+            key = self._derived(node)
+            return GroupKey(alias or node.sql(dialect="duckdb"), key)
         column = self._column(node, "SELECT")
         return GroupKey(alias or column, column)
+
+    def _derived(self, node: exp.Expression) -> str:
+        """Check a derived group column (``dpsql.sql.derived``) and return its key."""
+        derived = derived_column(node, self, predicate_columns)
+        self.derived.setdefault(derived.key, derived)
+        return derived.key
 
     def _group_by(self, select: exp.Select) -> tuple[str, ...]:
         group = select.args.get("group")
@@ -364,9 +382,7 @@ class BranchChecker:
         for node in group.expressions:
             if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets)):
                 raise NotSupportedError(f"GROUP BY {type(node).__name__.upper()} is not supported: list plain columns. {SUPPORTED}")
-            if isinstance(node, exp.Literal):
-                raise NotSupportedError(f"GROUP BY by position ({node.sql()}) is not supported: name the columns. {SUPPORTED}")
-            columns.append(self._column(node, "GROUP BY"))
+            columns.append(self._derived(node) if is_derived(node) else self._column(node, "GROUP BY"))
         return tuple(dict.fromkeys(columns))
 
     # -- WHERE -------------------------------------------------------------------------------------

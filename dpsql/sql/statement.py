@@ -5,8 +5,10 @@ a request for the plan (several ``;``-separated statements may follow it). ``bin
 statement tree's ``?`` parameters (PEP 249 ``qmark``) and splits it into grouping-set branches — the
 SELECTs of a ``UNION ALL`` concatenated, GROUPING SETS / CUBE / ROLLUP expanded (``dpsql.sql.grouping``)
 — each checked into a :class:`~dpsql.sql.parse.Query`. ORDER BY / LIMIT / OFFSET belong to the whole
-statement and apply to its released rows (post-processing). A plain ``SELECT … GROUP BY a, b`` is the
-statement with one branch.
+statement and HAVING to its SELECT's branches; all apply to the released rows (post-processing,
+:mod:`dpsql.sql.having`). An aggregate that HAVING or ORDER BY uses but the SELECT list does not show is
+appended to every SELECT as a hidden output column: measured and priced with the rest, never shown.
+A plain ``SELECT … GROUP BY a, b`` is the statement with one branch.
 
 >>> statement = parse_statement("SELECT sex, COUNT(*) AS n FROM adult WHERE age > ? GROUP BY sex", (30,))
 >>> branch = statement.branches[0]
@@ -26,6 +28,7 @@ from sqlglot.errors import SqlglotError
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.grouping import MAX_GROUPING_SETS, Constant, GroupingSet, Slot, split_select
+from dpsql.sql.having import Condition, aggregates, having_condition
 from dpsql.sql.parse import SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
@@ -38,7 +41,8 @@ class Branch:
 
     grouping_set: GroupingSet
     query: Query
-    layout: tuple[Slot, ...]
+    layout: tuple[Slot, ...]  # per output column, the hidden ones (after ``Statement.names``) included
+    having: Condition | None = None  # over output columns, applied to the released rows
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,8 @@ class OrderKey:
 
 @dataclass(frozen=True)
 class Statement:
-    """A checked statement: output column names, grouping-set branches, and the ordering of its rows."""
+    """A checked statement: output column names (hidden aggregates, used by HAVING / ORDER BY, follow
+    them in each branch's layout), grouping-set branches, and the ordering of its rows."""
 
     sql: str
     names: tuple[str, ...]
@@ -104,9 +109,15 @@ def bind_statement(tree: exp.Expression, parameters: Sequence[object] | None, sq
     bound = tree.copy()
     bind_parameters(bound, parameters)
     selects = _union_members(bound)
+    havings = [select.args.get("having") for select in selects]
+    for select in selects:
+        select.set("having", None)
+    hidden = _hidden_aggregates(bound, selects, havings)
+    for select in selects:
+        select.set("expressions", [*select.expressions, *(h.copy() for h in hidden)])
     names: tuple[str, ...] | None = None
     branches: list[Branch] = []
-    for select in selects:
+    for select, having in zip(selects, havings):
         if select is not bound:
             for arg in ("order", "limit", "offset"):
                 if select.args.get(arg):
@@ -118,10 +129,11 @@ def bind_statement(tree: exp.Expression, parameters: Sequence[object] | None, sq
             names = member_names
         elif len(member_names) != len(names):
             raise ProgrammingError(
-                f"UNION ALL: every SELECT must have the same number of columns ({len(names)} in the first, "
-                f"{len(member_names)} in another)"
+                f"UNION ALL: every SELECT must have the same number of columns ({len(names) - len(hidden)} in the first, "
+                f"{len(member_names) - len(hidden)} in another)"
             )
-        branches += [Branch(b.grouping_set, BranchChecker(b.select).query(), b.layout) for b in member_branches]
+        condition = None if having is None else having_condition(having.this, lambda n, s=select: _output_position(n, s, len(hidden)))
+        branches += [Branch(b.grouping_set, BranchChecker(b.select).query(), b.layout, condition) for b in member_branches]
         if len(branches) > MAX_GROUPING_SETS:
             raise NotSupportedError(f"the statement expands to more than {MAX_GROUPING_SETS} grouping sets; use fewer")
     assert names is not None
@@ -130,6 +142,7 @@ def bind_statement(tree: exp.Expression, parameters: Sequence[object] | None, sq
         raise NotSupportedError(
             f"UNION ALL: every SELECT must read the same table (one pass over its rows); got {sorted(tables)}"
         )
+    names = names[: len(names) - len(hidden)]
     order_by = _order_by(bound, selects[0], names, branches)
     return Statement(sql, names, tuple(branches), order_by, _row_count(bound, "limit"), _row_count(bound, "offset") or 0)
 
@@ -140,6 +153,39 @@ def parse_statement(sql: str, parameters: Sequence[object] | None = None) -> Sta
     if parsed.explain:
         raise ProgrammingError("EXPLAIN is not a statement to run here; drop it, or use connection.explain()")
     return bind_statement(parsed.trees[0], parameters, parsed.texts[0])
+
+
+def _text(node: exp.Expression) -> str:
+    return (node.this if isinstance(node, exp.Alias) else node).sql(dialect="duckdb").lower()
+
+
+def _hidden_aggregates(tree: exp.Expression, selects: list[exp.Select], havings: list[exp.Expression | None]) -> list[exp.Expression]:
+    """Aggregates HAVING or ORDER BY use that the SELECT list does not show (by SQL text, once each)."""
+    needed: dict[str, exp.Expression] = {}
+    for select, having in zip(selects, havings):
+        shown = {_text(e) for e in select.expressions}
+        for node in aggregates(having.this) if having is not None else []:
+            if _text(node) not in shown:
+                needed.setdefault(_text(node), node)
+    order = tree.args.get("order")
+    shown = {_text(e) for e in selects[0].expressions}
+    for ordered in order.expressions if order is not None else []:
+        if isinstance(ordered.this, exp.AggFunc) and _text(ordered.this) not in shown:
+            needed.setdefault(_text(ordered.this), ordered.this)
+    return list(needed.values())
+
+
+def _output_position(node: exp.Expression, select: exp.Select, hidden: int) -> int | None:
+    """The output column of an aggregate (by SQL text) or of the alias of a shown aggregate, in ``select``."""
+    items = select.expressions
+    if isinstance(node, exp.AggFunc):
+        texts = [_text(e) for e in items]
+        return texts.index(_text(node)) if _text(node) in texts else None
+    if isinstance(node, exp.Column) and not node.table:
+        for position, item in enumerate(items[: len(items) - hidden]):
+            if isinstance(item, exp.Alias) and item.alias.lower() == node.name.lower() and isinstance(item.this, exp.AggFunc):
+                return position
+    return None
 
 
 def _union_members(tree: exp.Expression) -> list[exp.Select]:

@@ -20,6 +20,7 @@ from sqlglot import exp
 import dpsql
 import dpsql.testing
 from dpsql.schema import Schema
+from dpsql.sql.compile import compile_query
 from dpsql.sql.parse import Count, GroupKey
 from dpsql.sql.statement import OrderKey, parse_statement
 
@@ -92,11 +93,14 @@ def test_noise_free_answers_equal_duckdb(
     rows = cursor.fetchall()
     statement = parse_statement(sql)
     query = statement.branches[0].query
-    key_positions = [i for i, item in enumerate(query.select) if isinstance(item, GroupKey)]
-    count_positions = [i for i, item in enumerate(query.select) if isinstance(item, Count)]
+    shown = query.select[: len(statement.names)]  # aggregates only HAVING / ORDER BY use are not shown
+    key_positions = [i for i, item in enumerate(shown) if isinstance(item, GroupKey)]
+    count_positions = [i for i, item in enumerate(shown) if isinstance(item, Count)]
     _, reference = duckdb_reference(sql, adult_frame, Schema.load(adult_schema))
-    schema = Schema.load(adult_schema)
-    cells = int(np.prod([schema.column(c).size for c in query.group_by]))
+    table = adult_connection._session.table("adult")
+    cells = compile_query(query, table.schema, tuple(table.column_types)).group_cells  # derived group columns too
+    if statement.branches[0].having is not None:  # the corpus's HAVING conditions drop every zero count
+        cells = len(reference)
     expected_rows = cells if statement.limit is None else max(0, min(statement.limit, cells - statement.offset))
     assert len(rows) == expected_rows == cursor.rowcount
     zero = tuple(0 for _ in count_positions)
@@ -107,7 +111,7 @@ def test_noise_free_answers_equal_duckdb(
     if not statement.limit:
         released_keys = {tuple(row[p] for p in key_positions) for row in rows}
         assert set(reference) <= released_keys
-    assert _in_order(rows, statement.order_by)
+    assert _in_order(rows, tuple(k for k in statement.order_by if k.item < len(statement.names)))  # hidden keys: test_derived.py
     assert len(cursor.errors) == len(rows)
     for row, error in zip(rows, cursor.errors):
         assert all(error[p] is None for p in key_positions)

@@ -1,2 +1,1 @@
--- expect: NotSupportedError GROUP BY
 SELECT sex, COUNT(*) FROM adult GROUP BY 1

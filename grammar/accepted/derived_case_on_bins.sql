@@ -1,0 +1,1 @@
+SELECT CASE WHEN income < 10000 THEN 1 WHEN income < 100000 THEN 2 ELSE 3 END AS bracket, sex, COUNT(*) FROM adult GROUP BY 1, 2

@@ -1,0 +1,1 @@
+SELECT age - age % 10 AS decade_start, COUNT(*) FROM adult WHERE age BETWEEN 20 AND 69 GROUP BY 1 ORDER BY 1 DESC

@@ -1,0 +1,1 @@
+SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex HAVING COUNT(job) > 10.5 UNION ALL SELECT CASE WHEN age < 40 THEN 'young' ELSE 'old' END, COUNT(*) FROM adult GROUP BY 1

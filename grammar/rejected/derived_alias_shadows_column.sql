@@ -1,0 +1,2 @@
+-- expect: NotSupportedError GROUP BY
+SELECT age // 10 AS age, COUNT(*) FROM adult GROUP BY age

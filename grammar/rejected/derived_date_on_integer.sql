@@ -1,0 +1,2 @@
+-- expect: NotSupportedError GROUP BY
+SELECT year(age) AS y, COUNT(*) FROM adult GROUP BY y

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError SELECT
+SELECT age // 10, COUNT(*) FROM adult GROUP BY age

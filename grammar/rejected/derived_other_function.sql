@@ -1,0 +1,2 @@
+-- expect: NotSupportedError GROUP BY
+SELECT lower(sex) AS s, COUNT(*) FROM adult GROUP BY s

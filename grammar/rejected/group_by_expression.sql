@@ -1,2 +1,0 @@
--- expect: NotSupportedError GROUP BY
-SELECT COUNT(*) FROM adult GROUP BY age / 10

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError HAVING
+SELECT sex, COUNT(*) FROM adult GROUP BY sex HAVING sex = 'F'
