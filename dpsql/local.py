@@ -75,7 +75,7 @@ from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.bounded import salted_order_key
 from dpsql.sql.literals import ColumnType, canonical_schema
-from dpsql.sql.parse import Count, GroupKey, Query, predicate_columns
+from dpsql.sql.parse import Aggregate, Count, GroupKey, Query, predicate_columns
 from dpsql.sql.statement import Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import Domain, Workload
@@ -150,6 +150,12 @@ def _mentioned(query: Query) -> list[str]:
 
 def _check_declared(query: Query, schema: Schema) -> None:
     """Every column the statement reads must have a declared domain among ``schema``'s columns."""
+    aggregated = [i for i in query.select if isinstance(i, Aggregate)]
+    if aggregated:
+        raise NotSupportedError(
+            f"{aggregated[0].function}({aggregated[0].column}): a local survey answers COUNTs of its declared cells only; "
+            "sums, averages and variances of reported values are not supported there"
+        )
     known = {c.name.lower(): c for c in schema.columns}
     for name in _mentioned(query):
         column = known.get(name.lower())
