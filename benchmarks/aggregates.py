@@ -1,0 +1,175 @@
+"""SUM and AVG by group at ε = 1: dpsql's joint plan against the even-split baseline (and SmartNoise SQL).
+
+Tasks (same bounds, same privacy unit — one row per unit — for every method; truth = the exact SUM/AVG
+of the values clamped to the bounds):
+
+* PUMS_10k income by educ (16 groups, bounds [0, 500000], the metadata bounds of PUMS_large.yaml);
+* PUMS_10k income by sex × married (4 groups);
+* Adult hours-per-week by workclass (9 groups; the column holds codes 0..98, bounds [0, 98]).
+
+Methods, each releasing SUM and AVG of every group at a total ε = 1:
+
+* dpsql: ``SELECT g, SUM(v), AVG(v) FROM t GROUP BY g`` — one statement, the values' moment cells
+  planned jointly with the counts (``dpsql.sql.moments``), discrete Laplace noise;
+* even split (the peers' rule, Tumult/Google/PipelineDP): a noisy count at ε/2 and a noisy sum of the
+  midpoint-shifted values ``Σ(v − mid)`` at ε/2 per group (Laplace, sensitivities 1 and (hi − lo)/2);
+  SUM = shifted + mid·count, AVG = SUM/count clamped to [lo, hi] (mid when the count is not positive);
+* SmartNoise SQL (optional, its own environment: ``DPSQL_PEER_PYTHON``): the same SELECT at ε/2 per
+  computed column (its ε is per column: SUM and COUNT, AVG derived from them), all groups released.
+
+Columns: mean absolute error over groups and trials, for SUM and AVG, and the ratio of the baseline's
+(or peer's) AVG MAE to dpsql's.
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/aggregates.py [--trials 200]
+    # with SmartNoise SQL: DPSQL_PEER_PYTHON=/path/to/venv/bin/python (smartnoise-sql installed there)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import dpsql
+from results_io import number_text, print_table, write_csv
+
+HERE = Path(__file__).resolve().parent
+DATA = Path(os.environ.get("DPSQL_BENCH_DATA", HERE.parent.parent / "shared" / "data"))  # the repository sits beside shared/
+EPSILON = 1.0
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    file: str
+    groups: tuple[str, ...]
+    column: str
+    bounds: tuple[int, int]
+    categories: dict[str, list[int]]
+
+    def frame(self) -> pd.DataFrame:
+        data = pd.read_csv(DATA / self.file)
+        data.columns = [c.replace("-", "_").replace(">", "_") for c in data.columns]
+        return data[[*self.groups, self.column]]
+
+    def sql(self) -> str:
+        keys = ", ".join(self.groups)
+        return f"SELECT {keys}, SUM({self.column}), AVG({self.column}) FROM t GROUP BY {keys}"
+
+
+TASKS = (
+    Task("PUMS_10k income by educ", "PUMS_10k.csv", ("educ",), "income", (0, 500_000), {"educ": list(range(1, 17))}),
+    Task("PUMS_10k income by sex × married", "PUMS_10k.csv", ("sex", "married"), "income", (0, 500_000), {"sex": [0, 1], "married": [0, 1]}),
+    Task("Adult hours-per-week by workclass", "adult.csv", ("workclass",), "hours_per_week", (0, 98), {"workclass": list(range(9))}),
+)
+
+
+def truth(task: Task, data: pd.DataFrame) -> pd.DataFrame:
+    """Exact SUM and AVG of the clamped values per group, over every group of the declared domain."""
+    low, high = task.bounds
+    clamped = data.assign(v=data[task.column].clip(low, high))
+    if len(task.groups) == 1:
+        index = pd.Index(task.categories[task.groups[0]], name=task.groups[0])
+    else:
+        index = pd.MultiIndex.from_product([task.categories[g] for g in task.groups], names=list(task.groups))
+    grouped = clamped.groupby(list(task.groups)).v.agg(["sum", "count"]).reindex(index, fill_value=0)
+    return grouped.assign(avg=grouped["sum"] / grouped["count"].where(grouped["count"] > 0))
+
+
+def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> list[pd.DataFrame]:
+    schema = {
+        "privacy_unit": None,
+        "columns": {**{g: {"categories": c} for g, c in task.categories.items()}, task.column: {"bounds": list(task.bounds)}},
+    }
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON * trials), reuse=False)
+    connection.register("t", data, schema=schema)
+    cursor = connection.cursor()
+    released = []
+    for _ in range(trials):
+        rows = cursor.execute(task.sql(), epsilon=EPSILON).fetchall()
+        frame = pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups))
+        released.append(frame)
+    connection.close()
+    return released
+
+
+def even_split_trials(task: Task, data: pd.DataFrame, trials: int, rng: np.random.Generator) -> list[pd.DataFrame]:
+    low, high = task.bounds
+    mid, half = (low + high) / 2, (high - low) / 2
+    exact = truth(task, data)
+    shifted = exact["sum"] - mid * exact["count"]
+    released = []
+    for _ in range(trials):
+        count = exact["count"] + rng.laplace(0, 1 / (EPSILON / 2), len(exact))
+        total = shifted + rng.laplace(0, half / (EPSILON / 2), len(exact)) + mid * count
+        average = (total / count.where(count > 0)).clip(low, high).fillna(mid)
+        released.append(pd.DataFrame({"sum": total, "avg": average}))
+    return released
+
+
+def peer_trials(task: Task, trials: int) -> list[pd.DataFrame] | None:
+    """SmartNoise SQL's releases from its own environment, or None with a printed note."""
+    python = os.environ.get("DPSQL_PEER_PYTHON")
+    if not python:
+        print(f"  (SmartNoise SQL skipped for {task.name}: set DPSQL_PEER_PYTHON)", file=sys.stderr)
+        return None
+    request = {
+        "data": str(DATA / task.file), "groups": list(task.groups), "column": task.column, "bounds": list(task.bounds),
+        "epsilon": EPSILON, "trials": trials,
+    }
+    script = HERE / "peers" / "snsql_aggregates.py"
+    done = subprocess.run([python, str(script)], input=json.dumps(request), capture_output=True, text=True, check=True)
+    released = []
+    for rows in json.loads(done.stdout):
+        frame = pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups))
+        released.append(frame)
+    return released
+
+
+def errors(task: Task, exact: pd.DataFrame, released: list[pd.DataFrame]) -> tuple[float, float]:
+    """Mean absolute error of SUM and of AVG over groups and trials (a missing AVG reads as the midpoint)."""
+    mid = sum(task.bounds) / 2
+    sums, averages = [], []
+    for frame in released:
+        frame = frame.reindex(exact.index)
+        sums.append(np.abs(frame["sum"].astype(float).fillna(0.0) - exact["sum"]).to_numpy())
+        populated = exact["count"] > 0
+        average = frame["avg"].astype(float).fillna(mid)
+        averages.append(np.abs(average - exact["avg"])[populated].to_numpy())
+    return float(np.mean(np.concatenate(sums))), float(np.mean(np.concatenate(averages)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for task in TASKS:
+        data = task.frame()
+        exact = truth(task, data)
+        methods = {"dpsql": dpsql_trials(task, data, args.trials), "even split": even_split_trials(task, data, args.trials, rng)}
+        peer = peer_trials(task, args.trials)
+        if peer is not None:
+            methods["SmartNoise SQL"] = peer
+        measured = {name: errors(task, exact, released) for name, released in methods.items()}
+        for name, (sum_mae, avg_mae) in measured.items():
+            rows.append({
+                "task": task.name, "method": name, "groups": len(exact), "trials": args.trials, "epsilon": EPSILON,
+                "sum_mae": sum_mae, "avg_mae": avg_mae, "avg_mae_vs_dpsql": avg_mae / measured["dpsql"][1],
+            })
+    columns = ["task", "method", "groups", "trials", "epsilon", "sum_mae", "avg_mae", "avg_mae_vs_dpsql"]
+    print_table(rows, columns, number_text)
+    print(f"written to {write_csv('aggregates.csv', rows, columns)}")
+
+
+if __name__ == "__main__":
+    main()

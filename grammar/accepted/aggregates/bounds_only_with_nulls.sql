@@ -1,1 +1,0 @@
-SELECT race, COUNT(*), SUM(tip) AS tips, AVG(tip) AS mean_tip FROM adult GROUP BY race ORDER BY race
