@@ -14,14 +14,21 @@ Methods, each releasing SUM and AVG of every group at a total ε = 1:
 * even split (the peers' rule, Tumult/Google/PipelineDP): a noisy count at ε/2 and a noisy sum of the
   midpoint-shifted values ``Σ(v − mid)`` at ε/2 per group (Laplace, sensitivities 1 and (hi − lo)/2);
   SUM = shifted + mid·count, AVG = SUM/count clamped to [lo, hi] (mid when the count is not positive);
-* SmartNoise SQL (optional, its own environment: ``DPSQL_PEER_PYTHON``): the same SELECT at ε/2 per
-  computed column (its ε is per column: SUM and COUNT, AVG derived from them), all groups released.
+* OpenDP (optional, its own environment with ``opendp[polars]``: ``DPSQL_PEER_PYTHON``, as for
+  ``unknown_keys.py``): its Polars context, a bounded sum and a count per group in one query at ε (split
+  between them by OpenDP), public group keys (``benchmarks/peers/opendp_aggregates.py``);
+* SmartNoise SQL (optional, its own environment: ``DPSQL_SNSQL_PYTHON``): the same SELECT at ε/2 per
+  computed column (its ε is per column: SUM and COUNT, AVG derived from them), all groups released
+  (``benchmarks/peers/snsql_aggregates.py``).
 
 Columns: mean absolute error over groups and trials, for SUM and AVG, and the ratio of the baseline's
 (or peer's) AVG MAE to dpsql's.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/aggregates.py [--trials 200]
-    # with SmartNoise SQL: DPSQL_PEER_PYTHON=/path/to/venv/bin/python (smartnoise-sql installed there)
+    # peers, each in its own environment (never dpsql dependencies):
+    #   python3 -m venv /tmp/peers && /tmp/peers/bin/pip install "opendp[polars]" pandas     -> DPSQL_PEER_PYTHON
+    #   python3 -m venv /tmp/snsql && /tmp/snsql/bin/pip install smartnoise-sql            -> DPSQL_SNSQL_PYTHON
+    # the data: DPSQL_BENCH_DATA (default: the shared/ folder beside the repository)
 """
 
 from __future__ import annotations
@@ -114,18 +121,23 @@ def even_split_trials(task: Task, data: pd.DataFrame, trials: int, rng: np.rando
     return released
 
 
-def peer_trials(task: Task, trials: int) -> list[pd.DataFrame] | None:
-    """SmartNoise SQL's releases from its own environment, or None with a printed note."""
-    python = os.environ.get("DPSQL_PEER_PYTHON")
+PEERS = {"OpenDP": ("DPSQL_PEER_PYTHON", "opendp_aggregates.py"), "SmartNoise SQL": ("DPSQL_SNSQL_PYTHON", "snsql_aggregates.py")}
+
+
+def peer_trials(peer: str, task: Task, trials: int) -> list[pd.DataFrame] | None:
+    """A peer's releases from its own environment, or None with a printed note."""
+    variable, script_name = PEERS[peer]
+    python = os.environ.get(variable)
     if not python:
-        print(f"  (SmartNoise SQL skipped for {task.name}: set DPSQL_PEER_PYTHON)", file=sys.stderr)
+        print(f"  ({peer} skipped for {task.name}: set {variable})", file=sys.stderr)
         return None
     request = {
         "data": str(DATA / task.file), "groups": list(task.groups), "column": task.column, "bounds": list(task.bounds),
         "epsilon": EPSILON, "trials": trials,
     }
-    script = HERE / "peers" / "snsql_aggregates.py"
+    script = HERE / "peers" / script_name
     done = subprocess.run([python, str(script)], input=json.dumps(request), capture_output=True, text=True, check=True)
+    print(f"  {task.name}: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
     released = []
     for rows in json.loads(done.stdout):
         frame = pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups))
@@ -157,9 +169,10 @@ def main() -> None:
         data = task.frame()
         exact = truth(task, data)
         methods = {"dpsql": dpsql_trials(task, data, args.trials), "even split": even_split_trials(task, data, args.trials, rng)}
-        peer = peer_trials(task, args.trials)
-        if peer is not None:
-            methods["SmartNoise SQL"] = peer
+        for peer in PEERS:
+            released = peer_trials(peer, task, args.trials)
+            if released is not None:
+                methods[peer] = released
         measured = {name: errors(task, exact, released) for name, released in methods.items()}
         for name, (sum_mae, avg_mae) in measured.items():
             rows.append({

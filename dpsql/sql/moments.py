@@ -4,7 +4,7 @@ A statement (or batch) that aggregates a column ``v`` with bounds ``[lo, hi]`` a
 domain, the column's *moment cells*. Each row's value is clamped to ``[lo, hi]`` and rounded to the
 public grid ``lo + j·(hi−lo)/R`` (``j = 0..R``; ``R = hi − lo`` when both bounds are integers at most
 :data:`GRID` apart, so integer data is exact, else ``R =`` :data:`GRID`; rounding is to the nearest grid
-point, so each value moves by at most ``(hi−lo)/(2R)``). With ``u = j/R``, a row then splits a weight of
+point, ties up, so each value moves by at most ``(hi−lo)/(2R)``). With ``u = j/R``, a row then splits a weight of
 ``scale`` integer units over the cells:
 
 * SUM and AVG only (``moments = 1``, ``scale = R``): ``(R − j, j)`` — ``x_lo += R(1 − u)``, ``x_hi += R·u``;
@@ -42,7 +42,7 @@ GRID = 4096
 """Grid points (``R``) for bounds that are not integers at most this far apart."""
 SECOND_MOMENT = ("VAR_SAMP", "VAR_POP", "STDDEV_SAMP", "STDDEV_POP")
 CLAMPING_RULE = (
-    "each value is clamped to the column's bounds [lo, hi] and rounded to the nearest point of the grid "
+    "each value is clamped to the column's bounds [lo, hi] and rounded to the nearest point (ties up) of the grid "
     "lo + j·(hi−lo)/R (R = hi − lo for integer bounds at most 4096 apart, else 4096); NULLs are ignored by "
     "SUM/AVG/VARIANCE/STDDEV and counted by COUNT(*); how many values were clamped is never released"
 )
@@ -104,7 +104,8 @@ class ValueEncoding:
             this=exp.Mul(this=exp.paren(exp.Sub(this=clamped, expression=_number(low))), expression=exp.Literal.number(self.grid)),
             expression=_number(high - low),
         )
-        step = exp.cast(exp.func("ROUND", offset), "BIGINT")
+        half_up = exp.Add(this=offset, expression=exp.Literal.number("0.5"))
+        step = exp.cast(exp.func("FLOOR", half_up), "BIGINT")  # nearest grid point, ties up: the same in every engine
         j = exp.Case().when(value.copy().is_(exp.null()), exp.null()).else_(step)
         grid = exp.Literal.number(self.grid)
 

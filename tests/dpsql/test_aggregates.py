@@ -57,7 +57,7 @@ def _clamped(column: str, bounds: tuple[float, float]) -> exp.Expression:
     """DuckDB expression of the value dpsql aggregates: clamped (NULL stays NULL), rounded to the grid."""
     low, high = bounds
     grid = high - low if high - low <= GRID else GRID
-    text = f"CASE WHEN {column} IS NULL THEN NULL ELSE {low} + ROUND((LEAST(GREATEST({column}::DOUBLE, {low}), {high}) - {low}) * {grid} / {high - low}) * {high - low} / {grid} END"
+    text = f"CASE WHEN {column} IS NULL THEN NULL ELSE {low} + FLOOR((LEAST(GREATEST({column}::DOUBLE, {low}), {high}) - {low}) * {grid} / {high - low} + 0.5) * {high - low} / {grid} END"
     return sqlglot.parse_one(text, read="duckdb")
 
 
@@ -282,3 +282,19 @@ def test_a_local_survey_refuses_aggregates() -> None:
 
     with pytest.raises(dpsql.NotSupportedError, match="local survey"):
         local.design({"columns": {"age": {"range": [0, 9]}}}, ["SELECT SUM(age) FROM s"], 1.0, seed=0)
+
+
+def test_kept_measurements_stay_within_their_units(connection: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """A statement with aggregates keeps its measurement in weight units, apart from row-unit counts: the
+    same statement again is free, a plain COUNT (rows) or a VARIANCE (another grid) is measured afresh."""
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.execute("SELECT sex, AVG(tip) FROM adult GROUP BY sex", epsilon=1.0)
+        assert "answered: measured" in cursor.explanation
+        cursor.execute("SELECT sex, COUNT(*), SUM(tip) FROM adult GROUP BY sex", epsilon=1.0)
+        assert "answered: free" in cursor.explanation
+        for sql in ("SELECT sex, COUNT(*) FROM adult GROUP BY sex", "SELECT sex, VARIANCE(tip) FROM adult GROUP BY sex"):
+            cursor.execute(sql, epsilon=1.0)
+            assert "answered: measured" in cursor.explanation, sql
+        counts = dict(cursor.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=1.0).fetchall())
+    assert counts == pytest.approx(frame.groupby("sex").size().to_dict())
