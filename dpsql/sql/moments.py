@@ -155,8 +155,9 @@ class ValueEncoding:
 
 
 def _number(value: float) -> exp.Expression:
+    """A float literal; a negative one in parentheses (``x - (-1.5)``, never ``x - -1.5``)."""
     node = exp.Literal.number(repr(abs(float(value))))
-    return exp.Neg(this=node) if value < 0 else node
+    return exp.paren(exp.Neg(this=node)) if value < 0 else node
 
 
 def _function(function: str, estimate: np.ndarray, low: float, high: float) -> tuple[float | None, np.ndarray | None, bool]:
