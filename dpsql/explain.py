@@ -34,6 +34,7 @@ import planner
 from dpsql.request import Prepared
 from dpsql.result import ResultSet
 from dpsql.schema import OUT_OF_DOMAIN_RULE
+from dpsql.sql.moments import CLAMPING_RULE
 from dpsql.types import NUMBER, STRING
 from planner.select import BoundUnavailableError
 from planner.strategies.direct import row_norms2_over
@@ -90,6 +91,13 @@ def explain_rows(prepared: Prepared) -> list[ExplainRow]:
     schema = prepared.table.schema
     unit = f"at most {schema.max_rows_per_unit} random row(s) per {schema.privacy_unit!r}" if schema.privacy_unit else "one row = one unit"
     rows.append(ExplainRow("bounding", "rows per unit", float(schema.contributions), f"{unit}; values outside the domain: {OUT_OF_DOMAIN_RULE}"))
+    if batch.encoding is not None:
+        rows.append(ExplainRow(
+            "aggregate", batch.encoding.column, float(batch.encoding.scale),
+            f"{batch.encoding.describe()}; {CLAMPING_RULE}. The plan counts weight units ({schema.contributions} row(s) × "
+            f"{batch.encoding.scale} per unit); query RMSEs below are in rows, per cell of C, U = Σ(v−lo)/(hi−lo)"
+            f"{', Q = Σ((v−lo)/(hi−lo))²' if batch.encoding.moments == 2 else ''} and their pairwise sums (docs/math.md §12)",
+        ))
     cost_name = "epsilon" if prepared.cost.epsilon is not None else "rho"
     if request.cost is None:
         rows.append(ExplainRow("cost", "not given", None, f"shown for {cost_name} = 1: expected variances scale as 1/{'ε²' if cost_name == 'epsilon' else 'ρ'}"))
@@ -152,7 +160,7 @@ def _query_rows(prepared: Prepared) -> list[ExplainRow]:
             if query.workload is None:
                 rows.append(ExplainRow("query", label, 0.0, "every count is zero by construction"))
                 continue
-            chosen = np.concatenate([variances[i] for i in range(first, first + len(query.workload.products))])
+            chosen = np.concatenate([variances[i] for i in range(first, first + len(query.workload.products))]) / prepared.batch.scale**2
             rmse = np.sqrt(np.maximum(chosen, 0.0))
             rows.append(ExplainRow("query", label, float(rmse.max()), f"{rmse.size} released value(s), expected RMSE {rmse.min():.4g}–{rmse.max():.4g}"))
     return rows

@@ -148,7 +148,13 @@ def prepare(session: Session, request: Request) -> Prepared:
             f"{keyed!r}, which has no declared domain; declare {keyed!r}'s domain, or group by the derived column in a "
             "statement of its own"
         )
-    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters))
+    if batch.encoding is not None and keyed is not None:
+        raise NotSupportedError(
+            f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported: declare its "
+            "categories, range or bins, or aggregate in a statement that neither groups by it nor uses its released keys"
+        )
+    moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
+    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments)
     if request.cost is None and not request.explain:
         raise ProgrammingError(
             "the statement has no privacy cost: pass execute(sql, epsilon=...) or connect(..., default_epsilon=...)"
@@ -164,9 +170,10 @@ def prepare(session: Session, request: Request) -> Prepared:
         return Prepared(request, table, batch, rows, privacy, keyed, chosen, nothing, selection.cost(chosen))
     if keyed is not None and math.prod(s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed) > selection.MAX_KEYED_OTHER_CELLS:
         raise NotSupportedError(selection.too_many_cells(keyed))
-    fresh = session.plan(batch.workload, privacy, table.schema.contributions)
+    contributions = table.schema.contributions * batch.scale
+    fresh = session.plan(batch.workload, privacy, contributions)
     _check_spent(fresh.privacy, privacy)
-    decision = _decision(session, batch.workload, fresh, rows, privacy, table, request.cost is not None)
+    decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, request.cost is not None)
     spent = cost if decision.plan is not None else _free(cost)
     return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached))
 
@@ -233,7 +240,7 @@ def _check_spent(spent: planner.Privacy, requested: planner.Privacy) -> None:
 
 
 def _decision(
-    session: Session, workload: Workload, fresh: planner.Plan, rows: Hashable, privacy: planner.Privacy, table: Table, assess: bool
+    session: Session, workload: Workload, fresh: planner.Plan, rows: Hashable, privacy: planner.Privacy, contributions: int, assess: bool
 ) -> Decision:
     """Answer from kept measurements the products they answer at least as accurately as ``fresh`` would;
     measure the others (all of them, when nothing kept is good enough) with a plan of their own."""
@@ -255,7 +262,7 @@ def _decision(
         return Decision(None, (), kept, fresh, variances, count)
     if not kept:
         return Decision(fresh, everything, (), fresh, {}, count)
-    plan = session.plan(Workload(workload.domain, tuple(workload.products[i] for i in measured)), privacy, table.schema.contributions)
+    plan = session.plan(Workload(workload.domain, tuple(workload.products[i] for i in measured)), privacy, contributions)
     _check_spent(plan.privacy, privacy)
     return Decision(plan, measured, kept, fresh, variances, count)
 
@@ -326,7 +333,7 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         keyed = None
         assert prepared.decision.plan is not None
         marginals = batch.read_marginals(prepared.decision.plan.required_marginals())
-    attributes = batch.read_attributes(domain.attributes)
+    attributes = [a for a in batch.read_attributes(domain.attributes) if a in columns]  # not an aggregated column's moment cells
     ordered = {name: columns[name] for name in (*attributes, *(c for c in columns if c not in attributes))}
     return BoundedAggregation(
         table=table.relation,
@@ -339,6 +346,7 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         row_columns=tuple(table.column_types),
         row_filters=batch.row_filters,
         keyed=keyed,
+        value=batch.encoding,
     )
 
 

@@ -23,10 +23,10 @@ import numpy as np
 
 from dpsql.errors import ProgrammingError
 from dpsql.frames import FrameSource, ResultFrames
-from dpsql.sql.compile import CompiledQuery
+from dpsql.sql.compile import CompiledQuery, ProductRows
 from dpsql.sql.grouping import Constant
 from dpsql.sql.having import holds
-from dpsql.sql.parse import GroupKey
+from dpsql.sql.parse import Aggregate, GroupKey
 from dpsql.sql.statement import Statement
 from dpsql.types import DATETIME, NUMBER, STRING
 
@@ -107,12 +107,20 @@ def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variance
             shown &= ~np.isin(key_cells[position], hidden)
     columns: list[list[object]] = []
     error_columns: list[list[object]] = []
+    scale = compiled.scale
+    values = [np.asarray(v) / scale for v in values]
+    variances = [np.asarray(v) / scale**2 for v in variances]
     for item, rows in zip(compiled.query.select, compiled.counts):
         if isinstance(item, GroupKey):
             labels = compiled.group_domain(item.column).labels()
             position = compiled.group_columns.index(item.column)
             columns.append([labels[i] for i in key_cells[position][shown]])
             error_columns.append([None] * int(shown.sum()))
+            continue
+        if isinstance(item, Aggregate):
+            released, errors = _aggregate_column(compiled, item, rows, values, variances)
+            columns.append([released[i] for i in np.flatnonzero(shown)])
+            error_columns.append([errors[i] for i in np.flatnonzero(shown)])
             continue
         value = np.zeros(len(cells))
         variance = np.zeros(len(cells))
@@ -125,6 +133,30 @@ def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variance
         columns.append([float(v) for v in value[shown]])
         error_columns.append([float(e) for e in np.sqrt(np.maximum(variance[shown], 0.0))])
     return list(zip(*columns)), list(zip(*error_columns))
+
+
+def _aggregate_column(
+    compiled: CompiledQuery, item: Aggregate, rows: ProductRows | None, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]
+) -> tuple[list[float | None], list[float | None]]:
+    """Per GROUP BY cell, an aggregate and its standard error from its moment block (``dpsql.sql.moments``):
+    the block's factor is the last of the product, so each group cell owns consecutive rows. A cell no row
+    can reach (WHERE) has SUM 0 and no AVG/VARIANCE/STDDEV (NULL, as in SQL)."""
+    encoding = compiled.encoding
+    assert encoding is not None
+    width = len(encoding.block())
+    cells = compiled.group_cells
+    block_values = np.zeros((cells, width))
+    block_variances = np.zeros((cells, width))
+    if rows is not None:
+        keys = rows.keys[::width]
+        flat = np.ravel_multi_index(tuple(keys.T), compiled.group_shape) if compiled.group_shape else np.zeros(len(keys), dtype=int)
+        block_values[flat] = np.asarray(values[rows.index]).reshape(-1, width)
+        block_variances[flat] = np.asarray(variances[rows.index]).reshape(-1, width)
+    released, errors = encoding.released(item.function, block_values, block_variances)
+    unreachable = compiled.structural_zeros.ravel() if rows is not None else np.ones(cells, dtype=bool)
+    for cell in np.flatnonzero(unreachable):
+        released[cell], errors[cell] = (0.0, 0.0) if item.function == "SUM" else (None, None)
+    return released, errors
 
 
 def _type_code(labels: Sequence[object]) -> object:

@@ -15,6 +15,11 @@ A schema is loaded from YAML, JSON or a dict of the same shape::
       paid:    {categories: [false, true]}       # BOOLEAN; dates and timestamps work as categories too
       browser: unknown                           # no public domain
       job:     {categories: [a, b], nullable: true}   # NULL becomes an explicit last cell
+      wage:    {bounds: [0, 500000]}             # SUM/AVG/VARIANCE/STDDEV clamp values to [lo, hi]
+
+``bounds: [lo, hi]`` (two finite numbers, ``lo < hi``, on a numeric column; it may stand alone or beside a
+domain) is what SUM, AVG, VARIANCE and STDDEV clamp the column's values to (``dpsql.sql.moments``); an
+integer ``range`` serves as bounds when none are declared. Bounds never drop a row.
 
 Domains come from the schema only, never from the data. At ``register()`` every declared value is cast
 to the column's type in the engine (``dpsql.sql.literals``): a value that does not cast is refused,
@@ -64,7 +69,7 @@ class _RemainderCell:
 
 
 REMAINDER = _RemainderCell()
-_COLUMN_KEYS = {"categories", "range", "bins", "nullable"}
+_COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds"}
 _SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
 
 
@@ -89,6 +94,16 @@ class ColumnDomain:
     kind: DomainKind
     values: tuple[Scalar, ...] = ()
     nullable: bool = False
+    bounds: tuple[float, float] | None = None  # what SUM/AVG/VARIANCE/STDDEV clamp to
+
+    @property
+    def value_bounds(self) -> tuple[float, float] | None:
+        """The declared ``bounds``, else an integer ``range`` with ``lo < hi``; None when neither."""
+        if self.bounds is not None:
+            return self.bounds
+        if self.kind == "range" and not self.is_date_range and self.values[0] < self.values[1]:  # type: ignore[operator]
+            return (self.values[0], self.values[1])  # type: ignore[return-value]
+        return None
 
     @property
     def is_known(self) -> bool:
@@ -291,19 +306,24 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
         return ColumnDomain(name, "unknown")
     if not isinstance(spec, Mapping):
         raise ProgrammingError(
-            f"column {name!r}: a domain is 'unknown' or a mapping with one of categories, range, bins; got {spec!r}"
+            f"column {name!r}: a domain is 'unknown' or a mapping with one of categories, range, bins (and/or bounds); got {spec!r}"
         )
     unexpected = set(spec) - _COLUMN_KEYS
     if unexpected:
         raise ProgrammingError(
             f"column {name!r}: unknown key(s) {sorted(map(str, unexpected))}; allowed: {sorted(_COLUMN_KEYS)}"
         )
+    bounds = _value_bounds(name, spec["bounds"]) if "bounds" in spec else None
     kinds = [k for k in ("categories", "range", "bins") if k in spec]
-    if len(kinds) != 1:
-        raise ProgrammingError(f"column {name!r}: declare exactly one of categories, range, bins (got {kinds})")
     nullable = spec.get("nullable", False)
     if not isinstance(nullable, bool):
         raise ProgrammingError(f"column {name!r}: nullable must be true or false, got {nullable!r}")
+    if not kinds and bounds is not None:
+        if nullable:
+            raise ProgrammingError(f"column {name!r}: nullable applies to a declared domain; a column with bounds only keeps its NULLs")
+        return ColumnDomain(name, "unknown", bounds=bounds)
+    if len(kinds) != 1:
+        raise ProgrammingError(f"column {name!r}: declare exactly one of categories, range, bins (got {kinds})")
     kind = kinds[0]
     raw = spec[kind]
     if not isinstance(raw, (list, tuple)):
@@ -315,7 +335,17 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
         values = _range_bounds(name, values)
     else:
         _check_bins(name, values)
-    return ColumnDomain(name, kind, values, nullable)
+    return ColumnDomain(name, kind, values, nullable, bounds)
+
+
+def _value_bounds(name: str, raw: object) -> tuple[float, float]:
+    """``bounds: [lo, hi]``: two finite numbers with ``lo < hi``."""
+    if not isinstance(raw, (list, tuple)) or len(raw) != 2 or not all(_finite_number(v) for v in raw):
+        raise ProgrammingError(f"column {name!r}: bounds must be [lo, hi] with two finite numbers, got {raw!r}")
+    low, high = raw
+    if not low < high:
+        raise ProgrammingError(f"column {name!r}: bounds [lo, hi] need lo < hi, got {list(raw)}")
+    return (low, high)
 
 
 def _check_categories(name: str, values: tuple[object, ...]) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 from dpsql.result import ResultSet, statement_result
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.compile import CellFilter, CompiledQuery, DerivedAttribute, compile_query, statement_counts
+from dpsql.sql.moments import ValueEncoding, encoding_for
 from dpsql.sql.statement import Statement
 from planner import Domain, Product, Workload
 
@@ -46,6 +47,12 @@ class CompiledBatch:
     workload: Workload | None
     row_filters: tuple[CellFilter, ...]  # the WHERE clause every branch shares, run in SQL before bounding
     own_products: tuple[Product, ...]  # each merged product as its branch compiled it (its row order)
+    encoding: ValueEncoding | None = None  # the aggregated column's moment cells (``dpsql.sql.moments``)
+
+    @property
+    def scale(self) -> int:
+        """Units of weight per row in the data vector (multiplies the sensitivity)."""
+        return 1 if self.encoding is None else self.encoding.scale
 
     @property
     def columns(self) -> dict[str, ColumnDomain]:
@@ -127,7 +134,8 @@ def compile_batch(
     masks_only: bool = False,
 ) -> CompiledBatch:
     """Compile every branch of every statement against ``schema`` and merge them (see the module doc)."""
-    compiled = [[compile_query(branch.query, schema, table_columns) for branch in s.branches] for s in statements]
+    encoding = encoding_for([b.query for s in statements for b in s.branches], schema, table_columns)
+    compiled = [[compile_query(branch.query, schema, table_columns, encoding) for branch in s.branches] for s in statements]
     flat = [c for branches in compiled for c in branches]
     keyed = {name for c in flat for name, column in c.columns.items() if column.kind == "keys"}
     shared = {tuple(sorted(_filter_key(f) for f in c.row_filters)) for c in flat}
@@ -148,7 +156,7 @@ def compile_batch(
         merged_statements.append(CompiledStatement(statement, tuple(branches), tuple(firsts), weight))
     workload = Workload(domain, tuple(products)) if products else None
     row_filters = flat[0].row_filters if filters_in_sql and flat else ()
-    return CompiledBatch(tuple(merged_statements), workload, row_filters, tuple(own))
+    return CompiledBatch(tuple(merged_statements), workload, row_filters, tuple(own), encoding)
 
 
 def _filter_key(cell_filter: CellFilter) -> tuple[object, ...]:

@@ -53,6 +53,11 @@ column, and a total over the column is a total over the table::
 The aggregation then returns the count of every (raw key, ``key_kept``, other cells) combination, and
 — when keys are being selected — ``COUNT(DISTINCT unit)`` per raw key; :meth:`BoundedAggregation.key_histogram`
 reads it. Keys are never written into the SQL: which of them are released is decided in Python.
+
+**An aggregated column** (``value``: SUM/AVG/VARIANCE/STDDEV, ``dpsql.sql.moments``) enters as the
+integer weights ``w0, w1, …`` its clamped, gridded value puts in each moment cell, computed from the row
+alone; every grouping set then returns ``SUM(w0), SUM(w1), …`` beside ``COUNT(*)``. A marginal over the
+moment cells reads those sums; any other marginal counts each row as its total weight (``scale``).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from sqlglot import exp
 from dpsql.schema import ColumnDomain, range_value
 from dpsql.sql.compile import CellFilter
 from dpsql.sql.literals import ColumnType, python_value, sql_literal
+from dpsql.sql.moments import ValueEncoding
 
 COUNT_NAME = "n"
 GROUPING_NAME = "grouping_id"
@@ -127,6 +133,18 @@ class BoundedAggregation:
     row_columns: tuple[str, ...] = ()  # every column of the table: a row's identity for the salted order
     row_filters: tuple[CellFilter, ...] = ()  # the WHERE clause, applied before bounding
     keyed: KeyedColumn | None = None  # a column without declared domain (one marginal, containing it)
+    value: ValueEncoding | None = None  # an aggregated column: its moment cells (an attribute of the marginals)
+
+    @property
+    def weight_names(self) -> tuple[str, ...]:
+        """The result columns of the moment-cell weights (none without an aggregated column)."""
+        return () if self.value is None else tuple(f"w{k}" for k in range(self.value.cells))
+
+    @cached_property
+    def sql_marginals(self) -> tuple[tuple[str, ...], ...]:
+        """The grouping sets: each marginal without the moment cells (they are the weight sums), once."""
+        moments = None if self.value is None else self.value.attribute
+        return tuple(dict.fromkeys(tuple(c for c in m if c != moments) for m in self.marginals))
 
     def alias(self, column: str) -> str:
         return f"c{list(self.columns).index(column)}"
@@ -175,6 +193,9 @@ class BoundedAggregation:
             projections.append(exp.alias_(exp.column(self.privacy_unit, quoted=True), UNIT_NAME))
             identity = [exp.column(c, quoted=True) for c in self.row_columns] or [exp.Literal.number(0)]
             projections.append(exp.alias_(exp.func("HASH", *identity), ROW_KEY_NAME))
+        if self.value is not None:
+            weights = self.value.weights(exp.column(self.value.column, quoted=True))
+            projections += [exp.alias_(w, name) for w, name in zip(weights, self.weight_names)]
         cells = exp.select(*projections).from_(exp.Table(this=exp.to_identifier(self.table, quoted=True)))
         tests = [self._in_domain(c) for c in self.columns if c not in self._tested_elsewhere]
         tests += [self._filter(f) for f in self.row_filters]
@@ -260,6 +281,7 @@ class BoundedAggregation:
         """The counted columns (a constant when only the total is counted: SELECT needs a column), and
         the unit and row identity while bounding still needs them."""
         counted: list[exp.Expression] = [exp.column(self.alias(c)) for c in self.counted_columns]
+        counted += [exp.column(name) for name in self.weight_names]
         if self.privacy_unit is not None:
             counted += [exp.column(UNIT_NAME), exp.column(ROW_KEY_NAME)]
         return counted or [exp.alias_(exp.Literal.number(1), "one")]
@@ -340,12 +362,13 @@ class BoundedAggregation:
             return self._keyed_aggregate(kept)
         counted = [exp.column(self.alias(c)) for c in self.counted_columns]
         query = exp.select(*counted).from_(kept.subquery("bounded"))
-        if len(self.marginals) > 1 and counted:
+        sums = [exp.alias_(exp.Sum(this=exp.column(name)), name) for name in self.weight_names]
+        if len(self.sql_marginals) > 1 and counted:
             query = query.select(exp.alias_(exp.func("GROUPING", *counted), GROUPING_NAME))
-            sets = [exp.Tuple(expressions=[exp.column(self.alias(c)) for c in m]) for m in self.marginals]
-            query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
+            sets = [exp.Tuple(expressions=[exp.column(self.alias(c)) for c in m]) for m in self.sql_marginals]
+            query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME), *sums)
             return query.group_by(exp.GroupingSets(expressions=sets))
-        query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
+        query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME), *sums)
         return query.group_by(*counted) if counted else query
 
     def _keyed_aggregate(self, kept: exp.Query) -> exp.Select:
@@ -376,19 +399,32 @@ class BoundedAggregation:
         """Dense count arrays (shape = domain sizes, in the marginal's order) from the statement's result.
         Result rows holding a value outside its column's domain (see ``_tested_elsewhere``) are dropped."""
         counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64)
-        grouped = len(self.marginals) > 1 and bool(self.counted_columns)
+        weights = [np.asarray(np.ma.filled(result[name], 0), dtype=np.int64) for name in self.weight_names]
+        if self.value is not None:  # every row is worth its total weight in every marginal
+            counts = counts * self.value.scale
+        grouped = len(self.sql_marginals) > 1 and bool(self.counted_columns)
         ids = np.asarray(np.ma.filled(result[GROUPING_NAME], -1)) if grouped else None
         cells = {c: self._cells_of(c, result[self.alias(c)]) for c in self.counted_columns}
         arrays = {}
         for marginal in self.marginals:
-            chosen = np.ones(len(counts), dtype=bool) if ids is None else ids == self.grouping_id(marginal)
-            for column in marginal:
+            plain = tuple(c for c in marginal if c in self.columns)
+            chosen = np.ones(len(counts), dtype=bool) if ids is None else ids == self.grouping_id(plain)
+            for column in plain:
                 chosen &= cells[column][1]
             if not marginal:
                 arrays[marginal] = np.array(counts[chosen].sum(), dtype=np.int64)
                 continue
-            table = np.zeros(tuple(self.columns[c].size for c in marginal), dtype=np.int64)
-            np.add.at(table, tuple(cells[c][0][chosen] for c in marginal), counts[chosen])
+            index = tuple(cells[c][0][chosen] for c in plain)
+            shape = tuple(self.columns[c].size for c in plain)
+            if len(plain) == len(marginal):
+                table = np.zeros(shape, dtype=np.int64)
+                np.add.at(table, index, counts[chosen])
+            else:  # the moment cells: the weight sums, placed at the attribute's position in the marginal
+                assert self.value is not None
+                table = np.zeros((*shape, self.value.cells), dtype=np.int64)
+                for cell, weight in enumerate(weights):
+                    np.add.at(table, (*index, np.full(int(chosen.sum()), cell)), weight[chosen])
+                table = np.moveaxis(table, -1, marginal.index(self.value.attribute))
             arrays[marginal] = table
         return arrays
 

@@ -17,6 +17,9 @@ of the SELECT list is one workload product:
   factor: the planner measures its few cells, not the cells of its source. Its public map from the
   source's declared cells (:attr:`CompiledQuery.derived`) lets the engine read counts over the source
   and sum them into the derived cells before any noise (``dpsql.workloads``).
+* ``SUM``/``AVG``/``VARIANCE``/``STDDEV`` of a bounded column add a factor over its moment cells
+  (``dpsql.sql.moments``), the last attribute of the domain: one product per column, shared by its
+  aggregates. Answers of a statement whose batch aggregates a column are in units of ``1/scale`` row.
 
 Predicates are evaluated against the schema's domains only, never against the data. The WHERE
 masks are also handed to the backend (:attr:`CompiledQuery.row_filters`), which drops the rows they
@@ -37,7 +40,9 @@ import numpy as np
 from dpsql.errors import DataError, NotSupportedError, ProgrammingError
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.derived import CaseWhen, Derived, DerivedMap, derived_map
+from dpsql.sql.moments import ValueEncoding, resolve
 from dpsql.sql.parse import (
+    Aggregate,
     And,
     Between,
     Comparison,
@@ -99,6 +104,12 @@ class CompiledQuery:
     statement_workload: Workload | None
     structural_zeros: np.ndarray  # bool over the GROUP BY cells (shape = group_shape)
     derived: dict[str, DerivedAttribute] = dataclasses.field(default_factory=dict)  # by GROUP BY key
+    encoding: ValueEncoding | None = None  # the batch's aggregated column (its answers are scaled)
+
+    @property
+    def scale(self) -> int:
+        """Units of weight per row in this statement's answers (1 without aggregates in the batch)."""
+        return 1 if self.encoding is None else self.encoding.scale
 
     @property
     def group_columns(self) -> tuple[str, ...]:
@@ -137,8 +148,9 @@ class CompiledQuery:
         return "\n".join(lines)
 
 
-def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) -> CompiledQuery:
-    """Compile a checked query against the schema and the table's actual column names."""
+def compile_query(query: Query, schema: Schema, table_columns: Sequence[str], encoding: ValueEncoding | None = None) -> CompiledQuery:
+    """Compile a checked query against the schema and the table's actual column names; ``encoding`` is
+    the moment cells of the batch's aggregated column (``dpsql.sql.moments.encoding_for``)."""
     resolver = _Resolver(query, schema, table_columns)
     query = resolver.resolved_query()
     columns = resolver.columns
@@ -148,12 +160,13 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
     counted = [c for c in columns if c not in group and _counts_nulls(c, query, columns)]
     where_only = [c for c in columns if c not in group and c not in counted and _in_where(c, query)]
     where_conjuncts = _conjuncts(query.where) if query.where is not None else []
-    statement_domain = _domain(cells, (*group, *counted, *where_only))
-    statement_workload, statement_counts = _workload(statement_domain, cells, query, where_conjuncts)
+    value = encoding if any(isinstance(i, Aggregate) for i in query.select) else None
+    statement_domain = _domain(cells, (*group, *counted, *where_only), value)
+    statement_workload, statement_counts = _workload(statement_domain, cells, query, where_conjuncts, value=value)
     filters = _cell_filters(statement_domain, columns, where_conjuncts)
-    domain = _domain(cells, (*group, *counted))
-    zero = {i.column for i, c in zip(query.select, statement_counts) if isinstance(i, Count) and c is None}
-    workload, counts = _workload(domain, cells, query, [], zero)
+    domain = _domain(cells, (*group, *counted), value)
+    zero = {_item_key(i) for i, c in zip(query.select, statement_counts) if not isinstance(i, GroupKey) and c is None}
+    workload, counts = _workload(domain, cells, query, [], zero, value)
     if statement_workload is None:
         workload, counts = None, tuple(None for _ in counts)
     return CompiledQuery(
@@ -167,6 +180,7 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str]) ->
         statement_workload=statement_workload,
         structural_zeros=_structural_zeros(filters, group, cells, derived),
         derived=derived,
+        encoding=encoding,
     )
 
 
@@ -180,8 +194,17 @@ def _derived_attributes(query: Query, columns: dict[str, ColumnDomain]) -> dict[
     return found
 
 
-def _domain(columns: dict[str, ColumnDomain], names: Sequence[str]) -> Domain:
-    return Domain({n: columns[n].size for n in names}, ordered=[n for n in names if columns[n].is_ordered])
+def _domain(columns: dict[str, ColumnDomain], names: Sequence[str], value: ValueEncoding | None = None) -> Domain:
+    """The columns' cells, then (last) the moment cells of an aggregated column."""
+    sizes = {n: columns[n].size for n in names}
+    if value is not None:
+        sizes[value.attribute] = value.cells
+    return Domain(sizes, ordered=[n for n in names if columns[n].is_ordered])
+
+
+def _item_key(item: Count | Aggregate) -> object:
+    """Items sharing a product: COUNTs of the same column; every aggregate of the column (one moment block)."""
+    return ("moments", item.column) if isinstance(item, Aggregate) else item.column
 
 
 def _workload(
@@ -189,32 +212,38 @@ def _workload(
     columns: dict[str, ColumnDomain],
     query: Query,
     where_conjuncts: list[Predicate],
-    zero: set[str | None] = frozenset(),  # type: ignore[assignment]
+    zero: set[object] = frozenset(),  # type: ignore[assignment]
+    value: ValueEncoding | None = None,
 ) -> tuple[Workload | None, tuple[ProductRows | None, ...]]:
-    """One product per distinct COUNT of the SELECT list (None where the count is zero by construction,
-    or its argument is in ``zero``)."""
+    """One product per distinct COUNT of the SELECT list and one for the aggregates of ``value``'s column
+    (None where the count is zero by construction, or its key is in ``zero``)."""
     products: list[Product] = []
     counts: list[ProductRows | None] = []
-    built: dict[str | None, ProductRows | None] = {}
+    built: dict[object, ProductRows | None] = {}
     for item in query.select:
         if isinstance(item, GroupKey):
             counts.append(None)
             continue
-        if item.column in zero:
+        key = _item_key(item)
+        if key in zero:
             counts.append(None)
             continue
-        if item.column not in built:
+        if key not in built:
             conjuncts = list(where_conjuncts)
-            if item.column is not None and (columns[item.column].nullable or columns[item.column].kind == "keys"):
+            moments = None
+            if isinstance(item, Aggregate):
+                assert value is not None
+                moments = Factor((value.attribute,), Explicit(value.block()))
+            elif item.column is not None and (columns[item.column].nullable or columns[item.column].kind == "keys"):
                 conjuncts.append(Not(IsNull(item.column)))
-            made = _product(domain, columns, query.group_by, conjuncts)
+            made = _product(domain, columns, query.group_by, conjuncts, moments)
             if made is None:
-                built[item.column] = None
+                built[key] = None
             else:
                 product, keys = made
-                built[item.column] = ProductRows(len(products), keys)
+                built[key] = ProductRows(len(products), keys)
                 products.append(product)
-        counts.append(built[item.column])
+        counts.append(built[key])
     return (Workload(domain, tuple(products)) if products else None), tuple(counts)
 
 
@@ -272,15 +301,7 @@ class _Resolver:
         self.columns: dict[str, ColumnDomain] = {}
 
     def name(self, name: str, clause: str) -> str:
-        if name in self.table_columns:
-            resolved = name
-        else:
-            matches = [c for c in self.table_columns if c.lower() == name.lower()]
-            if len(matches) != 1:
-                raise ProgrammingError(
-                    f"{clause}: unknown column {name!r}; use one of the columns of {self.query.table!r}: {list(self.table_columns)}"
-                )
-            resolved = matches[0]
+        resolved = resolve(name, self.table_columns, self.query.table, clause)
         domain = self.schema.column(resolved)
         if not domain.is_known:
             raise NotSupportedError(
@@ -308,9 +329,11 @@ class _Resolver:
             expression = CaseWhen(branches, expression.default)
         return Derived(derived.key, source, expression)
 
-    def _item(self, item: GroupKey | Count, derived_keys: set[str]) -> GroupKey | Count:
+    def _item(self, item: GroupKey | Count | Aggregate, derived_keys: set[str]) -> GroupKey | Count | Aggregate:
         if isinstance(item, GroupKey):
             return item if item.column in derived_keys else GroupKey(item.name, self.name(item.column, "SELECT"))
+        if isinstance(item, Aggregate):  # needs bounds, not a domain (checked by moments.encoding_for)
+            return Aggregate(item.name, item.function, resolve(item.column, self.table_columns, self.query.table, f"SELECT {item.function}"))
         if item.column is None:
             return item
         return Count(item.name, self.name(item.column, "SELECT COUNT"))
@@ -382,11 +405,12 @@ def _cell_filters(domain: Domain, columns: dict[str, ColumnDomain], conjuncts: l
 
 
 def _product(
-    domain: Domain, columns: dict[str, ColumnDomain], group: tuple[str, ...], conjuncts: list[Predicate]
+    domain: Domain, columns: dict[str, ColumnDomain], group: tuple[str, ...], conjuncts: list[Predicate], moments: Factor | None = None
 ) -> tuple[Product, np.ndarray] | None:
-    """The product for one COUNT, with the GROUP BY cell keys of its rows; None if it is all zeros."""
-    factors: list[Factor] = []
-    key_maps: list[dict[str, np.ndarray]] = []
+    """The product for one COUNT (or, with ``moments``, one column's aggregates), with the GROUP BY cell
+    keys of its rows; None if it is all zeros."""
+    factors: list[Factor] = [] if moments is None else [moments]
+    key_maps: list[dict[str, np.ndarray]] = [] if moments is None else [{}]
     covered: set[str] = set()
     for cell_filter in _cell_filters(domain, columns, conjuncts):
         scope, mask = cell_filter.scope, cell_filter.mask
@@ -609,4 +633,5 @@ def statement_counts(compiled: CompiledQuery) -> tuple[ProductRows | None, ...]:
         return tuple(None for _ in compiled.query.select)
     conjuncts = _conjuncts(compiled.query.where) if compiled.query.where is not None else []
     cells = {**compiled.columns, **{name: d.map.domain for name, d in compiled.derived.items()}}
-    return _workload(compiled.statement_workload.domain, cells, compiled.query, conjuncts)[1]
+    value = compiled.encoding if any(isinstance(i, Aggregate) for i in compiled.query.select) else None
+    return _workload(compiled.statement_workload.domain, cells, compiled.query, conjuncts, value=value)[1]

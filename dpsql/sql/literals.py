@@ -166,6 +166,11 @@ def canonical_column(column: ColumnDomain, column_type: ColumnType, table: str, 
 
 def canonical_schema(schema: Schema, column_types: Mapping[str, ColumnType], table: str, run: Run, dialect: str) -> Schema:
     """The schema with every declared domain checked against, and cast to, its column's engine type."""
+    for column in schema.columns:
+        if column.bounds is not None and column.name in column_types and not column_types[column.name].is_numeric:
+            raise ProgrammingError(
+                f"column {column.name!r} of {table!r} has type {column_types[column.name].name}, but bounds need a numeric column"
+            )
     columns = tuple(
         canonical_column(c, column_types[c.name], table, run, dialect) if c.is_known and c.name in column_types else c
         for c in schema.columns

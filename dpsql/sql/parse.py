@@ -26,9 +26,12 @@ from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.derived import Derived, derived_column, is_derived
 
 SUPPORTED = (
-    "Supported: SELECT <group columns and COUNT(*) / COUNT(column), optionally AS alias> FROM <one table> "
-    "[WHERE <comparisons, IN, BETWEEN, IS [NOT] NULL combined with AND/OR/NOT>] [GROUP BY <columns>] "
-    "[ORDER BY <output columns> [ASC|DESC]] [LIMIT n [OFFSET m]] (see grammar/dpsql.ebnf)"
+    "Supported: SELECT <group columns and COUNT(*) / COUNT(column) / SUM, AVG, VARIANCE, VAR_SAMP, VAR_POP, STDDEV, "
+    "STDDEV_SAMP, STDDEV_POP(bounded column), optionally AS alias> FROM <one table> "
+    "[WHERE <comparisons, IN, BETWEEN, IS [NOT] NULL combined with AND/OR/NOT>] "
+    "[GROUP BY <columns, CASE WHEN / integer arithmetic / date parts of one column, aliases, positions>] "
+    "[HAVING <comparisons of aggregates>] [ORDER BY <output columns> [ASC|DESC]] [LIMIT n [OFFSET m]] "
+    "(see grammar/dpsql.ebnf)"
 )
 
 Literal = str | int | float | bool
@@ -108,7 +111,27 @@ class Count:
     column: str | None
 
 
-SelectItem = GroupKey | Count
+@dataclass(frozen=True)
+class Aggregate:
+    """``SUM``, ``AVG``, ``VAR_SAMP``, ``VAR_POP``, ``STDDEV_SAMP`` or ``STDDEV_POP`` of a column with
+    declared bounds (``dpsql.sql.moments``): ``function`` is one of :data:`AGGREGATES`' values."""
+
+    name: str
+    function: str
+    column: str
+
+
+AGGREGATES: dict[type[exp.Expression], str] = {
+    exp.Sum: "SUM",
+    exp.Avg: "AVG",
+    exp.Variance: "VAR_SAMP",
+    exp.VariancePop: "VAR_POP",
+    exp.Stddev: "STDDEV_SAMP",
+    exp.StddevSamp: "STDDEV_SAMP",
+    exp.StddevPop: "STDDEV_POP",
+}
+
+SelectItem = GroupKey | Count | Aggregate
 
 
 @dataclass(frozen=True)
@@ -130,7 +153,7 @@ class Query:
     def columns(self) -> tuple[str, ...]:
         """Every column the statement mentions, in order of first appearance."""
         found = list(self.group_sources())
-        found += [item.column for item in self.select if isinstance(item, Count) and item.column is not None]
+        found += [item.column for item in self.select if isinstance(item, (Count, Aggregate)) and item.column is not None]
         if self.where is not None:
             found += predicate_columns(self.where)
         return tuple(dict.fromkeys(found))
@@ -267,11 +290,19 @@ def refuse_select_item(node: exp.Expression) -> None:
         raise NotSupportedError(f"SELECT * is not supported: list group columns and COUNT(*). {SUPPORTED}")
     if isinstance(node, exp.Window):
         raise NotSupportedError(f"SELECT: window functions (OVER) are not supported. {SUPPORTED}")
-    if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Count):
+    if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Count) and type(node) not in AGGREGATES:
         name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__.upper()
-        raise NotSupportedError(
-            f"SELECT: the aggregate {name}(...) is not supported yet; use COUNT(*) or COUNT(column). {SUPPORTED}"
-        )
+        raise NotSupportedError(f"SELECT: the aggregate {name}(...) is not supported yet. {SUPPORTED}")
+
+
+def aggregate_argument(node: exp.Expression, column: Callable[[exp.Expression, str], str]) -> str:
+    """The column of ``SUM(column)``, ``AVG(column)``, …: a plain column, not DISTINCT or an expression."""
+    function = AGGREGATES[type(node)]
+    if isinstance(node.this, exp.Distinct):
+        raise NotSupportedError(f"SELECT: {function}(DISTINCT ...) is not supported; use {function}(column). {SUPPORTED}")
+    if node.this is None or isinstance(node.this, exp.Star):
+        raise ProgrammingError(f"{function}() needs a column argument: {function}(column). {SUPPORTED}")
+    return column(node.this, f"SELECT {function}")
 
 
 class BranchChecker:
@@ -293,8 +324,8 @@ class BranchChecker:
         self.table = self._from_clause(select)
         group_by = self._group_by(select)
         items = tuple(self._select_item(e) for e in select.expressions)
-        if not any(isinstance(item, Count) for item in items):
-            raise NotSupportedError(f"SELECT must contain at least one COUNT(*) or COUNT(column). {SUPPORTED}")
+        if not any(isinstance(item, (Count, Aggregate)) for item in items):
+            raise NotSupportedError(f"SELECT must contain at least one COUNT(*), COUNT(column) or SUM/AVG/VARIANCE/STDDEV. {SUPPORTED}")
         for item in items:
             if isinstance(item, GroupKey) and item.column not in group_by:
                 raise ProgrammingError(
@@ -359,6 +390,8 @@ class BranchChecker:
         refuse_select_item(node)
         if isinstance(node, exp.Count):
             return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column))
+        if type(node) in AGGREGATES:
+            return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], aggregate_argument(node, self._column))
         if is_derived(node):
             key = self._derived(node)
             return GroupKey(alias or node.sql(dialect="duckdb"), key)

@@ -23,12 +23,13 @@ SHAPES = {
     "union all": "SELECT sex, COUNT(*) FROM adult GROUP BY sex UNION ALL SELECT sex, COUNT(*) FROM adult WHERE age > 40 GROUP BY sex",
     "unknown keys": "SELECT browser, sex, COUNT(*) FROM adult GROUP BY browser, sex",
     "unknown keys in a cube": "SELECT browser, sex, COUNT(*) FROM adult GROUP BY CUBE (browser, sex)",
+    "sums and averages": "SELECT sex, race, COUNT(*), SUM(age), AVG(age), STDDEV(age) FROM adult GROUP BY CUBE (sex, race)",
 }
 BATCH = ["SELECT sex, COUNT(*) FROM adult WHERE race = 0 GROUP BY sex", "SELECT sex, COUNT(*) FROM adult WHERE race = 1 GROUP BY sex"]
 REFUSED = {
     "two unknown columns": "SELECT browser, person_id, COUNT(*) FROM adult GROUP BY browser, person_id",
     "unknown column": "SELECT colour, COUNT(*) FROM adult GROUP BY CUBE (colour)",
-    "out of the grammar": "SELECT sex, AVG(age) FROM adult GROUP BY sex",
+    "out of the grammar": "SELECT sex, MEDIAN(age) FROM adult GROUP BY sex",
 }
 
 Rows = list[tuple[object, ...]]

@@ -1,2 +1,1 @@
--- expect: NotSupportedError AVG
 SELECT sex, AVG(age) FROM adult GROUP BY sex

@@ -1,2 +1,1 @@
--- expect: NotSupportedError SUM
 SELECT sex, COUNT(*), SUM(age) FROM adult GROUP BY CUBE (sex)

@@ -1,0 +1,236 @@
+"""SUM and AVG by group at ε = 1: dpsql's joint plan against the even-split baseline (and SmartNoise SQL).
+
+Tasks (same bounds, same privacy unit — one row per unit — for every method; truth = the exact SUM/AVG
+of the values clamped to the bounds):
+
+* PUMS_10k income by educ (16 groups, bounds [0, 500000], the metadata bounds of PUMS_large.yaml);
+* PUMS_10k income by sex × married (4 groups);
+* Adult hours-per-week by workclass (9 groups; the column holds codes 0..98, bounds [0, 98]).
+
+Methods, each releasing SUM and AVG of every group at a total ε = 1:
+
+* dpsql: ``SELECT g, SUM(v), AVG(v) FROM t GROUP BY g`` — one statement, the values' moment cells
+  planned jointly with the counts (``dpsql.sql.moments``), discrete Laplace noise;
+* even split (the peers' rule, Tumult/Google/PipelineDP): a noisy count at ε/2 and a noisy sum of the
+  midpoint-shifted values ``Σ(v − mid)`` at ε/2 per group (Laplace, sensitivities 1 and (hi − lo)/2);
+  SUM = shifted + mid·count, AVG = SUM/count clamped to [lo, hi] (mid when the count is not positive);
+* OpenDP (optional, its own environment with ``opendp[polars]``: ``DPSQL_PEER_PYTHON``, as for
+  ``unknown_keys.py``): its Polars context, a bounded sum and a count per group in one query at ε (split
+  between them by OpenDP), public group keys (``benchmarks/peers/opendp_aggregates.py``);
+* SmartNoise SQL (optional, its own environment: ``DPSQL_SNSQL_PYTHON``): the same SELECT at ε/2 per
+  computed column (its ε is per column: SUM and COUNT, AVG derived from them), all groups released
+  (``benchmarks/peers/snsql_aggregates.py``).
+
+And one CUBE: PUMS_10k income by ``CUBE (sex, married)`` (9 cells over 4 grouping sets): dpsql's one
+statement against the even split per grouping set (each of the 4 grouping sets at ε/4: sum and count at
+ε/8 each) — what a tool that answers one GROUP BY per query spends on a CUBE (the peers are not run on it:
+they would do the same).
+
+Columns: mean absolute error over groups and trials, for SUM and AVG, and the ratio of the baseline's
+(or peer's) AVG MAE to dpsql's.
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/aggregates.py [--trials 200]
+    # peers, each in its own environment (never dpsql dependencies):
+    #   python3 -m venv /tmp/peers && /tmp/peers/bin/pip install "opendp[polars]" pandas     -> DPSQL_PEER_PYTHON
+    #   python3 -m venv /tmp/snsql && /tmp/snsql/bin/pip install smartnoise-sql            -> DPSQL_SNSQL_PYTHON
+    # the data: DPSQL_BENCH_DATA (default: the shared/ folder beside the repository)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import dpsql
+from results_io import number_text, print_table, write_csv
+
+HERE = Path(__file__).resolve().parent
+DATA = Path(os.environ.get("DPSQL_BENCH_DATA", HERE.parent.parent / "shared" / "data"))  # the repository sits beside shared/
+EPSILON = 1.0
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    file: str
+    groups: tuple[str, ...]
+    column: str
+    bounds: tuple[int, int]
+    categories: dict[str, list[int]]
+
+    def frame(self) -> pd.DataFrame:
+        data = pd.read_csv(DATA / self.file)
+        data.columns = [c.replace("-", "_").replace(">", "_") for c in data.columns]
+        return data[[*self.groups, self.column]]
+
+    def sql(self) -> str:
+        keys = ", ".join(self.groups)
+        return f"SELECT {keys}, SUM({self.column}), AVG({self.column}) FROM t GROUP BY {keys}"
+
+
+TASKS = (
+    Task("PUMS_10k income by educ", "PUMS_10k.csv", ("educ",), "income", (0, 500_000), {"educ": list(range(1, 17))}),
+    Task("PUMS_10k income by sex × married", "PUMS_10k.csv", ("sex", "married"), "income", (0, 500_000), {"sex": [0, 1], "married": [0, 1]}),
+    Task("Adult hours-per-week by workclass", "adult.csv", ("workclass",), "hours_per_week", (0, 98), {"workclass": list(range(9))}),
+)
+
+
+def truth(task: Task, data: pd.DataFrame) -> pd.DataFrame:
+    """Exact SUM and AVG of the clamped values per group, over every group of the declared domain."""
+    low, high = task.bounds
+    clamped = data.assign(v=data[task.column].clip(low, high))
+    if len(task.groups) == 1:
+        index = pd.Index(task.categories[task.groups[0]], name=task.groups[0])
+    else:
+        index = pd.MultiIndex.from_product([task.categories[g] for g in task.groups], names=list(task.groups))
+    grouped = clamped.groupby(list(task.groups)).v.agg(["sum", "count"]).reindex(index, fill_value=0)
+    return grouped.assign(avg=grouped["sum"] / grouped["count"].where(grouped["count"] > 0))
+
+
+def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> list[pd.DataFrame]:
+    schema = {
+        "privacy_unit": None,
+        "columns": {**{g: {"categories": c} for g, c in task.categories.items()}, task.column: {"bounds": list(task.bounds)}},
+    }
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON * trials), reuse=False)
+    connection.register("t", data, schema=schema)
+    cursor = connection.cursor()
+    released = []
+    for _ in range(trials):
+        rows = cursor.execute(task.sql(), epsilon=EPSILON).fetchall()
+        frame = pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups))
+        released.append(frame)
+    connection.close()
+    return released
+
+
+def even_split_trials(task: Task, data: pd.DataFrame, trials: int, rng: np.random.Generator) -> list[pd.DataFrame]:
+    low, high = task.bounds
+    mid, half = (low + high) / 2, (high - low) / 2
+    exact = truth(task, data)
+    shifted = exact["sum"] - mid * exact["count"]
+    released = []
+    for _ in range(trials):
+        count = exact["count"] + rng.laplace(0, 1 / (EPSILON / 2), len(exact))
+        total = shifted + rng.laplace(0, half / (EPSILON / 2), len(exact)) + mid * count
+        average = (total / count.where(count > 0)).clip(low, high).fillna(mid)
+        released.append(pd.DataFrame({"sum": total, "avg": average}))
+    return released
+
+
+PEERS = {"OpenDP": ("DPSQL_PEER_PYTHON", "opendp_aggregates.py"), "SmartNoise SQL": ("DPSQL_SNSQL_PYTHON", "snsql_aggregates.py")}
+
+
+def peer_trials(peer: str, task: Task, trials: int) -> list[pd.DataFrame] | None:
+    """A peer's releases from its own environment, or None with a printed note."""
+    variable, script_name = PEERS[peer]
+    python = os.environ.get(variable)
+    if not python:
+        print(f"  ({peer} skipped for {task.name}: set {variable})", file=sys.stderr)
+        return None
+    request = {
+        "data": str(DATA / task.file), "groups": list(task.groups), "column": task.column, "bounds": list(task.bounds),
+        "epsilon": EPSILON, "trials": trials,
+    }
+    script = HERE / "peers" / script_name
+    done = subprocess.run([python, str(script)], input=json.dumps(request), capture_output=True, text=True, check=True)
+    print(f"  {task.name}: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+    released = []
+    for rows in json.loads(done.stdout):
+        frame = pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups))
+        released.append(frame)
+    return released
+
+
+def errors(task: Task, exact: pd.DataFrame, released: list[pd.DataFrame]) -> tuple[float, float]:
+    """Mean absolute error of SUM and of AVG over groups and trials (a missing AVG reads as the midpoint)."""
+    mid = sum(task.bounds) / 2
+    sums, averages = [], []
+    for frame in released:
+        frame = frame.reindex(exact.index)
+        sums.append(np.abs(frame["sum"].astype(float).fillna(0.0) - exact["sum"]).to_numpy())
+        populated = exact["count"] > 0
+        average = frame["avg"].astype(float).fillna(mid)
+        averages.append(np.abs(average - exact["avg"])[populated].to_numpy())
+    return float(np.mean(np.concatenate(sums))), float(np.mean(np.concatenate(averages)))
+
+
+CUBE_SETS = (("sex", "married"), ("sex",), ("married",), ())
+
+
+def cube_rows(trials: int, rng: np.random.Generator) -> list[dict[str, object]]:
+    """dpsql's CUBE (sex, married) against the even split per grouping set (module doc)."""
+    task = TASKS[1]
+    data = task.frame()
+    low, high = task.bounds
+    mid, half = (low + high) / 2, (high - low) / 2
+    clamped = data.assign(v=data[task.column].clip(low, high))
+    exact = {}
+    for kept in CUBE_SETS:
+        grouped = clamped.groupby(list(kept)).v.agg(["sum", "count"]) if kept else pd.DataFrame({"sum": [clamped.v.sum()], "count": [len(clamped)]}, index=[()])
+        for key, row in grouped.iterrows():
+            values = dict(zip(kept, key if isinstance(key, tuple) else (key,)))
+            exact[(values.get("sex"), values.get("married"))] = (row["sum"], row["count"])
+    schema = {"privacy_unit": None, "columns": {**{g: {"categories": c} for g, c in task.categories.items()}, task.column: {"bounds": list(task.bounds)}}}
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON * trials), reuse=False)
+    connection.register("t", data, schema=schema)
+    sql = f"SELECT sex, married, SUM({task.column}), AVG({task.column}) FROM t GROUP BY CUBE (sex, married)"
+    ours: list[tuple[float, float]] = []
+    theirs: list[tuple[float, float]] = []
+    share = EPSILON / len(CUBE_SETS) / 2
+    for _ in range(trials):
+        for sex, married, total, average in connection.cursor().execute(sql, epsilon=EPSILON).fetchall():
+            true_sum, true_count = exact[(sex, married)]
+            ours.append((abs(total - true_sum), abs((average if average is not None else mid) - true_sum / true_count)))
+        for true_sum, true_count in exact.values():
+            count = true_count + rng.laplace(0, 1 / share)
+            total = true_sum - mid * true_count + rng.laplace(0, half / share) + mid * count
+            average = min(max(total / count, low), high) if count > 0 else mid
+            theirs.append((abs(total - true_sum), abs(average - true_sum / true_count)))
+    connection.close()
+    name = "PUMS_10k income by CUBE (sex, married)"
+    mae = {method: np.mean(np.array(errors_), axis=0) for method, errors_ in (("dpsql", ours), ("even split per grouping set", theirs))}
+    return [
+        {"task": name, "method": method, "groups": len(exact), "trials": trials, "epsilon": EPSILON,
+         "sum_mae": float(sum_mae), "avg_mae": float(avg_mae), "avg_mae_vs_dpsql": float(avg_mae / mae["dpsql"][1])}
+        for method, (sum_mae, avg_mae) in mae.items()
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for task in TASKS:
+        data = task.frame()
+        exact = truth(task, data)
+        methods = {"dpsql": dpsql_trials(task, data, args.trials), "even split": even_split_trials(task, data, args.trials, rng)}
+        for peer in PEERS:
+            released = peer_trials(peer, task, args.trials)
+            if released is not None:
+                methods[peer] = released
+        measured = {name: errors(task, exact, released) for name, released in methods.items()}
+        for name, (sum_mae, avg_mae) in measured.items():
+            rows.append({
+                "task": task.name, "method": name, "groups": len(exact), "trials": args.trials, "epsilon": EPSILON,
+                "sum_mae": sum_mae, "avg_mae": avg_mae, "avg_mae_vs_dpsql": avg_mae / measured["dpsql"][1],
+            })
+    rows += cube_rows(args.trials, rng)
+    columns = ["task", "method", "groups", "trials", "epsilon", "sum_mae", "avg_mae", "avg_mae_vs_dpsql"]
+    print_table(rows, columns, number_text)
+    print(f"written to {write_csv('aggregates.csv', rows, columns)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""SUM, AVG, VARIANCE and STDDEV as linear queries over one data vector with the counts.
+
+A statement (or batch) that aggregates a column ``v`` with bounds ``[lo, hi]`` adds one attribute to its
+domain, the column's *moment cells*. Each row's value is clamped to ``[lo, hi]`` and rounded to the
+public grid ``lo + j·(hi−lo)/R`` (``j = 0..R``; ``R = hi − lo`` when both bounds are integers at most
+:data:`GRID` apart, so integer data is exact, else ``R =`` :data:`GRID`; rounding is to the nearest grid
+point, ties up, so each value moves by at most ``(hi−lo)/(2R)``). With ``u = j/R``, a row then splits a weight of
+``scale`` integer units over the cells:
+
+* SUM and AVG only (``moments = 1``, ``scale = R``): ``(R − j, j)`` — ``x_lo += R(1 − u)``, ``x_hi += R·u``;
+* with VARIANCE or STDDEV (``moments = 2``, ``scale = R²``): ``(R(R − j), j(R − j), j²)`` — the
+  weights ``1 − u``, ``u(1 − u)``, ``u²`` (non-negative, summing to 1) times ``R²``;
+* a column that may hold NULL (bounds only, or a ``nullable`` domain) has one more cell, which a NULL
+  row fills with its whole weight (SQL semantics: SUM, AVG, VARIANCE and STDDEV ignore NULLs,
+  ``COUNT(*)`` counts the row).
+
+Every cell count is an integer and each row contributes exactly ``scale`` units of L1 mass, so the
+sensitivity of every strategy is the count's times ``scale`` (``plan(..., contributions = k·scale)``)
+and, in count units (answers divided by ``scale``), the noise is that of a count: one unit of weight
+per row. Per group, the linear queries (in rows of the block) are ``C = Σ weights``, ``U = Σu`` and
+``Q = Σu²``: row ``k`` of the block sums the cells from ``k`` on. The block also holds the pairwise
+sums of those rows, whose variances give the covariances (``Cov(a, b) = (Var(a+b) − Var a − Var b)/2``)
+the delta method needs. With ``w = hi − lo``: ``SUM = lo·C + w·U``, ``AVG = lo + w·U/C``,
+``VAR_POP = w²(Q/C − (U/C)²)``, ``VAR_SAMP = w²(Q − U²/C)/(C − 1)``, ``STDDEV = √VAR`` — docs/math.md
+§12 gives the standard errors and the bias at small counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.schema import Schema
+from dpsql.sql.parse import Aggregate, Query
+
+GRID = 4096
+"""Grid points (``R``) for bounds that are not integers at most this far apart."""
+SECOND_MOMENT = ("VAR_SAMP", "VAR_POP", "STDDEV_SAMP", "STDDEV_POP")
+CLAMPING_RULE = (
+    "each value is clamped to the column's bounds [lo, hi] and rounded to the nearest point (ties up) of the grid "
+    "lo + j·(hi−lo)/R (R = hi − lo for integer bounds at most 4096 apart, else 4096); NULLs are ignored by "
+    "SUM/AVG/VARIANCE/STDDEV and counted by COUNT(*); how many values were clamped is never released"
+)
+
+
+@dataclass(frozen=True)
+class ValueEncoding:
+    """The moment cells of one aggregated column (module doc)."""
+
+    column: str  # the table's spelling
+    low: float
+    high: float
+    grid: int  # R
+    moments: int  # 1: SUM/AVG; 2: also VARIANCE/STDDEV
+    null_cell: bool  # the column may hold NULL: a last cell for NULL rows
+
+    @property
+    def attribute(self) -> str:
+        """The domain attribute of the moment cells (no table column can be spelt so by a statement)."""
+        return f"{self.column}#moments"
+
+    @property
+    def scale(self) -> int:
+        """Integer units of weight one row spreads over the cells."""
+        return self.grid**self.moments
+
+    @property
+    def cells(self) -> int:
+        return self.moments + 1 + int(self.null_cell)
+
+    @property
+    def base_rows(self) -> int:
+        """``C``, ``U`` (and ``Q``)."""
+        return self.moments + 1
+
+    def block(self) -> np.ndarray:
+        """The queries per group over the cells: ``C, U[, Q]`` then their pairwise sums."""
+        base = np.zeros((self.base_rows, self.cells))
+        for k in range(self.base_rows):
+            base[k, k : self.base_rows] = 1.0
+        pairs = [base[a] + base[b] for a in range(self.base_rows) for b in range(a + 1, self.base_rows)]
+        return np.vstack([base, *pairs])
+
+    def describe(self) -> str:
+        kind = "sums" if self.moments == 1 else "sums and sums of squares"
+        null = ", NULL in a cell of its own" if self.null_cell else ""
+        return (
+            f"{self.column}: {kind} over values clamped to [{self.low:g}, {self.high:g}] on a grid of {self.grid + 1} "
+            f"points, split over {self.cells} cells{null} ({self.scale} units of weight per row)"
+        )
+
+    # -- SQL ---------------------------------------------------------------------------------------------
+    def weights(self, value: exp.Expression) -> list[exp.Expression]:
+        """Per cell, the integer weight a row with ``value`` puts there (module doc)."""
+        low, high = float(self.low), float(self.high)
+        as_double = exp.cast(value.copy(), "DOUBLE")
+        clamped = exp.func("LEAST", exp.func("GREATEST", as_double, _number(low)), _number(high))
+        offset = exp.Div(
+            this=exp.Mul(this=exp.paren(exp.Sub(this=clamped, expression=_number(low))), expression=exp.Literal.number(self.grid)),
+            expression=_number(high - low),
+        )
+        half_up = exp.Add(this=offset, expression=exp.Literal.number("0.5"))
+        step = exp.cast(exp.func("FLOOR", half_up), "BIGINT")  # nearest grid point, ties up: the same in every engine
+        j = exp.Case().when(value.copy().is_(exp.null()), exp.null()).else_(step)
+        grid = exp.Literal.number(self.grid)
+
+        def rest() -> exp.Expression:
+            return exp.paren(exp.Sub(this=grid.copy(), expression=j.copy()))
+
+        if self.moments == 1:
+            parts: list[exp.Expression] = [rest(), j.copy()]
+        else:
+            parts = [exp.Mul(this=grid.copy(), expression=rest()), exp.Mul(this=j.copy(), expression=rest()), exp.Mul(this=j.copy(), expression=j.copy())]
+        weights = [exp.func("COALESCE", part, exp.Literal.number(0)) for part in parts]
+        if self.null_cell:
+            weights.append(exp.Case().when(value.copy().is_(exp.null()), exp.Literal.number(self.scale)).else_(exp.Literal.number(0)))
+        return weights
+
+    # -- answers -----------------------------------------------------------------------------------------
+    def released(self, function: str, values: np.ndarray, variances: np.ndarray) -> tuple[list[float | None], list[float | None]]:
+        """Per group, the aggregate and its delta-method standard error from the block's answers in count
+        units (``values``/``variances``: groups × block rows). Never fails: a group whose estimated count
+        leaves the aggregate undefined gets None."""
+        b = self.base_rows
+        estimates = values[:, :b]
+        covariance = np.zeros((len(values), b, b))
+        for k in range(b):
+            covariance[:, k, k] = variances[:, k]
+        pair = b
+        for first in range(b):
+            for second in range(first + 1, b):
+                shared = (variances[:, pair] - variances[:, first] - variances[:, second]) / 2
+                covariance[:, first, second] = covariance[:, second, first] = shared
+                pair += 1
+        out: list[float | None] = []
+        errors: list[float | None] = []
+        for estimate, cov in zip(estimates, covariance):
+            value, gradient, root = _function(function, estimate, self.low, self.high)
+            if value is None or gradient is None:
+                out.append(None)
+                errors.append(None)
+                continue
+            variance = float(max(gradient @ cov @ gradient, 0.0))
+            error = math.sqrt(variance)
+            if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V)
+                error = error / (2 * value) if value > 0 else None  # type: ignore[assignment]
+            out.append(float(value))
+            errors.append(error)
+        return out, errors
+
+
+def _number(value: float) -> exp.Expression:
+    """A float literal; a negative one in parentheses (``x - (-1.5)``, never ``x - -1.5``)."""
+    node = exp.Literal.number(repr(abs(float(value))))
+    return exp.paren(exp.Neg(this=node)) if value < 0 else node
+
+
+def _function(function: str, estimate: np.ndarray, low: float, high: float) -> tuple[float | None, np.ndarray | None, bool]:
+    """(value, gradient over C, U[, Q], whether the value is the square root of the differentiated one)."""
+    width = high - low
+    count, total = float(estimate[0]), float(estimate[1])
+    square = float(estimate[2]) if len(estimate) > 2 else 0.0
+    gradient = np.zeros(len(estimate))
+    if function == "SUM":
+        gradient[0], gradient[1] = low, width
+        return low * count + width * total, gradient, False
+    if count <= 0:
+        return None, None, False
+    if function == "AVG":
+        gradient[0], gradient[1] = -width * total / count**2, width / count
+        return low + width * min(max(total / count, 0.0), 1.0), gradient, False
+    root = function.startswith("STDDEV")
+    if function.endswith("POP"):
+        variance = width**2 * max(square / count - (total / count) ** 2, 0.0)
+        gradient[:] = width**2 * np.array([-square / count**2 + 2 * total**2 / count**3, -2 * total / count**2, 1 / count])
+    else:
+        if count <= 1:
+            return None, None, False
+        centred = square - total**2 / count
+        variance = width**2 * max(centred, 0.0) / (count - 1)
+        gradient[:] = width**2 * np.array(
+            [(total / count) ** 2 / (count - 1) - centred / (count - 1) ** 2, -2 * total / (count * (count - 1)), 1 / (count - 1)]
+        )
+    return (math.sqrt(variance) if root else variance), gradient, root
+
+
+def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequence[str]) -> ValueEncoding | None:
+    """The moment cells the queries' aggregates need (None when they have none). One aggregated column per
+    statement or batch; the column must have bounds (declared, or an integer range)."""
+    found: dict[str, set[str]] = {}
+    for query in queries:
+        for item in query.select:
+            if isinstance(item, Aggregate):
+                found.setdefault(resolve(item.column, table_columns, query.table, f"SELECT {item.function}"), set()).add(item.function)
+    if not found:
+        return None
+    if len(found) > 1:
+        raise NotSupportedError(
+            f"SELECT: SUM/AVG/VARIANCE/STDDEV over several columns ({sorted(found)}) in one statement or batch is not "
+            "supported; aggregate one column per statement (COUNT(*) may accompany it)"
+        )
+    column, functions = next(iter(found.items()))
+    domain = schema.column(column)
+    bounds = domain.value_bounds
+    if bounds is None:
+        raise NotSupportedError(
+            f"SELECT {sorted(functions)[0]}({column}): column {column!r} has no bounds; declare them in the schema, e.g. "
+            f"{column}: {{bounds: [lo, hi]}} — values are clamped to them (they must not come from the data)"
+        )
+    low, high = bounds
+    integral = all(float(b).is_integer() for b in bounds) and high - low <= GRID
+    grid = int(high - low) if integral else GRID
+    moments = 2 if functions & set(SECOND_MOMENT) else 1
+    null_cell = domain.nullable or not domain.is_known
+    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell)
+
+
+def resolve(name: str, table_columns: Sequence[str], table: str, clause: str) -> str:
+    """The table's spelling of a column (exact, else its one case-insensitive match)."""
+    if name in table_columns:
+        return name
+    matches = [c for c in table_columns if c.lower() == name.lower()]
+    if len(matches) != 1:
+        raise ProgrammingError(f"{clause}: unknown column {name!r}; use one of the columns of {table!r}: {list(table_columns)}")
+    return matches[0]

@@ -1,0 +1,1 @@
+SELECT SUM(age) FROM adult

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError bounds
+SELECT sex, AVG(income) FROM adult GROUP BY sex

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError several columns
+SELECT sex, SUM(age), AVG(income) FROM adult GROUP BY sex

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError MEDIAN
+SELECT sex, MEDIAN(age) FROM adult GROUP BY sex

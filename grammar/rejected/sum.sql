@@ -1,2 +1,0 @@
--- expect: NotSupportedError SUM
-SELECT SUM(age) FROM adult

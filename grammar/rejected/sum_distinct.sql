@@ -1,0 +1,2 @@
+-- expect: NotSupportedError SUM(DISTINCT
+SELECT sex, SUM(DISTINCT age) FROM adult GROUP BY sex

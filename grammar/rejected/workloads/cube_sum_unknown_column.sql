@@ -1,0 +1,2 @@
+-- expect: NotSupportedError no declared domain
+SELECT browser, SUM(age) FROM adult GROUP BY CUBE (browser)

@@ -1,0 +1,300 @@
+"""SUM, AVG, VARIANCE, STDDEV (issue 14 parts 1, 2): schema bounds, the moment-cell encoding, answers equal
+to DuckDB's on the clamped values with noise off (GROUP BY, CUBE, ROLLUP, GROUPING SETS, WHERE, NULLs,
+batches), closed-form standard errors, empirical coverage of the AVG interval, and refusals."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+import sqlglot
+from sqlglot import exp
+
+import dpsql
+import dpsql.testing
+from conftest import ADULT_SCHEMA, make_adult
+from dpsql.schema import Schema
+from dpsql.sql.moments import GRID, ValueEncoding
+from dpsql.sql.parse import Aggregate, Count
+from dpsql.sql.statement import parse_statement
+from planner.noise import discrete_laplace_variance
+
+CORPUS = sorted((Path(__file__).resolve().parents[2] / "grammar" / "accepted" / "aggregates").glob("*.sql"))
+INCOME_BOUNDS = (0, 200_000)  # wider than GRID: values are rounded to a grid of 4097 points
+TIP_BOUNDS = (0, 50)  # integers 50 apart: exact
+SCHEMA = {
+    **ADULT_SCHEMA,
+    "columns": {
+        **ADULT_SCHEMA["columns"],  # type: ignore[dict-item]
+        "income": {"bins": [0, 10000, 50000, 100000, 1000000], "bounds": list(INCOME_BOUNDS)},
+        "tip": {"bounds": list(TIP_BOUNDS)},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    data = make_adult(persons=900, seed=11)
+    rng = np.random.default_rng(3)
+    tips = rng.integers(-5, 60, size=len(data)).astype(float)  # some below 0 and above 50: clamped
+    tips[rng.random(len(data)) < 0.1] = np.nan  # NULL: ignored by SUM/AVG, counted by COUNT(*)
+    return data.assign(tip=tips)
+
+
+@pytest.fixture()
+def connection(frame: pd.DataFrame):  # noqa: ANN201
+    conn = dpsql.connect(budget=dpsql.Budget(epsilon=1e6, delta=1e-6))
+    conn.register("adult", frame, schema=SCHEMA)
+    yield conn
+    conn.close()
+
+
+def _clamped(column: str, bounds: tuple[float, float]) -> exp.Expression:
+    """DuckDB expression of the value dpsql aggregates: clamped (NULL stays NULL), rounded to the grid."""
+    low, high = bounds
+    grid = high - low if high - low <= GRID else GRID
+    text = f"CASE WHEN {column} IS NULL THEN NULL ELSE {low} + FLOOR((LEAST(GREATEST({column}::DOUBLE, {low}), {high}) - {low}) * {grid} / {high - low} + 0.5) * {high - low} / {grid} END"
+    return sqlglot.parse_one(text, read="duckdb")
+
+
+def _reference(sql: str, frame: pd.DataFrame) -> list[tuple]:
+    """DuckDB's exact answer on the bounded table (max_rows_per_unit = 3 and make_adult has at most 3 rows
+    per person, so nothing is dropped) over clamped, gridded values."""
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    for arg in ("order", "limit", "offset"):
+        tree.set(arg, None)
+    for node in list(tree.find_all(exp.AggFunc)):
+        if isinstance(node, exp.Count) or not isinstance(node.this, exp.Column):
+            continue
+        name = node.this.name
+        bounds = {"income": INCOME_BOUNDS, "tip": TIP_BOUNDS}.get(name)
+        if bounds is not None:
+            node.this.replace(_clamped(name, bounds))
+    connection = duckdb.connect()
+    connection.register("adult", frame)
+    rows = connection.execute(tree.sql(dialect="duckdb")).fetchall()
+    connection.close()
+    return rows
+
+
+def _by_key(rows: list[tuple], values: list[int]) -> dict[tuple, tuple]:
+    keyed = {tuple(v for i, v in enumerate(r) if i not in values): tuple(r[i] for i in values) for r in rows}
+    assert len(keyed) == len(rows)  # one row per group key (GROUPING SETS without duplicates)
+    return keyed
+
+
+def _same(released: tuple, expected: tuple) -> bool:
+    return all((a is None and b is None) or (a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)) for a, b in zip(released, expected))
+
+
+EXTRA = {  # over the columns only this file's schema has (the corpus runs on the shared adult schema too)
+    "bounds_only_with_nulls": "SELECT race, COUNT(*), SUM(tip) AS tips, AVG(tip) AS mean_tip FROM adult GROUP BY race ORDER BY race",
+    "clamped_and_gridded": "SELECT sex, race, SUM(income) AS total, AVG(income), VAR_POP(income) FROM adult WHERE age BETWEEN 25 AND 60 GROUP BY ROLLUP (sex, race)",
+    "nullable_value_column": "SELECT sex, COUNT(*), STDDEV(tip), VARIANCE(tip) FROM adult WHERE job IS NOT NULL GROUP BY CUBE (sex)",
+}
+STATEMENTS = {**{p.stem: p.read_text() for p in CORPUS}, **EXTRA}
+
+
+@pytest.mark.parametrize("name", sorted(STATEMENTS))
+def test_noise_free_aggregates_equal_duckdb(name: str, connection: dpsql.Connection, frame: pd.DataFrame) -> None:
+    sql = STATEMENTS[name]
+    statement = parse_statement(sql)
+    items = statement.branches[0].query.select
+    slots = statement.branches[0].layout
+    values = [p for p, s in enumerate(slots) if isinstance(s, int) and isinstance(items[s], (Count, Aggregate))]
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.execute(sql, epsilon=1.0)
+    released = cursor.fetchall()
+    reference = _reference(sql, frame)
+    # cells DuckDB omits are released too: with no rows, COUNT and SUM are 0, AVG/VARIANCE/STDDEV NULL
+    shown = [r for r in released if any(r[p] not in (0, None) for p in values)]
+    ours, theirs = _by_key(shown, values), _by_key(reference, values)
+    assert set(ours) == set(theirs)
+    assert all(_same(ours[key], theirs[key]) for key in ours), [(k, ours[k], theirs[k]) for k in ours if not _same(ours[k], theirs[k])]
+    for row, error in zip(released, cursor.errors):
+        assert all((error[p] is None) == (row[p] is None) for p in values)
+
+
+def _relative_match(released: float, expected: float) -> bool:
+    return math.isclose(released, expected, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def test_batches_and_executemany_equal_duckdb(connection: dpsql.Connection, frame: pd.DataFrame) -> None:
+    with dpsql.testing.noise_disabled():
+        first, second = connection.workload(
+            ["SELECT sex, AVG(tip) FROM adult GROUP BY sex", "SELECT race, COUNT(*), STDDEV(tip) FROM adult GROUP BY race"], epsilon=1.0
+        )
+        cursor = connection.cursor()
+        cursor.executemany("SELECT sex, SUM(tip) FROM adult WHERE race = ? GROUP BY sex", [(0,), (1,)], epsilon=1.0)
+        many = cursor.fetchall()
+    expected = dict(_reference("SELECT sex, AVG(tip) FROM adult GROUP BY sex", frame))
+    assert all(_relative_match(v, expected[k]) for k, v in first.rows)
+    expected_sd = {r[0]: r for r in _reference("SELECT race, COUNT(*), STDDEV(tip) FROM adult GROUP BY race", frame)}
+    assert all(_relative_match(n, expected_sd[k][1]) and _relative_match(sd, expected_sd[k][2]) for k, n, sd in second.rows)
+    sums = [dict(_reference(f"SELECT sex, SUM(tip) FROM adult WHERE race = {r} GROUP BY sex", frame)) for r in (0, 1)]
+    assert [_relative_match(v, sums[i // 2][k]) for i, (k, v) in enumerate(many)] == [True] * 4
+
+
+def test_explain_describes_the_encoding_and_charges_nothing(connection: dpsql.Connection) -> None:
+    before = connection.budget_remaining()
+    rows = connection.cursor().execute("EXPLAIN SELECT sex, SUM(tip), AVG(tip) FROM adult GROUP BY CUBE (sex, race)").fetchall()
+    assert connection.budget_remaining() == before
+    aggregate = [r for r in rows if r[0] == "aggregate"]
+    assert aggregate == [aggregate[0]] and aggregate[0][1] == "tip" and aggregate[0][2] == 50.0
+    assert "clamped to [0, 50]" in aggregate[0][3] and "never released" in aggregate[0][3]
+
+
+# --------------------------------------------------------------------------------------------------
+# The encoding: weights, sensitivity, closed-form errors, coverage.
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("moments", [1, 2])
+def test_every_row_spreads_exactly_scale_units_of_non_negative_integer_weight(moments: int) -> None:
+    """The sensitivity argument: a row's weights are non-negative integers summing to ``scale`` whatever
+    its value (NULL, NaN, ±inf, out of bounds), so one row moves the data vector by exactly ``scale`` in L1."""
+    encoding = ValueEncoding("v", -3.5, 12.25, GRID, moments, True)
+    weights = encoding.weights(exp.column("v"))
+    select = "SELECT v, " + ", ".join(w.sql(dialect="duckdb") for w in weights) + " FROM t"
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE t AS SELECT * FROM (VALUES (NULL::DOUBLE), ('nan'::DOUBLE), ('inf'::DOUBLE), ('-inf'::DOUBLE), (-100.0), (-3.5), (0.0), (1.2345), (12.25), (99.0)) AS v(v)")
+    rows = connection.execute(select).fetchall()
+    for row in rows:
+        cells = np.array(row[1:])
+        assert cells.dtype.kind == "i" and (cells >= 0).all() and cells.sum() == encoding.scale, row
+    u = {row[0]: (row[2] + (row[3] if moments == 2 else 0)) / encoding.grid ** moments for row in rows if row[0] == 1.2345}
+    assert abs(-3.5 + 15.75 * u[1.2345] - 1.2345) <= 15.75 / (2 * GRID) + 1e-12  # rounded to the nearest grid point
+
+
+def test_standard_errors_follow_the_closed_form(connection: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """Identity over the two moment cells (tip has a NULL cell too) at ε: each cell's variance is the
+    discrete Laplace variance at scale k·R/ε in weight units, v = that / R² in rows. Then
+    Var SUM = (lo² + hi²)·v, Var AVG = w²·v·(1 − 2r + 2r²)/C² with r = U/C (delta method)."""
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.execute("SELECT sex, COUNT(*), SUM(tip), AVG(tip) FROM adult GROUP BY sex", epsilon=0.5)
+    assert "identity" in cursor.explanation
+    low, high = TIP_BOUNDS
+    grid = high - low
+    v = discrete_laplace_variance(3 * grid / 0.5) / grid**2
+    counts = dict(_reference("SELECT sex, COUNT(tip) FROM adult GROUP BY sex", frame))
+    for row, error in zip(cursor.fetchall(), cursor.errors):
+        assert math.isclose(error[1], math.sqrt(3 * v), rel_tol=1e-9)  # COUNT(*): three cells
+        assert math.isclose(error[2], math.sqrt((low**2 + high**2) * v), rel_tol=1e-9)
+        count = counts[row[0]]
+        r = (row[3] - low) / (high - low)
+        assert math.isclose(error[3], (high - low) * math.sqrt(v * (1 - 2 * r + 2 * r * r)) / count, rel_tol=1e-9)
+
+
+def test_avg_interval_covers_at_the_stated_rate() -> None:
+    """400 seeded runs at a small ε (so noise dominates): the 95 % interval of AVG covers the true mean of
+    each of 2 groups at a rate inside the 3-sigma binomial band around 0.95 ([0.935, 0.965] for 800)."""
+    rng = np.random.default_rng(5)
+    data = pd.DataFrame({"sex": rng.choice(["F", "M"], 3000), "hours": rng.integers(1, 99, 3000)})
+    conn = dpsql.connect(budget=dpsql.Budget(epsilon=1e6), reuse=False)
+    conn.register("people", data, schema={"privacy_unit": None, "columns": {"sex": {"categories": ["F", "M"]}, "hours": {"bounds": [0, 100]}}})
+    truth = data.groupby("sex").hours.mean()
+    cursor = conn.cursor()
+    covered = 0
+    with dpsql.testing.seeded(14):
+        for _ in range(400):
+            cursor.execute("SELECT sex, AVG(hours) FROM people GROUP BY sex", epsilon=0.03)
+            for row, interval in zip(cursor.fetchall(), cursor.confidence_interval(0.95)):
+                covered += interval[1][0] <= truth[row[0]] <= interval[1][1]
+    rate = covered / 800
+    band = 3 * math.sqrt(0.95 * 0.05 / 800)
+    assert abs(rate - 0.95) <= band, rate
+
+
+def test_joint_plan_beats_the_even_split_for_avg(connection: dpsql.Connection) -> None:
+    """Expected variance of the shifted sum behind AVG: half the even split's (sum at ε/2 with sensitivity
+    (hi−lo)/2 after the midpoint shift, count at ε/2), read from the plan's own variances."""
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.execute("SELECT race, AVG(age) FROM adult GROUP BY race", epsilon=1.0)
+    low, high = 17, 90
+    v = discrete_laplace_variance(3 * (high - low) / 1.0) / (high - low) ** 2  # one moment cell, rows
+    ours = 2 * v * ((high - low) / 2) ** 2  # Var(x_hi − x_lo)·(w/2)²: the shifted sum
+    even = discrete_laplace_variance(3 * ((high - low) / 2) / 0.5)
+    assert ours < 0.6 * even
+
+
+# --------------------------------------------------------------------------------------------------
+# Schema and refusals.
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ({"bounds": [5, 5]}, "lo < hi"),
+        ({"bounds": [0, float("inf")]}, "finite"),
+        ({"bounds": ["a", 1]}, "two finite numbers"),
+        ({"bounds": [0, 1, 2]}, "two finite numbers"),
+        ({"bounds": [True, 3]}, "two finite numbers"),
+        ({"bounds": [0, 1], "nullable": True}, "keeps its NULLs"),
+    ],
+)
+def test_bad_bounds_are_refused(spec: dict, fragment: str) -> None:
+    with pytest.raises(dpsql.ProgrammingError, match=fragment):
+        Schema.load({"columns": {"x": spec}})
+
+
+def test_bounds_need_a_numeric_column(frame: pd.DataFrame) -> None:
+    conn = dpsql.connect(budget=dpsql.Budget(epsilon=1.0))
+    with pytest.raises(dpsql.ProgrammingError, match="bounds need a numeric column"):
+        conn.register("adult", frame, schema={**SCHEMA, "columns": {**SCHEMA["columns"], "browser": {"bounds": [0, 1]}}})
+
+
+def test_a_range_serves_as_bounds_and_bounds_never_drop_rows(connection: dpsql.Connection, frame: pd.DataFrame) -> None:
+    assert Schema.load(SCHEMA).column("age").value_bounds == (17, 90)
+    with dpsql.testing.noise_disabled():
+        (total,) = connection.cursor().execute("SELECT COUNT(*) FROM adult", epsilon=1.0).fetchall()
+        (with_tip,) = connection.cursor().execute("SELECT COUNT(*), SUM(tip) FROM adult", epsilon=1.0).fetchall()
+    assert round(total[0]) == round(with_tip[0]) == len(frame)
+
+
+@pytest.mark.parametrize(
+    "sql, error, fragment",
+    [
+        ("SELECT sex, SUM(race) FROM adult GROUP BY sex", dpsql.NotSupportedError, "declare them"),
+        ("SELECT sex, SUM(tip), AVG(age) FROM adult GROUP BY sex", dpsql.NotSupportedError, "several columns"),
+        ("SELECT browser, AVG(tip) FROM adult GROUP BY browser", dpsql.NotSupportedError, "no declared domain"),
+        ("SELECT sex, AVG(nothing) FROM adult GROUP BY sex", dpsql.ProgrammingError, "unknown column"),
+        ("SELECT sex, SUM(*) FROM adult GROUP BY sex", dpsql.ProgrammingError, "needs a column"),
+        ("SELECT sex, SUM(tip + 1) FROM adult GROUP BY sex", dpsql.NotSupportedError, "not a plain column"),
+    ],
+)
+def test_refused_in_prepare_without_charge(connection: dpsql.Connection, sql: str, error: type, fragment: str) -> None:
+    before = connection.budget_remaining()
+    with pytest.raises(error, match=fragment):
+        connection.cursor().execute(sql, epsilon=1.0)
+    assert connection.budget_remaining() == before
+
+
+def test_a_local_survey_refuses_aggregates() -> None:
+    from dpsql import local
+
+    with pytest.raises(dpsql.NotSupportedError, match="local survey"):
+        local.design({"columns": {"age": {"range": [0, 9]}}}, ["SELECT SUM(age) FROM s"], 1.0, seed=0)
+
+
+def test_kept_measurements_stay_within_their_units(connection: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """A statement with aggregates keeps its measurement in weight units, apart from row-unit counts: the
+    same statement again is free, a plain COUNT (rows) or a VARIANCE (another grid) is measured afresh."""
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.execute("SELECT sex, AVG(tip) FROM adult GROUP BY sex", epsilon=1.0)
+        assert "answered: measured" in cursor.explanation
+        cursor.execute("SELECT sex, COUNT(*), SUM(tip) FROM adult GROUP BY sex", epsilon=1.0)
+        assert "answered: free" in cursor.explanation
+        for sql in ("SELECT sex, COUNT(*) FROM adult GROUP BY sex", "SELECT sex, VARIANCE(tip) FROM adult GROUP BY sex"):
+            cursor.execute(sql, epsilon=1.0)
+            assert "answered: measured" in cursor.explanation, sql
+        counts = dict(cursor.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=1.0).fetchall())
+    assert counts == pytest.approx(frame.groupby("sex").size().to_dict())
