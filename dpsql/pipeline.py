@@ -278,7 +278,7 @@ def release(session: Session, prepared: Prepared) -> list[ResultSet]:
         return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), Outcome("free", note=note))
     session.ledger.charge(prepared.cost, prepared.request.text)  # durable; refuses an overspend before the read
     aggregation = _aggregation(session, prepared)
-    result = _read(session, aggregation)
+    result = _read(session, prepared.table, aggregation)
     try:
         return _measured(session, prepared, aggregation, result)
     except Error as error:
@@ -289,11 +289,18 @@ def release(session: Session, prepared: Prepared) -> list[ResultSet]:
                             "This is a dpsql defect: please report it") from None
 
 
-def _read(session: Session, aggregation: BoundedAggregation) -> dict[str, np.ndarray]:
-    """The one read of private rows. The engine's message is withheld: it may quote row values."""
+def _read(session: Session, table: Table, aggregation: BoundedAggregation) -> dict[str, np.ndarray]:
+    """The one read of private rows: the table's bounded rows are kept first if they are not yet
+    (``dpsql.bounded_tables``), then the aggregation runs. The engine's message is withheld: it may
+    quote row values."""
     sql = aggregation.statement().sql(dialect=session.backend.dialect)
+
+    def read() -> dict[str, np.ndarray]:
+        session.bounded.ensure(table)
+        return session.backend.run(sql)
+
     try:
-        return progress.watched(lambda: session.backend.run(sql), getattr(session.backend, "progress", None), "reading")
+        return progress.watched(read, getattr(session.backend, "progress", None), "reading")
     except Exception as error:  # noqa: BLE001
         cause = error.__cause__ if isinstance(error, OperationalError) and error.__cause__ is not None else error
         raise OperationalError(
@@ -321,8 +328,9 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         assert prepared.decision.plan is not None
         marginals = tuple(prepared.decision.plan.required_marginals())
     ordered = {name: columns[name] for name in (*domain.attributes, *(c for c in columns if c not in domain.attributes))}
+    kept = session.bounded.relation(table)
     return BoundedAggregation(
-        table=table.relation,
+        table=table.relation if kept is None else kept,
         columns=ordered,
         column_types={c: table.column_types[c] for c in ordered},
         marginals=marginals,
@@ -332,6 +340,7 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         row_columns=tuple(table.column_types),
         row_filters=batch.row_filters,
         keyed=keyed,
+        bounded=kept is not None,
     )
 
 

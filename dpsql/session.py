@@ -18,6 +18,7 @@ import planner
 from dpsql import progress, testing
 from dpsql.accountant import Budget, Cost, Ledger
 from dpsql.backends.base import Backend
+from dpsql.bounded_tables import BoundedTables
 from dpsql.backends.dialects import engine_name
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.keys import ReleasedKeys
@@ -77,7 +78,8 @@ class Settings:
 
 
 class Session:
-    """Tables, backend, ledger, kept measurements, released keys and cached plans of one connection."""
+    """Tables (and their kept bounded rows), backend, ledger, kept measurements, released keys and cached
+    plans of one connection."""
 
     def __init__(self, backend: Backend, ledger: Ledger, settings: Settings) -> None:
         self.backend = backend
@@ -86,6 +88,7 @@ class Session:
         self.tables: dict[str, Table] = {}
         self.store = MeasurementStore()
         self.keys = ReleasedKeys()
+        self.bounded = BoundedTables(backend)
         self._plans: OrderedDict[Hashable, planner.Plan] = OrderedDict()
         self.closed = False
         if settings.noise == "gaussian" and ledger.budget.delta == 0:
@@ -102,6 +105,7 @@ class Session:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self.bounded.close()
             self.backend.close()
             self.ledger.close()
 
@@ -122,7 +126,9 @@ class Session:
             checked = canonical_schema(parsed, types, name, self.backend.run, dialect)
         except ProgrammingError as error:
             raise ProgrammingError(f"{error} (column types as {engine_name(dialect)} reports them)") from None
-        self.tables[name.lower()] = Table(name, relation, checked, types, testing.bounding_salt())
+        table = Table(name, relation, checked, types, testing.bounding_salt())
+        self.bounded.register(table, self.tables.get(name.lower()))
+        self.tables[name.lower()] = table
         self.store.forget(lambda rows: rows[0] == name.lower())
 
     def _relation_for(self, name: str, source: object) -> str:

@@ -45,6 +45,22 @@ class SparkBackend:
             raise OperationalError(f"{self.engine} failed to run the bounded aggregation: {error}") from error
         return columns_from_rows(names, rows)
 
+    def create_temporary(self, name: str, query: str) -> None:
+        """A temporary view of ``query``, cached eagerly (``CACHE TABLE``): computed once, kept in the
+        executors' memory (and disk); should Spark evict it, it is recomputed to the same rows."""
+        try:
+            self.session.sql(f"CREATE OR REPLACE TEMPORARY VIEW {_quoted(name)} AS {query}")
+            self.session.sql(f"CACHE TABLE {_quoted(name)}")
+        except _SPARK_ERRORS as error:
+            raise OperationalError(f"{self.engine} failed to keep a cached view: {error}") from error
+
+    def drop_temporary(self, name: str) -> None:
+        try:
+            self.session.sql(f"UNCACHE TABLE IF EXISTS {_quoted(name)}")
+            self.session.sql(f"DROP VIEW IF EXISTS {_quoted(name)}")
+        except _SPARK_ERRORS as error:
+            raise OperationalError(f"{self.engine} failed to drop a cached view: {error}") from error
+
     def describe(self, table: str) -> dict[str, str]:
         if not self.has_relation(table):
             raise ProgrammingError(
