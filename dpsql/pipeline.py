@@ -26,6 +26,7 @@ text. The measurement is kept (``planner.store``), released keys are cached, and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Hashable, Sequence
 
@@ -48,6 +49,7 @@ from planner.strategies.base import Answers, Measurement
 from planner.workload import Workload, marginal_for
 
 RELATIVE_TOLERANCE = 1e-9  # kept variances this close to a fresh plan's count as equally accurate
+BOUND_TEXT_CACHE_SIZE = 256  # texts without parameters kept parsed and bound (process-wide)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -59,11 +61,23 @@ def execute_request(
     session: Session, operation: object, parameters: Sequence[object] | None, epsilon: float | None, rho: float | None, non_negative: bool
 ) -> Request:
     """``cursor.execute(operation, parameters)``: one statement, or ``EXPLAIN`` of one or several."""
-    parsed = parse_text(operation)
-    if parsed.explain and parameters and len(parsed.trees) > 1:
-        raise ProgrammingError("EXPLAIN of several statements takes no parameters; inline the literals")
-    statements = tuple(bind_statement(tree, parameters, text) for tree, text in zip(parsed.trees, parsed.texts))
-    return Request(statements, (1.0,) * len(statements), session.cost(epsilon, rho), non_negative, parsed.explain)
+    if isinstance(operation, str) and (parameters is None or (isinstance(parameters, (list, tuple)) and not parameters)):
+        explain, statements = _bound_text(operation)
+    else:
+        parsed = parse_text(operation)
+        if parsed.explain and parameters and len(parsed.trees) > 1:
+            raise ProgrammingError("EXPLAIN of several statements takes no parameters; inline the literals")
+        explain, statements = parsed.explain, tuple(bind_statement(tree, parameters, text) for tree, text in zip(parsed.trees, parsed.texts))
+    return Request(statements, (1.0,) * len(statements), session.cost(epsilon, rho), non_negative, explain)
+
+
+@functools.lru_cache(maxsize=BOUND_TEXT_CACHE_SIZE)
+def _bound_text(text: str) -> tuple[bool, tuple[Statement, ...]]:
+    """A text without parameters, parsed and bound: a pure function of the text (binding copies the parsed
+    trees and checks the statement's form only; names are resolved against tables in ``prepare``), so
+    a text run again skips sqlglot. Texts that fail raise each time (exceptions are not cached)."""
+    parsed = parse_text(text)
+    return parsed.explain, tuple(bind_statement(tree, None, sql) for tree, sql in zip(parsed.trees, parsed.texts))
 
 
 def many_request(
@@ -141,7 +155,8 @@ def prepare(session: Session, request: Request) -> Prepared:
         cached = session.keys.get(table, keyed)
         domain = keys.placeholder_domain(keyed) if selecting else keys.keys_domain(keyed, cached)  # type: ignore[arg-type]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
-    batch = compile_batch(request.statements, request.weights, schema, tuple(table.column_types))
+    inputs = (request.statements, request.weights, schema, tuple(table.column_types))
+    batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs))
     rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters))
     if request.cost is None and not request.explain:
         raise ProgrammingError(
@@ -293,7 +308,7 @@ def _read(session: Session, table: Table, aggregation: BoundedAggregation) -> di
     """The one read of private rows: the table's bounded rows are kept first if they are not yet
     (``dpsql.bounded_tables``), then the aggregation runs. The engine's message is withheld: it may
     quote row values."""
-    sql = aggregation.statement().sql(dialect=session.backend.dialect)
+    sql = session.memoised("sql", aggregation, lambda: aggregation.statement().sql(dialect=session.backend.dialect))
 
     def read() -> dict[str, np.ndarray]:
         session.bounded.ensure(table)
