@@ -382,7 +382,7 @@ def test_postgres_connection_lost_mid_query_is_charged(postgres_dsn: str) -> Non
                 ended = admin.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE application_name = %s AND state = 'active' AND query LIKE %s",
-                    (victim, "%ROW_NUMBER%"),
+                    (victim, "%dpsql_bounded%"),  # computing the kept bounded rows (the first read)
                 ).fetchall()
                 if ended:
                     return
