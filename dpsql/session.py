@@ -32,6 +32,7 @@ NOISE_FAMILIES = ("laplace", "gaussian")
 PLAN_CACHE_SIZE = 64  # plans kept per session (least recently used evicted)
 MEMO_SIZE = 256  # results of Session.memoised kept per session
 _MISSING = object()
+_ATOMS = frozenset({str, int, float, bool, type(None), bytes})
 T = TypeVar("T")
 DEFAULT_SELECTION_DELTA_SHARE = 0.1  # of the budget's δ, spent by one key selection unless configured
 
@@ -224,12 +225,15 @@ class Session:
 
 def _frozen(value: object) -> Hashable:
     """A hashable value equal for equal inputs: dataclasses field by field, mappings and sequences item by
-    item, numpy arrays by shape, type and bytes."""
+    item, numpy arrays by shape, type and bytes; a value's type is part of it (1, 1.0 and True differ)."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return (kind, value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (type(value).__qualname__, *(_frozen(getattr(value, f.name)) for f in dataclasses.fields(value)))
     if isinstance(value, Mapping):
         return ("mapping", *((_frozen(k), _frozen(v)) for k, v in value.items()))
-    if isinstance(value, (tuple, list)):
+    if kind is tuple or kind is list:
         return ("sequence", *(_frozen(v) for v in value))
     if hasattr(value, "tobytes") and hasattr(value, "dtype") and hasattr(value, "shape"):  # a numpy array (numpy not imported here)
         return ("array", value.shape, value.dtype.str, value.tobytes())
