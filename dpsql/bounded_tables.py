@@ -3,9 +3,8 @@
 With a privacy unit, every statement counts *the bounded rows* of its table (:mod:`dpsql.sql.bounded_rows`):
 the rows that pass the declared domain tests, at most ``max_rows_per_unit`` per unit, chosen by a salted
 hash whose salt is drawn once per registration. They do not depend on the statement, so they are computed
-once — by the first statement that reads the table — and kept as a temporary relation of the backend
-(a temporary table in DuckDB and PostgreSQL, a cached view in Spark); every later statement aggregates
-that relation directly. A new registration of the name is a new table (a new salt): its predecessor's
+once — by the first statement that reads the table — and kept as a temporary table of the backend
+(DuckDB, PostgreSQL); every later statement aggregates that table directly. A new registration of the name is a new table (a new salt): its predecessor's
 relation is dropped, and the new one is computed by its own first read. Closing the connection drops them
 all.
 
@@ -15,9 +14,10 @@ rule: the ledger was charged first, an engine failure is reported by class only,
 leaves nothing behind (the next charged statement tries again). What a caller can see of it — the first
 statement takes longer — depends on the table's size, as any read's time does, and on nothing a
 statement asks. Whether a backend can keep relations at all is found out at ``register()`` with a probe
-that reads no table (``SELECT 1``); a backend that cannot (no ``create_temporary``, or the probe fails:
-no temporary-table privilege) gets the same bounded rows computed by a subquery of every statement
-instead — the same rows and answers, only slower.
+that reads no table (``SELECT 1``); a backend that cannot (no ``create_temporary`` — Spark, where a
+cached view proved slower than recomputing, see ``dpsql.backends.spark`` — or the probe fails: no
+temporary-table privilege) gets the same bounded rows computed by a subquery of every statement instead:
+the same rows and answers, at the cost of bounding in every statement.
 
 The kept relation is visible to this connection's own backend session (as the registered data already
 is to anyone holding it: see the README's privacy model); its name is random. It is a snapshot: rows

@@ -1,5 +1,10 @@
 """A backend over a SparkSession: the statement runs through ``spark.sql`` on the cluster.
 
+It keeps no relations (no ``create_temporary``): every statement computes the table's bounded rows in a
+subquery (:mod:`dpsql.bounded_tables`). A cached temporary view of them (``CACHE TABLE``) was measured
+8× slower per statement than recomputing them (``local[2]``, 300,000 rows, a CUBE over 4 columns:
+45 s against 6 s), so Spark gets the same rows and answers the other way.
+
 Tables are looked up in the session's catalog (tables and temporary views); ``describe`` reads the
 analysed schema only, no rows. A Spark or pandas DataFrame registered as a source becomes a
 temporary view under an internal name; files are read with ``spark.read`` by the user and passed as
@@ -44,22 +49,6 @@ class SparkBackend:
         except _SPARK_ERRORS as error:
             raise OperationalError(f"{self.engine} failed to run the bounded aggregation: {error}") from error
         return columns_from_rows(names, rows)
-
-    def create_temporary(self, name: str, query: str) -> None:
-        """A temporary view of ``query``, cached eagerly (``CACHE TABLE``): computed once, kept in the
-        executors' memory (and disk); should Spark evict it, it is recomputed to the same rows."""
-        try:
-            self.session.sql(f"CREATE OR REPLACE TEMPORARY VIEW {_quoted(name)} AS {query}")
-            self.session.sql(f"CACHE TABLE {_quoted(name)}")
-        except _SPARK_ERRORS as error:
-            raise OperationalError(f"{self.engine} failed to keep a cached view: {error}") from error
-
-    def drop_temporary(self, name: str) -> None:
-        try:
-            self.session.sql(f"UNCACHE TABLE IF EXISTS {_quoted(name)}")
-            self.session.sql(f"DROP VIEW IF EXISTS {_quoted(name)}")
-        except _SPARK_ERRORS as error:
-            raise OperationalError(f"{self.engine} failed to drop a cached view: {error}") from error
 
     def describe(self, table: str) -> dict[str, str]:
         if not self.has_relation(table):
