@@ -80,10 +80,14 @@ class TimedBackend:
             self.run_seconds.append(time.perf_counter() - start)
 
     def create_temporary(self, name: str, query: str) -> None:
-        """The table's bounded rows, kept by the first read (engine time, like ``run``)."""
+        """The table's bounded rows, kept by the first read (engine time, like ``run``); an engine that
+        keeps no relations (Spark) fails the probe at register, so dpsql bounds within every statement."""
+        create = getattr(self.inner, "create_temporary", None)
+        if create is None:
+            raise dpsql.OperationalError(f"{type(self.inner).__name__} keeps no relations")
         start = time.perf_counter()
         try:
-            self.inner.create_temporary(name, query)  # type: ignore[attr-defined]
+            create(name, query)
         finally:
             self.run_seconds.append(time.perf_counter() - start)
 
