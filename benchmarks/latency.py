@@ -1,23 +1,35 @@
-"""Latency of one private GROUP BY COUNT on a generated 10-million-row table, beside DuckDB's exact query.
+"""Latency of one private GROUP BY COUNT beside DuckDB's exact query, and beside SmartNoise SQL on small tables.
 
-Both run in the same process on the same DuckDB table, in the same run, alternating, after one
-warm-up each (the warm-up also fills dpsql's plan cache; the cold first call is reported apart).
-Two privacy settings: row-level privacy (no unit column: no bounding) and person-level privacy (a
-unit column, at most 3 rows per person). Person-level bounding counts every unit's rows (one
-aggregation by unit) and ranks only the rows of units over the bound; the statement is timed with
-its WHERE clause (few persons have more than 3 rows aged 20-40) and without (a third of the rows
-belong to persons with 4 or 5 rows, all ranked).
+**Large tables.** Both run in the same process on the same DuckDB table, in the same run, alternating,
+after one warm-up each; the cold first private call is reported apart: with a privacy unit it also
+computes the table's bounded rows, which every later statement reads (``dpsql/bounded_tables.py``). Two
+generated tables: ``census`` (``--rows`` rows, runs of 1-5 rows per person, ≈2.5 on average: few persons
+over the bound of 3 among the rows aged 20-40, a third of all rows in persons of 4 or 5 rows) and
+``events`` (``--event-rows`` rows of visitors with 1-8 rows each, 4.5 on average: most visitors over the
+bound of 3, as in event or visit tables). Settings: row-level privacy (no unit column: no bounding) and
+person-level privacy (at most 3 rows per unit).
 
-    python benchmarks/latency.py [--rows 10000000] [--repeats 7]
+**Small tables** (``--small-rows``, 1k-50k rows of ``census``): dpsql's time per statement beside SmartNoise
+SQL's (its pandas reader) for the same statement, row-level and person-level, medians of ``--small-repeats``
+after a warm-up. SmartNoise runs in its own environment, never a dpsql dependency:
 
-Prints a table and writes benchmarks/results/latency.csv.
+    python3 -m venv /tmp/bench-snsql && /tmp/bench-snsql/bin/pip install smartnoise-sql pandas
+    DPSQL_PEER_PYTHON=/tmp/bench-snsql/bin/python python benchmarks/latency.py [--rows 10000000] [--repeats 7]
+
+(without DPSQL_PEER_PYTHON the SmartNoise column stays empty). Prints tables and writes
+benchmarks/results/latency.csv and benchmarks/results/latency_small.csv.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import duckdb
 
@@ -26,6 +38,8 @@ from results_io import write_csv
 
 QUERY = "SELECT sex, race, COUNT(*) AS n FROM census WHERE age BETWEEN 20 AND 40 GROUP BY sex, race"
 UNFILTERED_QUERY = "SELECT sex, race, COUNT(*) AS n FROM census GROUP BY sex, race"
+EVENTS_QUERY = "SELECT sex, race, COUNT(*) AS n FROM events GROUP BY sex, race"
+HERE = Path(__file__).resolve().parent
 COLUMNS = {
     "sex": {"categories": ["F", "M"]},
     "race": {"categories": [0, 1, 2, 3, 4]},
@@ -34,11 +48,14 @@ COLUMNS = {
 }
 ROW_LEVEL = {"privacy_unit": None, "max_rows_per_unit": 1, "columns": COLUMNS}
 PERSON_LEVEL = {"privacy_unit": "person_id", "max_rows_per_unit": 3, "columns": COLUMNS}
-CASES = (  # (setting, schema, statement)
-    ("row-level", ROW_LEVEL, QUERY),
-    ("person-level (k=3)", PERSON_LEVEL, QUERY),
-    ("person-level (k=3), no WHERE", PERSON_LEVEL, UNFILTERED_QUERY),
+CASES = (  # (setting, table, schema, statement)
+    ("row-level", "census", ROW_LEVEL, QUERY),
+    ("person-level (k=3)", "census", PERSON_LEVEL, QUERY),
+    ("person-level (k=3), no WHERE", "census", PERSON_LEVEL, UNFILTERED_QUERY),
+    ("person-level (k=3), events", "events", PERSON_LEVEL, EVENTS_QUERY),
 )
+SMALL_SETTINGS = (("row-level", ROW_LEVEL, 0), ("person-level (k=3)", PERSON_LEVEL, 3))  # (setting, schema, SmartNoise max_ids)
+SMALL_ROWS = (1_000, 10_000, 50_000)
 
 
 def generate(database: duckdb.DuckDBPyConnection, rows: int) -> None:
@@ -60,17 +77,36 @@ def generate(database: duckdb.DuckDBPyConnection, rows: int) -> None:
     )
 
 
+def generate_events(database: duckdb.DuckDBPyConnection, rows: int) -> None:
+    """A seeded event table: ``rows / 4.5`` visitors with 1-8 rows each (4.5 on average; 5 in 8 visitors over
+    a bound of 3), the census columns drawn per row."""
+    visitors = max(1, round(rows / 4.5))
+    database.execute(
+        f"""
+        CREATE OR REPLACE TABLE events AS
+        SELECT
+            v AS person_id,
+            CASE WHEN hash(v, j, 1) % 2 = 0 THEN 'F' ELSE 'M' END AS sex,
+            CAST(CASE WHEN hash(v, j, 2) % 100 < 62 THEN 0 WHEN hash(v, j, 2) % 100 < 75 THEN 1
+                      WHEN hash(v, j, 2) % 100 < 87 THEN 2 WHEN hash(v, j, 2) % 100 < 96 THEN 3 ELSE 4 END AS BIGINT) AS race,
+            CAST(17 + hash(v, j, 3) % 74 AS BIGINT) AS age,
+            CAST(hash(v, j, 4) % 200000 AS BIGINT) AS income
+        FROM (SELECT v, unnest(range(1 + CAST(hash(v, 7) % 8 AS BIGINT))) AS j FROM range({visitors}) AS t(v))
+        """
+    )
+
+
 def timed(action) -> float:  # noqa: ANN001
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
 
 
-def measure(database: duckdb.DuckDBPyConnection, setting: str, schema: dict, query: str, repeats: int) -> dict[str, object]:
+def measure(database: duckdb.DuckDBPyConnection, setting: str, table: str, schema: dict, query: str, repeats: int) -> dict[str, object]:
     """dpsql's statement beside DuckDB's exact query on the same table, alternating, medians of
     ``repeats`` runs after one warm-up each (the cold first private call is reported apart)."""
     connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1e6), reuse=False)  # time a fresh release each run
-    connection.register("census", None, schema=schema)
+    connection.register(table, None, schema=schema)
     cursor = connection.cursor()
     cold = timed(lambda: cursor.execute(query, epsilon=0.5).fetchall())
     timed(lambda: database.execute(query).fetchall())
@@ -78,10 +114,11 @@ def measure(database: duckdb.DuckDBPyConnection, setting: str, schema: dict, que
     for _ in range(repeats):
         exact.append(timed(lambda: database.execute(query).fetchall()))
         private.append(timed(lambda: cursor.execute(query, epsilon=0.5).fetchall()))
+    connection.close()  # drops the kept bounded rows
     record: dict[str, object] = {
         "setting": setting,
         "query": query,
-        "rows": database.execute("SELECT count(*) FROM census").fetchone()[0],
+        "rows": database.execute(f"SELECT count(*) FROM {table}").fetchone()[0],
         "duckdb_exact_s": statistics.median(exact),
         "dpsql_s": statistics.median(private),
         "dpsql_cold_s": cold,
@@ -90,26 +127,92 @@ def measure(database: duckdb.DuckDBPyConnection, setting: str, schema: dict, que
     return record
 
 
+def dpsql_per_statement(database: duckdb.DuckDBPyConnection, schema: dict, repeats: int) -> float:
+    """dpsql's median time per statement (QUERY) on ``census``, after a warm-up."""
+    connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1e6), reuse=False)
+    connection.register("census", None, schema=schema)
+    cursor = connection.cursor()
+    cursor.execute(QUERY, epsilon=0.5).fetchall()
+    times = [timed(lambda: cursor.execute(QUERY, epsilon=0.5).fetchall()) for _ in range(repeats)]
+    connection.close()
+    return statistics.median(times)
+
+
+def smartnoise_per_statement(path: Path, max_ids: int, repeats: int) -> tuple[float, str] | None:
+    """SmartNoise SQL's median time per statement (QUERY) on the CSV at ``path``, in the peer environment
+    (DPSQL_PEER_PYTHON), and its version; None without a peer."""
+    python = os.environ.get("DPSQL_PEER_PYTHON")
+    if not python:
+        return None
+    output = subprocess.run(
+        [python, str(HERE / "peers" / "smartnoise_latency.py"), str(path), str(max_ids), "0.5", str(repeats), QUERY],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip().splitlines()
+    return float(json.loads(output[0])["median_s"]), json.loads(output[-1])["smartnoise-sql"]
+
+
+def small_tables(sizes: tuple[int, ...], repeats: int) -> list[dict[str, object]]:
+    """Per-statement time of dpsql and SmartNoise SQL on small census tables (module doc)."""
+    records = []
+    with tempfile.TemporaryDirectory() as directory:
+        for rows in sizes:
+            database = duckdb.connect()
+            generate(database, rows)
+            path = Path(directory) / f"census_{rows}.csv"
+            database.execute(f"COPY census TO '{path}' (HEADER)")
+            for setting, schema, max_ids in SMALL_SETTINGS:
+                mine = dpsql_per_statement(database, schema, repeats)
+                peer = smartnoise_per_statement(path, max_ids, repeats)
+                records.append({
+                    "setting": setting, "query": QUERY, "rows": rows, "dpsql_s": mine,
+                    "smartnoise_s": "" if peer is None else peer[0],
+                    "smartnoise_over_dpsql": "" if peer is None else peer[0] / mine,
+                    "smartnoise_version": "" if peer is None else peer[1],
+                })
+            database.close()
+    return records
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--event-rows", type=int, default=5_000_000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--small-rows", type=int, nargs="*", default=list(SMALL_ROWS))
+    parser.add_argument("--small-repeats", type=int, default=30)
     arguments = parser.parse_args()
 
     database = duckdb.connect()
     started = time.perf_counter()
     generate(database, arguments.rows)
-    persons, most = database.execute("SELECT count(DISTINCT person_id), max(c) FROM (SELECT person_id, count(*) c FROM census GROUP BY 1)").fetchone()
-    print(f"generated {arguments.rows:,} rows, {persons:,} persons (at most {most} rows each) in {time.perf_counter() - started:.1f} s")
+    generate_events(database, arguments.event_rows)
+    for table in ("census", "events"):
+        rows, units, most, over = database.execute(
+            f"SELECT sum(c), count(*), max(c), avg(CAST(c > 3 AS DOUBLE)) FROM (SELECT person_id, count(*) c FROM {table} GROUP BY 1)"
+        ).fetchone()
+        print(f"{table}: {rows:,} rows, {units:,} units (at most {most} rows each; {over:.0%} of units over 3 rows)")
+    print(f"generated in {time.perf_counter() - started:.1f} s")
 
-    records = [measure(database, setting, schema, query, arguments.repeats) for setting, schema, query in CASES]
-
-    print(f"\n{QUERY}\n(no WHERE: {UNFILTERED_QUERY})\n")
-    print(f"{'setting':<30} {'DuckDB exact (s)':>17} {'dpsql (s)':>10} {'ratio':>7} {'dpsql cold (s)':>15}")
+    records = [measure(database, setting, table, schema, query, arguments.repeats) for setting, table, schema, query in CASES]
+    print(f"\n{QUERY}\n(no WHERE: {UNFILTERED_QUERY}; events: {EVENTS_QUERY})\n")
+    print(f"{'setting':<30} {'rows':>11} {'DuckDB exact (s)':>17} {'dpsql (s)':>10} {'ratio':>7} {'dpsql cold (s)':>15}")
     for r in records:
-        print(f"{r['setting']:<30} {r['duckdb_exact_s']:>17.3f} {r['dpsql_s']:>10.3f} {r['ratio']:>7.2f} {r['dpsql_cold_s']:>15.3f}")
+        print(f"{r['setting']:<30} {r['rows']:>11,} {r['duckdb_exact_s']:>17.3f} {r['dpsql_s']:>10.3f} {r['ratio']:>7.2f} {r['dpsql_cold_s']:>15.3f}")
     path = write_csv("latency.csv", records)
     print(f"\nmedians of {arguments.repeats} runs; written to {path}")
+
+    if arguments.small_rows:
+        small = small_tables(tuple(arguments.small_rows), arguments.small_repeats)
+        print(f"\nsmall tables, per statement: {QUERY}\n")
+        print(f"{'setting':<20} {'rows':>7} {'dpsql (ms)':>11} {'SmartNoise (ms)':>16} {'SmartNoise ÷ dpsql':>19}")
+        for r in small:
+            peer = "—" if r["smartnoise_s"] == "" else f"{1000 * r['smartnoise_s']:.1f}"  # type: ignore[operator]
+            ratio = "—" if r["smartnoise_over_dpsql"] == "" else f"{r['smartnoise_over_dpsql']:.1f}"
+            print(f"{r['setting']:<20} {r['rows']:>7,} {1000 * r['dpsql_s']:>11.2f} {peer:>16} {ratio:>19}")  # type: ignore[operator]
+        path = write_csv("latency_small.csv", small)
+        version = next((r["smartnoise_version"] for r in small if r["smartnoise_version"]), None)
+        print(f"\nmedians of {arguments.small_repeats} statements" + (f"; SmartNoise SQL {version}" if version else
+              "; SmartNoise skipped (set DPSQL_PEER_PYTHON, see the module doc)") + f"; written to {path}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ TIME = 1.5  # a time may grow by this factor before it counts as worse
 RATIO = 1.01  # an accuracy ratio may grow by 1 %
 STARTUP_RUNS = 5
 RETRIES = 2  # a figure that looks worse is measured again, at most this many times, and judged on its best
-LATENCY_ROWS, LATENCY_REPEATS = 1_000_000, 5
+LATENCY_ROWS, LATENCY_EVENT_ROWS, LATENCY_REPEATS = 1_000_000, 500_000, 5
 
 
 @dataclass(frozen=True)
@@ -98,16 +98,17 @@ def _latency_table() -> object:
 
     database = duckdb.connect()
     latency.generate(database, LATENCY_ROWS)
+    latency.generate_events(database, LATENCY_EVENT_ROWS)
     return database
 
 
 def latency_ratio(setting: str) -> float:
-    """``benchmarks/latency.py``'s ratio dpsql ÷ DuckDB's exact query for one of its settings, on a
-    table of ``LATENCY_ROWS`` rows (generated once per run)."""
+    """``benchmarks/latency.py``'s ratio dpsql ÷ DuckDB's exact query for one of its settings, on its
+    tables of ``LATENCY_ROWS`` (census) and ``LATENCY_EVENT_ROWS`` (events) rows, generated once per run."""
     import latency
 
-    _, schema, query = next(c for c in latency.CASES if c[0] == setting)
-    return float(latency.measure(_latency_table(), setting, schema, query, LATENCY_REPEATS)["ratio"])
+    _, table, schema, query = next(c for c in latency.CASES if c[0] == setting)
+    return float(latency.measure(_latency_table(), setting, table, schema, query, LATENCY_REPEATS)["ratio"])
 
 
 # -- the figures: one line each -----------------------------------------------------------------------
@@ -136,6 +137,8 @@ FIGURES: list[Figure] = [
     Figure("accuracy: prefix, n = 1024, pure DP", partial(accuracy_ratio, "prefix, n = 1024", True), "× bound", RATIO),
     Figure("latency ÷ DuckDB: row-level (1 M rows)", partial(latency_ratio, "row-level"), "×", TIME),
     Figure("latency ÷ DuckDB: person-level k=3 (1 M rows)", partial(latency_ratio, "person-level (k=3)"), "×", TIME),
+    Figure("latency ÷ DuckDB: person-level k=3, no WHERE (1 M rows)", partial(latency_ratio, "person-level (k=3), no WHERE"), "×", TIME),
+    Figure("latency ÷ DuckDB: person-level k=3, events (0.5 M rows)", partial(latency_ratio, "person-level (k=3), events"), "×", TIME),
 ]
 
 

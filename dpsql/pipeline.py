@@ -26,6 +26,7 @@ text. The measurement is kept (``planner.store``), released keys are cached, and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Hashable, Sequence
 
@@ -48,6 +49,7 @@ from planner.strategies.base import Answers, Measurement
 from planner.workload import Workload, marginal_for
 
 RELATIVE_TOLERANCE = 1e-9  # kept variances this close to a fresh plan's count as equally accurate
+BOUND_TEXT_CACHE_SIZE = 256  # texts without parameters kept parsed and bound (process-wide)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -59,11 +61,23 @@ def execute_request(
     session: Session, operation: object, parameters: Sequence[object] | None, epsilon: float | None, rho: float | None, non_negative: bool
 ) -> Request:
     """``cursor.execute(operation, parameters)``: one statement, or ``EXPLAIN`` of one or several."""
-    parsed = parse_text(operation)
-    if parsed.explain and parameters and len(parsed.trees) > 1:
-        raise ProgrammingError("EXPLAIN of several statements takes no parameters; inline the literals")
-    statements = tuple(bind_statement(tree, parameters, text) for tree, text in zip(parsed.trees, parsed.texts))
-    return Request(statements, (1.0,) * len(statements), session.cost(epsilon, rho), non_negative, parsed.explain)
+    if isinstance(operation, str) and (parameters is None or (isinstance(parameters, (list, tuple)) and not parameters)):
+        explain, statements = _bound_text(operation)
+    else:
+        parsed = parse_text(operation)
+        if parsed.explain and parameters and len(parsed.trees) > 1:
+            raise ProgrammingError("EXPLAIN of several statements takes no parameters; inline the literals")
+        explain, statements = parsed.explain, tuple(bind_statement(tree, parameters, text) for tree, text in zip(parsed.trees, parsed.texts))
+    return Request(statements, (1.0,) * len(statements), session.cost(epsilon, rho), non_negative, explain)
+
+
+@functools.lru_cache(maxsize=BOUND_TEXT_CACHE_SIZE)
+def _bound_text(text: str) -> tuple[bool, tuple[Statement, ...]]:
+    """A text without parameters, parsed and bound: a pure function of the text (binding copies the parsed
+    trees and checks the statement's form only; names are resolved against tables in ``prepare``), so
+    a text run again skips sqlglot. Texts that fail raise each time (exceptions are not cached)."""
+    parsed = parse_text(text)
+    return parsed.explain, tuple(bind_statement(tree, None, sql) for tree, sql in zip(parsed.trees, parsed.texts))
 
 
 def many_request(
@@ -141,7 +155,8 @@ def prepare(session: Session, request: Request) -> Prepared:
         cached = session.keys.get(table, keyed)
         domain = keys.placeholder_domain(keyed) if selecting else keys.keys_domain(keyed, cached)  # type: ignore[arg-type]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
-    batch = compile_batch(request.statements, request.weights, schema, tuple(table.column_types))
+    inputs = (request.statements, request.weights, schema, tuple(table.column_types))
+    batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs))
     if keyed is not None and batch.derived:
         raise NotSupportedError(
             f"GROUP BY {next(iter(batch.derived))[:60]!r}: a derived group column cannot be combined with the column "
@@ -291,7 +306,7 @@ def release(session: Session, prepared: Prepared) -> list[ResultSet]:
         return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), Outcome("free", note=note))
     session.ledger.charge(prepared.cost, prepared.request.text)  # durable; refuses an overspend before the read
     aggregation = _aggregation(session, prepared)
-    result = _read(session, aggregation)
+    result = _read(session, prepared.table, aggregation)
     try:
         return _measured(session, prepared, aggregation, result)
     except Error as error:
@@ -302,11 +317,18 @@ def release(session: Session, prepared: Prepared) -> list[ResultSet]:
                             "This is a dpsql defect: please report it") from None
 
 
-def _read(session: Session, aggregation: BoundedAggregation) -> dict[str, np.ndarray]:
-    """The one read of private rows. The engine's message is withheld: it may quote row values."""
-    sql = aggregation.statement().sql(dialect=session.backend.dialect)
+def _read(session: Session, table: Table, aggregation: BoundedAggregation) -> dict[str, np.ndarray]:
+    """The one read of private rows: the table's bounded rows are kept first if they are not yet
+    (``dpsql.bounded_tables``), then the aggregation runs. The engine's message is withheld: it may
+    quote row values."""
+    sql = session.memoised("sql", aggregation, lambda: aggregation.statement().sql(dialect=session.backend.dialect))
+
+    def read() -> dict[str, np.ndarray]:
+        session.bounded.ensure(table)
+        return session.backend.run(sql)
+
     try:
-        return progress.watched(lambda: session.backend.run(sql), getattr(session.backend, "progress", None), "reading")
+        return progress.watched(read, getattr(session.backend, "progress", None), "reading")
     except Exception as error:  # noqa: BLE001
         cause = error.__cause__ if isinstance(error, OperationalError) and error.__cause__ is not None else error
         raise OperationalError(
@@ -335,8 +357,9 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         marginals = batch.read_marginals(prepared.decision.plan.required_marginals())
     attributes = [a for a in batch.read_attributes(domain.attributes) if a in columns]  # not an aggregated column's moment cells
     ordered = {name: columns[name] for name in (*attributes, *(c for c in columns if c not in attributes))}
+    kept = session.bounded.relation(table)
     return BoundedAggregation(
-        table=table.relation,
+        table=table.relation if kept is None else kept,
         columns=ordered,
         column_types={c: table.column_types[c] for c in ordered},
         marginals=marginals,
@@ -347,6 +370,7 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         row_filters=batch.row_filters,
         keyed=keyed,
         value=batch.encoding,
+        bounded=kept is not None,
     )
 
 

@@ -63,7 +63,7 @@ class Prepared:
     request: Request
     table: Table
     batch: CompiledBatch
-    rows: Hashable  # the store's rows key: the table and the WHERE applied before bounding
+    rows: Hashable  # the store's rows key: the table and the WHERE applied in SQL
     privacy: planner.Privacy | None  # what the statement's measurement spends (None: nothing to measure)
     keyed: str | None  # a column without declared domain whose cells key bounding decides
     selection: Selection | None  # keys selected by this statement

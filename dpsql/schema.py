@@ -38,6 +38,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -146,6 +147,10 @@ class ColumnDomain:
     def labels(self) -> tuple[object, ...]:
         """The value a released row shows for each cell (a bin shows as ``'[lo, hi)'``, NULL as None,
         the remainder of a key set as :data:`REMAINDER`, which no released row shows)."""
+        return self._labels
+
+    @cached_property
+    def _labels(self) -> tuple[object, ...]:  # computed once: compiling a WHERE clause asks for them per cell
         if self.kind in ("categories", "keys"):
             declared: tuple[object, ...] = self.values
         elif self.kind == "range":

@@ -9,15 +9,18 @@ thin DB-API facade over the two.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import planner
 from dpsql import progress, testing
 from dpsql.accountant import Budget, Cost, Ledger
 from dpsql.backends.base import Backend
+from dpsql.bounded_tables import BoundedTables
 from dpsql.backends.dialects import engine_name
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.keys import ReleasedKeys
@@ -27,6 +30,10 @@ from planner.store import MeasurementStore
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 PLAN_CACHE_SIZE = 64  # plans kept per session (least recently used evicted)
+MEMO_SIZE = 256  # results of Session.memoised kept per session
+_MISSING = object()
+_ATOMS = frozenset({str, int, float, bool, type(None), bytes})
+T = TypeVar("T")
 DEFAULT_SELECTION_DELTA_SHARE = 0.1  # of the budget's δ, spent by one key selection unless configured
 
 
@@ -77,7 +84,8 @@ class Settings:
 
 
 class Session:
-    """Tables, backend, ledger, kept measurements, released keys and cached plans of one connection."""
+    """Tables (and their kept bounded rows), backend, ledger, kept measurements, released keys and cached
+    plans of one connection."""
 
     def __init__(self, backend: Backend, ledger: Ledger, settings: Settings) -> None:
         self.backend = backend
@@ -86,7 +94,9 @@ class Session:
         self.tables: dict[str, Table] = {}
         self.store = MeasurementStore()
         self.keys = ReleasedKeys()
+        self.bounded = BoundedTables(backend)
         self._plans: OrderedDict[Hashable, planner.Plan] = OrderedDict()
+        self._memo: OrderedDict[Hashable, object] = OrderedDict()
         self.closed = False
         if settings.noise == "gaussian" and ledger.budget.delta == 0:
             raise ProgrammingError("noise='gaussian' needs a budget with delta > 0, e.g. Budget(epsilon=1.0, delta=1e-6)")
@@ -102,6 +112,7 @@ class Session:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self.bounded.close()
             self.backend.close()
             self.ledger.close()
 
@@ -122,7 +133,9 @@ class Session:
             checked = canonical_schema(parsed, types, name, self.backend.run, dialect)
         except ProgrammingError as error:
             raise ProgrammingError(f"{error} (column types as {engine_name(dialect)} reports them)") from None
-        self.tables[name.lower()] = Table(name, relation, checked, types, testing.bounding_salt())
+        table = Table(name, relation, checked, types, testing.bounding_salt())
+        self.bounded.register(table, self.tables.get(name.lower()))
+        self.tables[name.lower()] = table
         self.store.forget(lambda rows: rows[0] == name.lower())
 
     def _relation_for(self, name: str, source: object) -> str:
@@ -191,3 +204,38 @@ class Session:
         while len(self._plans) > PLAN_CACHE_SIZE:
             self._plans.popitem(last=False)
         return cached
+
+    def memoised(self, kind: str, inputs: object, compute: Callable[[], T]) -> T:
+        """``compute()``, kept for later calls with equal ``inputs`` (compared by :func:`_frozen`: every
+        field, item and array byte), least recently used evicted. Only for pure functions of public
+        inputs — the backend's SQL for an aggregation, a compiled batch — whose cost per statement
+        rivals the database's whole answer on a small table. Exceptions are not kept."""
+        try:
+            key = (kind, _frozen(inputs))
+        except TypeError:  # an input that cannot be compared safely: computed every time
+            return compute()
+        found = self._memo.pop(key, _MISSING)
+        if found is _MISSING:
+            found = compute()
+        self._memo[key] = found
+        while len(self._memo) > MEMO_SIZE:
+            self._memo.popitem(last=False)
+        return found  # type: ignore[return-value]
+
+
+def _frozen(value: object) -> Hashable:
+    """A hashable value equal for equal inputs: dataclasses field by field, mappings and sequences item by
+    item, numpy arrays by shape, type and bytes; a value's type is part of it (1, 1.0 and True differ)."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return (kind, value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__qualname__, *(_frozen(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    if isinstance(value, Mapping):
+        return ("mapping", *((_frozen(k), _frozen(v)) for k, v in value.items()))
+    if kind is tuple or kind is list:
+        return ("sequence", *(_frozen(v) for v in value))
+    if hasattr(value, "tobytes") and hasattr(value, "dtype") and hasattr(value, "shape"):  # a numpy array (numpy not imported here)
+        return ("array", value.shape, value.dtype.str, value.tobytes())
+    hash(value)  # anything else must be hashable as it is
+    return (type(value).__qualname__, value)

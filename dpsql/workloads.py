@@ -2,11 +2,12 @@
 
 Every branch (grouping set) of every statement is compiled on its own (``dpsql.sql.compile``) against the
 table's schema; the products of all branches, each scaled by its statement's weight, form one workload
-over the union of the columns they read. When every branch has the same WHERE clause it runs in SQL
-before bounding (as for a single statement) and the branches measure their GROUP BY cells; otherwise —
+over the union of the columns they read. When every branch has the same WHERE clause it runs in SQL on
+the bounded rows (as for a single statement) and the branches measure their GROUP BY cells; otherwise —
 or when the WHERE clause reads a column whose cells are only known after key bounding (a released key
 set), or the caller asks for it (local surveys) — each branch keeps its WHERE as masks in its products
-and the rows are bounded unfiltered. Answers to the merged workload map back to each statement's
+and the bounded rows are counted unfiltered (the same rows either way: the WHERE never changes which
+rows a unit keeps). Answers to the merged workload map back to each statement's
 products, in the statement's own attribute order.
 
 A derived GROUP BY column (``dpsql.sql.derived``) is an attribute of the workload that the table does
@@ -45,7 +46,7 @@ class CompiledBatch:
 
     statements: tuple[CompiledStatement, ...]
     workload: Workload | None
-    row_filters: tuple[CellFilter, ...]  # the WHERE clause every branch shares, run in SQL before bounding
+    row_filters: tuple[CellFilter, ...]  # the WHERE clause every branch shares, run in SQL on the bounded rows
     own_products: tuple[Product, ...]  # each merged product as its branch compiled it (its row order)
     encoding: ValueEncoding | None = None  # the aggregated column's moment cells (``dpsql.sql.moments``)
 

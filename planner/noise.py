@@ -102,6 +102,8 @@ MAX_RIDGE_WIDTH = 4.0
 IntArray: TypeAlias = NDArray[np.int64]
 Size: TypeAlias = int | tuple[int, ...] | None
 _WORD_TYPES = (np.uint8, np.uint16, np.uint32, np.uint64)
+_WORD_LIMITS = tuple((word, int(np.iinfo(word).max)) for word in _WORD_TYPES)
+_FLOAT_EXACT = 2**53  # integers up to here are exact in a float64
 _INT64_MAX = 2**63 - 1
 _DIGIT_BLOCK_LIMIT = 2**32  # digit blocks fit 32-bit words; the first, 12! ≈ 0.89·2^29, needs few rejections
 _ONE = np.asarray(1, dtype=np.int64)
@@ -139,6 +141,8 @@ class RandomSource:
         shape = _output_shape(bounds.shape, size)
         if bounds.dtype != object and not np.issubdtype(bounds.dtype, np.integer):
             raise NoiseParameterError(f"upper bounds must be integers, got dtype {bounds.dtype}")
+        if bounds.ndim == 0 and bounds.dtype != object and 1 <= int(bounds) <= _FLOAT_EXACT:
+            return self._shared_bound(int(bounds), shape)
         if bounds.dtype == object or (bounds.size and int(bounds.max()) > _INT64_MAX):
             flat = [int(bound) for bound in np.broadcast_to(bounds, shape).ravel()]
             _check_bounds(min(flat, default=1))
@@ -172,6 +176,22 @@ class RandomSource:
             candidate = raw & ((1 << bits) - 1)
             if candidate < bound:
                 return candidate
+
+    def _shared_bound(self, bound: int, shape: tuple[int, ...]) -> NDArray:
+        """:meth:`integers` for one bound shared by every entry, in Python integers where numpy's
+        per-call overhead would dominate (the samplers draw a few entries at a time). The mask is the one
+        :func:`_covering_masks` gives (bound - 1 is exact in floating point here), and the words are
+        drawn and rejected in the same order, so seeded draws are unchanged."""
+        mask = (1 << (bound - 1).bit_length()) - 1
+        word_type = _narrowest_word(mask)
+        values = self._words(math.prod(shape), word_type).astype(np.uint64) & np.uint64(mask)
+        rejected = np.flatnonzero(values >= bound)
+        while rejected.size:
+            redrawn = self._words(rejected.size, word_type).astype(np.uint64) & np.uint64(mask)
+            accepted = redrawn < bound
+            values[rejected[accepted]] = redrawn[accepted]
+            rejected = rejected[~accepted]
+        return values.view(np.int64).reshape(shape)
 
     def _words(self, count: int, word_type: type[np.unsignedinteger]) -> NDArray[np.unsignedinteger]:
         if self._generator is None:
@@ -577,7 +597,7 @@ def _per_entry(parameter: ArrayLike, shape: tuple[int, ...]) -> NDArray:
 
 
 def _narrowest_word(mask: int) -> type[np.unsignedinteger]:
-    return next(word for word in _WORD_TYPES if mask <= np.iinfo(word).max)
+    return next(word for word, largest in _WORD_LIMITS if mask <= largest)
 
 
 def _as_shape(size: Size) -> tuple[int, ...]:
@@ -590,6 +610,8 @@ def _output_shape(parameter_shape: tuple[int, ...], size: Size) -> tuple[int, ..
     if size is None:
         return parameter_shape
     shape = _as_shape(size)
+    if shape == parameter_shape or (not parameter_shape and all(d >= 0 for d in shape)):
+        return shape
     message = f"a parameter of shape {parameter_shape} cannot be broadcast to size {shape}"
     try:
         broadcast = np.broadcast_shapes(parameter_shape, shape)

@@ -16,7 +16,7 @@ subsets they estimate, so a workload product lies in their row space iff every s
 has non-zero recovery mass has been estimated. Such a product is answered by post-processing.
 
 The *rows key* is opaque to the store: the caller decides which measurements estimate the same data
-(dpsql uses the table and the row filter applied before bounding). The store knows nothing of strategy
+(dpsql uses the table and the row filter it applies in SQL). The store knows nothing of strategy
 classes; a strategy whose coefficients live in another basis simply returns no estimates.
 """
 

@@ -21,7 +21,9 @@ import pytest
 from scipy import optimize, stats
 
 import planner.noise
-from dpsql.sql.bounded import BoundedAggregation
+import dpsql.bounded_tables
+import dpsql.sql.bounded
+from dpsql.sql.bounded_rows import bounded_rows
 
 FALSE_ALARM_RATE = 1e-3  # per audit
 
@@ -107,5 +109,10 @@ def half_ridge_noise(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def no_contribution_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bounded SQL without its bound: every row of a unit is counted."""
-    monkeypatch.setattr(BoundedAggregation, "_bounded", lambda self, kept: kept)
+    """The bounded rows without their bound: every row of a unit is kept and counted (whether they are
+    kept in the backend or computed within the statement)."""
+    def unbounded(table, columns, column_types, privacy_unit, max_rows_per_unit, salt, row_columns):  # type: ignore[no-untyped-def]
+        return bounded_rows(table, columns, column_types, privacy_unit, 2**31 - 1, salt, row_columns)
+
+    for module in (dpsql.bounded_tables, dpsql.sql.bounded):
+        monkeypatch.setattr(module, "bounded_rows", unbounded)

@@ -3,6 +3,10 @@
 A backend never sees privacy logic: dpsql hands it one SQL string (transpiled to ``dialect`` from
 the sqlglot AST of :mod:`dpsql.sql.bounded`) and gets back columns as numpy arrays. ``describe``
 reads only the table's metadata (column names and types), never its rows.
+
+A backend may also keep a query's result for the connection's lifetime (``create_temporary`` and
+``drop_temporary``: a temporary table, or a cached view); dpsql keeps each table's bounded rows there
+(:mod:`dpsql.bounded_tables`). A backend without them gets the bounding inlined in every statement.
 """
 
 from __future__ import annotations
@@ -25,3 +29,16 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class TemporaryTables(Protocol):
+    """What a backend that can keep query results offers (optional; see the module doc)."""
+
+    def create_temporary(self, name: str, query: str) -> None:
+        """Keep the result of ``query`` (a SELECT in the backend's dialect) as the relation ``name``,
+        visible to this connection only, until ``drop_temporary`` or the end of the connection."""
+        ...
+
+    def drop_temporary(self, name: str) -> None:
+        """Drop the relation ``name`` made by ``create_temporary`` (nothing when there is none)."""
+        ...

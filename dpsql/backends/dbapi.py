@@ -25,6 +25,10 @@ from dpsql.errors import OperationalError, ProgrammingError
 DRIVER_DIALECTS = {"psycopg": POSTGRES}
 
 
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
 def driver_module(connection: object) -> str:
     """The top-level module of a DB-API connection's driver (``"psycopg"`` for a psycopg connection)."""
     return type(connection).__module__.split(".")[0]
@@ -65,6 +69,16 @@ class DBAPIBackend:
         finally:
             cursor.close()
 
+    def _execute(self, sql: str) -> None:
+        cursor = self.connection.cursor()  # type: ignore[attr-defined]
+        try:
+            cursor.execute(sql)
+        except self._driver_error:
+            self._end_failed_transaction()
+            raise
+        finally:
+            cursor.close()
+
     def _end_failed_transaction(self) -> None:
         """Roll back after an error so the connection can run the next statement (a lost connection
         cannot: its own error is the one reported)."""
@@ -79,6 +93,22 @@ class DBAPIBackend:
         except self._driver_error as error:
             raise OperationalError(f"{self.engine} failed to run the bounded aggregation: {error}") from error
         return columns_from_rows(names, rows)
+
+    def create_temporary(self, name: str, query: str) -> None:
+        """A temporary table; committed at once when the connection is not in autocommit mode, so
+        that rolling back a later failed statement cannot drop it."""
+        try:
+            self._execute(f"CREATE TEMPORARY TABLE {_quote(name)} AS {query}")
+            if not getattr(self.connection, "autocommit", True):
+                self.connection.commit()  # type: ignore[attr-defined]
+        except self._driver_error as error:
+            raise OperationalError(f"{self.engine} failed to keep a temporary table: {error}") from error
+
+    def drop_temporary(self, name: str) -> None:
+        try:
+            self._execute(f"DROP TABLE IF EXISTS pg_temp.{_quote(name)}")
+        except self._driver_error as error:
+            raise OperationalError(f"{self.engine} failed to drop a temporary table: {error}") from error
 
     def describe(self, table: str) -> dict[str, str]:
         query = (

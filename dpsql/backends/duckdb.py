@@ -46,6 +46,18 @@ class DuckDBBackend:
         except duckdb.Error as error:
             raise OperationalError(f"the backend failed to run the bounded aggregation: {error}") from error
 
+    def create_temporary(self, name: str, query: str) -> None:
+        try:
+            self.connection.execute(f"CREATE TEMPORARY TABLE {_quote(name)} AS {query}")
+        except duckdb.Error as error:
+            raise OperationalError(f"the backend failed to keep a temporary table: {error}") from error
+
+    def drop_temporary(self, name: str) -> None:
+        try:
+            self.connection.execute(f"DROP TABLE IF EXISTS temp.{_quote(name)}")
+        except duckdb.Error as error:
+            raise OperationalError(f"the backend failed to drop a temporary table: {error}") from error
+
     def progress(self) -> float | None:
         """How far the running statement is (0..1), or None when DuckDB cannot tell; for a progress bar."""
         done = self.connection.query_progress()

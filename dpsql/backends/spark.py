@@ -1,5 +1,10 @@
 """A backend over a SparkSession: the statement runs through ``spark.sql`` on the cluster.
 
+It keeps no relations (no ``create_temporary``): every statement computes the table's bounded rows in a
+subquery (:mod:`dpsql.bounded_tables`). A cached temporary view of them (``CACHE TABLE``) was measured
+8× slower per statement than recomputing them (``local[2]``, 300,000 rows, a CUBE over 4 columns:
+45 s against 6 s), so Spark gets the same rows and answers the other way.
+
 Tables are looked up in the session's catalog (tables and temporary views); ``describe`` reads the
 analysed schema only, no rows. A Spark or pandas DataFrame registered as a source becomes a
 temporary view under an internal name; files are read with ``spark.read`` by the user and passed as

@@ -1,23 +1,20 @@
-"""The one SQL statement a query sends to the backend: contribution bounding + the marginals.
+"""The one SQL statement a query sends to the backend: the marginals over the bounded rows.
 
 Built as a sqlglot AST so any backend can transpile it to its dialect::
 
     SELECT c0, c1, [GROUPING(c0, c1) AS grouping_id,] COUNT(*) AS n
     FROM (
-      WITH candidates AS (
-        SELECT c0, c1, unit, row_key FROM (SELECT <col0> AS c0, ..., <unit> AS unit, HASH(<all columns>) AS row_key FROM <table>)
-        WHERE <every mentioned value lies in its domain> AND <WHERE clause> AND unit IS NOT NULL
-      ), over_bound AS (
-        SELECT unit FROM candidates GROUP BY unit HAVING COUNT(*) > <max_rows_per_unit>
-      )
-      SELECT c0, c1 FROM candidates WHERE NOT EXISTS (<candidates.unit in over_bound>)
-      UNION ALL
-      SELECT c0, c1 FROM (
-        SELECT c0, c1, ROW_NUMBER() OVER (PARTITION BY unit ORDER BY HASH(HASH(unit, row_key, <salt>))) AS row_in_unit
-        FROM candidates WHERE EXISTS (<candidates.unit in over_bound>)
-      ) WHERE row_in_unit <= <max_rows_per_unit>
+      SELECT c0, c1 FROM (SELECT <col0> AS c0, ..., <col2> AS c2 FROM <the bounded rows>)
+      WHERE <WHERE clause>
     )
     GROUP BY [GROUPING SETS] (...)
+
+With a privacy unit, *the bounded rows* are the table's rows that pass every declared column's domain
+test, at most ``max_rows_per_unit`` per unit (:mod:`dpsql.sql.bounded_rows`): the same rows for every
+statement, read from the table they were materialised in once (``bounded=True``, see
+:mod:`dpsql.bounded_tables`) or computed by a subquery of the statement where the backend cannot keep
+them. Without a privacy unit (one row = one unit) there is no bounding: the statement reads the table and
+applies the domain tests itself.
 
 Each mentioned column enters as its raw value when that suffices (categories and integer ranges:
 the few distinct values of the result are mapped to cell numbers in numpy afterwards), or as its
@@ -26,18 +23,9 @@ domain test drops rows whose value is NULL (in a column not declared nullable) o
 domain. The WHERE clause arrives as masks over public domains (:class:`~dpsql.sql.compile.CellFilter`):
 a one-column mask becomes ``IN`` / ``BETWEEN`` / bin-edge tests on the raw value, a mask coupling
 several columns an ``IN`` over the flat cell number. Both rules look at one row at a time (public,
-data-independent), and they run before bounding, so a unit's kept rows are chosen among the rows the
-statement counts.
-
-Each unit keeps at most ``max_rows_per_unit`` rows, ordered by a salted hash of the unit and the
-row's identity (a hash of all its columns). The salt is secret, drawn from OS entropy once per
-registered table, so every statement bounds the table the same way — the same rows, as if the bounded
-table were materialised once — and measurements of different statements estimate the same data: the
-choice is random and depends on that unit's own rows only, which is all the privacy argument needs
-(the bounded table of a neighbour differs by that one unit's kept rows). Units within the bound keep all their rows unranked (the window sorts its input, by far
-the costliest step; only the rows of units over the bound go through it), which keeps exactly the
-rows the window alone would keep. Without a privacy unit (one row = one unit) there is no bounding.
-Rows whose privacy-unit value is NULL are dropped.
+data-independent). The WHERE clause applies to the bounded rows — after bounding, like a WHERE compiled
+into the workload as a mask — so a unit's kept rows do not depend on the statement; a unit over the
+bound may spend some of its kept rows outside the WHERE clause (docs/architecture.md, "Bounded rows").
 
 **A column without a declared domain** (``keyed``: grouped by to select its keys, or by a key set
 released earlier) is never tested and enters as its raw value. After the unit bound, each unit keeps
@@ -70,30 +58,20 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.schema import ColumnDomain, range_value
+from dpsql.sql.bounded_rows import bounded_rows, in_domain, in_range, salted_order_key
 from dpsql.sql.compile import CellFilter
 from dpsql.sql.literals import ColumnType, python_value, sql_literal
 from dpsql.sql.moments import ValueEncoding
 
 COUNT_NAME = "n"
 GROUPING_NAME = "grouping_id"
-ROW_NUMBER_NAME = "row_in_unit"
 UNIT_NAME = "unit"
 UNITS_NAME = "units"
 KEPT_NAME = "key_kept"  # 1 when a row keeps its key after key bounding, 0 when it goes to the remainder
 KEY_RANK_NAME = "key_in_unit"
 ROW_KEY_NAME = "row_key"  # HASH of every column of a row: its identity in the salted order
 ROW_IN_KEY_NAME = "row_in_key"
-CANDIDATES_NAME = "candidates"  # the rows that pass the domain tests and WHERE, before bounding
-OVER_BOUND_NAME = "over_bound"  # the units with more candidate rows than the bound
-
-
-def salted_order_key(values: list[exp.Expression], salt: int) -> exp.Expression:
-    """A random-looking order key for ``values`` under a per-query ``salt``: ``HASH(HASH(…, salt))``.
-
-    DuckDB's HASH XORs its last argument into the hash of the others, so ordering by
-    ``HASH(…, salt)`` alone allows only the orders an XOR with a salt can make (8 of the 24 orders of
-    4 rows). Hashing again mixes the salt into every bit, so the order within a unit is uniform."""
-    return exp.func("HASH", exp.func("HASH", *values, exp.Literal.number(salt)))
+BOUNDED_NAME = "bounded_rows"  # the subquery of bounded rows, when they are not materialised
 
 
 @dataclass(frozen=True)
@@ -121,7 +99,7 @@ class KeyHistogram:
 
 @dataclass(frozen=True)
 class BoundedAggregation:
-    """Marginals over the bounded rows of ``table`` that pass the domain tests and ``row_filters``."""
+    """Marginals over the bounded rows of ``table`` that pass ``row_filters`` (module doc)."""
 
     table: str
     columns: Mapping[str, ColumnDomain]  # every column the statement mentions, by name
@@ -131,9 +109,10 @@ class BoundedAggregation:
     max_rows_per_unit: int
     salt: int  # secret, drawn once per registered table: orders each unit's rows for bounding
     row_columns: tuple[str, ...] = ()  # every column of the table: a row's identity for the salted order
-    row_filters: tuple[CellFilter, ...] = ()  # the WHERE clause, applied before bounding
+    row_filters: tuple[CellFilter, ...] = ()  # the WHERE clause, applied to the bounded rows
     keyed: KeyedColumn | None = None  # a column without declared domain (one marginal, containing it)
     value: ValueEncoding | None = None  # an aggregated column: its moment cells (an attribute of the marginals)
+    bounded: bool = False  # ``table`` already holds the bounded rows (tested and bounded): read it as it is
 
     @property
     def weight_names(self) -> tuple[str, ...]:
@@ -164,12 +143,15 @@ class BoundedAggregation:
     def _tested_elsewhere(self) -> frozenset[str]:
         """Raw columns whose domain test the SQL can skip with the same result.
 
+        * With a privacy unit, the bounded rows passed every domain test before bounding.
         * The keyed column has no domain to test.
         * A one-column WHERE mask on the column admits only declared values (categories, or an
           integer-typed range), which implies the test.
         * Without bounding, a column that every marginal groups by can be tested on the (small)
           result instead: rows with values outside the domain form their own groups, discarded there.
         """
+        if self.privacy_unit is not None:
+            return frozenset(self.columns)
         skipped = {self.keyed.name} if self.keyed is not None else set()
         for cell_filter in self.row_filters:
             name = cell_filter.scope[0]
@@ -189,26 +171,36 @@ class BoundedAggregation:
 
     def statement(self) -> exp.Select:
         projections = [exp.alias_(self._projection(c), self.alias(c)) for c in self.columns]
-        if self.privacy_unit is not None:
-            projections.append(exp.alias_(exp.column(self.privacy_unit, quoted=True), UNIT_NAME))
+        if self._carries_unit:
+            projections.append(exp.alias_(exp.column(self.privacy_unit, quoted=True), UNIT_NAME))  # type: ignore[arg-type]
             identity = [exp.column(c, quoted=True) for c in self.row_columns] or [exp.Literal.number(0)]
             projections.append(exp.alias_(exp.func("HASH", *identity), ROW_KEY_NAME))
         if self.value is not None:
             weights = self.value.weights(exp.column(self.value.column, quoted=True))
             projections += [exp.alias_(w, name) for w, name in zip(weights, self.weight_names)]
-        cells = exp.select(*projections).from_(exp.Table(this=exp.to_identifier(self.table, quoted=True)))
+        cells = exp.select(*projections).from_(self._source())
         tests = [self._in_domain(c) for c in self.columns if c not in self._tested_elsewhere]
         tests += [self._filter(f) for f in self.row_filters]
-        if self.privacy_unit is not None:
-            tests.append(exp.column(UNIT_NAME).is_(exp.null()).not_())
         kept: exp.Query = exp.select(*self._counted_references()).from_(cells.subquery("cells"))
         if tests:
             kept = kept.where(exp.and_(*tests))  # type: ignore[attr-defined]
-        if self.privacy_unit is not None:
-            kept = self._bounded(kept)  # type: ignore[arg-type]
         if self.keyed is not None:
             kept = self._key_bounded(kept)
         return self._aggregate(kept)
+
+    @property
+    def _carries_unit(self) -> bool:
+        """Key bounding ranks each unit's keys and rows: the unit and the row's identity go along."""
+        return self.privacy_unit is not None and self.keyed is not None
+
+    def _source(self) -> exp.Expression:
+        """The table (materialised bounded rows, or no privacy unit), else the bounded rows as a subquery."""
+        table = exp.Table(this=exp.to_identifier(self.table, quoted=True))
+        if self.privacy_unit is None or self.bounded:
+            return table
+        tested = {c: d for c, d in self.columns.items() if self.keyed is None or c != self.keyed.name}
+        rows = bounded_rows(self.table, tested, self.column_types, self.privacy_unit, self.max_rows_per_unit, self.salt, self.row_columns)
+        return rows.subquery(BOUNDED_NAME)
 
     # -- the pieces of the statement -------------------------------------------------------------------
     def _projection(self, name: str) -> exp.Expression:
@@ -219,25 +211,7 @@ class BoundedAggregation:
         reference = exp.column(self.alias(name))
         if name in self.indexed_columns:
             return reference.is_(exp.null()).not_()
-        column = self.columns[name]
-        if column.kind == "categories":
-            test: exp.Expression = exp.In(this=reference, expressions=[sql_literal(v) for v in column.values])
-        elif column.kind == "bins":  # left-closed bins: inside [e0, ek)
-            low, high = sql_literal(column.values[0]), sql_literal(column.values[-1])
-            test = exp.and_(exp.GTE(this=reference, expression=low), exp.LT(this=reference.copy(), expression=high))
-        else:
-            test = self._in_range(name, reference)
-        if column.nullable:
-            test = exp.or_(exp.paren(test), reference.copy().is_(exp.null()))
-        return exp.paren(test)
-
-    def _in_range(self, name: str, reference: exp.Expression) -> exp.Expression:
-        """``lo <= value <= hi`` of a range column, and integral when the column's type is not."""
-        low, high = self.columns[name].values
-        test: exp.Expression = exp.Between(this=reference, low=sql_literal(low), high=sql_literal(high))
-        if not self.columns[name].is_date_range and not self.column_types[name].is_integer:
-            test = exp.and_(test, exp.EQ(this=reference.copy(), expression=exp.func("FLOOR", reference.copy())))
-        return test
+        return in_domain(reference, self.columns[name], self.column_types[name])
 
     def _filter(self, cell_filter: CellFilter) -> exp.Expression:
         if len(cell_filter.scope) == 1 and cell_filter.scope[0] not in self.indexed_columns:
@@ -279,47 +253,12 @@ class BoundedAggregation:
 
     def _counted_references(self) -> list[exp.Expression]:
         """The counted columns (a constant when only the total is counted: SELECT needs a column), and
-        the unit and row identity while bounding still needs them."""
+        the unit and row identity when key bounding needs them."""
         counted: list[exp.Expression] = [exp.column(self.alias(c)) for c in self.counted_columns]
         counted += [exp.column(name) for name in self.weight_names]
-        if self.privacy_unit is not None:
+        if self._carries_unit:
             counted += [exp.column(UNIT_NAME), exp.column(ROW_KEY_NAME)]
         return counted or [exp.alias_(exp.Literal.number(1), "one")]
-
-    def _bounded(self, kept: exp.Select) -> exp.Query:
-        """At most ``max_rows_per_unit`` of each unit's rows in ``kept``, ranked by the salted hash.
-
-        Units with at most that many rows keep them all, as the window would, without being ranked:
-        one aggregation finds the units over the bound, and only their rows are numbered (a window
-        sorts its input, the costly step). The kept rows are exactly those of the window alone.
-        """
-        bound = exp.Literal.number(self.max_rows_per_unit)
-        if UNIT_NAME not in kept.named_selects:
-            kept = kept.select(exp.column(UNIT_NAME))
-        over_bound = (
-            exp.select(exp.column(UNIT_NAME)).from_(CANDIDATES_NAME).group_by(exp.column(UNIT_NAME))
-            .having(exp.GT(this=exp.Count(this=exp.Star()), expression=bound))
-        )
-        within = self._over_bound_test()
-        order_key = salted_order_key([exp.column(UNIT_NAME), exp.column(ROW_KEY_NAME)], self.salt)
-        window = exp.Window(
-            this=exp.RowNumber(),
-            partition_by=[exp.column(UNIT_NAME)],
-            order=exp.Order(expressions=[exp.Ordered(this=order_key)]),
-        )
-        numbered = exp.select(*self._counted_references(), exp.alias_(window, ROW_NUMBER_NAME)).from_(CANDIDATES_NAME).where(within)
-        ranked = exp.select(*self._counted_references()).from_(numbered.subquery("numbered"))
-        ranked = ranked.where(exp.column(ROW_NUMBER_NAME) <= bound.copy())
-        unranked = exp.select(*self._counted_references()).from_(CANDIDATES_NAME).where(exp.Not(this=within.copy()))
-        both = exp.union(unranked, ranked, distinct=False)
-        return both.with_(CANDIDATES_NAME, as_=kept).with_(OVER_BOUND_NAME, as_=over_bound)
-
-    def _over_bound_test(self) -> exp.Expression:
-        """``EXISTS (the candidate row's unit is over the bound)`` (EXISTS, not IN: an anti-join everywhere)."""
-        same_unit = exp.EQ(
-            this=exp.column(UNIT_NAME, table=OVER_BOUND_NAME), expression=exp.column(UNIT_NAME, table=CANDIDATES_NAME)
-        )
-        return exp.Exists(this=exp.select(exp.Literal.number(1)).from_(OVER_BOUND_NAME).where(same_unit))
 
     def _key_bounded(self, bounded: exp.Query) -> exp.Select:
         """The bounded rows with the keyed column's value kept where key bounding allows, else NULL and
@@ -508,12 +447,12 @@ class BoundedAggregation:
                 case = case.when(exp.EQ(this=reference.copy(), expression=sql_literal(value)), exp.Literal.number(index))
         elif column.kind == "range":
             low = column.values[0]
-            inside = exp.Case().when(self._in_range(name, reference.copy()), reference.copy())
+            inside = exp.Case().when(in_range(reference.copy(), column, self.column_types[name]), reference.copy())
             if column.is_date_range:
                 offset: exp.Expression = exp.DateDiff(this=inside, expression=sql_literal(low), unit=exp.var("DAY"))
             else:
                 offset = exp.Sub(this=exp.cast(inside, "BIGINT"), expression=sql_literal(low))
-            case = case.when(self._in_range(name, reference.copy()), offset)
+            case = case.when(in_range(reference.copy(), column, self.column_types[name]), offset)
         else:
             edges = column.values
             case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(edges[0])), exp.null())

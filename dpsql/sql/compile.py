@@ -89,7 +89,7 @@ class CompiledQuery:
     ``statement_workload`` holds the statement's linear queries over the public domain of every column
     it mentions, WHERE included as masks (what EXPLAIN shows and what batch planning combines).
     The engine runs it in its cheaper equivalent form: the WHERE masks go into the bounded SQL as
-    ``row_filters`` (rows they exclude are dropped before bounding), and ``workload`` measures the
+    ``row_filters`` (rows they exclude are dropped from the bounded rows), and ``workload`` measures the
     GROUP BY cells of the remaining rows over ``domain`` (group columns, plus nullable COUNT columns).
     Group cells no row can reach under the WHERE clause are ``structural_zeros``: released as exact 0.
     """
@@ -140,7 +140,7 @@ class CompiledQuery:
         )
         if self.row_filters:
             scopes = ", ".join("(" + ", ".join(f.scope) + ")" for f in self.row_filters)
-            lines.append(f"WHERE applied in SQL before bounding, as cell masks over {scopes}")
+            lines.append(f"WHERE applied in SQL to the bounded rows, as cell masks over {scopes}")
         lines.append(
             f"measured: {self.workload.query_count} queries over {list(self.domain.attributes) or '(total)'}, "
             f"{int(self.structural_zeros.sum())} group cell(s) exactly zero by the WHERE clause"
@@ -628,7 +628,7 @@ def _bin_bounds(operator: str, value: object, column: ColumnDomain, clause: str)
 def statement_counts(compiled: CompiledQuery) -> tuple[ProductRows | None, ...]:
     """Per SELECT item, its product in ``compiled.statement_workload`` (WHERE as masks): how batch
     planning (``dpsql.workloads``) maps a statement's rows when statements with different WHERE clauses
-    share one measurement and so cannot filter rows before bounding."""
+    share one measurement and so cannot filter rows in SQL."""
     if compiled.statement_workload is None:
         return tuple(None for _ in compiled.query.select)
     conjuncts = _conjuncts(compiled.query.where) if compiled.query.where is not None else []

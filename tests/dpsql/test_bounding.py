@@ -78,14 +78,13 @@ def bounded_counts(database: duckdb.DuckDBPyConnection, statement: BoundedAggreg
 
 def window_counts(database: duckdb.DuckDBPyConnection, columns: tuple[str, ...], salt: int, where: str = "TRUE") -> pd.DataFrame:
     """The reference: every unit's rows numbered by the window alone (ordered by the salted hash of the unit
-    and the row's identity, a hash of all its columns), the first BOUND kept."""
+    and the row's identity, a hash of all its columns), the first BOUND kept, then ``where`` applied."""
     listed = ", ".join(columns)
     identity = f"HASH({', '.join(COLUMNS)})"
     return database.execute(
         f"SELECT {listed}, COUNT(*) AS n FROM ("
-        f"  SELECT {listed}, ROW_NUMBER() OVER (PARTITION BY pid ORDER BY HASH(HASH(pid, {identity}, {salt}))) AS r"
-        f"  FROM t WHERE {where}"
-        f") WHERE r <= {BOUND} GROUP BY {listed} ORDER BY {listed}"
+        f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY pid ORDER BY HASH(HASH(pid, {identity}, {salt}))) AS r FROM t"
+        f") WHERE r <= {BOUND} AND ({where}) GROUP BY {listed} ORDER BY {listed}"
     ).df()
 
 
@@ -118,15 +117,19 @@ def test_kept_rows_are_those_of_the_plain_window(database: duckdb.DuckDBPyConnec
     assert kept.sum() == sum(min(size, BOUND) for size in SIZES) * 40
 
 
-def test_where_applies_before_bounding(database: duckdb.DuckDBPyConnection) -> None:
-    """Units with more than BOUND rows overall but at most BOUND with slot >= 5 keep all of those."""
-    frame = database.execute("SELECT * FROM t").df()
-    schema = schema_for(frame)
+def test_where_applies_to_the_bounded_rows(database: duckdb.DuckDBPyConnection) -> None:
+    """A unit keeps the same rows whatever the WHERE clause: per unit, the statement with ``slot >= 5``
+    counts the window's kept rows (ranked over all the unit's rows) that have ``slot >= 5``."""
+    schema = schema_for(database.execute("SELECT * FROM t").df())
     mask = np.arange(SLOTS) >= 5
     statement = aggregation(schema, ("unit_copy", "slot"), salt=3, row_filters=(CellFilter(("slot",), mask),))
     kept = bounded_counts(database, statement)
-    matching = frame[frame["slot"] >= 5]
-    np.testing.assert_array_equal(kept.sum(axis=1), matching.groupby("pid").size().reindex(range(len(kept)), fill_value=0))
+    reference = window_counts(database, ("unit_copy", "slot"), salt=3, where="slot >= 5")
+    expected = np.zeros_like(kept)
+    np.add.at(expected, (reference["unit_copy"].to_numpy(), reference["slot"].to_numpy()), reference["n"].to_numpy())
+    np.testing.assert_array_equal(kept, expected)
+    matching = database.execute("SELECT COUNT(*) FROM t WHERE slot >= 5").fetchone()[0]
+    assert 0 < kept.sum() < matching  # some units over the bound kept rows outside the WHERE clause instead
 
 
 def salt_of(sql: str) -> int:
@@ -149,7 +152,7 @@ def test_noise_free_answers_equal_the_exact_answers_on_the_bounded_rows(database
         with dpsql.testing.noise_disabled(), dpsql.testing.seeded(seed):
             rows = connection.cursor().execute(sql, epsilon=1.0).fetchall()
         grouped = ("tag", "slot") if "tag, slot" in sql else ("tag",)
-        reference = window_counts(database, grouped, salt_of(backend.statements[-1]), where)
+        reference = window_counts(database, grouped, salt_of(backend.statements[0]), where)  # [0]: the kept bounded rows
         expected = {tuple(row[:-1]): float(row[-1]) for row in reference.itertuples(index=False)}
         answered = {tuple(row[:-1]): round(row[-1], 6) for row in rows}
         assert len(answered) == 3 * (SLOTS if len(grouped) == 2 else 1)  # every cell of the domain

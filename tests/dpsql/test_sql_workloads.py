@@ -280,7 +280,7 @@ def test_ranges_of_a_batch_become_predicate_blocks(adult_connection: dpsql.Conne
     assert results[0].rows[0][0] == pytest.approx(((frame.age >= 25) & (frame.age <= 34)).sum())
     assert dict(results[1].rows)["F"] == pytest.approx(((frame.age >= 60) & (frame.sex == "F")).sum())
     same_where = prepare(adult_connection, ["SELECT sex, COUNT(*) FROM adult WHERE age >= 60 GROUP BY CUBE (sex)"], epsilon=1.0)
-    assert len(same_where.batch.row_filters) == 1  # one WHERE for every grouping set: filtered before bounding
+    assert len(same_where.batch.row_filters) == 1  # one WHERE for every grouping set: filtered in SQL
 
 
 def test_parameters_bind_in_every_branch(adult_connection: dpsql.Connection) -> None:

@@ -415,3 +415,13 @@ def test_os_entropy_integers_and_uniform() -> None:
     assert stats.chisquare(np.bincount(source.integers(3, size=300_000))).pvalue >= OS_ALPHA
     assert thirds_pvalue(source.integers(3 * 2**60, size=60_000), 3 * 2**60) >= OS_ALPHA
     assert stats.kstest(source.uniform(50_000), "uniform").pvalue >= OS_ALPHA
+
+
+@pytest.mark.parametrize("bound", [1, 2, 3, 7, 8, 255, 256, 257, 2**32 - 1, 2**32 + 5, 2**52 + 3, 2**53])
+def test_a_shared_bound_draws_exactly_what_per_entry_bounds_draw(bound: int) -> None:
+    """The shared-bound fast path of RandomSource.integers takes the same words and rejects the same ones
+    as the general per-entry path: seeded draws are identical, and all lie in [0, bound)."""
+    shared = RandomSource(np.random.default_rng(bound % 1000)).integers(bound, size=500)
+    per_entry = RandomSource(np.random.default_rng(bound % 1000)).integers(np.full(500, bound, dtype=np.uint64), size=500)
+    np.testing.assert_array_equal(shared, per_entry)
+    assert shared.min() >= 0 and int(shared.max()) < bound
