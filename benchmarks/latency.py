@@ -15,6 +15,7 @@ after a warm-up. SmartNoise runs in its own environment, never a dpsql dependenc
 
     python3 -m venv /tmp/bench-snsql && /tmp/bench-snsql/bin/pip install smartnoise-sql pandas
     DPSQL_PEER_PYTHON=/tmp/bench-snsql/bin/python python benchmarks/latency.py [--rows 10000000] [--repeats 7]
+    python benchmarks/latency.py --rows 100000000 --repeats 3 --small-rows --csv latency_100m.csv   # 100 M rows
 
 (without DPSQL_PEER_PYTHON the SmartNoise column stays empty). Prints tables and writes
 benchmarks/results/latency.csv and benchmarks/results/latency_small.csv.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -124,7 +126,13 @@ def measure(database: duckdb.DuckDBPyConnection, setting: str, table: str, schem
         "dpsql_cold_s": cold,
     }
     record["ratio"] = record["dpsql_s"] / record["duckdb_exact_s"]
+    record["peak_rss_mb"] = peak_rss_mb()
     return record
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory so far, DuckDB's own allocations included (MB; Linux units)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def dpsql_per_statement(database: duckdb.DuckDBPyConnection, schema: dict, repeats: int) -> float:
@@ -180,6 +188,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--small-rows", type=int, nargs="*", default=list(SMALL_ROWS))
     parser.add_argument("--small-repeats", type=int, default=30)
+    parser.add_argument("--csv", default="latency.csv", help="results file name (e.g. latency_100m.csv for a big run)")
     arguments = parser.parse_args()
 
     database = duckdb.connect()
@@ -191,15 +200,18 @@ def main() -> None:
             f"SELECT sum(c), count(*), max(c), avg(CAST(c > 3 AS DOUBLE)) FROM (SELECT person_id, count(*) c FROM {table} GROUP BY 1)"
         ).fetchone()
         print(f"{table}: {rows:,} rows, {units:,} units (at most {most} rows each; {over:.0%} of units over 3 rows)")
-    print(f"generated in {time.perf_counter() - started:.1f} s")
+    print(f"generated in {time.perf_counter() - started:.1f} s; peak resident memory {peak_rss_mb():,.0f} MB")
 
     records = [measure(database, setting, table, schema, query, arguments.repeats) for setting, table, schema, query in CASES]
     print(f"\n{QUERY}\n(no WHERE: {UNFILTERED_QUERY}; events: {EVENTS_QUERY})\n")
-    print(f"{'setting':<30} {'rows':>11} {'DuckDB exact (s)':>17} {'dpsql (s)':>10} {'ratio':>7} {'dpsql cold (s)':>15}")
+    print(f"{'setting':<30} {'rows':>11} {'DuckDB exact (s)':>17} {'dpsql (s)':>10} {'ratio':>7} {'dpsql cold (s)':>15} {'peak RSS (MB)':>14}")
     for r in records:
-        print(f"{r['setting']:<30} {r['rows']:>11,} {r['duckdb_exact_s']:>17.3f} {r['dpsql_s']:>10.3f} {r['ratio']:>7.2f} {r['dpsql_cold_s']:>15.3f}")
-    path = write_csv("latency.csv", records)
-    print(f"\nmedians of {arguments.repeats} runs; written to {path}")
+        print(
+            f"{r['setting']:<30} {r['rows']:>11,} {r['duckdb_exact_s']:>17.3f} {r['dpsql_s']:>10.3f} {r['ratio']:>7.2f} "
+            f"{r['dpsql_cold_s']:>15.3f} {r['peak_rss_mb']:>14,.0f}"
+        )
+    path = write_csv(arguments.csv, records)
+    print(f"\nmedians of {arguments.repeats} runs; peak RSS: the process's so far (DuckDB's memory included); written to {path}")
 
     if arguments.small_rows:
         small = small_tables(tuple(arguments.small_rows), arguments.small_repeats)
