@@ -19,6 +19,7 @@ explanation) and ``fetchall()`` (the rows not fetched yet: a tail of those rows)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -32,11 +33,9 @@ __all__ = ["FrameSource", "ResultFrames"]
 class ResultFrames:
     """DataFrame / Arrow / polars conversions, a notebook display and a plot of released rows."""
 
-    def _frame_source(self) -> FrameSource:  # pragma: no cover - provided by the class mixing this in
-        raise NotImplementedError
-
-    def fetchall(self) -> list[Row]:  # pragma: no cover - provided by the class mixing this in
-        raise NotImplementedError
+    # provided by the class mixing this in (module doc): every row of the result, and the rows not fetched yet
+    _frame_source: Callable[[], FrameSource]
+    fetchall: Callable[[], list[Row]]
 
     def _unfetched(self, with_errors: bool) -> list[tuple[str, list[object]]]:
         source = self._frame_source()

@@ -4,12 +4,8 @@ schemas and API parameters.
 Every case builds what it needs through the public API (``dpsql.connect``, ``register``, ``execute``,
 ``workload``, ``Schema.load``, ``Budget``) and may raise only :class:`dpsql.Error` subclasses. The
 runs are derandomized (the same cases every time) and kept fast: 3,300 cases in all, about 35 s of
-one core.
-
-Crashes whose fix lies in the files of the statement pipeline (issue 12) are listed in
-:data:`KNOWN_PIPELINE_CRASHES`, each with a minimal reproducer in :mod:`test_crashes` marked
-``xfail(strict=True)``: the fuzz tolerates exactly those exception types from inputs that match their
-pattern, nothing else.
+one core. No other exception is tolerated: the crashes it once found have minimal reproducers in
+:mod:`test_crashes`, all fixed.
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import pandas as pd
 import pytest
@@ -61,31 +56,14 @@ SCHEMA = {
 }
 
 
-@dataclass(frozen=True)
-class KnownCrash:
-    """A crash in the pipeline's files (issue 12): its exception type and the cases that raise it (a
-    case is described by its SQL text, or ``call: arguments`` for API calls)."""
-
-    errors: tuple[type[BaseException], ...]
-    matches: Callable[[str], bool]
-    reproducer: str  # the xfail test in test_crashes.py
-
-
-KNOWN_PIPELINE_CRASHES: tuple[KnownCrash, ...] = ()  # every one fixed by the one pipeline (issue 12)
-
-
-def tolerated(error: BaseException, case: str) -> bool:
-    return any(isinstance(error, known.errors) and known.matches(case) for known in KNOWN_PIPELINE_CRASHES)
-
-
 def only_dpsql_errors(action: Callable[[], object], case: str = "") -> None:
+    """Run ``action``; any exception but a dpsql one fails the test (``case`` describes the input)."""
     try:
         action()
     except dpsql.Error:
         pass
     except Exception as error:  # noqa: BLE001 - the point of the test
-        if not tolerated(error, case):
-            raise AssertionError(f"{type(error).__name__} escaped the public API: {error!r}") from error
+        raise AssertionError(f"{type(error).__name__} escaped the public API on {case!r}: {error!r}") from error
 
 
 # -- values that break numbers -----------------------------------------------------------------------------
