@@ -19,8 +19,10 @@ exactly and before any noise, so the plan measures the derived cells themselves.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -30,6 +32,8 @@ from dpsql.sql.compile import CellFilter, CompiledQuery, DerivedAttribute, compi
 from dpsql.sql.moments import ValueEncoding, encoding_for
 from dpsql.sql.statement import Statement
 from planner import Domain, Product, Workload
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,24 +59,23 @@ class CompiledBatch:
         """Units of weight per row in the data vector (multiplies the sensitivity)."""
         return 1 if self.encoding is None else self.encoding.scale
 
-    @property
+    @functools.cached_property
     def columns(self) -> dict[str, ColumnDomain]:
         """Every column some branch mentions, with the domain it was compiled with."""
-        found: dict[str, ColumnDomain] = {}
-        for statement in self.statements:
-            for branch in statement.branches:
-                for name, column in branch.columns.items():
-                    found.setdefault(name, column)
-        return found
+        return self._over_branches(lambda branch: branch.columns)
 
-    @property
+    @functools.cached_property
     def derived(self) -> dict[str, DerivedAttribute]:
         """Every derived GROUP BY attribute of some branch (one map per expression: one schema)."""
-        found: dict[str, DerivedAttribute] = {}
+        return self._over_branches(lambda branch: branch.derived)
+
+    def _over_branches(self, entries: Callable[[CompiledQuery], dict[str, T]]) -> dict[str, T]:
+        """The union of every branch's ``entries``, the first branch naming a key giving its value."""
+        found: dict[str, T] = {}
         for statement in self.statements:
             for branch in statement.branches:
-                for name, attribute in branch.derived.items():
-                    found.setdefault(name, attribute)
+                for name, value in entries(branch).items():
+                    found.setdefault(name, value)
         return found
 
     def read_attributes(self, attributes: Sequence[str]) -> tuple[str, ...]:
