@@ -54,7 +54,7 @@ Condition = Test | AllOf | AnyOf | Negation
 
 def aggregates(node: exp.Expression) -> list[exp.Expression]:
     """The aggregate calls a HAVING / ORDER BY expression uses."""
-    return [n for n in node.find_all(exp.AggFunc)]
+    return list(node.find_all(exp.AggFunc))
 
 
 def having_condition(node: exp.Expression, position_of: Callable[[exp.Expression], int | None]) -> Condition:
