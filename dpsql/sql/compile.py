@@ -22,9 +22,9 @@ of the SELECT list is one workload product:
   aggregates. Answers of a statement whose batch aggregates a column are in units of ``1/scale`` row.
 
 Predicates are evaluated against the schema's domains only, never against the data. The WHERE
-masks are also handed to the backend (:attr:`CompiledQuery.row_filters`), which drops the rows they
-exclude before contribution bounding: a unit's kept rows are then chosen among the rows the statement
-counts (a per-row public rule, so still DP), and the workload's masks leave those counts unchanged.
+masks are also handed to the backend (:attr:`CompiledQuery.row_filters`), which applies them to the
+table's bounded rows (the same rows for every statement, :mod:`dpsql.sql.bounded_rows`), and the
+workload's masks leave those counts unchanged.
 """
 
 from __future__ import annotations
