@@ -387,7 +387,9 @@ class BoundedAggregation:
         cells = {c: self._cells_of(c, result[self.alias(c)]) for c in others}
         for column in others:
             full &= cells[column][1]
-        found = tuple(dict.fromkeys(raw[i] for i in np.flatnonzero(kept & (per_key | full))))
+        # in a fixed order, not the backend's row order (which varies with its threads): the noise each key
+        # draws is then the same for the same data and seed, on every machine
+        found = tuple(sorted({raw[i] for i in np.flatnonzero(kept & (per_key | full))}, key=_key_order))
         index = {key: position for position, key in enumerate(found)}
         units = np.zeros(len(found), dtype=np.int64)
         if self.keyed.count_units:
@@ -459,3 +461,8 @@ class BoundedAggregation:
             for index, upper in enumerate(edges[1:]):
                 case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(upper)), exp.Literal.number(index))
         return case
+
+
+def _key_order(key: object) -> tuple[bool, str, object]:
+    """A total order over one column's raw keys (NULL last; one column's keys share a type)."""
+    return (key is None, type(key).__name__, 0 if key is None else key)
