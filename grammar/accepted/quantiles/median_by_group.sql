@@ -1,0 +1,1 @@
+SELECT sex, MEDIAN(age) FROM adult GROUP BY sex
