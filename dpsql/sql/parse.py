@@ -105,10 +105,12 @@ class GroupKey:
 
 @dataclass(frozen=True)
 class Count:
-    """``COUNT(*)`` (column None) or ``COUNT(column)``."""
+    """``COUNT(*)`` (column None) or ``COUNT(column)``; ``distinct``: ``COUNT(DISTINCT column)``, of the privacy
+    unit only (``dpsql.sql.distinct_units``; the column is None once checked)."""
 
     name: str
     column: str | None
+    distinct: bool = False
 
 
 @dataclass(frozen=True)
@@ -278,7 +280,9 @@ def count_argument(node: exp.Count, column: Callable[[exp.Expression, str], str]
     if isinstance(argument, exp.Star):
         return None
     if isinstance(argument, exp.Distinct):
-        raise NotSupportedError(f"SELECT: COUNT(DISTINCT ...) is not supported; use COUNT(*) or COUNT(column). {SUPPORTED}")
+        if len(argument.expressions) != 1:
+            raise NotSupportedError(f"SELECT: COUNT(DISTINCT ...) takes one column, the privacy unit. {SUPPORTED}")
+        return column(argument.expressions[0], "SELECT COUNT(DISTINCT ...)")
     if isinstance(argument, exp.Literal) and not argument.is_string:
         return None  # COUNT(1) counts rows, like COUNT(*)
     return column(argument, "SELECT COUNT")
@@ -389,7 +393,8 @@ class BranchChecker:
             node = node.this
         refuse_select_item(node)
         if isinstance(node, exp.Count):
-            return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column))
+            distinct = isinstance(node.this, exp.Distinct)
+            return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column), distinct)
         if type(node) in AGGREGATES:
             return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], aggregate_argument(node, self._column))
         if is_derived(node):
