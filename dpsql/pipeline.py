@@ -191,12 +191,13 @@ def prepare(session: Session, request: Request) -> Prepared:
         return Prepared(request, table, batch, rows, privacy, keyed, chosen, nothing, selection.cost(chosen))
     if keyed is not None and math.prod(s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed) > selection.MAX_KEYED_OTHER_CELLS:
         raise NotSupportedError(selection.too_many_cells(keyed))
-    if batch.distinct is None:
-        contributions = table.schema.contributions * batch.scale
-        fresh = session.plan(batch.workload, privacy, contributions)
-    else:  # a unit's pairs lie in distinct cells of the group marginal, which the summed identity measures
-        contributions = batch.distinct.contributions
+    contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
+    if batch.distinct is not None and not privacy.is_laplace:
+        # a unit's pairs lie in distinct cells of the group marginal, the one marginal the summed identity
+        # measures: L2 sensitivity √k (L1 is k whatever the strategy, so pure DP takes the planner's best)
         fresh = planner.identity_plan(batch.workload, privacy, contributions, distinct_cells=True)
+    else:
+        fresh = session.plan(batch.workload, privacy, contributions)
     _check_spent(fresh.privacy, privacy)
     decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, request.cost is not None)
     spent = cost if decision.plan is not None else _free(cost)
