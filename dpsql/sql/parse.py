@@ -26,7 +26,7 @@ from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.derived import Derived, derived_column, is_derived
 
 SUPPORTED = (
-    "Supported: SELECT <group columns and COUNT(*) / COUNT(column) / SUM, AVG, VARIANCE, VAR_SAMP, VAR_POP, STDDEV, "
+    "Supported: SELECT <group columns and COUNT(*) / COUNT(column) / COUNT(DISTINCT privacy unit) / SUM, AVG, VARIANCE, VAR_SAMP, VAR_POP, STDDEV, "
     "STDDEV_SAMP, STDDEV_POP(bounded column), optionally AS alias> FROM <one table> "
     "[WHERE <comparisons, IN, BETWEEN, IS [NOT] NULL combined with AND/OR/NOT>] "
     "[GROUP BY <columns, CASE WHEN / integer arithmetic / date parts of one column, aliases, positions>] "
