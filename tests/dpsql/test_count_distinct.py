@@ -220,3 +220,20 @@ def test_refused_in_a_batch_and_on_a_row_level_table() -> None:
         rows.cursor().execute("SELECT state, COUNT(DISTINCT person_id) FROM visits GROUP BY state", epsilon=1.0)
     assert rows.budget_spent().epsilon == 0
     rows.close()
+
+
+def test_bins_and_a_nullable_column_equal_duckdb(adult_frame: pd.DataFrame, adult_schema: dict[str, object]) -> None:
+    """A binned column enters the SQL as its cell number and a nullable one with its NULL cell: the pairs
+    are distinct over those, as DuckDB's COUNT(DISTINCT) over the bins and the NULL group."""
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=10.0))
+    connection.register("adult", adult_frame, schema={**adult_schema, "max_groups_per_unit": 20})  # no unit is cut
+    released = exact(connection.cursor(), "SELECT income, job, COUNT(DISTINCT person_id) FROM adult WHERE race <> 0 GROUP BY income, job")
+    frame = adult_frame  # noqa: F841 - read by DuckDB below
+    expected = duckdb.sql(
+        "SELECT CASE WHEN income < 10000 THEN 0 WHEN income < 50000 THEN 1 WHEN income < 100000 THEN 2 ELSE 3 END, job, "
+        "COUNT(DISTINCT person_id) FROM frame WHERE race <> 0 GROUP BY ALL ORDER BY 1, 2 NULLS LAST"
+    ).fetchall()
+    assert len(released) == len(expected) == 20
+    assert [r[1] for r in released] == [r[1] for r in expected]
+    assert [r[2] for r in released] == pytest.approx([r[2] for r in expected], abs=1e-9)
+    connection.close()
