@@ -34,9 +34,12 @@ import numpy as np
 import planner
 from dpsql.request import Prepared
 from dpsql.result import ResultSet
-from dpsql.schema import OUT_OF_DOMAIN_RULE
+from dpsql.schema import OUT_OF_DOMAIN_RULE, ColumnDomain
 from dpsql.sql.moments import CLAMPING_RULE
+from dpsql.sql.parse import Quantile
+from dpsql.sql.quantiles import QUANTILE_RULE
 from dpsql.types import NUMBER, STRING
+from dpsql.workloads import CompiledBatch
 from planner.select import BoundUnavailableError
 from planner.strategies.direct import row_norms2_over
 
@@ -101,6 +104,13 @@ def explain_rows(prepared: Prepared) -> list[ExplainRow]:
             f"{batch.encoding.scale} per unit); query RMSEs below are in rows, per cell of C, U = Σ(v−lo)/(hi−lo)"
             f"{', Q = Σ((v−lo)/(hi−lo))²' if batch.encoding.moments == 2 else ''} and their pairwise sums (docs/math.md §12)",
         ))
+    for column, domain in _quantiled(batch).items():
+        rows.append(ExplainRow(
+            "quantile", column, float(domain.size),
+            f"one cumulative count (CDF) per cell of {column!r} per group, shared by every quantile of it and inverted "
+            f"unclipped: {QUANTILE_RULE}. The query RMSE below is the rank standard error in rows; a released error is "
+            "in value units, half the spread of the values within one rank standard error of the target rank (docs/math.md §13)",
+        ))
     cost_name = "epsilon" if prepared.cost.epsilon is not None else "rho"
     if request.cost is None:
         rows.append(ExplainRow("cost", "not given", None, f"shown for {cost_name} = 1: expected variances scale as 1/{'ε²' if cost_name == 'epsilon' else 'ρ'}"))
@@ -124,6 +134,14 @@ def explain_rows(prepared: Prepared) -> list[ExplainRow]:
     if decision.plan is not None:
         rows += error_rows(decision.plan)
     return rows
+
+
+def _quantiled(batch: CompiledBatch) -> dict[str, ColumnDomain]:
+    """The columns the batch's quantiles rank, with their domains."""
+    return {
+        item.column: branch.columns[item.column]
+        for statement in batch.statements for branch in statement.branches for item in branch.query.select if isinstance(item, Quantile)
+    }
 
 
 def plan_rows(plan: planner.Plan) -> list[ExplainRow]:

@@ -75,7 +75,7 @@ from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.bounded import salted_order_key
 from dpsql.sql.literals import ColumnType, canonical_schema
-from dpsql.sql.parse import Aggregate, Count, GroupKey, Query, predicate_columns
+from dpsql.sql.parse import Aggregate, Count, GroupKey, Quantile, Query, predicate_columns
 from dpsql.sql.statement import Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import Domain, Workload
@@ -155,11 +155,11 @@ def _check_declared(query: Query, schema: Schema) -> None:
             f"GROUP BY {query.derived[0].key[:60]!r}: a local survey answers group columns it randomized; group by the "
             "source column and combine its rows, or declare the derived values as a column of the survey"
         )
-    aggregated = [i for i in query.select if isinstance(i, Aggregate)]
+    aggregated = [i for i in query.select if isinstance(i, (Aggregate, Quantile))]
     if aggregated:
         raise NotSupportedError(
             f"{aggregated[0].function}({aggregated[0].column}): a local survey answers COUNTs of its declared cells only; "
-            "sums, averages and variances of reported values are not supported there"
+            "sums, averages, variances and quantiles of reported values are not supported there"
         )
     distinct = [i for i in query.select if isinstance(i, Count) and i.distinct]
     if distinct:

@@ -26,7 +26,8 @@ from dpsql.frames import FrameSource, ResultFrames
 from dpsql.sql.compile import CompiledQuery, ProductRows
 from dpsql.sql.grouping import Constant
 from dpsql.sql.having import holds
-from dpsql.sql.parse import Aggregate, GroupKey
+from dpsql.sql import quantiles
+from dpsql.sql.parse import Aggregate, GroupKey, Quantile
 from dpsql.sql.statement import Statement
 from dpsql.types import DATETIME, NUMBER, STRING
 
@@ -117,7 +118,7 @@ def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variance
             columns.append([labels[i] for i in key_cells[position][shown]])
             error_columns.append([None] * int(shown.sum()))
             continue
-        if isinstance(item, Aggregate):
+        if isinstance(item, (Aggregate, Quantile)):
             released, errors = _aggregate_column(compiled, item, rows, values, variances)
             columns.append([released[i] for i in np.flatnonzero(shown)])
             error_columns.append([errors[i] for i in np.flatnonzero(shown)])
@@ -136,14 +137,18 @@ def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variance
 
 
 def _aggregate_column(
-    compiled: CompiledQuery, item: Aggregate, rows: ProductRows | None, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]
-) -> tuple[list[float | None], list[float | None]]:
-    """Per GROUP BY cell, an aggregate and its standard error from its moment block (``dpsql.sql.moments``):
-    the block's factor is the last of the product, so each group cell owns consecutive rows. A cell no row
-    can reach (WHERE) has SUM 0 and no AVG/VARIANCE/STDDEV (NULL, as in SQL)."""
+    compiled: CompiledQuery, item: Aggregate | Quantile, rows: ProductRows | None, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]
+) -> tuple[list[object], list[float | None]]:
+    """Per GROUP BY cell, an aggregate or a quantile and its error from its block (the moment cells,
+    ``dpsql.sql.moments``, or the column's CDF, ``dpsql.sql.quantiles``): the block's factor is the last of
+    the product, so each group cell owns consecutive rows. A cell no row can reach (WHERE) has SUM 0 and no
+    other aggregate (NULL, as in SQL)."""
     encoding = compiled.encoding
-    assert encoding is not None
-    width = len(encoding.block())
+    if isinstance(item, Quantile):
+        width = compiled.columns[item.column].size
+    else:
+        assert encoding is not None
+        width = len(encoding.block())
     cells = compiled.group_cells
     block_values = np.zeros((cells, width))
     block_variances = np.zeros((cells, width))
@@ -152,7 +157,11 @@ def _aggregate_column(
         flat = np.ravel_multi_index(tuple(keys.T), compiled.group_shape) if compiled.group_shape else np.zeros(len(keys), dtype=int)
         block_values[flat] = np.asarray(values[rows.index]).reshape(-1, width)
         block_variances[flat] = np.asarray(variances[rows.index]).reshape(-1, width)
-    released, errors = encoding.released(item.function, block_values, block_variances)
+    if isinstance(item, Quantile):
+        released, errors = quantiles.released(item, compiled.columns[item.column], block_values, block_variances)
+    else:
+        assert encoding is not None
+        released, errors = encoding.released(item.function, block_values, block_variances)
     unreachable = compiled.structural_zeros.ravel() if rows is not None else np.ones(cells, dtype=bool)
     for cell in np.flatnonzero(unreachable):
         released[cell], errors[cell] = (0.0, 0.0) if item.function == "SUM" else (None, None)
@@ -184,6 +193,11 @@ def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tup
                 column = query.group_domain(item.column)
                 type_code = _type_code(column.labels()[: column.value_cells])
                 null_ok |= column.nullable
+            elif isinstance(item, Quantile):  # NULL for a group without rows; DISC, MIN, MAX show the column's values
+                column = query.columns[item.column]
+                if item.function != "PERCENTILE_CONT":
+                    type_code = _type_code(column.labels()[: column.value_cells])
+                null_ok = True
         described.append((name, type_code, None, None, None, None, null_ok))
     return tuple(described)
 

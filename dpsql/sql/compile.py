@@ -22,6 +22,9 @@ of the SELECT list is one workload product:
 * ``SUM``/``AVG``/``VARIANCE``/``STDDEV`` of a bounded column add a factor over its moment cells
   (``dpsql.sql.moments``), the last attribute of the domain: one product per column, shared by its
   aggregates. Answers of a statement whose batch aggregates a column are in units of ``1/scale`` row.
+* a quantile (MEDIAN, PERCENTILE_CONT/DISC, QUANTILE, MIN, MAX) of a column with an ordered domain adds
+  a ``Prefix`` factor over that column (``dpsql.sql.quantiles``), placed after the GROUP BY columns: one
+  product per column, its CDF per group, shared by every quantile of the column.
 
 Predicates are evaluated against the schema's domains only, never against the data. The WHERE
 masks are also handed to the backend (:attr:`CompiledQuery.row_filters`), which applies them to the
@@ -44,6 +47,7 @@ from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.derived import CaseWhen, Derived, DerivedMap, derived_map
 from dpsql.sql.distinct_units import counted_unit
 from dpsql.sql.moments import ValueEncoding, resolve
+from dpsql.sql import quantiles
 from dpsql.sql.parse import (
     Aggregate,
     And,
@@ -56,7 +60,9 @@ from dpsql.sql.parse import (
     Not,
     Or,
     Predicate,
+    Quantile,
     Query,
+    SelectItem,
     predicate_columns,
 )
 from planner import Domain, Explicit, Factor, Identity, Product, Workload
@@ -160,14 +166,15 @@ def compile_query(query: Query, schema: Schema, table_columns: Sequence[str], en
     derived = _derived_attributes(query, columns)
     cells = {**columns, **{name: d.map.domain for name, d in derived.items()}}  # every attribute's domain
     group = query.group_by
-    counted = [c for c in columns if c not in group and _counts_nulls(c, query, columns)]
-    where_only = [c for c in columns if c not in group and c not in counted and _in_where(c, query)]
+    ranked = tuple(dict.fromkeys(i.column for i in query.select if isinstance(i, Quantile)))  # after the GROUP BY columns
+    counted = [c for c in columns if c not in group and c not in ranked and _counts_nulls(c, query, columns)]
+    where_only = [c for c in columns if c not in group and c not in counted and c not in ranked and _in_where(c, query)]
     where_conjuncts = _conjuncts(query.where) if query.where is not None else []
     value = encoding if any(isinstance(i, Aggregate) for i in query.select) else None
-    statement_domain = _domain(cells, (*group, *counted, *where_only), value)
+    statement_domain = _domain(cells, (*group, *ranked, *counted, *where_only), value)
     statement_workload, statement_counts = _workload(statement_domain, cells, query, where_conjuncts, value=value)
     filters = _cell_filters(statement_domain, columns, where_conjuncts)
-    domain = _domain(cells, (*group, *counted), value)
+    domain = _domain(cells, (*group, *ranked, *counted), value)
     zero = {_item_key(i) for i, c in zip(query.select, statement_counts) if not isinstance(i, GroupKey) and c is None}
     workload, counts = _workload(domain, cells, query, [], zero, value)
     if statement_workload is None:
@@ -205,9 +212,12 @@ def _domain(columns: dict[str, ColumnDomain], names: Sequence[str], value: Value
     return Domain(sizes, ordered=[n for n in names if columns[n].is_ordered])
 
 
-def _item_key(item: Count | Aggregate) -> object:
-    """Items sharing a product: COUNTs of the same column; every aggregate of the column (one moment block)."""
-    return ("moments", item.column) if isinstance(item, Aggregate) else item.column
+def _item_key(item: Count | Aggregate | Quantile) -> object:
+    """Items sharing a product: COUNTs of the same column; every aggregate of the column (one moment
+    block); every quantile of the column (one CDF)."""
+    if isinstance(item, Aggregate):
+        return ("moments", item.column)
+    return ("cdf", item.column) if isinstance(item, Quantile) else item.column
 
 
 def _workload(
@@ -218,8 +228,8 @@ def _workload(
     zero: set[object] = frozenset(),  # type: ignore[assignment]
     value: ValueEncoding | None = None,
 ) -> tuple[Workload | None, tuple[ProductRows | None, ...]]:
-    """One product per distinct COUNT of the SELECT list and one for the aggregates of ``value``'s column
-    (None where the count is zero by construction, or its key is in ``zero``)."""
+    """One product per distinct COUNT of the SELECT list, one for the aggregates of ``value``'s column and
+    one per quantiled column (None where the count is zero by construction, or its key is in ``zero``)."""
     products: list[Product] = []
     counts: list[ProductRows | None] = []
     built: dict[object, ProductRows | None] = {}
@@ -233,13 +243,15 @@ def _workload(
             continue
         if key not in built:
             conjuncts = list(where_conjuncts)
-            moments = None
+            extra = None
             if isinstance(item, Aggregate):
                 assert value is not None
-                moments = Factor((value.attribute,), Explicit(value.block()))
+                extra = Factor((value.attribute,), Explicit(value.block()))
+            elif isinstance(item, Quantile):
+                extra = Factor((item.column,), quantiles.cdf_block(columns[item.column]))
             elif item.column is not None and (columns[item.column].nullable or columns[item.column].kind == "keys"):
                 conjuncts.append(Not(IsNull(item.column)))
-            made = _product(domain, columns, query.group_by, conjuncts, moments)
+            made = _product(domain, columns, query.group_by, conjuncts, extra)
             if made is None:
                 built[key] = None
             else:
@@ -332,11 +344,20 @@ class _Resolver:
             expression = CaseWhen(branches, expression.default)
         return Derived(derived.key, source, expression)
 
-    def _item(self, item: GroupKey | Count | Aggregate, derived_keys: set[str]) -> GroupKey | Count | Aggregate:
+    def _item(self, item: SelectItem, derived_keys: set[str]) -> SelectItem:
         if isinstance(item, GroupKey):
             return item if item.column in derived_keys else GroupKey(item.name, self.name(item.column, "SELECT"))
         if isinstance(item, Aggregate):  # needs bounds, not a domain (checked by moments.encoding_for)
             return Aggregate(item.name, item.function, resolve(item.column, self.table_columns, self.query.table, f"SELECT {item.function}"))
+        if isinstance(item, Quantile):
+            column = self.name(item.column, f"SELECT {item.function}")
+            quantiles.check_column(item, self.columns[column])
+            if column in self.query.group_by or column in {d.source for d in self.query.derived}:
+                raise NotSupportedError(
+                    f"SELECT {item.function}({column}): the statement also groups by {column!r} (or an expression of it); "
+                    "quantiles of a column within groups of its own values are not supported"
+                )
+            return Quantile(item.name, item.function, column, item.fraction)
         if item.column is None:
             return item
         if item.distinct:  # the privacy unit: its pairs with the group cells are what is counted (COUNT(*) over them)
@@ -411,14 +432,17 @@ def _cell_filters(domain: Domain, columns: dict[str, ColumnDomain], conjuncts: l
 
 
 def _product(
-    domain: Domain, columns: dict[str, ColumnDomain], group: tuple[str, ...], conjuncts: list[Predicate], moments: Factor | None = None
+    domain: Domain, columns: dict[str, ColumnDomain], group: tuple[str, ...], conjuncts: list[Predicate], extra: Factor | None = None
 ) -> tuple[Product, np.ndarray] | None:
-    """The product for one COUNT (or, with ``moments``, one column's aggregates), with the GROUP BY cell
-    keys of its rows; None if it is all zeros."""
-    factors: list[Factor] = [] if moments is None else [moments]
-    key_maps: list[dict[str, np.ndarray]] = [] if moments is None else [{}]
+    """The product for one COUNT (or, with ``extra``, one column's aggregates or quantiles: a factor over
+    its moment cells or its CDF), with the GROUP BY cell keys of its rows; None if it is all zeros."""
+    filters = _cell_filters(domain, columns, conjuncts)
+    if extra is not None:  # a quantiled column the WHERE masks too
+        extra, filters = _masked_cdf(extra, filters)
+    factors: list[Factor] = [] if extra is None else [extra]
+    key_maps: list[dict[str, np.ndarray]] = [] if extra is None else [{}]
     covered: set[str] = set()
-    for cell_filter in _cell_filters(domain, columns, conjuncts):
+    for cell_filter in filters:
         scope, mask = cell_filter.scope, cell_filter.mask
         keyed = tuple(c for c in scope if c in group)
         if not mask.any():
@@ -438,6 +462,25 @@ def _product(
             key_maps.append({name: np.arange(columns[name].size)})
     product = Product(domain, tuple(factors))
     return product, _row_keys(product, factors, key_maps, group)
+
+
+def _masked_cdf(cdf: Factor, filters: list[CellFilter]) -> tuple[Factor, list[CellFilter]]:
+    """The CDF factor with the WHERE mask over its own column folded in (the cumulative counts of the
+    rows that pass), and the other filters. A condition coupling the column with others is refused."""
+    column = cdf.attributes[0]
+    matrix = None
+    rest = []
+    for cell_filter in filters:
+        if column not in cell_filter.scope:
+            rest.append(cell_filter)
+            continue
+        if cell_filter.scope != (column,):
+            raise NotSupportedError(
+                f"WHERE: a condition joining {column!r} with other columns by OR cannot be combined with a quantile of "
+                f"{column!r} in this statement or batch; AND the conditions on {column!r} alone, or run it as a statement of its own"
+            )
+        matrix = (cdf.block.matrix() if matrix is None else matrix) * cell_filter.mask.reshape(1, -1)
+    return (cdf if matrix is None else Factor(cdf.attributes, Explicit(matrix))), rest
 
 
 def _keyed_block(

@@ -18,7 +18,7 @@ cell of the group marginal, so the L1 sensitivity is ``k`` and the L2 sensitivit
 at most ``max_rows_per_unit`` cells, and there are only so many cells (``GROUP BY ()`` has one: ``k = 1``).
 The statement is measured by the summed identity over the group cells (``planner.identity_plan`` with
 ``distinct_cells=True``): every measured cell is a cell of the full group marginal, where a unit's pairs
-never coincide, so the √k bound holds for it (docs/math.md §13).
+never coincide, so the √k bound holds for it (docs/math.md §14).
 
 What is refused, in prepare (before anything is read), and why:
 
@@ -29,8 +29,8 @@ What is refused, in prepare (before anything is read), and why:
   statements: a rollup of distinct counts is not the sum of its finer cells (a unit in two cells is one
   unit in their total), so each grouping set would be a measurement of its own pairs — ask them as
   separate statements, each priced on its own;
-* another aggregate beside it (``COUNT(*)``, ``SUM``, …): it counts rows, not pairs, a different data
-  vector — ask it in a statement of its own;
+* another aggregate beside it (``COUNT(*)``, ``SUM``, a quantile, …): it is measured over rows, not pairs,
+  a different data vector — ask it in a statement of its own;
 * derived group columns and columns without a declared domain: the pairs are distinct over the cells the
   engine reads, which for those are not the cells released.
 """
@@ -116,8 +116,9 @@ def for_batch(statements: Sequence[Statement], schema: Schema, table_columns: Se
     other = next((i for i in query.select if not isinstance(i, GroupKey) and not (isinstance(i, Count) and i.distinct)), None)
     if other is not None:
         raise NotSupportedError(
-            f"SELECT COUNT(DISTINCT {unit}) with {other.name}: it counts rows, COUNT(DISTINCT {unit}) counts each unit once "
-            "per group, two measurements of different data; use a separate statement for each (each is charged its own cost)"
+            f"SELECT COUNT(DISTINCT {unit}) with {other.name}: that is measured over the rows, COUNT(DISTINCT {unit}) over each "
+            "unit's groups (once per group), two measurements of different data; use a separate statement for each (each "
+            "is charged its own cost)"
         )
     if query.derived:
         raise NotSupportedError(

@@ -52,9 +52,14 @@ class Negation:
 Condition = Test | AllOf | AnyOf | Negation
 
 
+def is_aggregate(node: exp.Expression) -> bool:
+    """An aggregate call: ``COUNT(*)``, ``AVG(x)``, … or ``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x)``."""
+    return isinstance(node, (exp.AggFunc, exp.WithinGroup))
+
+
 def aggregates(node: exp.Expression) -> list[exp.Expression]:
-    """The aggregate calls a HAVING / ORDER BY expression uses."""
-    return list(node.find_all(exp.AggFunc))
+    """The aggregate calls a HAVING / ORDER BY expression uses (a WITHIN GROUP call as a whole)."""
+    return [n for n in node.find_all(exp.AggFunc, exp.WithinGroup) if not isinstance(n.parent, exp.WithinGroup)]
 
 
 def having_condition(node: exp.Expression, position_of: Callable[[exp.Expression], int | None]) -> Condition:

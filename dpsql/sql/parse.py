@@ -27,7 +27,9 @@ from dpsql.sql.derived import Derived, derived_column, is_derived
 
 SUPPORTED = (
     "Supported: SELECT <group columns and COUNT(*) / COUNT(column) / COUNT(DISTINCT privacy unit) / SUM, AVG, VARIANCE, VAR_SAMP, VAR_POP, STDDEV, "
-    "STDDEV_SAMP, STDDEV_POP(bounded column), optionally AS alias> FROM <one table> "
+    "STDDEV_SAMP, STDDEV_POP(bounded column) / MEDIAN, PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY column), PERCENTILE_DISC, "
+    "QUANTILE_CONT(column, q), QUANTILE_DISC, QUANTILE, MIN, MAX(column with a range or bins domain), optionally AS alias> "
+    "FROM <one table> "
     "[WHERE <comparisons, IN, BETWEEN, IS [NOT] NULL combined with AND/OR/NOT>] "
     "[GROUP BY <columns, CASE WHEN / integer arithmetic / date parts of one column, aliases, positions>] "
     "[HAVING <comparisons of aggregates>] [ORDER BY <output columns> [ASC|DESC]] [LIMIT n [OFFSET m]] "
@@ -133,7 +135,21 @@ AGGREGATES: dict[type[exp.Expression], str] = {
     exp.StddevPop: "STDDEV_POP",
 }
 
-SelectItem = GroupKey | Count | Aggregate
+
+@dataclass(frozen=True)
+class Quantile:
+    """A quantile of a column with an ordered domain (``dpsql.sql.quantiles``): ``function`` is
+    ``PERCENTILE_CONT`` (interpolating, as MEDIAN and QUANTILE_CONT), ``PERCENTILE_DISC`` (a value of the
+    domain, as QUANTILE and QUANTILE_DISC), ``MIN`` or ``MAX`` (the 0 and 1 quantiles); ``fraction`` in [0, 1]."""
+
+    name: str
+    function: str
+    column: str
+    fraction: float
+
+
+SelectItem = GroupKey | Count | Aggregate | Quantile
+MEASURED = (Count, Aggregate, Quantile)  # the SELECT items that are measured (not group keys)
 
 
 @dataclass(frozen=True)
@@ -155,7 +171,7 @@ class Query:
     def columns(self) -> tuple[str, ...]:
         """Every column the statement mentions, in order of first appearance."""
         found = list(self.group_sources())
-        found += [item.column for item in self.select if isinstance(item, (Count, Aggregate)) and item.column is not None]
+        found += [item.column for item in self.select if isinstance(item, MEASURED) and item.column is not None]
         if self.where is not None:
             found += predicate_columns(self.where)
         return tuple(dict.fromkeys(found))
@@ -294,7 +310,7 @@ def refuse_select_item(node: exp.Expression) -> None:
         raise NotSupportedError(f"SELECT * is not supported: list group columns and COUNT(*). {SUPPORTED}")
     if isinstance(node, exp.Window):
         raise NotSupportedError(f"SELECT: window functions (OVER) are not supported. {SUPPORTED}")
-    if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Count) and type(node) not in AGGREGATES:
+    if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Count) and type(node) not in AGGREGATES and type(node) not in _QUANTILES:
         name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__.upper()
         raise NotSupportedError(f"SELECT: the aggregate {name}(...) is not supported yet. {SUPPORTED}")
 
@@ -307,6 +323,57 @@ def aggregate_argument(node: exp.Expression, column: Callable[[exp.Expression, s
     if node.this is None or isinstance(node.this, exp.Star):
         raise ProgrammingError(f"{function}() needs a column argument: {function}(column). {SUPPORTED}")
     return column(node.this, f"SELECT {function}")
+
+
+_QUANTILES: dict[type[exp.Expression], str] = {
+    exp.Median: "PERCENTILE_CONT",
+    exp.PercentileCont: "PERCENTILE_CONT",
+    exp.PercentileDisc: "PERCENTILE_DISC",
+    exp.Quantile: "PERCENTILE_DISC",
+    exp.Min: "MIN",
+    exp.Max: "MAX",
+}
+
+
+def quantile_item(node: exp.Expression, name: str | None, column: Callable[[exp.Expression, str], str]) -> Quantile | None:
+    """The quantile a SELECT item asks for (None when it is no quantile): ``MEDIAN(c)``, ``MIN(c)``,
+    ``MAX(c)``, ``QUANTILE_CONT(c, q)``, ``QUANTILE_DISC(c, q)``, ``QUANTILE(c, q)`` or
+    ``PERCENTILE_CONT(q) / PERCENTILE_DISC(q) WITHIN GROUP (ORDER BY c)``."""
+    shown = name or node.sql(dialect="duckdb")
+    if isinstance(node, exp.WithinGroup):
+        function = _QUANTILES.get(type(node.this))
+        order = node.expression
+        if function not in ("PERCENTILE_CONT", "PERCENTILE_DISC") or not isinstance(order, exp.Order) or len(order.expressions) != 1:
+            raise NotSupportedError(f"SELECT: {node.sql(dialect='duckdb')[:60]!r} is not supported; write PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY column). {SUPPORTED}")
+        ordered = order.expressions[0]
+        if ordered.args.get("desc"):
+            raise NotSupportedError(f"SELECT {function}: WITHIN GROUP (ORDER BY ... DESC) is not supported; ask for the 1 − q quantile in ascending order")
+        return Quantile(shown, function, column(ordered.this, f"SELECT {function}"), _fraction(node.this.this, function))
+    function = _QUANTILES.get(type(node))
+    if function is None:
+        return None
+    if isinstance(node.this, exp.Distinct) or node.this is None or isinstance(node.this, exp.Star):
+        raise NotSupportedError(f"SELECT {function}: give one column, e.g. {function}(age). {SUPPORTED}")
+    if isinstance(node, (exp.Min, exp.Max, exp.Median)) and any(v for k, v in node.args.items() if k != "this"):
+        raise NotSupportedError(f"SELECT {function}: give one column and nothing else, e.g. {type(node).__name__.upper()}(age). {SUPPORTED}")
+    if isinstance(node, (exp.Min, exp.Max)):
+        return Quantile(shown, function, column(node.this, f"SELECT {function}"), 0.0 if function == "MIN" else 1.0)
+    if isinstance(node, exp.Median):
+        return Quantile(shown, function, column(node.this, "SELECT MEDIAN"), 0.5)
+    fraction = node.args.get("quantile") if isinstance(node, exp.Quantile) else node.expression
+    if fraction is None:
+        raise ProgrammingError(f"SELECT {function}: give the column and the fraction, e.g. QUANTILE_CONT(age, 0.9)")
+    return Quantile(shown, function, column(node.this, f"SELECT {function}"), _fraction(fraction, function))
+
+
+def _fraction(node: exp.Expression, function: str) -> float:
+    """The fraction of a quantile: a number literal in [0, 1]."""
+    if isinstance(node, exp.Array):
+        raise NotSupportedError(f"SELECT {function}: a list of fractions is not supported; write one quantile per fraction (they share one measurement)")
+    value = BranchChecker._literal(node, f"SELECT {function}") if isinstance(node, (exp.Literal, exp.Neg, exp.Paren)) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ProgrammingError(f"SELECT {function}: the fraction must be a number between 0 and 1, got {node.sql(dialect='duckdb')[:40]!r}")
+    return float(value)
 
 
 class BranchChecker:
@@ -328,8 +395,8 @@ class BranchChecker:
         self.table = self._from_clause(select)
         group_by = self._group_by(select)
         items = tuple(self._select_item(e) for e in select.expressions)
-        if not any(isinstance(item, (Count, Aggregate)) for item in items):
-            raise NotSupportedError(f"SELECT must contain at least one COUNT(*), COUNT(column) or SUM/AVG/VARIANCE/STDDEV. {SUPPORTED}")
+        if not any(isinstance(item, MEASURED) for item in items):
+            raise NotSupportedError(f"SELECT must contain at least one COUNT(*), COUNT(column), SUM/AVG/VARIANCE/STDDEV or quantile. {SUPPORTED}")
         for item in items:
             if isinstance(item, GroupKey) and item.column not in group_by:
                 raise ProgrammingError(
@@ -397,6 +464,9 @@ class BranchChecker:
             return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column), distinct)
         if type(node) in AGGREGATES:
             return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], aggregate_argument(node, self._column))
+        quantile = quantile_item(node, alias, self._column)
+        if quantile is not None:
+            return quantile
         if is_derived(node):
             key = self._derived(node)
             return GroupKey(alias or node.sql(dialect="duckdb"), key)

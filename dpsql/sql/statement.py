@@ -28,7 +28,7 @@ from sqlglot.errors import SqlglotError
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.grouping import MAX_GROUPING_SETS, Constant, GroupingSet, Slot, split_select
-from dpsql.sql.having import Condition, aggregates, having_condition
+from dpsql.sql.having import Condition, aggregates, having_condition, is_aggregate
 from dpsql.sql.parse import SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
@@ -170,7 +170,7 @@ def _hidden_aggregates(tree: exp.Expression, selects: list[exp.Select], havings:
     order = tree.args.get("order")
     shown = {_text(e) for e in selects[0].expressions}
     for ordered in order.expressions if order is not None else []:
-        if isinstance(ordered.this, exp.AggFunc) and _text(ordered.this) not in shown:
+        if is_aggregate(ordered.this) and _text(ordered.this) not in shown:
             needed.setdefault(_text(ordered.this), ordered.this)
     return list(needed.values())
 
@@ -178,12 +178,12 @@ def _hidden_aggregates(tree: exp.Expression, selects: list[exp.Select], havings:
 def _output_position(node: exp.Expression, select: exp.Select, hidden: int) -> int | None:
     """The output column of an aggregate (by SQL text) or of the alias of a shown aggregate, in ``select``."""
     items = select.expressions
-    if isinstance(node, exp.AggFunc):
+    if is_aggregate(node):
         texts = [_text(e) for e in items]
         return texts.index(_text(node)) if _text(node) in texts else None
     if isinstance(node, exp.Column) and not node.table:
         for position, item in enumerate(items[: len(items) - hidden]):
-            if isinstance(item, exp.Alias) and item.alias.lower() == node.name.lower() and isinstance(item.this, exp.AggFunc):
+            if isinstance(item, exp.Alias) and item.alias.lower() == node.name.lower() and is_aggregate(item.this):
                 return position
     return None
 

@@ -1,4 +1,4 @@
-"""Privacy audit of COUNT(DISTINCT privacy unit) through the public API (docs/math.md §13).
+"""Privacy audit of COUNT(DISTINCT privacy unit) through the public API (docs/math.md §14).
 
 The pattern of test_audit_counts.py: ``GROUP BY slot`` over ``2 SLOTS`` slots, each of the first ``SLOTS``
 holding ``UNITS`` units of one row (the dataset D, seen from that slot) and each of the others one unit

@@ -1,4 +1,4 @@
-"""COUNT(DISTINCT <privacy unit>) (dpsql/sql/distinct_units.py, docs/math.md §13): exact answers with the
+"""COUNT(DISTINCT <privacy unit>) (dpsql/sql/distinct_units.py, docs/math.md §14): exact answers with the
 noise off, the max_groups_per_unit bound, closed-form variances, EXPLAIN, and the refused forms."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_equals_duckdb_when_no_unit_exceeds_the_bounds(sql: str, duck: str) -> N
 
 def test_equals_duckdb_on_the_kept_pairs_of_the_salted_order() -> None:
     """With k = 2 of 5 states, each unit's kept states follow the table's salted order: DuckDB's exact
-    COUNT(DISTINCT) over those pairs, written out here from the rule (docs/math.md §13)."""
+    COUNT(DISTINCT) over those pairs, written out here from the rule (docs/math.md §14)."""
     frame = visits()
     connection = connect(frame, schema(max_groups=2))
     released = exact(connection.cursor(), "SELECT state, COUNT(DISTINCT person_id) FROM visits GROUP BY state")
@@ -192,7 +192,8 @@ def test_repeated_statement_is_answered_from_its_own_kept_measurement_only() -> 
     ("SELECT state, COUNT(DISTINCT person_id) FROM visits GROUP BY state UNION ALL "
      "SELECT sex, COUNT(DISTINCT person_id) FROM visits GROUP BY sex", "several grouping sets"),
     ("SELECT state, COUNT(*), COUNT(DISTINCT person_id) FROM visits GROUP BY state", "use a separate statement"),
-    ("SELECT state, COUNT(DISTINCT person_id) FROM visits GROUP BY state HAVING COUNT(*) > 3", "it counts rows"),
+    ("SELECT state, COUNT(DISTINCT person_id) FROM visits GROUP BY state HAVING COUNT(*) > 3", "measured over the rows"),
+    ("SELECT state, COUNT(DISTINCT person_id), MEDIAN(age) FROM visits GROUP BY state", "use a separate statement"),
     ("SELECT state, COUNT(DISTINCT person_id), AVG(age) FROM visits GROUP BY state", "use a separate statement"),
     ("SELECT age // 10 AS decade, COUNT(DISTINCT person_id) FROM visits GROUP BY decade", "derived group column"),
     ("SELECT browser, COUNT(DISTINCT person_id) FROM visits GROUP BY browser", "without a declared domain"),

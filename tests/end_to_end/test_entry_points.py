@@ -30,7 +30,7 @@ BATCH = ["SELECT sex, COUNT(*) FROM adult WHERE race = 0 GROUP BY sex", "SELECT 
 REFUSED = {
     "two unknown columns": "SELECT browser, person_id, COUNT(*) FROM adult GROUP BY browser, person_id",
     "unknown column": "SELECT colour, COUNT(*) FROM adult GROUP BY CUBE (colour)",
-    "out of the grammar": "SELECT sex, MEDIAN(age) FROM adult GROUP BY sex",
+    "out of the grammar": "SELECT sex, ARG_MAX(job, age) FROM adult GROUP BY sex",
 }
 
 Rows = list[tuple[object, ...]]

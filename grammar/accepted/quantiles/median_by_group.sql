@@ -1,2 +1,1 @@
--- expect: NotSupportedError MEDIAN
 SELECT sex, MEDIAN(age) FROM adult GROUP BY sex

@@ -1,0 +1,145 @@
+"""Quantiles (MEDIAN, PERCENTILE_CONT/DISC, QUANTILE, MIN, MAX) from one measured CDF per group.
+
+A quantile of a column ``c`` with an ordered domain (an integer or date ``range``, or ``bins``) adds one
+product to the workload: ``Identity`` on the GROUP BY cells ⊗ ``Prefix`` on ``c``'s cells — the
+cumulative count ``F(k)`` of every cell ``k`` in every group. Every quantile of the column, any number
+and any fractions, shares that one product; the planner picks its strategy (hierarchies, hats, Kronecker
+factors, …) and its share of the budget jointly with the statement's counts, and least squares makes
+``F`` consistent with them. The released CDF is never clipped or made monotone before inversion (which
+biases every quantile; inversion of the raw least-squares CDF is unbiased in rank).
+
+Inversion (post-processing, it never fails and never reads data): ``N = round(F(last value cell))``
+non-NULL rows (NULLs are ignored, as in SQL), and the ``j``-th order statistic (``j = 0 .. N−1``) is
+the first cell ``k`` with ``F(k) ≥ j + 1``, or the last cell if there is none. Then, as DuckDB and
+PostgreSQL define them:
+
+* ``PERCENTILE_DISC(q)`` (``QUANTILE``, ``QUANTILE_DISC``) = ``x[max(⌈q·N⌉ − 1, 0)]``, a value of the domain;
+* ``PERCENTILE_CONT(q)`` (``MEDIAN`` = 0.5, ``QUANTILE_CONT``): with ``h = q·(N − 1)``,
+  ``x[⌊h⌋] + (h − ⌊h⌋)·(x[⌈h⌉] − x[⌊h⌋])``;
+* ``MIN`` and ``MAX`` are ``PERCENTILE_DISC(0)`` and ``(1)`` of the noisy CDF over the declared domain:
+  the first cell the CDF reaches one row, and the first it reaches ``N`` rows — estimates, stated so,
+  and never outside the domain.
+
+With noise disabled this is the exact answer for a ``range`` column. A ``bins`` column answers to the
+resolution of its bins: DISC, MIN and MAX give the bin (its label), CONT interpolates linearly inside the
+bin that holds the rank (the grouped-data quantile). A group with no rows (``N = 0``) answers NULL.
+
+Error bars (docs/math.md §13): the *rank* standard error at a cell is the CDF estimate's standard error
+there, a property of the plan (EXPLAIN states its range); the released error of a quantile is in
+*value* units: half the width of the values whose ranks lie within one rank standard error of the target
+rank (the CDF band inverted), an approximation — not a symmetric normal error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+import numpy as np
+
+from dpsql.errors import NotSupportedError
+from dpsql.schema import ColumnDomain
+from dpsql.sql.parse import Quantile
+from planner import Prefix
+
+QUANTILE_RULE = (
+    "N = the group's non-NULL rows (the CDF's last value cell, rounded), x[j] = the first cell whose CDF reaches j + 1; "
+    "PERCENTILE_DISC(q) = x[max(ceil(qN) - 1, 0)], PERCENTILE_CONT(q) interpolates x at q(N - 1), MIN and MAX are the "
+    "0 and 1 quantiles of the noisy CDF over the declared domain (estimates); a bins column answers to its bins"
+)
+TOLERANCE = 1e-6  # least-squares answers are floats: an exact count of 7 may come back as 6.9999999
+
+
+def check_column(item: Quantile, domain: ColumnDomain) -> None:
+    """Refuse a quantile the column's domain cannot serve (before anything is read)."""
+    if not domain.is_ordered:
+        raise NotSupportedError(
+            f"SELECT {item.function}({item.column}): quantiles need an ordered domain, and {item.column!r} has "
+            f"{domain.describe()}; declare a range (integers or dates) or bins for it in the schema"
+        )
+    if item.function == "PERCENTILE_CONT" and domain.is_date_range:
+        raise NotSupportedError(
+            f"SELECT {item.function}({item.column}): interpolating between dates is not supported; use "
+            "PERCENTILE_DISC(q) WITHIN GROUP (ORDER BY ...) or QUANTILE_DISC, which return a date of the domain"
+        )
+
+
+def cdf_block(domain: ColumnDomain) -> Prefix:
+    """The block measured over the column's cells (a NULL cell, last, only adds one row: the total)."""
+    return Prefix(domain.size)
+
+
+def released(item: Quantile, domain: ColumnDomain, values: np.ndarray, variances: np.ndarray) -> tuple[list[object], list[float | None]]:
+    """Per group (rows of ``values``/``variances``: the CDF over the column's cells, in rows), the
+    quantile and its error in value units (module doc). Never fails."""
+    out: list[object] = []
+    errors: list[float | None] = []
+    cells = domain.value_cells
+    for cdf, variance in zip(np.asarray(values, dtype=float)[:, :cells], np.asarray(variances, dtype=float)[:, :cells]):
+        total = int(round(float(cdf[-1]))) if math.isfinite(cdf[-1]) else 0
+        if total <= 0:
+            out.append(None)
+            errors.append(None)
+            continue
+        rank = _target_rank(item, total)
+        value = _value_at(item, domain, cdf, rank, total)
+        spread = math.sqrt(max(float(variance[_cell_at(cdf, math.ceil(rank - TOLERANCE))]), 0.0))  # rank SE there
+        low = _position(domain, cdf, max(rank - spread, 1.0))
+        high = _position(domain, cdf, max(min(rank + spread, float(total)), 1.0))
+        out.append(value)
+        errors.append(max(high - low, 0.0) / 2)
+    return out, errors
+
+
+def rank_error_range(variances: np.ndarray, domain: ColumnDomain) -> tuple[float, float]:
+    """The smallest and largest rank standard error (rows) over the CDF's value cells of every group."""
+    spread = np.sqrt(np.maximum(np.asarray(variances, dtype=float)[:, : domain.value_cells], 0.0))
+    return float(spread.min()), float(spread.max())
+
+
+def _target_rank(item: Quantile, total: int) -> float:
+    """The 1-based rank the quantile asks for (fractional for an interpolating quantile)."""
+    if item.function == "PERCENTILE_CONT":
+        return 1.0 + item.fraction * (total - 1)
+    return float(max(math.ceil(item.fraction * total - TOLERANCE), 1))
+
+
+def _cell_at(cdf: np.ndarray, rank: int) -> int:
+    """The first cell whose cumulative count reaches ``rank`` (the last cell if none does)."""
+    reached = np.flatnonzero(cdf >= rank - TOLERANCE)
+    return int(reached[0]) if reached.size else len(cdf) - 1
+
+
+def _value_at(item: Quantile, domain: ColumnDomain, cdf: np.ndarray, rank: float, total: int) -> object:
+    if item.function != "PERCENTILE_CONT":
+        return domain.labels()[_cell_at(cdf, int(rank))]
+    if domain.kind == "bins":
+        return _position(domain, cdf, rank)
+    below = math.floor(rank + TOLERANCE)
+    fraction = rank - below if rank - below > TOLERANCE else 0.0
+    low = _number(domain, _cell_at(cdf, below))
+    if fraction == 0.0:
+        return float(low)
+    high = _number(domain, _cell_at(cdf, min(below + 1, total)))
+    return float(low + fraction * (high - low))
+
+
+def _position(domain: ColumnDomain, cdf: np.ndarray, rank: float) -> float:
+    """A value on a continuous scale for a fractional rank: a range's cell value, or inside a bin by
+    linear interpolation of its rows (for error bars, and CONT on bins)."""
+    cell = _cell_at(cdf, math.ceil(rank - TOLERANCE))
+    if domain.kind != "bins":
+        return float(_number(domain, cell))
+    low_edge, high_edge = float(domain.values[cell]), float(domain.values[cell + 1])  # type: ignore[arg-type]
+    before = float(cdf[cell - 1]) if cell > 0 else 0.0
+    inside = float(cdf[cell]) - before
+    share = (rank - before) / inside if inside > TOLERANCE else 0.5
+    return low_edge + min(max(share, 0.0), 1.0) * (high_edge - low_edge)
+
+
+def _number(domain: ColumnDomain, cell: int) -> float:
+    """A range cell's value as a number (a date as its day ordinal)."""
+    label = domain.labels()[cell]
+    if isinstance(label, datetime.date):
+        return float(label.toordinal())
+    return float(label)  # type: ignore[arg-type]

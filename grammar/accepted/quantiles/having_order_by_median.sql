@@ -1,0 +1,1 @@
+SELECT race, COUNT(*) AS n FROM adult GROUP BY race HAVING MEDIAN(age) > 50 ORDER BY MEDIAN(age) DESC

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError ARG_MAX
+SELECT sex, ARG_MAX(job, age) FROM adult GROUP BY sex

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError DESC
+SELECT PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY age DESC) FROM adult
