@@ -16,9 +16,12 @@ measured like any histogram. Adding or removing one unit changes at most ``k`` p
 cell of the group marginal, so the L1 sensitivity is ``k`` and the L2 sensitivity ``√k``, where
 ``k = min(max_groups_per_unit, max_rows_per_unit, number of group cells)`` — a unit's bounded rows fall in
 at most ``max_rows_per_unit`` cells, and there are only so many cells (``GROUP BY ()`` has one: ``k = 1``).
-The statement is measured by the summed identity over the group cells (``planner.identity_plan`` with
-``distinct_cells=True``): every measured cell is a cell of the full group marginal, where a unit's pairs
-never coincide, so the √k bound holds for it (docs/math.md §14).
+Under pure DP the planner plans the statement with ``contributions = k`` (the L1 bound holds for any
+strategy). Under zCDP it is measured by the summed identity over the group cells (``planner.identity_plan``
+with ``distinct_cells=True``): every measured cell is a cell of the full group marginal, where a unit's
+pairs never coincide, so the √k bound holds for it (docs/math.md §14). Kept measurements are filed under
+the pairs' group columns and bound (:meth:`DistinctUnits.key`): they answer the same distinct count again,
+never a count of rows.
 
 What is refused, in prepare (before anything is read), and why:
 
