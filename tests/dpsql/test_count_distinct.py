@@ -238,3 +238,16 @@ def test_bins_and_a_nullable_column_equal_duckdb(adult_frame: pd.DataFrame, adul
     assert [r[1] for r in released] == [r[1] for r in expected]
     assert [r[2] for r in released] == pytest.approx([r[2] for r in expected], abs=1e-9)
     connection.close()
+
+
+def test_having_and_order_by_on_the_distinct_count() -> None:
+    frame = visits()
+    connection = connect(frame, schema(max_groups=10))
+    released = exact(connection.cursor(), "SELECT state, COUNT(DISTINCT person_id) AS persons FROM visits "
+                                           "GROUP BY state HAVING persons > 235 ORDER BY persons DESC")
+    expected = duckdb.sql("SELECT state, COUNT(DISTINCT person_id) AS persons FROM frame GROUP BY state "
+                          "HAVING persons > 235 ORDER BY persons DESC").fetchall()
+    assert 0 < len(expected) < len(STATES)  # the condition drops some states and keeps others
+    assert [s for s, _ in released] == [s for s, _ in expected]
+    assert [n for _, n in released] == pytest.approx([n for _, n in expected], abs=1e-9)
+    connection.close()
