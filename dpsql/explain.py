@@ -9,6 +9,7 @@ section     name                         value                            detail
 statement   its number (1, 2, …)         its weight                       the SQL text
 column      a column the batch reads     None                             its public domain
 bounding    ``rows per unit``            the contribution bound           how rows are bounded and dropped
+bounding    ``groups per unit``          group cells a unit counts in     COUNT(DISTINCT unit): bound, sensitivity
 cost        ``epsilon`` / ``rho`` / …    what executing it charges        whether kept measurements answer it
 selection   the primitive, midpoint, …   its parameters                   (statements that select keys)
 strategy    the chosen strategy          None                             privacy spec and contributions
@@ -94,6 +95,8 @@ def explain_rows(prepared: Prepared) -> list[ExplainRow]:
     schema = prepared.table.schema
     unit = f"at most {schema.max_rows_per_unit} random row(s) per {schema.privacy_unit!r}" if schema.privacy_unit else "one row = one unit"
     rows.append(ExplainRow("bounding", "rows per unit", float(schema.contributions), f"{unit}; values outside the domain: {OUT_OF_DOMAIN_RULE}"))
+    if batch.distinct is not None:
+        rows.append(ExplainRow("bounding", "groups per unit", float(batch.distinct.contributions), batch.distinct.describe()))
     if batch.encoding is not None:
         rows.append(ExplainRow(
             "aggregate", batch.encoding.column, float(batch.encoding.scale),

@@ -161,6 +161,12 @@ def _check_declared(query: Query, schema: Schema) -> None:
             f"{aggregated[0].function}({aggregated[0].column}): a local survey answers COUNTs of its declared cells only; "
             "sums, averages, variances and quantiles of reported values are not supported there"
         )
+    distinct = [i for i in query.select if isinstance(i, Count) and i.distinct]
+    if distinct:
+        raise NotSupportedError(
+            f"{distinct[0].name}: a local survey answers COUNTs of its declared cells only; each unit sends one report "
+            "about one record, so count units with COUNT(*) instead"
+        )
     known = {c.name.lower(): c for c in schema.columns}
     for name in _mentioned(query):
         column = known.get(name.lower())

@@ -168,8 +168,14 @@ def prepare(session: Session, request: Request) -> Prepared:
             f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported: declare its "
             "categories, range or bins, or aggregate in a statement that neither groups by it nor uses its released keys"
         )
+    if batch.distinct is not None and keyed is not None:
+        raise NotSupportedError(
+            f"COUNT(DISTINCT {batch.distinct.unit}) with the column {keyed!r}, which has no declared domain, is not supported: "
+            f"declare {keyed!r}'s categories, range or bins, or count distinct units in a statement that does not use it"
+        )
     moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
-    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments)
+    pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
+    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
     if request.cost is None and not request.explain:
         raise ProgrammingError(
             "the statement has no privacy cost: pass execute(sql, epsilon=...) or connect(..., default_epsilon=...)"
@@ -185,8 +191,13 @@ def prepare(session: Session, request: Request) -> Prepared:
         return Prepared(request, table, batch, rows, privacy, keyed, chosen, nothing, selection.cost(chosen))
     if keyed is not None and math.prod(s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed) > selection.MAX_KEYED_OTHER_CELLS:
         raise NotSupportedError(selection.too_many_cells(keyed))
-    contributions = table.schema.contributions * batch.scale
-    fresh = session.plan(batch.workload, privacy, contributions)
+    contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
+    if batch.distinct is not None and not privacy.is_laplace:
+        # a unit's pairs lie in distinct cells of the group marginal, the one marginal the summed identity
+        # measures: L2 sensitivity √k (L1 is k whatever the strategy, so pure DP takes the planner's best)
+        fresh = planner.identity_plan(batch.workload, privacy, contributions, distinct_cells=True)
+    else:
+        fresh = session.plan(batch.workload, privacy, contributions)
     _check_spent(fresh.privacy, privacy)
     decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, request.cost is not None)
     spent = cost if decision.plan is not None else _free(cost)
@@ -371,6 +382,7 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         keyed=keyed,
         value=batch.encoding,
         bounded=kept is not None,
+        distinct=batch.distinct,
     )
 
 

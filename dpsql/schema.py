@@ -4,7 +4,7 @@ A schema is loaded from YAML, JSON or a dict of the same shape::
 
     privacy_unit: person_id        # or null: one row = one unit
     max_rows_per_unit: 3           # rows kept per unit (chosen at random); must be 1 when privacy_unit is null
-    max_groups_per_unit: 2         # GROUP BY on an unknown column: keys kept per unit (random), default 1
+    max_groups_per_unit: 2         # groups one unit counts in (random): COUNT(DISTINCT unit), keys of an unknown GROUP BY column; default 1
     max_rows_per_group: 1          # ... and rows kept per unit and key (default max_rows_per_unit)
     columns:
       sex:     {categories: [F, M]}
@@ -208,7 +208,7 @@ class Schema:
     privacy_unit: str | None
     max_rows_per_unit: int
     columns: tuple[ColumnDomain, ...]
-    max_groups_per_unit: int = 1  # keys of an unknown GROUP BY column one unit may contribute to
+    max_groups_per_unit: int = 1  # group cells of COUNT(DISTINCT unit), and keys of an unknown GROUP BY column, one unit may count in
     max_rows_per_group: int | None = None  # rows per unit and unknown key (None: max_rows_per_unit)
 
     @property
@@ -275,6 +275,7 @@ class Schema:
                 raise ProgrammingError(
                     f"{key} must be a positive integer (at least 1), got {value!r}; it bounds what one unit "
                     "contributes to a GROUP BY on a column with no declared domain"
+                    + (" and the groups COUNT(DISTINCT unit) counts it in" if key == "max_groups_per_unit" else "")
                 )
             if unit is None and value not in (None, 1):
                 raise ProgrammingError(f"{key} must be 1 when privacy_unit is null (one row = one unit)")

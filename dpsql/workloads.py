@@ -29,6 +29,7 @@ import numpy as np
 from dpsql.result import ResultSet, statement_result
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.compile import CellFilter, CompiledQuery, DerivedAttribute, compile_query, statement_counts
+from dpsql.sql.distinct_units import DistinctUnits, for_batch
 from dpsql.sql.moments import ValueEncoding, encoding_for
 from dpsql.sql.statement import Statement
 from planner import Domain, Product, Workload
@@ -53,6 +54,7 @@ class CompiledBatch:
     row_filters: tuple[CellFilter, ...]  # the WHERE clause every branch shares, run in SQL on the bounded rows
     own_products: tuple[Product, ...]  # each merged product as its branch compiled it (its row order)
     encoding: ValueEncoding | None = None  # the aggregated column's moment cells (``dpsql.sql.moments``)
+    distinct: DistinctUnits | None = None  # COUNT(DISTINCT unit): (unit, group cell) pairs are counted, not rows
 
     @property
     def scale(self) -> int:
@@ -138,6 +140,7 @@ def compile_batch(
     masks_only: bool = False,
 ) -> CompiledBatch:
     """Compile every branch of every statement against ``schema`` and merge them (see the module doc)."""
+    distinct = for_batch(statements, schema, table_columns)
     encoding = encoding_for([b.query for s in statements for b in s.branches], schema, table_columns)
     compiled = [[compile_query(branch.query, schema, table_columns, encoding) for branch in s.branches] for s in statements]
     flat = [c for branches in compiled for c in branches]
@@ -160,7 +163,7 @@ def compile_batch(
         merged_statements.append(CompiledStatement(statement, tuple(branches), tuple(firsts), weight))
     workload = Workload(domain, tuple(products)) if products else None
     row_filters = flat[0].row_filters if filters_in_sql and flat else ()
-    return CompiledBatch(tuple(merged_statements), workload, row_filters, tuple(own), encoding)
+    return CompiledBatch(tuple(merged_statements), workload, row_filters, tuple(own), encoding, distinct)
 
 
 def _filter_key(cell_filter: CellFilter) -> tuple[object, ...]:

@@ -42,6 +42,10 @@ The aggregation then returns the count of every (raw key, ``key_kept``, other ce
 — when keys are being selected — ``COUNT(DISTINCT unit)`` per raw key; :meth:`BoundedAggregation.key_histogram`
 reads it. Keys are never written into the SQL: which of them are released is decided in Python.
 
+**Distinct units** (``distinct``: ``COUNT(DISTINCT <privacy unit>)``, :mod:`dpsql.sql.distinct_units`): the
+rows that pass the WHERE clause become their distinct (unit, group cell) pairs, at most
+``max_groups_per_unit`` per unit by the salted order, and the marginals count those pairs.
+
 **An aggregated column** (``value``: SUM/AVG/VARIANCE/STDDEV, ``dpsql.sql.moments``) enters as the
 integer weights ``w0, w1, …`` its clamped, gridded value puts in each moment cell, computed from the row
 alone; every grouping set then returns ``SUM(w0), SUM(w1), …`` beside ``COUNT(*)``. A marginal over the
@@ -60,6 +64,7 @@ from sqlglot import exp
 from dpsql.schema import ColumnDomain, range_value
 from dpsql.sql.bounded_rows import bounded_rows, in_domain, in_range, salted_order_key
 from dpsql.sql.compile import CellFilter
+from dpsql.sql.distinct_units import DistinctUnits, pairs
 from dpsql.sql.literals import ColumnType, python_value, sql_literal
 from dpsql.sql.moments import ValueEncoding
 
@@ -113,6 +118,7 @@ class BoundedAggregation:
     keyed: KeyedColumn | None = None  # a column without declared domain (one marginal, containing it)
     value: ValueEncoding | None = None  # an aggregated column: its moment cells (an attribute of the marginals)
     bounded: bool = False  # ``table`` already holds the bounded rows (tested and bounded): read it as it is
+    distinct: DistinctUnits | None = None  # COUNT(DISTINCT unit): count each unit's kept group cells, not rows
 
     @property
     def weight_names(self) -> tuple[str, ...]:
@@ -171,8 +177,9 @@ class BoundedAggregation:
 
     def statement(self) -> exp.Select:
         projections = [exp.alias_(self._projection(c), self.alias(c)) for c in self.columns]
-        if self._carries_unit:
+        if self._carries_unit or self.distinct is not None:
             projections.append(exp.alias_(exp.column(self.privacy_unit, quoted=True), UNIT_NAME))  # type: ignore[arg-type]
+        if self._carries_unit:
             identity = [exp.column(c, quoted=True) for c in self.row_columns] or [exp.Literal.number(0)]
             projections.append(exp.alias_(exp.func("HASH", *identity), ROW_KEY_NAME))
         if self.value is not None:
@@ -186,6 +193,9 @@ class BoundedAggregation:
             kept = kept.where(exp.and_(*tests))  # type: ignore[attr-defined]
         if self.keyed is not None:
             kept = self._key_bounded(kept)
+        if self.distinct is not None:  # the kept (unit, group cell) pairs take the rows' place
+            group = [exp.column(self.alias(c)) for c in self.distinct.group]
+            kept = pairs(kept, group, exp.column(UNIT_NAME), self.distinct.max_groups_per_unit, self.salt)
         return self._aggregate(kept)
 
     @property
@@ -258,6 +268,8 @@ class BoundedAggregation:
         counted += [exp.column(name) for name in self.weight_names]
         if self._carries_unit:
             counted += [exp.column(UNIT_NAME), exp.column(ROW_KEY_NAME)]
+        elif self.distinct is not None:
+            counted.append(exp.column(UNIT_NAME))
         return counted or [exp.alias_(exp.Literal.number(1), "one")]
 
     def _key_bounded(self, bounded: exp.Query) -> exp.Select:

@@ -17,6 +17,8 @@ of the SELECT list is one workload product:
   factor: the planner measures its few cells, not the cells of its source. Its public map from the
   source's declared cells (:attr:`CompiledQuery.derived`) lets the engine read counts over the source
   and sum them into the derived cells before any noise (``dpsql.workloads``).
+* ``COUNT(DISTINCT <privacy unit>)`` is a ``COUNT(*)`` product: the engine counts the statement's
+  (unit, group cell) pairs instead of its rows (:mod:`dpsql.sql.distinct_units`);
 * ``SUM``/``AVG``/``VARIANCE``/``STDDEV`` of a bounded column add a factor over its moment cells
   (``dpsql.sql.moments``), the last attribute of the domain: one product per column, shared by its
   aggregates. Answers of a statement whose batch aggregates a column are in units of ``1/scale`` row.
@@ -43,6 +45,7 @@ import numpy as np
 from dpsql.errors import DataError, NotSupportedError, ProgrammingError
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.derived import CaseWhen, Derived, DerivedMap, derived_map
+from dpsql.sql.distinct_units import counted_unit
 from dpsql.sql.moments import ValueEncoding, resolve
 from dpsql.sql import quantiles
 from dpsql.sql.parse import (
@@ -357,6 +360,9 @@ class _Resolver:
             return Quantile(item.name, item.function, column, item.fraction)
         if item.column is None:
             return item
+        if item.distinct:  # the privacy unit: its pairs with the group cells are what is counted (COUNT(*) over them)
+            counted_unit(item.column, self.schema, self.query.table, self.table_columns)
+            return Count(item.name, None, distinct=True)
         return Count(item.name, self.name(item.column, "SELECT COUNT"))
 
     def _predicate(self, predicate: Predicate) -> Predicate:

@@ -26,7 +26,7 @@ from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.derived import Derived, derived_column, is_derived
 
 SUPPORTED = (
-    "Supported: SELECT <group columns and COUNT(*) / COUNT(column) / SUM, AVG, VARIANCE, VAR_SAMP, VAR_POP, STDDEV, "
+    "Supported: SELECT <group columns and COUNT(*) / COUNT(column) / COUNT(DISTINCT privacy unit) / SUM, AVG, VARIANCE, VAR_SAMP, VAR_POP, STDDEV, "
     "STDDEV_SAMP, STDDEV_POP(bounded column) / MEDIAN, PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY column), PERCENTILE_DISC, "
     "QUANTILE_CONT(column, q), QUANTILE_DISC, QUANTILE, MIN, MAX(column with a range or bins domain), optionally AS alias> "
     "FROM <one table> "
@@ -107,10 +107,12 @@ class GroupKey:
 
 @dataclass(frozen=True)
 class Count:
-    """``COUNT(*)`` (column None) or ``COUNT(column)``."""
+    """``COUNT(*)`` (column None) or ``COUNT(column)``; ``distinct``: ``COUNT(DISTINCT column)``, of the privacy
+    unit only (``dpsql.sql.distinct_units``; the column is None once checked)."""
 
     name: str
     column: str | None
+    distinct: bool = False
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,9 @@ def count_argument(node: exp.Count, column: Callable[[exp.Expression, str], str]
     if isinstance(argument, exp.Star):
         return None
     if isinstance(argument, exp.Distinct):
-        raise NotSupportedError(f"SELECT: COUNT(DISTINCT ...) is not supported; use COUNT(*) or COUNT(column). {SUPPORTED}")
+        if len(argument.expressions) != 1:
+            raise NotSupportedError(f"SELECT: COUNT(DISTINCT ...) takes one column, the privacy unit. {SUPPORTED}")
+        return column(argument.expressions[0], "SELECT COUNT(DISTINCT ...)")
     if isinstance(argument, exp.Literal) and not argument.is_string:
         return None  # COUNT(1) counts rows, like COUNT(*)
     return column(argument, "SELECT COUNT")
@@ -456,7 +460,8 @@ class BranchChecker:
             node = node.this
         refuse_select_item(node)
         if isinstance(node, exp.Count):
-            return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column))
+            distinct = isinstance(node.this, exp.Distinct)
+            return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column), distinct)
         if type(node) in AGGREGATES:
             return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], aggregate_argument(node, self._column))
         quantile = quantile_item(node, alias, self._column)

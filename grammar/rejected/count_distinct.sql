@@ -1,2 +1,2 @@
--- expect: NotSupportedError COUNT(DISTINCT
-SELECT COUNT(DISTINCT person_id) FROM adult
+-- expect: NotSupportedError COUNT(DISTINCT age)
+SELECT sex, COUNT(DISTINCT age) FROM adult GROUP BY sex
