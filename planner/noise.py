@@ -160,13 +160,7 @@ class RandomSource:
         flat_bounds = (bounds if bounds.ndim == 0 else np.broadcast_to(bounds, shape).ravel()).astype(np.uint64)
         masks = _covering_masks(flat_bounds)
         word_type = _narrowest_word(int(masks.max(initial=0)))
-        values = self._words(math.prod(shape), word_type).astype(np.uint64) & masks
-        rejected = np.flatnonzero(values >= flat_bounds)
-        while rejected.size:
-            redrawn = self._words(rejected.size, word_type).astype(np.uint64) & _take(masks, rejected)
-            accepted = redrawn < _take(flat_bounds, rejected)
-            values[rejected[accepted]] = redrawn[accepted]
-            rejected = rejected[~accepted]
+        values = self._accepted(math.prod(shape), word_type, masks, flat_bounds)
         return values.view(np.int64).reshape(shape)  # every value is below 2^63
 
     def uniform(self, size: Size = None) -> NDArray[np.float64]:
@@ -188,17 +182,30 @@ class RandomSource:
         """:meth:`integers` for one bound shared by every entry, in Python integers where numpy's
         per-call overhead would dominate (the samplers draw a few entries at a time). The mask is the one
         :func:`_covering_masks` gives (bound - 1 is exact in floating point here), and the words are
-        drawn and rejected in the same order, so seeded draws are unchanged."""
+        drawn and replaced as there (:meth:`_accepted`), so seeded draws are the same."""
         mask = (1 << (bound - 1).bit_length()) - 1
-        word_type = _narrowest_word(mask)
-        values = self._words(math.prod(shape), word_type).astype(np.uint64) & np.uint64(mask)
-        rejected = np.flatnonzero(values >= bound)
+        values = self._accepted(math.prod(shape), _narrowest_word(mask), np.uint64(mask), np.uint64(bound))
+        return values.view(np.int64).reshape(shape)
+
+    def _accepted(self, count: int, word_type: type[np.unsignedinteger], masks: NDArray, bounds: NDArray) -> NDArray[np.uint64]:
+        """``count`` random words, each masked (``masks``: shared or one per entry) and below its bound: a
+        word at or above it is replaced by the next unused word, in entry order, until none is left. A
+        small batch draws some spare words with its first ones, so the replacements rarely need another
+        call (each call costs numpy's and the kernel's overhead); every word is fresh and independent of
+        what it replaces, so each entry is uniform below its bound whichever word it ends with."""
+        spare = count // 4 + 4 if count <= _SMALL_BATCH else 0
+        pool = self._words(count + spare, word_type).astype(np.uint64)
+        values, used = pool[:count] & masks, count
+        rejected = np.flatnonzero(values >= bounds)
         while rejected.size:
-            redrawn = self._words(rejected.size, word_type).astype(np.uint64) & np.uint64(mask)
-            accepted = redrawn < bound
+            if used + rejected.size > pool.size:
+                pool, used = self._words(rejected.size, word_type).astype(np.uint64), 0
+            redrawn = pool[used : used + rejected.size] & _take(masks, rejected)
+            used += rejected.size
+            accepted = redrawn < _take(bounds, rejected)
             values[rejected[accepted]] = redrawn[accepted]
             rejected = rejected[~accepted]
-        return values.view(np.int64).reshape(shape)
+        return values
 
     def _words(self, count: int, word_type: type[np.unsignedinteger]) -> NDArray[np.unsignedinteger]:
         if self._generator is None:
@@ -390,20 +397,21 @@ def _bernoulli_exp_at_most_one(
         if batched:
             below = source.integers(_column(_take(denominator, active)), size=(active.size, len(places)))
             within = np.asarray(below < _column(_take(numerator, active)), dtype=bool)
-        alive = np.ones(active.size, dtype=bool)
         run = np.zeros(active.size, dtype=np.int64)  # A_k0, A_k0+1, … that succeed before the first failure
+        alive = np.arange(active.size)  # the samples whose A's have all succeeded so far
         divisor = 1
         for column, place in enumerate(places):
             divisor *= place
-            alive &= digits % divisor == 0
+            success = digits[alive] % divisor == 0
             if batched:
-                alive &= within[:, column]
+                success &= within[alive, column]
             elif not certain:
-                rows = np.flatnonzero(alive)
-                alive[rows] = _bernoulli(_take(numerator, active[rows]), _take(denominator, active[rows]), rows.size, source)
-            if not alive.any():
+                rows = active[alive[success]]
+                success[success] = _bernoulli(_take(numerator, rows), _take(denominator, rows), rows.size, source)
+            alive = alive[success]
+            if not alive.size:
                 break
-            run += alive
+            run[alive] += 1
         failed = run < len(places)
         outcome[active[failed]] = (k + run[failed]) % 2 == 1  # the first failure is at place k + run
         active = active[~failed]
