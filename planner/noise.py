@@ -44,9 +44,10 @@ out the decided ones and loops until none is left. A statement's few hundred cel
 numpy's per-call overhead once per round, for as many rounds as the slowest sample needs, so small
 batches draw several i.i.d. candidates (and geometric trials) per pending sample in one round and each
 sample keeps its first accepted candidate (its first failed trial) — the same law as drawing them one
-after another — and decide the places of a digit block elementwise, not one place per round. Integers are numpy int64; where an intermediate
-could leave int64 (the discrete Gaussian's acceptance test for 2^30 ≲ σ² < 2^42, or far-tail candidates)
-those entries run through the same code on Python integers (numpy object arrays).
+after another — and decide the places of a digit block elementwise, not one place per round.
+Integers are numpy int64; where an intermediate could leave int64 (the discrete Gaussian's acceptance
+test for 2^30 ≲ σ² < 2^42, or far-tail candidates) those entries run through the same code on Python
+integers (numpy object arrays).
 
 Randomness. `RandomSource` turns random bytes into unbiased bounded integers by masking and rejection
 (no modulo bias). Bytes come from ``os.urandom`` (the kernel CSPRNG) unless a seed or a numpy
@@ -382,9 +383,10 @@ def _bernoulli_exp_at_most_one(
     denominator·k is ever formed. The places k are decided a block at a time, elementwise over the whole
     block: the Bernoulli(1/k) parts come from one uniform integer R on [0, k0·(k0+1)···k1), whose digits
     in that mixed radix are independent and uniform, d_k ∈ [0, k), and d_k0 = … = d_k = 0 exactly when
-    k0···k divides R; the Bernoulli(γ) parts (none when γ = 1) are one uniform integer per place, at most
-    ``_GAMMA_PLACES`` places a block. Draws for places after a sample's first failure are never looked
-    at, so the law is the sequential one.
+    k0···k divides R; the Bernoulli(γ) parts (none when γ = 1) are one uniform integer per place — for a
+    small batch drawn with the block for all its places (then at most ``_GAMMA_PLACES`` of them), for a
+    large one only where every earlier A succeeded. Draws for places after a sample's first failure are
+    never looked at, so the law is the sequential one.
     """
     outcome = np.empty(count, dtype=bool)
     active = np.arange(count)
@@ -441,7 +443,7 @@ def _bernoulli_exp(numerator: NDArray, denominator: NDArray, source: RandomSourc
     for the fractional part must all succeed. Trials stop at the first failure, so large γ costs little.
     """
     whole, fraction = numerator // denominator, numerator % denominator
-    alive = _successes_of_exp_minus_one(numerator.size, source, at_most=whole) >= whole
+    alive = np.asarray(_successes_of_exp_minus_one(numerator.size, source, at_most=whole) >= whole, dtype=bool)
     survivors = np.flatnonzero(alive)
     alive[survivors] = _bernoulli_exp_at_most_one(
         fraction[survivors], denominator[survivors], survivors.size, source
