@@ -10,6 +10,7 @@ thin DB-API facade over the two.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
@@ -229,13 +230,21 @@ def _frozen(value: object) -> Hashable:
     kind = type(value)
     if kind in _ATOMS:
         return (kind, value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (type(value).__qualname__, *(_frozen(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    if kind is tuple or kind is list:
+        return ("sequence", *map(_frozen, value))  # type: ignore[call-overload]
+    names = _dataclass_fields(kind)
+    if names is not None:
+        return (kind.__qualname__, *(_frozen(getattr(value, name)) for name in names))
     if isinstance(value, Mapping):
         return ("mapping", *((_frozen(k), _frozen(v)) for k, v in value.items()))
-    if kind is tuple or kind is list:
-        return ("sequence", *(_frozen(v) for v in value))
     if hasattr(value, "tobytes") and hasattr(value, "dtype") and hasattr(value, "shape"):  # a numpy array (numpy not imported here)
         return ("array", value.shape, value.dtype.str, value.tobytes())
     hash(value)  # anything else must be hashable as it is
-    return (type(value).__qualname__, value)
+    return (kind.__qualname__, value)
+
+
+@functools.cache
+def _dataclass_fields(kind: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type, None for any other type (looked up once per type: a memo key
+    of a compiled statement visits a few hundred values)."""
+    return tuple(f.name for f in dataclasses.fields(kind)) if dataclasses.is_dataclass(kind) else None

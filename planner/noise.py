@@ -40,9 +40,14 @@ as a float), and `discrete_laplace_variance` / `discrete_gaussian_variance` repo
 that value.
 
 Arithmetic. The samplers are vectorized: each step draws for a batch of pending candidates, masks
-out the decided ones and loops until none is left. Integers are numpy int64; where an intermediate
-could leave int64 (the discrete Gaussian's acceptance test for 2^30 ≲ σ² < 2^42, or far-tail candidates)
-those entries run through the same code on Python integers (numpy object arrays).
+out the decided ones and loops until none is left. A statement's few hundred cells or fewer would pay
+numpy's per-call overhead once per round, for as many rounds as the slowest sample needs, so small
+batches draw several i.i.d. candidates (and geometric trials) per pending sample in one round and each
+sample keeps its first accepted candidate (its first failed trial) — the same law as drawing them one
+after another — and decide the places of a digit block elementwise, not one place per round.
+Integers are numpy int64; where an intermediate could leave int64 (the discrete Gaussian's acceptance
+test for 2^30 ≲ σ² < 2^42, or far-tail candidates) those entries run through the same code on Python
+integers (numpy object arrays).
 
 Randomness. `RandomSource` turns random bytes into unbiased bounded integers by masking and rejection
 (no modulo bias). Bytes come from ``os.urandom`` (the kernel CSPRNG) unless a seed or a numpy
@@ -106,6 +111,9 @@ _WORD_LIMITS = tuple((word, int(np.iinfo(word).max)) for word in _WORD_TYPES)
 _FLOAT_EXACT = 2**53  # integers up to here are exact in a float64
 _INT64_MAX = 2**63 - 1
 _DIGIT_BLOCK_LIMIT = 2**32  # digit blocks fit 32-bit words; the first, 12! ≈ 0.89·2^29, needs few rejections
+_GAMMA_PLACES = 4  # places per block when Bernoulli(γ) draws are needed (one word per sample and place)
+_SMALL_BATCH = 2048  # below this many pending samples, a round draws several candidates per sample ...
+_MAX_COPIES = 8  # ... at most this many
 _ONE = np.asarray(1, dtype=np.int64)
 
 
@@ -153,13 +161,7 @@ class RandomSource:
         flat_bounds = (bounds if bounds.ndim == 0 else np.broadcast_to(bounds, shape).ravel()).astype(np.uint64)
         masks = _covering_masks(flat_bounds)
         word_type = _narrowest_word(int(masks.max(initial=0)))
-        values = self._words(math.prod(shape), word_type).astype(np.uint64) & masks
-        rejected = np.flatnonzero(values >= flat_bounds)
-        while rejected.size:
-            redrawn = self._words(rejected.size, word_type).astype(np.uint64) & _take(masks, rejected)
-            accepted = redrawn < _take(flat_bounds, rejected)
-            values[rejected[accepted]] = redrawn[accepted]
-            rejected = rejected[~accepted]
+        values = self._accepted(math.prod(shape), word_type, masks, flat_bounds)
         return values.view(np.int64).reshape(shape)  # every value is below 2^63
 
     def uniform(self, size: Size = None) -> NDArray[np.float64]:
@@ -181,17 +183,30 @@ class RandomSource:
         """:meth:`integers` for one bound shared by every entry, in Python integers where numpy's
         per-call overhead would dominate (the samplers draw a few entries at a time). The mask is the one
         :func:`_covering_masks` gives (bound - 1 is exact in floating point here), and the words are
-        drawn and rejected in the same order, so seeded draws are unchanged."""
+        drawn and replaced as there (:meth:`_accepted`), so seeded draws are the same."""
         mask = (1 << (bound - 1).bit_length()) - 1
-        word_type = _narrowest_word(mask)
-        values = self._words(math.prod(shape), word_type).astype(np.uint64) & np.uint64(mask)
-        rejected = np.flatnonzero(values >= bound)
+        values = self._accepted(math.prod(shape), _narrowest_word(mask), np.uint64(mask), np.uint64(bound))
+        return values.view(np.int64).reshape(shape)
+
+    def _accepted(self, count: int, word_type: type[np.unsignedinteger], masks: NDArray, bounds: NDArray) -> NDArray[np.uint64]:
+        """``count`` random words, each masked (``masks``: shared or one per entry) and below its bound: a
+        word at or above it is replaced by the next unused word, in entry order, until none is left. A
+        small batch draws some spare words with its first ones, so the replacements rarely need another
+        call (each call costs numpy's and the kernel's overhead); every word is fresh and independent of
+        what it replaces, so each entry is uniform below its bound whichever word it ends with."""
+        spare = count // 4 + 4 if count <= _SMALL_BATCH else 0
+        pool = self._words(count + spare, word_type).astype(np.uint64)
+        values, used = pool[:count] & masks, count
+        rejected = np.flatnonzero(values >= bounds)
         while rejected.size:
-            redrawn = self._words(rejected.size, word_type).astype(np.uint64) & np.uint64(mask)
-            accepted = redrawn < bound
+            if used + rejected.size > pool.size:
+                pool, used = self._words(rejected.size, word_type).astype(np.uint64), 0
+            redrawn = pool[used : used + rejected.size] & _take(masks, rejected)
+            used += rejected.size
+            accepted = redrawn < _take(bounds, rejected)
             values[rejected[accepted]] = redrawn[accepted]
             rejected = rejected[~accepted]
-        return values.view(np.int64).reshape(shape)
+        return values
 
     def _words(self, count: int, word_type: type[np.unsignedinteger]) -> NDArray[np.unsignedinteger]:
         if self._generator is None:
@@ -365,32 +380,60 @@ def _bernoulli_exp_at_most_one(
 
     Draw A_k ~ Bernoulli(γ/k) for k = 1, 2, … until one fails; exp(-γ) is the probability that the
     first failure has odd k. Each A_k is drawn as Bernoulli(1/k) ∧ Bernoulli(γ), so no product
-    denominator·k is ever formed. The Bernoulli(1/k) parts come in blocks from one uniform integer:
-    R uniform on [0, k0·(k0+1)···k1) has, in that mixed radix, independent uniform digits d_k ∈ [0, k),
-    and d_k0 = … = d_k = 0 exactly when k0···k divides R.
+    denominator·k is ever formed. The places k are decided a block at a time, elementwise over the whole
+    block: the Bernoulli(1/k) parts come from one uniform integer R on [0, k0·(k0+1)···k1), whose digits
+    in that mixed radix are independent and uniform, d_k ∈ [0, k), and d_k0 = … = d_k = 0 exactly when
+    k0···k divides R; the Bernoulli(γ) parts (none when γ = 1) are one uniform integer per place — for a
+    small batch drawn with the block for all its places (then at most ``_GAMMA_PLACES`` of them), for a
+    large one only where every earlier A succeeded. Draws for places after a sample's first failure are
+    never looked at, so the law is the sequential one.
     """
     outcome = np.empty(count, dtype=bool)
     active = np.arange(count)
     certain = numerator.ndim == 0 and numerator == denominator  # γ = 1: every Bernoulli(γ) succeeds
-    k, block_last = 1, 0
+    k = 1
     while active.size:
-        if k > block_last:  # draw the digits for places k..block_last
-            block_last, radix = k, k
-            while radix * (block_last + 1) < _DIGIT_BLOCK_LIMIT:
-                block_last += 1
-                radix *= block_last
-            digits, place = source.integers(radix, size=active.size), 1
-        place *= k
-        success = digits % place == 0
-        if not certain:
-            candidates = active[success]
-            success[success] = _bernoulli(
-                _take(numerator, candidates), _take(denominator, candidates), candidates.size, source
-            )
-        outcome[active[~success]] = k % 2 == 1
-        active, digits = active[success], digits[success]
-        k += 1
+        batched = not certain and active.size <= _SMALL_BATCH  # else Bernoulli(γ) only where still needed
+        places = _digit_block(k, _GAMMA_PLACES if batched else None)
+        digits = source.integers(math.prod(places), size=active.size)
+        if batched:
+            below = source.integers(_column(_take(denominator, active)), size=(active.size, len(places)))
+            within = np.asarray(below < _column(_take(numerator, active)), dtype=bool)
+        run = np.zeros(active.size, dtype=np.int64)  # A_k0, A_k0+1, … that succeed before the first failure
+        alive = np.arange(active.size)  # the samples whose A's have all succeeded so far
+        divisor = 1
+        for column, place in enumerate(places):
+            divisor *= place
+            success = digits[alive] % divisor == 0
+            if batched:
+                success &= within[alive, column]
+            elif not certain:
+                rows = active[alive[success]]
+                success[success] = _bernoulli(_take(numerator, rows), _take(denominator, rows), rows.size, source)
+            alive = alive[success]
+            if not alive.size:
+                break
+            run[alive] += 1
+        failed = run < len(places)
+        outcome[active[failed]] = (k + run[failed]) % 2 == 1  # the first failure is at place k + run
+        active = active[~failed]
+        k += len(places)
     return outcome
+
+
+def _digit_block(first: int, most: int | None) -> list[int]:
+    """The places first, first+1, … whose product stays below ``_DIGIT_BLOCK_LIMIT`` (always at least
+    one), at most ``most`` of them."""
+    places, radix = [first], first
+    while radix * (places[-1] + 1) < _DIGIT_BLOCK_LIMIT and (most is None or len(places) < most):
+        places.append(places[-1] + 1)
+        radix *= places[-1]
+    return places
+
+
+def _column(parameter: NDArray) -> NDArray:
+    """A per-sample parameter as a column (one row per sample); a shared one stays 0-d."""
+    return parameter if parameter.ndim == 0 else parameter[:, None]
 
 
 def _bernoulli_exp(numerator: NDArray, denominator: NDArray, source: RandomSource) -> NDArray[np.bool_]:
@@ -399,15 +442,8 @@ def _bernoulli_exp(numerator: NDArray, denominator: NDArray, source: RandomSourc
     exp(-γ) = exp(-1)^⌊γ⌋ · exp(-(γ - ⌊γ⌋)): ⌊γ⌋ independent Bernoulli(exp(-1)) trials and one more
     for the fractional part must all succeed. Trials stop at the first failure, so large γ costs little.
     """
-    remaining, fraction = numerator // denominator, numerator % denominator
-    alive = np.ones(numerator.size, dtype=bool)
-    active = np.flatnonzero(np.asarray(remaining > 0, dtype=bool))
-    while active.size:
-        success = _bernoulli_exp_at_most_one(_ONE, _ONE, active.size, source)
-        alive[active[~success]] = False
-        remaining[active] -= 1
-        active = active[success]
-        active = active[np.asarray(remaining[active] > 0, dtype=bool)]
+    whole, fraction = numerator // denominator, numerator % denominator
+    alive = np.asarray(_successes_of_exp_minus_one(numerator.size, source, at_most=whole) >= whole, dtype=bool)
     survivors = np.flatnonzero(alive)
     alive[survivors] = _bernoulli_exp_at_most_one(
         fraction[survivors], denominator[survivors], survivors.size, source
@@ -415,14 +451,43 @@ def _bernoulli_exp(numerator: NDArray, denominator: NDArray, source: RandomSourc
     return alive
 
 
-def _successes_of_exp_minus_one(count: int, source: RandomSource) -> IntArray:
-    """Number of Bernoulli(exp(-1)) successes before the first failure: geometric, P[V ≥ v] = e^(-v)."""
+def _successes_of_exp_minus_one(count: int, source: RandomSource, at_most: NDArray | None = None) -> IntArray:
+    """Number of Bernoulli(exp(-1)) successes before the first failure: geometric, P[V ≥ v] = e^(-v);
+    with ``at_most`` (one integer per sample) counting stops there, min(V, at_most). A few trials per
+    pending sample are drawn at once (:func:`_copies`); trials after a sample's first failure or its
+    stop are drawn but never looked at."""
     successes = np.zeros(count, dtype=np.int64)
-    active = np.arange(count)
+    active = np.arange(count) if at_most is None else np.flatnonzero(np.asarray(at_most > 0, dtype=bool))
     while active.size:
-        active = active[_bernoulli_exp_at_most_one(_ONE, _ONE, active.size, source)]
-        successes[active] += 1
-    return successes
+        width = _copies(active.size)
+        trials = _bernoulli_exp_at_most_one(_ONE, _ONE, active.size * width, source).reshape(active.size, width)
+        run = np.logical_and.accumulate(trials, axis=1).sum(axis=1)
+        successes[active] += run
+        active = active[run == width]
+        if at_most is not None:
+            active = active[np.asarray(successes[active] < at_most[active], dtype=bool)]
+    return successes if at_most is None else np.minimum(successes, at_most)
+
+
+def _copies(pending: int) -> int:
+    """How many independent candidates (or trials) to draw per pending sample in one round: several
+    while few samples are pending, where a round's cost is numpy's per-call overhead and the rounds
+    needed until the last sample is decided would dominate; one for large batches."""
+    return max(1, min(_MAX_COPIES, _SMALL_BATCH // max(pending, 1)))
+
+
+def _first_accepted(
+    result: IntArray, pending: IntArray, values: IntArray, accepted: NDArray[np.bool_], copies: int
+) -> IntArray:
+    """Rejection sampling with ``copies`` i.i.d. candidates per pending sample (candidate rows grouped by
+    sample, in draw order): each sample takes its first accepted candidate, exactly what drawing the
+    candidates one after another would give. Returns the samples still pending (none accepted)."""
+    accepted, values = accepted.reshape(pending.size, copies), values.reshape(pending.size, copies)
+    first = np.argmax(accepted, axis=1)
+    rows = np.arange(pending.size)
+    done = accepted[rows, first]
+    result[pending[done]] = values[rows[done], first[done]]
+    return pending[~done]
 
 
 def _discrete_laplace_rational(t: IntArray, s: IntArray, count: int, source: RandomSource) -> IntArray:
@@ -430,22 +495,24 @@ def _discrete_laplace_rational(t: IntArray, s: IntArray, count: int, source: Ran
 
     U ~ Uniform{0..t-1} kept with probability exp(-U/t), plus t·V with V geometric, is geometric with
     ratio e^(-1/t); ⌊(U + tV)/s⌋ is geometric with ratio e^(-s/t); a random sign, rejecting "-0", gives
-    the two-sided law. With t ≤ 2^41, U + tV leaves int64 only if V ≥ 2^21, an event of probability
-    e^(-2^21).
+    the two-sided law. Each round draws :func:`_copies` candidates per pending sample
+    (:func:`_first_accepted`). With t ≤ 2^41, U + tV leaves int64 only if V ≥ 2^21, an event of
+    probability e^(-2^21).
     """
     result = np.empty(count, dtype=np.int64)
     pending = np.arange(count)
     while pending.size:
-        scale_numerators = _take(t, pending)
-        uniform = source.integers(scale_numerators, size=pending.size)
-        kept = _bernoulli_exp_at_most_one(uniform, scale_numerators, pending.size, source)
-        drawn = pending[kept]
-        successes = _successes_of_exp_minus_one(drawn.size, source)
-        magnitude = (uniform[kept] + _take(scale_numerators, kept) * successes) // _take(s, drawn)
-        negative = source.integers(2, size=drawn.size) == 1
-        accepted = ~(negative & (magnitude == 0))
-        result[drawn[accepted]] = np.where(negative, -magnitude, magnitude)[accepted]
-        pending = np.concatenate((pending[~kept], drawn[~accepted]))
+        copies = _copies(pending.size)
+        rows = np.repeat(pending, copies)
+        scale_numerators = _take(t, rows)
+        uniform = source.integers(scale_numerators, size=rows.size)
+        kept = _bernoulli_exp_at_most_one(uniform, scale_numerators, rows.size, source)
+        successes = np.zeros(rows.size, dtype=np.int64)
+        successes[kept] = _successes_of_exp_minus_one(int(np.count_nonzero(kept)), source)
+        magnitude = (uniform + scale_numerators * successes) // _take(s, rows)
+        negative = source.integers(2, size=rows.size) == 1
+        accepted = kept & ~(negative & (magnitude == 0))
+        pending = _first_accepted(result, pending, np.where(negative, -magnitude, magnitude), accepted, copies)
     return result
 
 
@@ -470,13 +537,12 @@ def _discrete_gaussian_rational(p: IntArray, q: IntArray, t: IntArray, count: in
     result = np.empty(count, dtype=np.int64)
     pending = np.arange(count)
     while pending.size:
-        scale_numerators = _take(t, pending)
-        candidates = _discrete_laplace_rational(scale_numerators, _ONE, pending.size, source)
-        accepted = _gaussian_acceptance(
-            np.abs(candidates), _take(p, pending), _take(q, pending), scale_numerators, source
-        )
-        result[pending[accepted]] = candidates[accepted]
-        pending = pending[~accepted]
+        copies = _copies(pending.size)
+        rows = np.repeat(pending, copies)
+        scale_numerators = _take(t, rows)
+        candidates = _discrete_laplace_rational(scale_numerators, _ONE, rows.size, source)
+        accepted = _gaussian_acceptance(np.abs(candidates), _take(p, rows), _take(q, rows), scale_numerators, source)
+        pending = _first_accepted(result, pending, candidates, accepted, copies)
     return result
 
 
@@ -591,9 +657,14 @@ def _take(parameter: NDArray, rows: NDArray) -> NDArray:
 
 
 def _per_entry(parameter: ArrayLike, shape: tuple[int, ...]) -> NDArray:
-    """A shared parameter stays 0-d; an array parameter gets one flat entry per sample."""
+    """A shared parameter stays 0-d, and so does an array whose entries are all equal (the samplers'
+    shared-parameter paths are cheaper and draw the same words); else one flat entry per sample."""
     parameter = np.asarray(parameter)
-    return parameter if parameter.ndim == 0 else np.broadcast_to(parameter, shape).ravel()
+    if parameter.ndim == 0:
+        return parameter
+    if parameter.size and (parameter == parameter.flat[0]).all():
+        return np.asarray(parameter.flat[0])
+    return np.broadcast_to(parameter, shape).ravel()
 
 
 def _narrowest_word(mask: int) -> type[np.unsignedinteger]:

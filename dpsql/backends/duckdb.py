@@ -8,6 +8,8 @@ as it is.
 
 from __future__ import annotations
 
+import secrets
+from collections import OrderedDict
 from pathlib import Path
 
 import duckdb
@@ -15,6 +17,7 @@ import numpy as np
 
 from dpsql.errors import OperationalError, ProgrammingError
 
+PREPARED_KEPT = 64  # prepared aggregations kept per connection, least recently used deallocated
 _LOADERS = {".csv": "read_csv_auto", ".tsv": "read_csv_auto", ".json": "read_json_auto", ".parquet": "read_parquet"}
 
 
@@ -27,7 +30,14 @@ def _string(text: str) -> str:
 
 
 class DuckDBBackend:
-    """Runs statements on a DuckDB connection (an in-memory database unless a path is given)."""
+    """Runs statements on a DuckDB connection (an in-memory database unless a path is given).
+
+    Each aggregation is prepared once (``PREPARE``) and executed by name after that: on a small table,
+    parsing, binding and planning the aggregation cost about as much as running it. DuckDB binds a
+    prepared statement again when the tables it reads have changed since, so ``EXECUTE`` answers what
+    the SQL text would (and fails where it would fail). Names carry a random prefix so they cannot meet
+    a caller's own prepared statements on a shared connection.
+    """
 
     dialect = "duckdb"
 
@@ -39,12 +49,28 @@ class DuckDBBackend:
                 self.connection, self._owned = duckdb.connect(str(database)), True
             except duckdb.Error as error:
                 raise OperationalError(f"cannot open DuckDB database {str(database)!r}: {error}") from error
+        self._prefix = f"__dpsql_{secrets.token_hex(6)}_"
+        self._prepared: OrderedDict[str, str] = OrderedDict()  # SQL text → its prepared statement's name
+        self._count = 0
 
     def run(self, sql: str) -> dict[str, np.ndarray]:
         try:
-            return self.connection.execute(sql).fetchnumpy()
+            return self.connection.execute(f"EXECUTE {self._prepared_name(sql)}").fetchnumpy()
         except duckdb.Error as error:
             raise OperationalError(f"the backend failed to run the bounded aggregation: {error}") from error
+
+    def _prepared_name(self, sql: str) -> str:
+        """The name of ``sql``'s prepared statement, prepared now if it is not kept."""
+        name = self._prepared.pop(sql, None)
+        if name is None:
+            self._count += 1
+            name = f"{self._prefix}{self._count}"
+            self.connection.execute(f"PREPARE {name} AS {sql}")
+        self._prepared[sql] = name
+        while len(self._prepared) > PREPARED_KEPT:
+            _, oldest = self._prepared.popitem(last=False)
+            self.connection.execute(f"DEALLOCATE {oldest}")
+        return name
 
     def create_temporary(self, name: str, query: str) -> None:
         try:
@@ -111,3 +137,10 @@ class DuckDBBackend:
     def close(self) -> None:
         if self._owned:
             self.connection.close()
+            return
+        for name in self._prepared.values():  # a caller's connection: leave it without our statements
+            try:
+                self.connection.execute(f"DEALLOCATE {name}")
+            except duckdb.Error:
+                pass
+        self._prepared.clear()

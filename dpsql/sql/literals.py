@@ -92,7 +92,7 @@ def python_value(value: object, column_type: ColumnType | None = None) -> object
         return None
     if isinstance(value, decimal.Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
-    if column_type is not None and column_type.is_date and isinstance(value, datetime.datetime):
+    if isinstance(value, datetime.datetime) and column_type is not None and column_type.is_date:
         return value.date()
     return value
 

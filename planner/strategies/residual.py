@@ -45,6 +45,9 @@ from planner.workload import Workload, marginal_for
 
 MAX_MARGINAL_CELLS = 2**26  # a strategy needing a larger marginal is not offered
 MASS_TOLERANCE = 1e-12  # recovery mass below this fraction of the largest counts as none
+ANSWER_MAP_VALUES = 64  # measurements of at most this many values ...
+ANSWER_MAP_ROWS = 4096  # ... with at most this many answers, are answered by one matrix product
+Layout = tuple[tuple[str, tuple[int, ...]], ...]  # a measurement's value names and shapes, in order
 
 
 def maximal_sets(attribute_sets: tuple[Subset, ...]) -> tuple[Subset, ...]:
@@ -73,6 +76,7 @@ class CoefficientCandidate(Candidate):
         self.needed = downward_closure(p.attributes for p in workload.products)
         read = {a for p in workload.products for a in p.attributes}
         self.consistent = all(bases[a].padded == bases[a].size for a in read)
+        self._answer_maps: dict[Layout, np.ndarray] = {}  # small measurement layouts → their answer matrix
 
     @property
     def workload(self) -> Workload:
@@ -169,11 +173,48 @@ class CoefficientCandidate(Candidate):
     def answer(self, measurement: Measurement) -> Answers:
         if measurement.strategy != self.name:
             raise ValueError(f"measurement was made by strategy {measurement.strategy!r}, not {self.name!r}")
+        mapped = self._mapped_answers(measurement)
+        return Answers(self._gls_answers(measurement) if mapped is None else mapped, self.query_variances())
+
+    def _gls_answers(self, measurement: Measurement) -> tuple[np.ndarray, ...]:
         residuals = self.residuals(measurement)
         products = self.workload.products
         marginals = marginals_from_residuals([p.attributes for p in products], residuals, self.bases)
-        values = tuple(p.unweighted_answer(m) for p, m in zip(products, marginals))
-        return Answers(values, self.query_variances())
+        return tuple(p.unweighted_answer(m) for p, m in zip(products, marginals))
+
+    def _mapped_answers(self, measurement: Measurement) -> tuple[np.ndarray, ...] | None:
+        """The GLS answers as one matrix product, for a small measurement (None for a large one).
+
+        GLS is linear in the measured values (the variances that weight it are the plan's own), so the
+        map from the values, flattened in the measurement's order, to the answers is a matrix whose
+        column j answers the measurement that is 1 at value j and 0 elsewhere. A plan is kept for later
+        statements (``dpsql``'s session memoises it): the first measurement of a layout builds the
+        matrix, at most ``ANSWER_MAP_VALUES`` values (one GLS each) by ``ANSWER_MAP_ROWS`` answers, and
+        every later one costs one product instead of the residual transforms' dozens of array calls.
+        Every measurement of the layout goes through the matrix, so equal measurements give bit-equal
+        answers.
+        """
+        layout = tuple((name, np.shape(values)) for name, values in measurement.values.items())
+        sizes = [math.prod(shape) for _, shape in layout]
+        rows = [p.rows for p in self.workload.products]
+        if sum(sizes) > ANSWER_MAP_VALUES or sum(rows) > ANSWER_MAP_ROWS:
+            return None
+        matrix = self._answer_maps.get(layout)
+        if matrix is None:
+            matrix = self._answer_maps[layout] = self._answer_matrix(measurement, layout, sum(sizes))
+        flat = np.concatenate([np.asarray(v, dtype=float).ravel() for v in measurement.values.values()])
+        return tuple(np.split(matrix @ flat, np.cumsum(rows)[:-1]))
+
+    def _answer_matrix(self, measurement: Measurement, layout: Layout, size: int) -> np.ndarray:
+        columns = []
+        for j in range(size):
+            unit = np.zeros(size)
+            unit[j] = 1.0
+            pieces = np.split(unit, np.cumsum([math.prod(shape) for _, shape in layout])[:-1])
+            values = {name: piece.reshape(shape) for (name, shape), piece in zip(layout, pieces)}
+            basis = Measurement(measurement.strategy, values, measurement.variances, measurement.privacy, measurement.metadata)
+            columns.append(np.concatenate([np.ravel(a) for a in self._gls_answers(basis)]))
+        return np.stack(columns, axis=1)
 
 
 CHANGE_TOLERANCE = 1e-6  # smaller moves (and negatives) are floating-point round-off

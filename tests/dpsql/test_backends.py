@@ -549,3 +549,33 @@ def test_released_keys_of_every_type_are_counted_exactly_and_reused(engine: tupl
     assert by_key == pytest.approx(expected)
     assert [count for *_, g, count in cube if g == 3] == [pytest.approx(len(frame))]  # the whole table
     connection.close()
+
+
+def prepared_names(database: duckdb.DuckDBPyConnection) -> list[str]:
+    return [row[0] for row in database.execute("SELECT name FROM duckdb_prepared_statements()").fetchall()]
+
+
+def test_duckdb_prepares_each_aggregation_once_and_answers_what_the_table_holds_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DuckDB backend runs a kept prepared statement; a caller who replaces the table between two
+    statements gets the new table's exact answer (DuckDB binds the statement again), a full cache drops
+    its oldest statement, and closing leaves the caller's connection without any of them."""
+    monkeypatch.setattr("dpsql.backends.duckdb.PREPARED_KEPT", 2)
+    database = duckdb.connect()
+    database.execute("CREATE TABLE t AS SELECT range % 3 AS slot FROM range(30)")
+    connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=100.0), reuse=False)  # every statement reads
+    connection.register("t", None, schema={"columns": {"slot": {"categories": [0, 1, 2]}}})
+    count = "SELECT slot, COUNT(*) AS n FROM t GROUP BY slot ORDER BY slot"
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        assert [r[1] for r in cursor.execute(count, epsilon=1.0).fetchall()] == pytest.approx([10, 10, 10])
+        kept = set(prepared_names(database))
+        database.execute("CREATE OR REPLACE TABLE t AS SELECT CAST(range % 2 AS BIGINT) AS slot FROM range(7)")
+        exact = [r[1] for r in database.execute(count).fetchall()]
+        assert [r[1] for r in cursor.execute(count, epsilon=1.0).fetchall()] == pytest.approx([*exact, 0])  # [4, 3, 0]
+        assert set(prepared_names(database)) == kept  # the same text: the same prepared statement
+        for where in ("slot = 0", "slot = 1"):
+            cursor.execute(f"SELECT COUNT(*) FROM t WHERE {where}", epsilon=1.0).fetchall()
+    assert len(prepared_names(database)) == 2 and not kept & set(prepared_names(database))  # the oldest went
+    database.execute("PREPARE mine AS SELECT 1")
+    connection.close()
+    assert prepared_names(database) == ["mine"]

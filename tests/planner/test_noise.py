@@ -425,3 +425,53 @@ def test_a_shared_bound_draws_exactly_what_per_entry_bounds_draw(bound: int) -> 
     per_entry = RandomSource(np.random.default_rng(bound % 1000)).integers(np.full(500, bound, dtype=np.uint64), size=500)
     np.testing.assert_array_equal(shared, per_entry)
     assert shared.min() >= 0 and int(shared.max()) < bound
+
+
+# --- small batches: several candidates per pending sample in one round --------------------------
+
+
+def small_batches(sampler, parameter: float, calls: int, size: int, seed: int) -> np.ndarray:
+    """``calls`` sampler calls of ``size`` samples each from one seeded source, as a statement draws its
+    noise (a few hundred cells or fewer: the rounds draw several candidates and trials per sample)."""
+    source = RandomSource(np.random.default_rng(seed))
+    return np.concatenate([sampler(parameter, size, rng=source) for _ in range(calls)])
+
+
+@pytest.mark.parametrize("size", [10, 200])
+def test_small_batches_have_the_exact_laplace_law(size: int) -> None:
+    samples = small_batches(discrete_laplace, 2.0, 20_000 // size, size, seed=61)
+    assert_distribution(samples, laplace_pmf, laplace_scale_used(2.0), ALPHA, sigmas=5)
+
+
+def test_small_batches_have_the_exact_gaussian_law() -> None:
+    samples = small_batches(discrete_gaussian, 6.0, 200, 100, seed=62)
+    assert_distribution(samples, gaussian_pmf, gaussian_sigma2_used(6.0), ALPHA, sigmas=5)
+
+
+def test_small_batches_of_bernoulli_exp_have_the_exact_rate() -> None:
+    """γ = 5/3 (one Bernoulli(exp(-1)) trial and the fraction 2/3), 100 samples a call: the Bernoulli(γ)
+    draws of a digit block are drawn at once for all its places."""
+    source = RandomSource(np.random.default_rng(63))
+    outcomes = np.concatenate([_bernoulli_exp(np.full(100, 5), np.full(100, 3), source) for _ in range(1_000)])
+    assert stats.binomtest(int(outcomes.sum()), outcomes.size, math.exp(-5 / 3)).pvalue >= ALPHA
+
+
+_FIRST_ACCEPTED = noise._first_accepted  # noqa: SLF001
+
+
+def _smallest_accepted(result, pending, values, accepted, copies):  # noqa: ANN001, ANN202
+    """Broken: keeps the accepted candidate of least magnitude instead of the first (biased towards 0)."""
+    magnitude = np.where(accepted, np.abs(values), np.iinfo(np.int64).max).reshape(pending.size, copies)
+    return _FIRST_ACCEPTED(result, pending, values, accepted & (np.abs(values) == magnitude.min(axis=1).repeat(copies)), copies)
+
+
+def _first_candidate(result, pending, values, accepted, copies):  # noqa: ANN001, ANN202
+    """Broken: keeps the first candidate whether or not it was accepted (no rejection at all)."""
+    return _FIRST_ACCEPTED(result, pending, values, np.ones_like(accepted), copies)
+
+
+@pytest.mark.parametrize("broken", [_smallest_accepted, _first_candidate])
+def test_the_small_batch_check_catches_a_wrong_choice_of_candidate(monkeypatch: pytest.MonkeyPatch, broken) -> None:
+    monkeypatch.setattr(noise, "_first_accepted", broken)
+    samples = small_batches(discrete_laplace, 2.0, 500, 20, seed=61)
+    assert goodness_of_fit_pvalue(samples, laplace_pmf, laplace_scale_used(2.0)) < 1e-12

@@ -125,3 +125,28 @@ def test_seeded_measurements_repeat_and_default_rng_varies() -> None:
     assert any(not np.array_equal(x, y) for x, y in zip(first, fresh))
     noisy = chosen.measure(marginals, rng=7)
     assert all(np.issubdtype(np.asarray(v).dtype, np.integer) for v in noisy.values.values())
+
+
+@pytest.mark.parametrize("privacy", PRIVACIES)
+def test_repeated_small_measurements_are_answered_by_the_gls_matrix(privacy: Privacy) -> None:
+    """A coefficient candidate answers a small measurement with one matrix, built once per layout
+    (planner.strategies.residual): the answers equal GLS's on fresh noisy values, and a matrix that mixed
+    up two measured values would not."""
+    from planner.strategies.residual import CoefficientCandidate
+
+    W = Workload.all_kway(DOMAIN, 2) + Workload.total(DOMAIN)
+    candidates = [c for c in all_candidates(W, privacy, include_inconsistent=True) if isinstance(c, CoefficientCandidate)]
+    assert candidates
+    for candidate in candidates:
+        measurements = [candidate.measure(feed(candidate), rng=seed) for seed in range(4)]
+        answers = [candidate.answer(m) for m in measurements]
+        (layout, matrix), = candidate._answer_maps.items()  # noqa: SLF001 - one layout, one matrix
+        assert sum(p.rows for p in W.products) == matrix.shape[0] and len(layout) >= 1
+        for measurement, found in zip(measurements, answers):
+            for got, want in zip(found.values, candidate._gls_answers(measurement)):  # noqa: SLF001
+                np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-9, err_msg=candidate.name)
+        swapped = matrix.copy()
+        swapped[:, [0, 1]] = swapped[:, [1, 0]]
+        candidate._answer_maps[layout] = swapped  # noqa: SLF001
+        broken = np.concatenate(candidate.answer(measurements[-1]).values)
+        assert not np.allclose(broken, np.concatenate(answers[-1].values), rtol=1e-10, atol=1e-9)
