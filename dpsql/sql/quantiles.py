@@ -28,7 +28,7 @@ Error bars (docs/math.md §13): the *rank* standard error of a quantile is ``√
 the answer's cell ``k`` (the CDF's and the count's standard errors, a property of the plan; EXPLAIN states
 the CDF's range); the released error is in *value* units: the spread of the values at ranks within
 1.96 rank standard errors of the target rank, divided by 2 × 1.96 — so ``value ± 1.96·error`` is the
-inverted 95 % rank band (empirical coverage 95 % in the tests), an approximation at other levels.
+inverted 95 % rank band (empirical coverage 96 % in the tests), an approximation at other levels.
 """
 
 from __future__ import annotations
