@@ -22,7 +22,7 @@ Methods, each releasing every fraction of every group at a total ε = 1 (pure DP
 * Tumult Analytics (its own environment with ``tmlt.analytics``, which needs Java: ``DPSQL_TUMULT_PYTHON``):
   one ``groupby(KeySet).quantile(v, q, low, high)`` query per fraction at ε / fractions, one aggregate per
   query being all it offers (``benchmarks/peers/tumult_quantiles.py``). Spark makes it slow here (seconds
-  per query on a shared 2-core machine), so it runs ``--tumult-trials`` trials (default 20), said in the table;
+  per query on a shared 2-core machine), so it runs ``--tumult-trials`` trials (default 10), said in the table;
 * SmartNoise SQL 1.0.10 is left out: its parser accepts ``PERCENTILE_CONT(col)`` but its rewriter refuses
   it ("We don't know how to rewrite aggregate function: PERCENTILE_CONT"), and it has no MEDIAN or
   ``WITHIN GROUP``.
@@ -39,7 +39,7 @@ A missing answer (a NULL, or a group a method did not return) counts as the rang
 table says how many there were. The row "exact answer" is the exact PERCENTILE_CONT (what dpsql returns
 with noise off): the floor of each metric.
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/quantiles.py [--trials 100] [--tumult-trials 20] [--csv quantiles.csv]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/quantiles.py [--trials 100] [--tumult-trials 10] [--csv quantiles.csv]
     # peers, each in its own environment (never dpsql dependencies):
     #   python3 -m venv /tmp/peers && /tmp/peers/bin/pip install "opendp[polars]" pandas    -> DPSQL_PEER_PYTHON
     #   python3 -m venv /tmp/tumult && /tmp/tumult/bin/pip install tmlt.analytics pandas   -> DPSQL_TUMULT_PYTHON
@@ -200,7 +200,7 @@ def exact_release(task: Task, data: pd.DataFrame) -> Release:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100)
-    parser.add_argument("--tumult-trials", type=int, default=20, help="Tumult's Spark queries take seconds each")
+    parser.add_argument("--tumult-trials", type=int, default=10, help="Tumult's Spark queries take seconds each")
     parser.add_argument("--seed", type=int, default=0, help="for the in-script baselines only (dpsql's noise is from OS entropy)")
     parser.add_argument("--csv", default="quantiles.csv")
     args = parser.parse_args()

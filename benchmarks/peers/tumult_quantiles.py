@@ -31,7 +31,13 @@ def main() -> None:
     data = pd.read_csv(request["data"])
     data.columns = [c.replace("-", "_").replace(">", "_") for c in data.columns]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers need this environment's packages
-    spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")  # Spark's default of 200 partitions makes each tiny query slow
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.ERROR)
     frame = spark.createDataFrame(data[[*groups, column]].astype("int64"))
