@@ -6,8 +6,8 @@ on stdin — ``data`` (CSV path), ``groups``, ``column``, ``bounds`` (the declar
 its version goes to stderr. One query at the total ε: ``.dp.quantile(alpha, candidates)`` for every fraction,
 the candidates being every integer of the declared range (OpenDP divides the query's ε evenly among the
 expressions, each an exponential mechanism); its measurement is built once and invoked once per trial
-(fresh noise each time; building it takes seconds, invoking it milliseconds); the group keys are public (a margin with ``invariant="keys"``, nothing thresholded), one row
-per unit.
+(fresh noise each time; building it takes seconds, invoking it milliseconds); the group keys are public
+(a margin with ``invariant="keys"``, nothing thresholded), one row per unit.
 """
 
 from __future__ import annotations

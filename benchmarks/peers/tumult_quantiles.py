@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from importlib.metadata import version
 
 import pandas as pd
@@ -35,7 +36,8 @@ def main() -> None:
         SparkSession.builder.master("local[1]")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")  # Spark's default of 200 partitions makes each tiny query slow
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="tumult-warehouse-"))  # not in the caller's directory  # Spark's default of 200 partitions makes each tiny query slow
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
