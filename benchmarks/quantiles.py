@@ -45,8 +45,9 @@ Measured (``results/quantiles.csv``, 100 trials, Tumult 10; OpenDP 0.16.0, Tumul
 tmlt.core 0.19.1 and PySpark 3.5.9): PUMS age deciles — rank error 0.0184 (dpsql) vs 0.0445 (Tumult) and
 0.0449 (OpenDP), 2.4× lower (tie-aware 0.0082 vs 0.0357, 4.4×; the exact answer's 0.0095). Adult deciles
 — 0.163 vs 0.134 (Tumult) / 0.159 (OpenDP), floor 0.120: the target is missed on this metric, which the
-ties dominate; tie-aware 0.057 vs 0.086 (OpenDP), 1.5×, all of it in the two groups of 21 and 10 rows
-(dpsql answers NULL when the noisy group total rounds to ≤ 0: 99 of 8,100 answers, scored at the
+ties dominate; tie-aware 0.057 vs 0.086 (OpenDP), 1.5× (in a 30-trial breakdown dpsql's answers are exact
+to 0.0002 in the seven large groups, OpenDP's off by 0.004–0.022, and the groups of 21 and 10 rows dominate
+both means; dpsql answers NULL when a noisy group total rounds to ≤ 0: 99 of 8,100 answers, scored at the
 midpoint). Medians (one quantile at the full ε): the peers' exponential mechanism over 99–101 candidates
 beats the CDF — PUMS 0.0185 (dpsql) vs 0.0071 (Tumult) / 0.0129 (OpenDP), tie-aware 0.0072 vs 0.0071 /
 0.0006. Why: the planner prices the whole CDF (every prefix of 101 cells, per group, pure DP: its
