@@ -227,3 +227,17 @@ def test_median_intervals_cover_at_the_nominal_rate() -> None:
         covered += [low <= truth[g] <= high for (g, _), (_, (low, high)) in zip(cursor.fetchall(), cursor.confidence_interval(0.95))]
         connection.close()
     assert np.mean(covered) >= 0.95 - 2 * math.sqrt(0.95 * 0.05 / len(covered))
+
+
+def test_quantiles_by_a_column_without_declared_domain_equal_duckdb(frame: pd.DataFrame) -> None:
+    """GROUP BY an unknown column (keys selected privately, then counted): the CDF is counted over the
+    released keys like any count. One browser per person, so bounding keeps every row and noise off gives
+    DuckDB's answers (every key released)."""
+    one_browser = frame.assign(browser=frame["person_id"].map(lambda p: ["firefox", "chrome", "safari"][p % 3]))
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e6, delta=1e-3))
+    connection.register("adult", one_browser, schema=ADULT_SCHEMA)
+    sql = "SELECT browser, MEDIAN(age), QUANTILE_DISC(age, 0.9), COUNT(*) FROM adult GROUP BY browser"
+    with dpsql.testing.noise_disabled():
+        released = connection.cursor().execute(sql, epsilon=1.0).fetchall()
+    assert _normalised(released) == _normalised(_exact(sql, one_browser))
+    connection.close()
