@@ -1,4 +1,4 @@
-"""SUM and AVG by group at ε = 1: dpsql's joint plan against the even-split baseline (and SmartNoise SQL).
+"""SUM and AVG by group at ε = 1: dpsql's joint plan against the even-split baseline (and OpenDP, SmartNoise SQL, Tumult).
 
 Tasks (same bounds, same privacy unit — one row per unit — for every method; truth = the exact SUM/AVG
 of the values clamped to the bounds):
@@ -19,7 +19,12 @@ Methods, each releasing SUM and AVG of every group at a total ε = 1:
   between them by OpenDP), public group keys (``benchmarks/peers/opendp_aggregates.py``);
 * SmartNoise SQL (optional, its own environment: ``DPSQL_SNSQL_PYTHON``): the same SELECT at ε/2 per
   computed column (its ε is per column: SUM and COUNT, AVG derived from them), all groups released
-  (``benchmarks/peers/snsql_aggregates.py``).
+  (``benchmarks/peers/snsql_aggregates.py``);
+* Tumult Analytics (optional, its own environment with ``tmlt.analytics`` and Java: ``DPSQL_TUMULT_PYTHON``):
+  one answer per aggregate, so a ``groupby(KeySet).sum`` query at ε/2 and a ``groupby(KeySet).average``
+  query at ε/2 (which Tumult splits into a midpoint-shifted sum and a count at ε/4 each), public group keys
+  (``benchmarks/peers/tumult_aggregates.py``); its own trial count (``--tumult-trials``, default 10: each
+  Spark query takes seconds).
 
 And one CUBE: PUMS_10k income by ``CUBE (sex, married)`` (9 cells over 4 grouping sets): dpsql's one
 statement against the even split per grouping set (each of the 4 grouping sets at ε/4: sum and count at
@@ -29,10 +34,11 @@ they would do the same).
 Columns: mean absolute error over groups and trials, for SUM and AVG, and the ratio of the baseline's
 (or peer's) AVG MAE to dpsql's.
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/aggregates.py [--trials 200]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/aggregates.py [--trials 200] [--tumult-trials 10]
     # peers, each in its own environment (never dpsql dependencies):
     #   python3 -m venv /tmp/peers && /tmp/peers/bin/pip install "opendp[polars]" pandas     -> DPSQL_PEER_PYTHON
     #   python3 -m venv /tmp/snsql && /tmp/snsql/bin/pip install smartnoise-sql            -> DPSQL_SNSQL_PYTHON
+    #   python3 -m venv /tmp/tumult && /tmp/tumult/bin/pip install tmlt.analytics (+ Java)  -> DPSQL_TUMULT_PYTHON
     # the data: DPSQL_BENCH_DATA (default: the shared/ folder beside the repository)
 """
 
@@ -126,7 +132,11 @@ def even_split_trials(task: Task, data: pd.DataFrame, trials: int, rng: np.rando
     return released
 
 
-PEERS = {"OpenDP": ("DPSQL_PEER_PYTHON", "opendp_aggregates.py"), "SmartNoise SQL": ("DPSQL_SNSQL_PYTHON", "snsql_aggregates.py")}
+PEERS = {
+    "OpenDP": ("DPSQL_PEER_PYTHON", "opendp_aggregates.py"),
+    "SmartNoise SQL": ("DPSQL_SNSQL_PYTHON", "snsql_aggregates.py"),
+    "Tumult Analytics": ("DPSQL_TUMULT_PYTHON", "tumult_aggregates.py"),
+}
 
 
 def peer_trials(peer: str, task: Task, trials: int) -> list[pd.DataFrame] | None:
@@ -138,7 +148,7 @@ def peer_trials(peer: str, task: Task, trials: int) -> list[pd.DataFrame] | None
         return None
     request = {
         "data": str(DATA / task.file), "groups": list(task.groups), "column": task.column, "bounds": list(task.bounds),
-        "epsilon": EPSILON, "trials": trials,
+        "epsilon": EPSILON, "trials": trials, "categories": task.categories,
     }
     script = HERE / "peers" / script_name
     done = subprocess.run([python, str(script)], input=json.dumps(request), capture_output=True, text=True, check=True)
@@ -208,8 +218,10 @@ def cube_rows(trials: int, rng: np.random.Generator) -> list[dict[str, object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--tumult-trials", type=int, default=10, help="Tumult's trials (each Spark query takes seconds)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    peer_trial_counts = {peer: args.trials for peer in PEERS} | {"Tumult Analytics": args.tumult_trials}
     rng = np.random.default_rng(args.seed)
     rows = []
     for task in TASKS:
@@ -217,13 +229,13 @@ def main() -> None:
         exact = truth(task, data)
         methods = {"dpsql": dpsql_trials(task, data, args.trials), "even split": even_split_trials(task, data, args.trials, rng)}
         for peer in PEERS:
-            released = peer_trials(peer, task, args.trials)
+            released = peer_trials(peer, task, peer_trial_counts[peer])
             if released is not None:
                 methods[peer] = released
         measured = {name: errors(task, exact, released) for name, released in methods.items()}
         for name, (sum_mae, avg_mae) in measured.items():
             rows.append({
-                "task": task.name, "method": name, "groups": len(exact), "trials": args.trials, "epsilon": EPSILON,
+                "task": task.name, "method": name, "groups": len(exact), "trials": len(methods[name]), "epsilon": EPSILON,
                 "sum_mae": sum_mae, "avg_mae": avg_mae, "avg_mae_vs_dpsql": avg_mae / measured["dpsql"][1],
             })
     rows += cube_rows(args.trials, rng)

@@ -1,0 +1,70 @@
+"""Tumult Analytics' answer to SUM and AVG by group (run by ``benchmarks/aggregates.py``).
+
+Runs in a separate environment that has ``tmlt.analytics`` (and its PySpark, which needs Java; never a dpsql
+dependency). Reads the same JSON request as ``snsql_aggregates.py`` (plus the declared ``categories`` of
+the group columns) on stdin and prints a JSON list, one entry per trial, of ``[*group values, sum, avg]``
+rows; its versions go to stderr. Tumult 0.21 answers one aggregate per query (no query returns a sum and an
+average together), so each trial evaluates two queries at ε/2 each: ``groupby(KeySet).sum(column, low,
+high)`` and ``groupby(KeySet).average(column, low, high)`` — the latter spends its ε/2 as ε/4 on a noisy sum
+of the midpoint-shifted values and ε/4 on a noisy count (tmlt.core's average measurement). The group keys
+are public (a ``KeySet`` of the declared categories), one row per unit (``AddOneRow``), values clamped to
+the bounds by Tumult. One Session holds the budget of every trial (ε × trials), which is the same as a
+fresh Session of ε per trial. Spark runs on one local core.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+from importlib.metadata import version
+
+import pandas as pd
+from pyspark.sql import SparkSession
+from tmlt.analytics import AddOneRow, KeySet, PureDPBudget, QueryBuilder, Session
+
+
+def main() -> None:
+    request = json.load(sys.stdin)
+    groups, column = request["groups"], request["column"]
+    low, high = request["bounds"]
+    epsilon, trials = request["epsilon"], request["trials"]
+    data = pd.read_csv(request["data"])
+    data.columns = [c.replace("-", "_").replace(">", "_") for c in data.columns]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers need this environment's packages
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")  # Spark's default of 200 partitions makes each tiny query slow
+        .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="tumult-warehouse-"))  # not in the caller's directory
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    logging.getLogger("py4j").setLevel(logging.ERROR)
+    frame = spark.createDataFrame(data[[*groups, column]].astype("int64"))
+    session = Session.from_dataframe(privacy_budget=PureDPBudget(epsilon * trials), source_id="t", dataframe=frame, protected_change=AddOneRow())
+    keys = KeySet.from_dict({g: [int(v) for v in request["categories"][g]] for g in groups})
+    grouped = QueryBuilder("t").groupby(keys)
+    queries = {
+        "sum": grouped.sum(column=column, low=low, high=high, name="s"),
+        "avg": grouped.average(column=column, low=low, high=high, name="a"),
+    }
+    half = PureDPBudget(epsilon / 2)
+    released = []
+    for _ in range(trials):
+        rows: dict[tuple[int, ...], dict[str, float]] = {}
+        for query in queries.values():
+            for row in session.evaluate(query, half).collect():
+                values = row.asDict()
+                rows.setdefault(tuple(int(values[g]) for g in groups), {}).update({k: float(values[k]) for k in ("s", "a") if k in values})
+        released.append([[*key, values["s"], values["a"]] for key, values in rows.items()])
+    print(json.dumps(released))
+    print(f"tmlt.analytics {version('tmlt.analytics')}, tmlt.core {version('tmlt.core')}, pyspark {version('pyspark')}; sum and average at ε/2 each", file=sys.stderr)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
