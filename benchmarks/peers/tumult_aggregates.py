@@ -15,15 +15,12 @@ fresh Session of ε per trial. Spark runs on one local core.
 from __future__ import annotations
 
 import json
-import logging
-import os
 import sys
-import tempfile
 from importlib.metadata import version
 
-import pandas as pd
-from pyspark.sql import SparkSession
 from tmlt.analytics import AddOneRow, KeySet, PureDPBudget, QueryBuilder, Session
+
+from tumult_spark import local_spark, request_frame
 
 
 def main() -> None:
@@ -31,20 +28,8 @@ def main() -> None:
     groups, column = request["groups"], request["column"]
     low, high = request["bounds"]
     epsilon, trials = request["epsilon"], request["trials"]
-    data = pd.read_csv(request["data"])
-    data.columns = [c.replace("-", "_").replace(">", "_") for c in data.columns]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers need this environment's packages
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")  # Spark's default of 200 partitions makes each tiny query slow
-        .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="tumult-warehouse-"))  # not in the caller's directory
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    logging.getLogger("py4j").setLevel(logging.ERROR)
-    frame = spark.createDataFrame(data[[*groups, column]].astype("int64"))
+    spark = local_spark()
+    frame = request_frame(spark, request)
     session = Session.from_dataframe(privacy_budget=PureDPBudget(epsilon * trials), source_id="t", dataframe=frame, protected_change=AddOneRow())
     keys = KeySet.from_dict({g: [int(v) for v in request["categories"][g]] for g in groups})
     grouped = QueryBuilder("t").groupby(keys)
