@@ -99,11 +99,14 @@ class ColumnDomain:
 
     @property
     def value_bounds(self) -> tuple[float, float] | None:
-        """The declared ``bounds``, else an integer ``range`` with ``lo < hi``; None when neither."""
+        """The declared ``bounds``, else an integer ``range`` with ``lo < hi``, else the outer edges of
+        ``bins`` (rows outside them are dropped, so every counted value lies within); None otherwise."""
         if self.bounds is not None:
             return self.bounds
         if self.kind == "range" and not self.is_date_range and self.values[0] < self.values[1]:  # type: ignore[operator]
             return (self.values[0], self.values[1])  # type: ignore[return-value]
+        if self.kind == "bins":
+            return (self.values[0], self.values[-1])  # type: ignore[return-value]
         return None
 
     @property

@@ -1,2 +1,2 @@
 -- expect: NotSupportedError bounds
-SELECT sex, AVG(income) FROM adult GROUP BY sex
+SELECT sex, AVG(race) FROM adult GROUP BY sex

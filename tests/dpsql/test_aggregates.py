@@ -320,3 +320,20 @@ def test_kept_measurements_stay_within_their_units(connection: dpsql.Connection,
             assert "answered: measured" in cursor.explanation, sql
         counts = dict(cursor.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=1.0).fetchall())
     assert counts == pytest.approx(frame.groupby("sex").size().to_dict())
+
+
+def test_a_bins_column_is_bounded_by_its_outer_edges(frame: pd.DataFrame) -> None:
+    """Without ``bounds``, a ``bins`` column's outer edges bound SUM/AVG: every counted value lies inside
+    them (rows outside the bins are dropped), so with noise off the answers are DuckDB's on the raw values,
+    to the grid's resolution (edges 10⁶ apart: 4097 grid points)."""
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e6))
+    connection.register("adult", frame, schema=ADULT_SCHEMA)  # income: bins [0, …, 1000000], no bounds
+    with dpsql.testing.noise_disabled():
+        released = dict(connection.cursor().execute("SELECT sex, AVG(income) FROM adult GROUP BY sex", epsilon=1.0).fetchall())
+    edges = ADULT_SCHEMA["columns"]["income"]["bins"]  # type: ignore[index]
+    exact = duckdb.connect()
+    exact.register("adult", frame)
+    grid = (edges[-1] - edges[0]) / GRID
+    for sex, mean in exact.execute("SELECT sex, AVG(income) FROM adult GROUP BY sex").fetchall():
+        assert abs(released[sex] - mean) <= grid / 2
+    connection.close()
