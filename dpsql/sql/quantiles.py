@@ -94,12 +94,6 @@ def released(item: Quantile, domain: ColumnDomain, values: np.ndarray, variances
     return out, errors
 
 
-def rank_error_range(variances: np.ndarray, domain: ColumnDomain) -> tuple[float, float]:
-    """The smallest and largest rank standard error (rows) over the CDF's value cells of every group."""
-    spread = np.sqrt(np.maximum(np.asarray(variances, dtype=float)[:, : domain.value_cells], 0.0))
-    return float(spread.min()), float(spread.max())
-
-
 def _target_rank(item: Quantile, total: int) -> float:
     """The 1-based rank the quantile asks for (fractional for an interpolating quantile)."""
     if item.function == "PERCENTILE_CONT":

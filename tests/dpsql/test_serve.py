@@ -58,7 +58,7 @@ def close_rows(released: list[tuple[object, ...]], truth: list[tuple[object, ...
 def test_psql_session_cube_budget_and_describe(server: Server, frame: pd.DataFrame, tmp_path: Path) -> None:
     psql = psql_binary()
     if psql is None:
-        pytest.skip("psql is not installed (.ci/services.sh installs PostgreSQL)")
+        pytest.skip(reason="psql is not installed (.ci/services.sh installs PostgreSQL)")
     before = remaining(server, "bob")
     script = tmp_path / "session.sql"
     script.write_text(
@@ -91,7 +91,7 @@ def test_psql_session_cube_budget_and_describe(server: Server, frame: pd.DataFra
 def test_psql_wrong_password_is_refused_with_28P01(server: Server) -> None:
     psql = psql_binary()
     if psql is None:
-        pytest.skip("psql is not installed")
+        pytest.skip(reason="psql is not installed")
     host, port = server.address  # type: ignore[misc]
     done = subprocess.run(
         [psql, "-X", "-h", host, "-p", str(port), "-U", "alice", "-d", "dpsql", "-v", "VERBOSITY=verbose", "-c", "SELECT 1"],
@@ -264,7 +264,7 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
 
 def test_tls_is_required_when_configured(tmp_path: Path, frame: pd.DataFrame, adult_schema: dict[str, object]) -> None:
     if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
+        pytest.skip(reason="openssl is needed to make a test certificate")
     _self_signed(tmp_path)
     config = write_config(tmp_path, frame, adult_schema, tls={"certificate": "server.crt", "key": "server.key"})
     with running(config) as server:
