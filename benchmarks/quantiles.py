@@ -121,9 +121,11 @@ TASKS = (
 )
 
 Release = dict[int, list[float | None]]  # group -> one value per fraction (None: not answered)
+Intervals = dict[int, list[tuple[float, float] | None]]  # group -> one 95 % interval per fraction
 
 
-def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> list[Release]:
+def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> tuple[list[Release], list[Intervals]]:
+    """dpsql's releases and their 95 % intervals (``cursor.confidence_interval``), one statement per trial."""
     schema = {
         "privacy_unit": None,
         "columns": {task.group: {"categories": list(task.categories)}, task.column: {"range": [task.low, task.high]}},
@@ -131,26 +133,32 @@ def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> list[Release]:
     connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON * trials), reuse=False)
     connection.register("t", data, schema=schema)
     cursor = connection.cursor()
-    released = [{int(key): list(values) for key, *values in cursor.execute(task.sql(), epsilon=EPSILON).fetchall()} for _ in range(trials)]
+    released, intervals = [], []
+    for _ in range(trials):
+        rows = cursor.execute(task.sql(), epsilon=EPSILON).fetchall()
+        released.append({int(key): list(values) for key, *values in rows})
+        intervals.append({int(key): list(bands) for (key, *_), (_, *bands) in zip(rows, cursor.confidence_interval(0.95))})
     connection.close()
-    return released
+    return released, intervals
 
 
 def histogram_trials(task: Task, data: pd.DataFrame, trials: int, rng: np.random.Generator, clip: bool) -> list[Release]:
     """One Laplace histogram of the column per group at ε (a row is in one cell of one group: sensitivity 1),
-    negative bins set to 0 when ``clip``, the CDF inverted with dpsql's rule (``dpsql.sql.quantiles``)."""
+    its CDF either from the cells with negative ones set to 0 (``clip``) or projected as dpsql projects its
+    own (``quantiles.monotone``, weights 1/Var F(k) = 1/(2(k+1)/ε²)), then inverted with dpsql's rule."""
     domain = ColumnDomain(task.column, "range", (task.low, task.high))
     cells = task.high - task.low + 1
     exact = np.zeros((len(task.categories), cells))
     for row, key in enumerate(task.categories):
         values = data.loc[data[task.group] == key, task.column].to_numpy()
         exact[row] = np.bincount(values - task.low, minlength=cells)
+    variances = np.broadcast_to(2.0 * np.arange(1, cells + 1) / EPSILON**2, exact.shape)
     items = [Quantile(f"p{q}", "PERCENTILE_CONT", task.column, q) for q in task.fractions]
     released = []
     for _ in range(trials):
         noisy = exact + rng.laplace(0.0, 1.0 / EPSILON, exact.shape)
-        cdf = np.cumsum(np.maximum(noisy, 0.0) if clip else noisy, axis=1)
-        answers = [quantiles.released(item, domain, cdf, np.zeros_like(cdf))[0] for item in items]
+        cdf = np.cumsum(np.maximum(noisy, 0.0), axis=1) if clip else quantiles.monotone(np.cumsum(noisy, axis=1), variances)
+        answers = [quantiles.released(item, domain, cdf, variances)[0] for item in items]
         released.append({key: [answers[i][row] for i in range(len(items))] for row, key in enumerate(task.categories)})
     return released
 
@@ -205,6 +213,16 @@ def errors(task: Task, data: pd.DataFrame, released: list[Release]) -> dict[str,
     }
 
 
+def coverage(task: Task, data: pd.DataFrame, intervals: list[Intervals]) -> float:
+    """The share of released 95 % intervals (value ± 1.96·error) holding the exact PERCENTILE_CONT."""
+    exact = exact_release(task, data)
+    covered = [
+        band is not None and band[0] - 1e-9 <= exact[key][i] <= band[1] + 1e-9
+        for trial in intervals for key, bands in trial.items() if key in exact for i, band in enumerate(bands)
+    ]
+    return float(np.mean(covered))
+
+
 def _answer(values: list[float | None] | None, index: int) -> float:
     return float("nan") if values is None or values[index] is None else float(values[index])
 
@@ -225,11 +243,12 @@ def main() -> None:
     rows = []
     for task in TASKS:
         data = task.frame()
+        dpsql_released, dpsql_intervals = dpsql_trials(task, data, args.trials)
         methods: dict[str, tuple[list[Release], str]] = {
             "exact answer (floor)": ([exact_release(task, data)], "-"),
-            "dpsql": (dpsql_trials(task, data, args.trials), f"dpsql {dpsql.__version__}"),
+            "dpsql": (dpsql_released, f"dpsql {dpsql.__version__}"),
             "identity histogram, clipped": (histogram_trials(task, data, args.trials, rng, clip=True), "-"),
-            "identity histogram, unclipped": (histogram_trials(task, data, args.trials, rng, clip=False), "-"),
+            "identity histogram, projected": (histogram_trials(task, data, args.trials, rng, clip=False), "-"),
         }
         for peer in PEERS:
             got = peer_trials(peer, task, args.tumult_trials if peer == "Tumult Analytics" else args.trials)
@@ -239,9 +258,13 @@ def main() -> None:
         for name, (released, version) in methods.items():
             rows.append({
                 "task": task.name, "method": name, "version": version, "groups": len(task.categories), "trials": len(released),
-                "epsilon": EPSILON, **measured[name], "rank_error_vs_dpsql": measured[name]["rank_error"] / measured["dpsql"]["rank_error"],
+                "epsilon": EPSILON, **measured[name], "tie_rank_error_vs_dpsql": measured[name]["tie_rank_error"] / measured["dpsql"]["tie_rank_error"],
+                "coverage_95": coverage(task, data, dpsql_intervals) if name == "dpsql" else "",
             })
-    columns = ["task", "method", "version", "groups", "trials", "epsilon", "rank_error", "tie_rank_error", "value_error", "missing", "rank_error_vs_dpsql"]
+    columns = [
+        "task", "method", "version", "groups", "trials", "epsilon", "rank_error", "tie_rank_error", "value_error", "missing",
+        "tie_rank_error_vs_dpsql", "coverage_95",
+    ]
     print_table(rows, columns, number_text)
     print(f"written to {write_csv(args.csv, rows, columns)}")
 

@@ -107,8 +107,8 @@ def explain_rows(prepared: Prepared) -> list[ExplainRow]:
     for column, domain in _quantiled(batch).items():
         rows.append(ExplainRow(
             "quantile", column, float(domain.size),
-            f"one cumulative count (CDF) per cell of {column!r} per group, shared by every quantile of it and inverted "
-            f"unclipped: {QUANTILE_RULE}. The query RMSE below is the CDF's standard error in rows; a released error is "
+            f"one cumulative count (CDF) per cell of {column!r} per group, shared by every quantile of it, projected "
+            f"onto non-decreasing, non-negative CDFs (weighted isotonic fit, never clipped cell by cell) and inverted: {QUANTILE_RULE}. The query RMSE below is the CDF's standard error in rows; a released error is "
             "in value units: the values within 1.96 rank standard errors of the target rank, their spread ÷ (2 × 1.96) (docs/math.md §13)",
         ))
     cost_name = "epsilon" if prepared.cost.epsilon is not None else "rho"

@@ -111,6 +111,7 @@ def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variance
     scale = compiled.scale
     values = [np.asarray(v) / scale for v in values]
     variances = [np.asarray(v) / scale**2 for v in variances]
+    cdfs: dict[str, np.ndarray] = {}  # a column's projected CDF, shared by its quantiles (one product)
     for item, rows in zip(compiled.query.select, compiled.counts):
         if isinstance(item, GroupKey):
             labels = compiled.group_domain(item.column).labels()
@@ -119,7 +120,7 @@ def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variance
             error_columns.append([None] * int(shown.sum()))
             continue
         if isinstance(item, (Aggregate, Quantile)):
-            released, errors = _aggregate_column(compiled, item, rows, values, variances)
+            released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs)
             columns.append([released[i] for i in np.flatnonzero(shown)])
             error_columns.append([errors[i] for i in np.flatnonzero(shown)])
             continue
@@ -137,12 +138,17 @@ def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variance
 
 
 def _aggregate_column(
-    compiled: CompiledQuery, item: Aggregate | Quantile, rows: ProductRows | None, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]
+    compiled: CompiledQuery,
+    item: Aggregate | Quantile,
+    rows: ProductRows | None,
+    values: Sequence[np.ndarray],
+    variances: Sequence[np.ndarray],
+    cdfs: dict[str, np.ndarray],
 ) -> tuple[list[object], list[float | None]]:
     """Per GROUP BY cell, an aggregate or a quantile and its error from its block (the moment cells,
     ``dpsql.sql.moments``, or the column's CDF, ``dpsql.sql.quantiles``): the block's factor is the last of
     the product, so each group cell owns consecutive rows. A cell no row can reach (WHERE) has SUM 0 and no
-    other aggregate (NULL, as in SQL)."""
+    other aggregate (NULL, as in SQL). A quantile's CDF is projected once per column (``cdfs``)."""
     encoding = compiled.encoding
     if isinstance(item, Quantile):
         width = compiled.columns[item.column].size
@@ -158,7 +164,11 @@ def _aggregate_column(
         block_values[flat] = np.asarray(values[rows.index]).reshape(-1, width)
         block_variances[flat] = np.asarray(variances[rows.index]).reshape(-1, width)
     if isinstance(item, Quantile):
-        released, errors = quantiles.released(item, compiled.columns[item.column], block_values, block_variances)
+        domain = compiled.columns[item.column]
+        if item.column not in cdfs:
+            cells = domain.value_cells
+            cdfs[item.column] = quantiles.monotone(block_values[:, :cells], block_variances[:, :cells])
+        released, errors = quantiles.released(item, domain, cdfs[item.column], block_variances)
     else:
         assert encoding is not None
         released, errors = encoding.released(item.function, block_values, block_variances)

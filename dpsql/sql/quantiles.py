@@ -5,10 +5,14 @@ product to the workload: ``Identity`` on the GROUP BY cells ⊗ ``Prefix`` on ``
 cumulative count ``F(k)`` of every cell ``k`` in every group. Every quantile of the column, any number
 and any fractions, shares that one product; the planner picks its strategy (hierarchies, hats, Kronecker
 factors, …) and its share of the budget jointly with the statement's counts, and least squares makes
-``F`` consistent with them. The released CDF is never clipped or made monotone before inversion (which
-biases every quantile; inversion of the raw least-squares CDF is unbiased in rank).
+``F`` consistent with them. Its cells are never clipped before inversion (clipping turns the noise of every
+empty cell into positive mass and biases every quantile); instead each group's CDF is *projected*
+(``monotone``): the weighted least-squares fit among non-decreasing, non-negative sequences, weights
+1/Var F(k). The true CDF lies in that convex set, so the projection is never farther from it, in that
+norm, than the least-squares CDF was — and it is the large gain for small groups (docs/math.md §13).
 
-Inversion (post-processing, it never fails and never reads data): ``N = round(F(last value cell))``
+Inversion (post-processing, it never fails and never reads data), on the projected CDF:
+``N = round(F(last value cell))``
 non-NULL rows (NULLs are ignored, as in SQL), and the ``j``-th order statistic (``j = 0 .. N−1``) is
 the first cell ``k`` with ``F(k) ≥ j + 1``, or the last cell if there is none. Then, as DuckDB and
 PostgreSQL define them:
@@ -37,6 +41,7 @@ import datetime
 import math
 
 import numpy as np
+from scipy.optimize import isotonic_regression
 
 from dpsql.errors import NotSupportedError
 from dpsql.schema import ColumnDomain
@@ -50,6 +55,7 @@ QUANTILE_RULE = (
 )
 BAND = 1.96  # the rank band inverted for the value error: ± this many rank standard errors, then ÷ (2·BAND)
 TOLERANCE = 1e-6  # least-squares answers are floats: an exact count of 7 may come back as 6.9999999
+VARIANCE_FLOOR = 1e-12  # a cell measured without noise (tests) weighs 1e12 in the projection, not infinitely
 
 
 def check_column(item: Quantile, domain: ColumnDomain) -> None:
@@ -71,9 +77,23 @@ def cdf_block(domain: ColumnDomain) -> Prefix:
     return Prefix(domain.size)
 
 
+def monotone(values: np.ndarray, variances: np.ndarray) -> np.ndarray:
+    """Each group's CDF (rows of ``values``, over the column's value cells) projected onto the
+    non-decreasing, non-negative sequences: weighted isotonic regression (pool adjacent violators,
+    weights 1/Var F(k), a property of the plan), then the negative part set to 0 — which is the
+    projection onto both constraints at once. A row that is not finite is left as it is."""
+    projected = np.array(values, dtype=float)
+    weights = 1.0 / np.maximum(np.asarray(variances, dtype=float), VARIANCE_FLOOR)
+    for cdf, weight in zip(projected, weights):
+        if np.all(np.isfinite(cdf)) and np.all(np.isfinite(weight)) and np.any(np.diff(cdf) < 0):
+            cdf[:] = isotonic_regression(cdf, weights=weight).x
+    return np.where(np.isfinite(projected), np.maximum(projected, 0.0), projected)
+
+
 def released(item: Quantile, domain: ColumnDomain, values: np.ndarray, variances: np.ndarray) -> tuple[list[object], list[float | None]]:
-    """Per group (rows of ``values``/``variances``: the CDF over the column's cells, in rows), the
-    quantile and its error in value units (module doc). Never fails."""
+    """Per group (rows of ``values``/``variances``: the projected CDF over the column's value cells, from
+    ``monotone``, and the least-squares CDF's variances), the quantile and its error in value units
+    (module doc). Never fails."""
     out: list[object] = []
     errors: list[float | None] = []
     cells = domain.value_cells
