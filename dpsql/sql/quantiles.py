@@ -41,7 +41,6 @@ import datetime
 import math
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 from dpsql.errors import NotSupportedError
 from dpsql.schema import ColumnDomain
@@ -82,6 +81,8 @@ def monotone(values: np.ndarray, variances: np.ndarray) -> np.ndarray:
     non-decreasing, non-negative sequences: weighted isotonic regression (pool adjacent violators,
     weights 1/Var F(k), a property of the plan), then the negative part set to 0 — which is the
     projection onto both constraints at once. A row that is not finite is left as it is."""
+    from scipy.optimize import isotonic_regression  # imported when first needed: scipy.optimize costs ~0.3 s
+
     projected = np.array(values, dtype=float)
     weights = 1.0 / np.maximum(np.asarray(variances, dtype=float), VARIANCE_FLOOR)
     for cdf, weight in zip(projected, weights):
