@@ -40,8 +40,7 @@ from dpsql.sql.parse import Quantile
 from dpsql.sql.quantiles import QUANTILE_RULE
 from dpsql.types import NUMBER, STRING
 from dpsql.workloads import CompiledBatch
-from planner.select import BoundUnavailableError
-from planner.strategies.direct import row_norms2_over
+from planner import BoundUnavailableError, row_norms2_over
 
 DESCRIPTION = (
     ("section", STRING, None, None, None, None, False),

@@ -34,7 +34,7 @@ import numpy as np
 
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.bounded import KeyHistogram
-from planner.partition import PartitionSelection
+from planner import PartitionSelection
 
 
 @dataclass(frozen=True)

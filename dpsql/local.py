@@ -84,10 +84,10 @@ from planner.ldp import (
     InvalidEpsilonError,
     Mechanism,
     MechanismFormatError,
+    Report,
     WorkloadNotSupportedError,
 )
 from planner.ldp import design as design_mechanism
-from planner.ldp.deploy import Report
 
 MAX_SURVEY_CELLS = 1024
 """Largest survey domain (cells = user types). The dense optimizer's cost grows as n³: n = 256 takes

@@ -30,11 +30,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from planner import Plan, Workload
-from planner.recovery import helmert_basis, nonnegative_fit
-from planner.strategies.base import Answers, Measurement
-from planner.store import MeasurementStore
-from planner.strategies.residual import NonNegativityReport
-from planner.workload import marginal_for
+from planner import Answers, Measurement, MeasurementStore, NonNegativityReport, helmert_basis, marginal_for, nonnegative_fit
 
 GLS_ERRORS_NOTE = "standard errors are the GLS ones"
 

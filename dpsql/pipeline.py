@@ -45,8 +45,7 @@ from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
 from dpsql.sql.parse import Count, predicate_columns
 from dpsql.sql.statement import Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
-from planner.strategies.base import Answers, Measurement
-from planner.workload import Workload, marginal_for
+from planner import Answers, Measurement, Workload, marginal_for
 
 RELATIVE_TOLERANCE = 1e-9  # kept variances this close to a fresh plan's count as equally accurate
 BOUND_TEXT_CACHE_SIZE = 256  # texts without parameters kept parsed and bound (process-wide)

@@ -13,7 +13,7 @@ from dpsql.keys import KeyBounds
 from dpsql.session import Table
 from dpsql.sql.statement import Statement
 from dpsql.workloads import CompiledBatch
-from planner.selection_split import SelectionSplit
+from planner import SelectionSplit
 
 
 @dataclass(frozen=True)

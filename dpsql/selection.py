@@ -3,7 +3,7 @@
 ``design`` (in prepare, nothing read) chooses how the statement selects its keys; ``release`` (after the
 one read, the statement already charged) selects them and answers the statement over them. Two designs:
 
-* **Thresholded measurement** (``planner.keyed_release``), whenever every query either groups by the
+* **Thresholded measurement** (``planner.design_keyed_release``), whenever every query either groups by the
   column or sums over all of it (GROUP BY, CUBE, ROLLUP, GROUPING SETS, UNION ALL, batches): every present
   key's cells are measured with noise, the keys whose noisy total reaches a threshold are released with
   those very counts — selection costs only its δ — and the queries over all keys (``(sex)``, ``()``) are
@@ -31,13 +31,23 @@ from dpsql.request import Prepared, Selection
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import KeyHistogram
 from dpsql.workloads import CompiledBatch, compile_batch
-from planner import keyed_release
-from planner.noise import NoiseParameterError, discrete_gaussian, discrete_laplace
-from planner.partition import PartitionSelectionImpossibleError
-from planner.selection_split import split
-from planner.strategies.base import Answers
-from planner.strategies.direct import row_norms2, row_norms2_over
-from planner.workload import Domain, Identity, Product, Workload, marginal_for
+from planner import (
+    Answers,
+    Domain,
+    Identity,
+    KeyedRelease,
+    NoiseParameterError,
+    PartitionSelectionImpossibleError,
+    Product,
+    Workload,
+    design_keyed_release,
+    discrete_gaussian,
+    discrete_laplace,
+    marginal_for,
+    row_norms2,
+    row_norms2_over,
+    split,
+)
 
 MAX_KEYED_OTHER_CELLS = 1 << 16  # a statement selecting keys reads every (key, other cells) count
 
@@ -47,7 +57,7 @@ class ThresholdedDesign:
     """The thresholded-measurement design: the release parameters, which products are per key and which
     over all keys, and the plan for the latter over the other attributes ``X``."""
 
-    release: keyed_release.KeyedRelease
+    release: KeyedRelease
     per_key: tuple[int, ...]  # products that group by the column (Identity on it)
     totals: tuple[int, ...]  # products that sum over it
     others: Domain  # X: the other attributes of the workload
@@ -142,7 +152,7 @@ def _thresholded(
         def totals_error(share: planner.Privacy) -> float:  # variances scale as 1/ε² (1/ρ): for choosing the split
             return weighted / (float(share.epsilon) ** 2 if share.is_laplace else float(share.rho))
 
-    release = keyed_release.design(
+    release = design_keyed_release(
         privacy, session.selection_delta(), bounds.max_groups_per_unit, bounds.max_rows_per_group,
         min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group), others.size, families, totals_error,
     )

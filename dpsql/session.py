@@ -27,7 +27,7 @@ from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.keys import ReleasedKeys
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.literals import ColumnType, canonical_schema
-from planner.store import MeasurementStore
+from planner import MeasurementStore
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 PLAN_CACHE_SIZE = 64  # plans kept per session (least recently used evicted)

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from planner.noise import discrete_gaussian_variance, discrete_laplace_variance
 from planner.partition import MIN_PARTITION_DELTA, require_selection_possible
@@ -64,6 +63,8 @@ def laplace_sum_tail(scale: float, count: int, excess: float) -> float:
         return -lam * excess + count * (2 * math.log1p(-q) - math.log1p(-q * math.exp(lam)) - math.log1p(-q * math.exp(-lam)))
 
     limit = 1.0 / scale  # M is finite for λ < ln(1/q) = 1/scale
+    from scipy.optimize import minimize_scalar  # imported when first needed: scipy.optimize costs ~0.3 s
+
     found = minimize_scalar(log_bound, bounds=(1e-12, limit * (1 - 1e-9)), method="bounded", options={"xatol": 1e-12})
     return float(min(1.0, math.exp(min(log_bound(float(found.x)), 0.0))))
 

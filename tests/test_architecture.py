@@ -1,5 +1,5 @@
 """The layering the architecture promises (docs/architecture.md): ``planner`` never imports ``dpsql``,
-and no module of either package imports, directly or through others, a module that imports it back —
+``dpsql`` uses the planner's public API only (``planner`` and its ``planner.ldp`` subpackage), and no module of either package imports, directly or through others, a module that imports it back —
 counting imports inside functions too (a lazy import is still a dependency), but not imports made only
 for type checkers (``if TYPE_CHECKING:``)."""
 
@@ -103,6 +103,18 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_planner_never_imports_dpsql() -> None:
     offending = {m: sorted(t for t in targets if t.split(".")[0] == "dpsql") for m, targets in _graph().items() if m.split(".")[0] == "planner"}
     assert {m: t for m, t in offending.items() if t} == {}
+
+
+PLANNER_PUBLIC = {"planner", "planner.ldp"}
+
+
+def test_dpsql_uses_the_planner_public_api_only() -> None:
+    graph = _graph()
+    offending = {m: sorted(t for t in targets if t.startswith("planner") and t not in PLANNER_PUBLIC) for m, targets in graph.items() if m.startswith("dpsql")}
+    assert {m: t for m, t in offending.items() if t} == {}
+    broken = {m: set(t) for m, t in graph.items()}
+    broken["dpsql.explain"].add("planner.strategies.direct")  # the import this check removed
+    assert any(t == "planner.strategies.direct" for t in broken["dpsql.explain"] if t not in PLANNER_PUBLIC)
 
 
 def test_no_import_cycles() -> None:

@@ -14,7 +14,7 @@ Example:
     True
 """
 
-from planner.ldp.deploy import Aggregator, ItemSetMechanism, Mechanism, TableMechanism, WorkloadAnswers, design
+from planner.ldp.deploy import Aggregator, ItemSetMechanism, Mechanism, Report, TableMechanism, WorkloadAnswers, design
 from planner.ldp.errors import (
     InvalidEpsilonError,
     InvalidStrategyError,
@@ -38,6 +38,7 @@ from planner.ldp.protocols import (
 from planner.ldp.wnnls import non_negative_answers
 
 __all__ = [
+    "Report",
     "Aggregator",
     "ItemSetMechanism",
     "Mechanism",
