@@ -14,6 +14,7 @@ order of its GROUP BY columns (the first varies slowest).
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -32,7 +33,7 @@ from dpsql.sql.statement import Statement
 from dpsql.types import DATETIME, NUMBER, STRING
 
 Row = tuple[object, ...]
-Interval = tuple[float, float]
+Interval = tuple[float, float] | tuple[datetime.date, datetime.date]  # a date quantile's interval is in dates
 
 
 def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: float) -> list[tuple[Interval | None, ...]]:
@@ -42,10 +43,24 @@ def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: floa
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ProgrammingError(f"the confidence level must lie strictly between 0 and 1, got {level!r}")
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    return [
-        tuple(None if e is None or v is None else (float(v) - z * float(e), float(v) + z * float(e)) for v, e in zip(row, err))  # type: ignore[arg-type]
-        for row, err in zip(rows, errors)
-    ]
+    return [tuple(None if e is None or v is None else _interval(v, z * float(e)) for v, e in zip(row, err)) for row, err in zip(rows, errors)]  # type: ignore[arg-type]
+
+
+def _interval(value: object, half_width: float) -> Interval:
+    """``value ± half_width``; a date quantile's error is in days: whole days, rounded outwards, and the
+    interval ends at the calendar's ends."""
+    if isinstance(value, datetime.date):
+        step = datetime.timedelta(days=half_width if isinstance(value, datetime.datetime) else math.ceil(half_width))
+        return (_shifted(value, -step), _shifted(value, step))
+    return (float(value) - half_width, float(value) + half_width)  # type: ignore[arg-type]
+
+
+def _shifted(day: datetime.date, step: datetime.timedelta) -> datetime.date:
+    try:
+        return day + step
+    except OverflowError:
+        end = type(day).max if step > datetime.timedelta(0) else type(day).min
+        return end.replace(tzinfo=day.tzinfo) if isinstance(day, datetime.datetime) and isinstance(end, datetime.datetime) else end
 
 
 @dataclass(frozen=True)

@@ -30,15 +30,18 @@ bin that holds the rank (the grouped-data quantile). A group with no rows (``N =
 
 Error bars (docs/math.md §13): the *rank* standard error of a quantile is ``√(Var F(k) + q²·Var N)`` at
 the answer's cell ``k`` (the CDF's and the count's standard errors, a property of the plan; EXPLAIN states
-the CDF's range); the released error is in *value* units: the spread of the values at ranks within
-1.96 rank standard errors of the target rank, divided by 2 × 1.96 — so ``value ± 1.96·error`` is the
-inverted 95 % rank band (empirical coverage 96 % in the tests), an approximation at other levels.
+the CDF's range); the released error is in *value* units: the values at ranks within 1.96 rank standard
+errors of the target rank form the inverted 95 % band (Woodruff), and the error is the larger distance
+from the answer to the band's ends ÷ 1.96 — so ``value ± 1.96·error`` holds the whole band. Conservative
+(the covariance of ``F(k)`` with ``N`` is left out): 95 % intervals covered 99.4 % in the tests and
+99.1–99.6 % on PUMS and Adult; at other levels the interval is an approximation. A date's error is in days.
 """
 
 from __future__ import annotations
 
 import datetime
 import math
+from statistics import NormalDist
 
 import numpy as np
 
@@ -52,7 +55,8 @@ QUANTILE_RULE = (
     "PERCENTILE_DISC(q) = x[max(ceil(qN) - 1, 0)], PERCENTILE_CONT(q) interpolates x at q(N - 1), MIN and MAX are the "
     "0 and 1 quantiles of the noisy CDF over the declared domain (estimates); a bins column answers to its bins"
 )
-BAND = 1.96  # the rank band inverted for the value error: ± this many rank standard errors, then ÷ (2·BAND)
+BAND = NormalDist().inv_cdf(0.975)  # 1.959964…: the 95 % rank band inverted for the value error (± BAND rank SEs)
+ENDPOINT_SLACK = 1e-9  # relative: value ± BAND·error keeps the band's (often integer) endpoints despite rounding
 TOLERANCE = 1e-6  # least-squares answers are floats: an exact count of 7 may come back as 6.9999999
 VARIANCE_FLOOR = 1e-12  # a cell measured without noise (tests) weighs 1e12 in the projection, not infinitely
 
@@ -110,8 +114,9 @@ def released(item: Quantile, domain: ColumnDomain, values: np.ndarray, variances
         spread = BAND * math.sqrt(max(float(variance[cell]) + item.fraction**2 * float(variance[-1]), 0.0))
         low = _position(domain, cdf, max(rank - spread, 1.0))
         high = _position(domain, cdf, max(min(rank + spread, float(total)), 1.0))
+        center = _as_number(value) if domain.kind != "bins" else _position(domain, cdf, rank)
         out.append(value)
-        errors.append(max(high - low, 0.0) / (2 * BAND))
+        errors.append(max(high - center, center - low, 0.0) / BAND * (1 + ENDPOINT_SLACK))
     return out, errors
 
 
@@ -157,7 +162,10 @@ def _position(domain: ColumnDomain, cdf: np.ndarray, rank: float) -> float:
 
 def _number(domain: ColumnDomain, cell: int) -> float:
     """A range cell's value as a number (a date as its day ordinal)."""
-    label = domain.labels()[cell]
+    return _as_number(domain.labels()[cell])
+
+
+def _as_number(label: object) -> float:
     if isinstance(label, datetime.date):
         return float(label.toordinal())
     return float(label)  # type: ignore[arg-type]
