@@ -31,8 +31,9 @@ statement against the even split per grouping set (each of the 4 grouping sets a
 ε/8 each) — what a tool that answers one GROUP BY per query spends on a CUBE (the peers are not run on it:
 they would do the same).
 
-Columns: mean absolute error over groups and trials, for SUM and AVG, and the ratio of the baseline's
-(or peer's) AVG MAE to dpsql's.
+Columns: mean absolute error over groups and trials, for SUM and AVG, the ratio of the baseline's (or
+peer's) AVG MAE to dpsql's, and for dpsql the share of its 95 % intervals (``cursor.confidence_interval``)
+that hold the exact SUM and AVG (of the clamped values; AVG over groups with rows).
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/aggregates.py [--trials 200] [--tumult-trials 10]
     # peers, each in its own environment (never dpsql dependencies):
@@ -101,7 +102,8 @@ def truth(task: Task, data: pd.DataFrame) -> pd.DataFrame:
     return grouped.assign(avg=grouped["sum"] / grouped["count"].where(grouped["count"] > 0))
 
 
-def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> list[pd.DataFrame]:
+def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
+    """dpsql's releases and their 95 % intervals (``cursor.confidence_interval``), per trial."""
     schema = {
         "privacy_unit": None,
         "columns": {**{g: {"categories": c} for g, c in task.categories.items()}, task.column: {"bounds": list(task.bounds)}},
@@ -109,13 +111,27 @@ def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> list[pd.DataFra
     connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON * trials), reuse=False)
     connection.register("t", data, schema=schema)
     cursor = connection.cursor()
-    released = []
+    released, intervals = [], []
     for _ in range(trials):
         rows = cursor.execute(task.sql(), epsilon=EPSILON).fetchall()
-        frame = pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups))
-        released.append(frame)
+        released.append(pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups)))
+        bands = [(*row[: len(task.groups)], *band[len(task.groups) :]) for row, band in zip(rows, cursor.confidence_interval(0.95))]
+        intervals.append(pd.DataFrame(bands, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups)))
     connection.close()
-    return released
+    return released, intervals
+
+
+def coverage(exact: pd.DataFrame, intervals: list[pd.DataFrame], column: str) -> float:
+    """The share of 95 % intervals holding the exact value (AVG: groups with rows only; a NULL AVG, no interval,
+    counts as not covered)."""
+    covered = []
+    for frame in intervals:
+        frame = frame.reindex(exact.index)
+        for key, band in frame[column].items():
+            if column == "avg" and exact.loc[key, "count"] == 0:
+                continue
+            covered.append(isinstance(band, tuple) and band[0] <= exact.loc[key, column] <= band[1])
+    return float(np.mean(covered))
 
 
 def even_split_trials(task: Task, data: pd.DataFrame, trials: int, rng: np.random.Generator) -> list[pd.DataFrame]:
@@ -210,7 +226,8 @@ def cube_rows(trials: int, rng: np.random.Generator) -> list[dict[str, object]]:
     mae = {method: np.mean(np.array(errors_), axis=0) for method, errors_ in (("dpsql", ours), ("even split per grouping set", theirs))}
     return [
         {"task": name, "method": method, "groups": len(exact), "trials": trials, "epsilon": EPSILON,
-         "sum_mae": float(sum_mae), "avg_mae": float(avg_mae), "avg_mae_vs_dpsql": float(avg_mae / mae["dpsql"][1])}
+         "sum_mae": float(sum_mae), "avg_mae": float(avg_mae), "avg_mae_vs_dpsql": float(avg_mae / mae["dpsql"][1]),
+         "sum_coverage_95": "", "avg_coverage_95": ""}
         for method, (sum_mae, avg_mae) in mae.items()
     ]
 
@@ -227,7 +244,8 @@ def main() -> None:
     for task in TASKS:
         data = task.frame()
         exact = truth(task, data)
-        methods = {"dpsql": dpsql_trials(task, data, args.trials), "even split": even_split_trials(task, data, args.trials, rng)}
+        dpsql_released, dpsql_intervals = dpsql_trials(task, data, args.trials)
+        methods = {"dpsql": dpsql_released, "even split": even_split_trials(task, data, args.trials, rng)}
         for peer in PEERS:
             released = peer_trials(peer, task, peer_trial_counts[peer])
             if released is not None:
@@ -237,9 +255,11 @@ def main() -> None:
             rows.append({
                 "task": task.name, "method": name, "groups": len(exact), "trials": len(methods[name]), "epsilon": EPSILON,
                 "sum_mae": sum_mae, "avg_mae": avg_mae, "avg_mae_vs_dpsql": avg_mae / measured["dpsql"][1],
+                "sum_coverage_95": coverage(exact, dpsql_intervals, "sum") if name == "dpsql" else "",
+                "avg_coverage_95": coverage(exact, dpsql_intervals, "avg") if name == "dpsql" else "",
             })
     rows += cube_rows(args.trials, rng)
-    columns = ["task", "method", "groups", "trials", "epsilon", "sum_mae", "avg_mae", "avg_mae_vs_dpsql"]
+    columns = ["task", "method", "groups", "trials", "epsilon", "sum_mae", "avg_mae", "avg_mae_vs_dpsql", "sum_coverage_95", "avg_coverage_95"]
     print_table(rows, columns, number_text)
     print(f"written to {write_csv('aggregates.csv', rows, columns)}")
 
