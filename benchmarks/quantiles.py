@@ -11,11 +11,11 @@ metadata, never from the data; group keys public, every declared category):
 Methods, each releasing every fraction of every group at a total ε = 1 (pure DP, add/remove one row):
 
 * dpsql: ``SELECT g, QUANTILE_CONT(v, 0.1) AS p10, …, QUANTILE_CONT(v, 0.9) AS p90 FROM t GROUP BY g`` (and
-  ``MEDIAN(v)``) — one statement, one Identity ⊗ Prefix product planned by the planner and inverted unclipped;
-* identity histogram, clipped (the naive approach): one histogram of the column per group with Laplace
-  noise at ε, negative bins set to 0, then the clipped CDF inverted with dpsql's rule; and the same
-  histogram inverted unclipped — together they separate what the planner's strategy buys from what not
-  clipping buys;
+  ``MEDIAN(v)``) — one statement, one Identity ⊗ Prefix product planned by the planner, each group's CDF
+  projected onto monotone non-negative CDFs and inverted;
+* identity histogram (the naive approach): one histogram of the column per group with Laplace noise at ε,
+  its CDF from the cells with negative ones set to 0 ("clipped"), or projected as dpsql projects its own
+  ("projected"), inverted with dpsql's rule — against dpsql, they show what the planner's strategy buys;
 * OpenDP (its own environment with ``opendp[polars]``: ``DPSQL_PEER_PYTHON``): its Polars context,
   ``.dp.quantile(alpha, candidates)`` per fraction in one query, the candidates every integer of the range
   (``benchmarks/peers/opendp_quantiles.py``);
@@ -41,20 +41,25 @@ with noise off, checked): the floor of ``tie_rank_error`` and ``value_error``. `
 floor under ties: a value off the true quantile can score below the exact answer (OpenDP and Tumult do,
 on Adult's large groups, where dpsql's answers are exact to within 0.0002 in ``tie_rank_error``).
 
+``coverage_95`` (dpsql only): the share of its 95 % intervals (``cursor.confidence_interval``) holding the
+exact PERCENTILE_CONT.
+
 Measured (``results/quantiles.csv``, 100 trials, Tumult 10; OpenDP 0.16.0, Tumult Analytics 0.21.0 on
-tmlt.core 0.19.1 and PySpark 3.5.9): PUMS age deciles — rank error 0.0184 (dpsql) vs 0.0445 (Tumult) and
-0.0449 (OpenDP), 2.4× lower (tie-aware 0.0082 vs 0.0357, 4.4×; the exact answer's 0.0095). Adult deciles
-— 0.163 vs 0.134 (Tumult) / 0.159 (OpenDP), floor 0.120: the target is missed on this metric, which the
-ties dominate; tie-aware 0.057 vs 0.086 (OpenDP), 1.5× (in a 30-trial breakdown dpsql's answers are exact
-to 0.0002 in the seven large groups, OpenDP's off by 0.004–0.022, and the groups of 21 and 10 rows dominate
-both means; dpsql answers NULL when a noisy group total rounds to ≤ 0: 99 of 8,100 answers, scored at the
-midpoint). Medians (one quantile at the full ε): the peers' exponential mechanism over 99–101 candidates
-beats the CDF — PUMS 0.0185 (dpsql) vs 0.0071 (Tumult) / 0.0129 (OpenDP), tie-aware 0.0072 vs 0.0071 /
-0.0006. Why: the planner prices the whole CDF (every prefix of 101 cells, per group, pure DP: its
+tmlt.core 0.19.1 and PySpark 3.5.9): PUMS age deciles — rank error 0.0185 (dpsql) vs 0.0444 (Tumult) and
+0.0445 (OpenDP), 2.4× lower (tie-aware 0.0077 vs 0.0351, 4.6×; the exact answer's 0.0095). Adult deciles —
+tie-aware 0.038 vs 0.083 (OpenDP) and 0.130 (Tumult, whose answers are never exactly a data value, so its
+tie-aware error is its rank error), 2.2× lower than the best peer. In plain rank error, 0.149 vs 0.130
+(Tumult) / 0.156 (OpenDP): the ties dominate that metric, and the exact answer itself scores 0.120, more than
+half of any peer's, so no method can be 2× lower there. The seven large groups are answered almost exactly;
+the groups of 21 and 10 rows dominate every mean (dpsql answers NULL when a group's projected total rounds
+to ≤ 0: 18 of 8,100 answers, scored at the midpoint). Medians (one quantile at the full ε): the peers'
+exponential mechanism over 99–101 candidates beats the CDF — PUMS 0.020 (dpsql) vs 0.0065 (Tumult) / 0.0127
+(OpenDP). Why: the planner prices the whole CDF (every prefix of 101 cells, per group, pure DP: its
 p-identity + ridge plan is 3.2× the SVD bound, a rank standard error of 3.4–6.6 rows), which is what any
 number of quantiles needs and what one median does not; an exponential mechanism spends all of ε on one
-rank. Clipping the naive histogram costs little here (groups of hundreds of rows, few empty cells): the
-gain over it is the strategy's, 1.17× in rank error on PUMS deciles (1.56× tie-aware).
+rank. Coverage of dpsql's 95 % intervals: 98.8–99.6 % (conservative, docs/math.md §13). Against the naive
+histogram, the strategy's gain is 1.17× in rank error on PUMS deciles (1.66× tie-aware); on Adult the two
+tie (0.038), the small groups' error being the projection's to win, not the strategy's.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/quantiles.py [--trials 100] [--tumult-trials 10] [--csv quantiles.csv]
     # peers, each in its own environment (never dpsql dependencies):
