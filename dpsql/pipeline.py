@@ -420,7 +420,8 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     answers, note = _finished(session, prepared, gls, plan, measurement, from_store=len(from_store) == len(everything), batch=batch)
     combined = bool(kept) or (estimates is not None and earlier > 0 and bool(from_store))
     outcome = Outcome("combined" if combined else "measured", note=note)
-    return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), outcome)
+    variances_of = plan.variances_of if not from_store else None  # the plan's covariances hold for its own answers only
+    return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, variances_of), outcome)
 
 
 def _zero_results(batch: CompiledBatch) -> list[ResultSet]:

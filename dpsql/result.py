@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
@@ -33,6 +33,9 @@ from dpsql.sql.statement import Statement
 from dpsql.types import DATETIME, NUMBER, STRING
 
 Row = tuple[object, ...]
+RankVariances = Callable[[int, str, float], "np.ndarray | None"]
+"""(product index in the branch, quantiled column, fraction) → ``Var(F(k) − q·N)`` of the product's rows from
+the plan (``quantiles.rank_block``), or None where the plan does not offer it."""
 Interval = tuple[float, float] | tuple[datetime.date, datetime.date]  # a date quantile's interval is in dates
 
 
@@ -93,13 +96,19 @@ class ResultSet(ResultFrames):
 
 
 def statement_result(
-    statement: Statement, compiled: Sequence[CompiledQuery], values: Sequence[Sequence[np.ndarray]], variances: Sequence[Sequence[np.ndarray]]
+    statement: Statement,
+    compiled: Sequence[CompiledQuery],
+    values: Sequence[Sequence[np.ndarray]],
+    variances: Sequence[Sequence[np.ndarray]],
+    ranks: Sequence[RankVariances | None] | None = None,
 ) -> ResultSet:
-    """The result set of ``statement`` from each branch's compiled query and its products' answers."""
+    """The result set of ``statement`` from each branch's compiled query and its products' answers (and,
+    per branch, the quantiles' rank variances when the plan gives them)."""
     rows: list[Row] = []
     errors: list[Row] = []
-    for branch, query, branch_values, branch_variances in zip(statement.branches, compiled, values, variances):
-        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances)
+    branch_ranks = ranks if ranks is not None else [None] * len(compiled)
+    for branch, query, branch_values, branch_variances, rank in zip(statement.branches, compiled, values, variances, branch_ranks):
+        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances, rank)
         for row, error in zip(branch_rows, branch_errors):
             output = tuple(s.value if isinstance(s, Constant) else row[s] for s in branch.layout)
             if branch.having is not None and not holds(branch.having, output):
@@ -111,7 +120,9 @@ def statement_result(
     return ResultSet(_description(statement, compiled), [r[:shown] for r in rows], [e[:shown] for e in errors])
 
 
-def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]) -> tuple[list[Row], list[Row]]:
+def _branch_rows(
+    compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], ranks: RankVariances | None = None
+) -> tuple[list[Row], list[Row]]:
     """One row per shown GROUP BY cell (hidden remainder cells left out), in domain order."""
     shape = compiled.group_shape
     cells = np.arange(compiled.group_cells)
@@ -135,7 +146,7 @@ def _branch_rows(compiled: CompiledQuery, values: Sequence[np.ndarray], variance
             error_columns.append([None] * int(shown.sum()))
             continue
         if isinstance(item, (Aggregate, Quantile)):
-            released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs)
+            released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs, ranks)
             columns.append([released[i] for i in np.flatnonzero(shown)])
             error_columns.append([errors[i] for i in np.flatnonzero(shown)])
             continue
@@ -159,6 +170,7 @@ def _aggregate_column(
     values: Sequence[np.ndarray],
     variances: Sequence[np.ndarray],
     cdfs: dict[str, np.ndarray],
+    ranks: RankVariances | None = None,
 ) -> tuple[list[object], list[float | None]]:
     """Per GROUP BY cell, an aggregate or a quantile and its error from its block (the moment cells,
     ``dpsql.sql.moments``, or the column's CDF, ``dpsql.sql.quantiles``): the block's factor is the last of
@@ -173,17 +185,22 @@ def _aggregate_column(
     cells = compiled.group_cells
     block_values = np.zeros((cells, width))
     block_variances = np.zeros((cells, width))
+    rank_variances = None
     if rows is not None:
         keys = rows.keys[::width]
         flat = np.ravel_multi_index(tuple(keys.T), compiled.group_shape) if compiled.group_shape else np.zeros(len(keys), dtype=int)
         block_values[flat] = np.asarray(values[rows.index]).reshape(-1, width)
         block_variances[flat] = np.asarray(variances[rows.index]).reshape(-1, width)
+        ranked = ranks(rows.index, item.column, item.fraction) if ranks is not None and isinstance(item, Quantile) else None
+        if ranked is not None:
+            rank_variances = np.zeros((cells, width))
+            rank_variances[flat] = np.asarray(ranked).reshape(-1, width) / compiled.scale**2
     if isinstance(item, Quantile):
         domain = compiled.columns[item.column]
         if item.column not in cdfs:
-            cells = domain.value_cells
-            cdfs[item.column] = quantiles.monotone(block_values[:, :cells], block_variances[:, :cells])
-        released, errors = quantiles.released(item, domain, cdfs[item.column], block_variances)
+            value_cells = domain.value_cells
+            cdfs[item.column] = quantiles.monotone(block_values[:, :value_cells], block_variances[:, :value_cells])
+        released, errors = quantiles.released(item, domain, cdfs[item.column], block_variances, rank_variances)
     else:
         assert encoding is not None
         released, errors = encoding.released(item.function, block_values, block_variances)

@@ -31,8 +31,9 @@ from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.compile import CellFilter, CompiledQuery, DerivedAttribute, compile_query, statement_counts
 from dpsql.sql.distinct_units import DistinctUnits, for_batch
 from dpsql.sql.moments import ValueEncoding, encoding_for
+from dpsql.sql.quantiles import rank_block
 from dpsql.sql.statement import Statement
-from planner import Domain, Product, Workload
+from planner import Domain, Factor, Product, Workload
 
 T = TypeVar("T")
 
@@ -113,20 +114,33 @@ class CompiledBatch:
             folded[marginal] = out
         return folded
 
-    def results(self, values: Sequence[np.ndarray], variances: Sequence[np.ndarray]) -> list[ResultSet]:
+    def results(
+        self, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], variances_of: Callable[[Product], np.ndarray | None] | None = None
+    ) -> list[ResultSet]:
         """Each statement's result set from per-product answers of the merged workload (empty sequences
-        when the workload is None)."""
+        when the workload is None). ``variances_of`` (the plan's, when every product was answered by it)
+        prices the quantiles' rank errors (``quantiles.rank_block``)."""
         values = [_rows_in_order_of(v, own, merged) for v, own, merged in zip(values, self.own_products, self._merged())]
         variances = [_rows_in_order_of(v, own, merged) for v, own, merged in zip(variances, self.own_products, self._merged())]
         results = []
         for compiled in self.statements:
-            per_branch_values, per_branch_variances = [], []
+            per_branch_values, per_branch_variances, per_branch_ranks = [], [], []
             for branch, first in zip(compiled.branches, compiled.first_products):
                 count = 0 if branch.workload is None else len(branch.workload.products)
                 per_branch_values.append(values[first : first + count])
                 per_branch_variances.append(variances[first : first + count])
-            results.append(statement_result(compiled.statement, compiled.branches, per_branch_values, per_branch_variances))
+                per_branch_ranks.append(None if variances_of is None else functools.partial(self._rank_variances, variances_of, first))
+            results.append(statement_result(compiled.statement, compiled.branches, per_branch_values, per_branch_variances, per_branch_ranks))
         return results
+
+    def _rank_variances(self, variances_of: Callable[[Product], np.ndarray | None], first: int, index: int, column: str, fraction: float) -> np.ndarray | None:
+        """``Var(F(k) − q·N)`` for the rows of a branch's quantile product (its ``index``-th), in the branch's
+        row order: the merged product with its CDF block swapped for ``quantiles.rank_block``."""
+        own, merged = self.own_products[first + index], self._merged()[first + index]
+        block = rank_block(self.columns[column], fraction)
+        swapped = Product(merged.domain, tuple(Factor(f.attributes, block) if f.attributes == (column,) else f for f in merged.factors), merged.weight)
+        found = variances_of(swapped)
+        return None if found is None else _rows_in_order_of(found, own, merged)
 
     def _merged(self) -> tuple[Product, ...]:
         return () if self.workload is None else self.workload.products

@@ -72,6 +72,11 @@ class Plan:
     def query_variances(self) -> tuple[np.ndarray, ...]:
         return self.candidate.query_variances()
 
+    def variances_of(self, product: Product) -> np.ndarray | None:
+        """Exact variances of the rows of a product that is not in the workload (over its domain), under the
+        chosen strategy's estimate; None where the strategy does not offer them (see ``Candidate.variances_of``)."""
+        return self.candidate.variances_of(product)
+
     def group_budgets(self) -> tuple[GroupBudget, ...]:
         return self.candidate.group_budgets()
 

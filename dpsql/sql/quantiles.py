@@ -48,7 +48,7 @@ import numpy as np
 from dpsql.errors import NotSupportedError
 from dpsql.schema import ColumnDomain
 from dpsql.sql.parse import Quantile
-from planner import Prefix
+from planner import Explicit, Prefix
 
 QUANTILE_RULE = (
     "N = the group's non-NULL rows (the CDF's last value cell, rounded), x[j] = the first cell whose CDF reaches j + 1; "
@@ -80,6 +80,15 @@ def cdf_block(domain: ColumnDomain) -> Prefix:
     return Prefix(domain.size)
 
 
+def rank_block(domain: ColumnDomain, fraction: float) -> Explicit:
+    """Rows ``F(k) − q·N`` over the column's cells (``N``: the value cells' total, the NULL cell left out):
+    the rank error of a quantile answered at cell ``k``, as one block the plan can price (its variance
+    needs the covariance of ``F(k)`` with ``N``, which per-query variances leave out)."""
+    cells = np.arange(domain.size)
+    counted = (cells < domain.value_cells).astype(float)
+    return Explicit((cells[None, :] <= cells[:, None]).astype(float) - fraction * counted[None, :])
+
+
 def monotone(values: np.ndarray, variances: np.ndarray) -> np.ndarray:
     """Each group's CDF (rows of ``values``, over the column's value cells) projected onto the
     non-decreasing, non-negative sequences: weighted isotonic regression (pool adjacent violators,
@@ -95,14 +104,18 @@ def monotone(values: np.ndarray, variances: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(projected), np.maximum(projected, 0.0), projected)
 
 
-def released(item: Quantile, domain: ColumnDomain, values: np.ndarray, variances: np.ndarray) -> tuple[list[object], list[float | None]]:
+def released(
+    item: Quantile, domain: ColumnDomain, values: np.ndarray, variances: np.ndarray, rank_variances: np.ndarray | None = None
+) -> tuple[list[object], list[float | None]]:
     """Per group (rows of ``values``/``variances``: the projected CDF over the column's value cells, from
-    ``monotone``, and the least-squares CDF's variances), the quantile and its error in value units
-    (module doc). Never fails."""
+    ``monotone``, and the least-squares CDF's variances; ``rank_variances``: ``Var(F(k) − q·N)`` per cell from
+    the plan, ``rank_block``, when it can give them), the quantile and its error in value units (module doc).
+    Never fails."""
     out: list[object] = []
     errors: list[float | None] = []
     cells = domain.value_cells
-    for cdf, variance in zip(np.asarray(values, dtype=float)[:, :cells], np.asarray(variances, dtype=float)[:, :cells]):
+    ranks = None if rank_variances is None else np.asarray(rank_variances, dtype=float)[:, :cells]
+    for row, (cdf, variance) in enumerate(zip(np.asarray(values, dtype=float)[:, :cells], np.asarray(variances, dtype=float)[:, :cells])):
         total = int(round(float(cdf[-1]))) if math.isfinite(cdf[-1]) else 0
         if total <= 0:
             out.append(None)
@@ -111,7 +124,11 @@ def released(item: Quantile, domain: ColumnDomain, values: np.ndarray, variances
         rank = _target_rank(item, total)
         value = _value_at(item, domain, cdf, rank, total)
         cell = _cell_at(cdf, math.ceil(rank - TOLERANCE))
-        spread = BAND * math.sqrt(max(float(variance[cell]) + item.fraction**2 * float(variance[-1]), 0.0))
+        if ranks is not None:
+            rank_variance = float(ranks[row, cell])
+        else:  # the covariance of F(k) with N left out: conservative
+            rank_variance = float(variance[cell]) + item.fraction**2 * float(variance[-1])
+        spread = BAND * math.sqrt(max(rank_variance, 0.0))
         low = _position(domain, cdf, max(rank - spread, 1.0))
         high = _position(domain, cdf, max(min(rank + spread, float(total)), 1.0))
         center = _as_number(value) if domain.kind != "bins" else _position(domain, cdf, rank)

@@ -19,7 +19,7 @@ import numpy as np
 
 from planner.privacy import Privacy
 from planner.store import CoefficientEstimate
-from planner.workload import Workload
+from planner.workload import Product, Workload
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,12 @@ class Candidate(ABC):
     @abstractmethod
     def query_variances(self) -> tuple[np.ndarray, ...]:
         """Exact expected variance of every workload query (unweighted), one array per product."""
+
+    def variances_of(self, product: Product) -> np.ndarray | None:
+        """Exact variances of the rows of a product *outside* the workload (over the workload's domain) under
+        this strategy's estimate — e.g. of differences of workload queries, whose covariances the per-query
+        variances leave out — or None where the strategy does not offer them."""
+        return None
 
     def expected_error(self) -> float:
         """Expected total squared error, weights applied: ``Σ_products w² Σ_rows Var``."""

@@ -316,6 +316,15 @@ class RangeCandidate(Candidate):
     def query_variances(self) -> tuple[np.ndarray, ...]:
         return self._layout.query_variances(self.covariance)
 
+    def variances_of(self, product: Product) -> np.ndarray | None:
+        """``I ⊗ Σ_t`` answers any product over the measured marginal's attributes with cheap factors."""
+        layout = self._layout
+        if product.domain != layout.workload.domain or not set(product.attributes) <= set(layout.measured):
+            return None
+        if any(len(f.attributes) > 1 or not _cheap(f.block) for f in product.factors):
+            return None
+        return layout.product_variances(product, self.covariance)
+
     def expected_error(self) -> float:
         return self._layout.total_error(self.covariance)
 
