@@ -28,13 +28,13 @@ With noise disabled this is the exact answer for a ``range`` column. A ``bins`` 
 resolution of its bins: DISC, MIN and MAX give the bin (its label), CONT interpolates linearly inside the
 bin that holds the rank (the grouped-data quantile). A group with no rows (``N = 0``) answers NULL.
 
-Error bars (docs/math.md §13): the *rank* standard error of a quantile is ``√(Var F(k) + q²·Var N)`` at
-the answer's cell ``k`` (the CDF's and the count's standard errors, a property of the plan; EXPLAIN states
-the CDF's range); the released error is in *value* units: the values at ranks within 1.96 rank standard
-errors of the target rank form the inverted 95 % band (Woodruff), and the error is the larger distance
-from the answer to the band's ends ÷ 1.96 — so ``value ± 1.96·error`` holds the whole band. Conservative
-(the covariance of ``F(k)`` with ``N`` is left out): 95 % intervals covered 99.4 % in the tests and
-99.1–99.6 % on PUMS and Adult; at other levels the interval is an approximation. A date's error is in days.
+Error bars (docs/math.md §13): the *rank* standard error of a quantile at the answer's cell ``k`` is that of
+``F(k) − q·N``, from the plan (``rank_block`` priced by ``Plan.variances_of``, covariance included) where
+the strategy offers it, else ``√(Var F(k) + q²·Var N)`` (the covariance left out: usually conservative).
+The released error is in *value* units: the values at ranks within 1.96 rank standard errors of the target
+rank form the inverted 95 % band (Woodruff), and the error is the larger distance from the answer to the
+band's ends ÷ 1.96 — so ``value ± 1.96·error`` holds the whole band. At other levels the interval is an
+approximation. A date's error is in days.
 """
 
 from __future__ import annotations
