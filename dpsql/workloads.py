@@ -137,8 +137,11 @@ class CompiledBatch:
         """``Var(F(k) − q·N)`` for the rows of a branch's quantile product (its ``index``-th), in the branch's
         row order: the merged product with its CDF block swapped for ``quantiles.rank_block``."""
         own, merged = self.own_products[first + index], self._merged()[first + index]
-        block = rank_block(self.columns[column], fraction)
-        swapped = Product(merged.domain, tuple(Factor(f.attributes, block) if f.attributes == (column,) else f for f in merged.factors), merged.weight)
+        swapped = Product(
+            merged.domain,
+            tuple(Factor(f.attributes, rank_block(f.block, self.columns[column], fraction)) if f.attributes == (column,) else f for f in merged.factors),
+            merged.weight,
+        )
         found = variances_of(swapped)
         return None if found is None else _rows_in_order_of(found, own, merged)
 

@@ -5,7 +5,7 @@ subpackage) only, never from the modules behind it (tests/test_architecture.py).
 
 from planner.domain import Domain
 from planner.privacy import Privacy
-from planner.workload import AllRange, Explicit, Factor, Identity, Predicate, Prefix, Product, Total, Workload, marginal_for
+from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predicate, Prefix, Product, Total, Workload, marginal_for
 from planner.plan import Plan, identity_plan, plan
 from planner.keyed_release import KeyedRelease
 from planner.keyed_release import design as design_keyed_release
@@ -22,6 +22,7 @@ from planner.strategies.residual import NonNegativityReport
 __all__ = [
     "AllRange",
     "Answers",
+    "Block",
     "BoundUnavailableError",
     "Domain",
     "Explicit",

@@ -48,7 +48,7 @@ import numpy as np
 from dpsql.errors import NotSupportedError
 from dpsql.schema import ColumnDomain
 from dpsql.sql.parse import Quantile
-from planner import Explicit, Prefix
+from planner import Block, Explicit, Prefix
 
 QUANTILE_RULE = (
     "N = the group's non-NULL rows (the CDF's last value cell, rounded), x[j] = the first cell whose CDF reaches j + 1; "
@@ -80,13 +80,13 @@ def cdf_block(domain: ColumnDomain) -> Prefix:
     return Prefix(domain.size)
 
 
-def rank_block(domain: ColumnDomain, fraction: float) -> Explicit:
-    """Rows ``F(k) − q·N`` over the column's cells (``N``: the value cells' total, the NULL cell left out):
-    the rank error of a quantile answered at cell ``k``, as one block the plan can price (its variance
-    needs the covariance of ``F(k)`` with ``N``, which per-query variances leave out)."""
-    cells = np.arange(domain.size)
-    counted = (cells < domain.value_cells).astype(float)
-    return Explicit((cells[None, :] <= cells[:, None]).astype(float) - fraction * counted[None, :])
+def rank_block(cdf: Block, domain: ColumnDomain, fraction: float) -> Explicit:
+    """The rows ``F(k) − q·N`` of a CDF block (``Prefix``, or its rows masked by a WHERE on the column), ``N``
+    its last value cell's row (the NULL cell left out): the rank error of a quantile answered at cell ``k``,
+    as one block the plan can price (its variance needs the covariance of ``F(k)`` with ``N``, which
+    per-query variances leave out)."""
+    matrix = cdf.matrix()
+    return Explicit(matrix - fraction * matrix[domain.value_cells - 1][None, :])
 
 
 def monotone(values: np.ndarray, variances: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from conftest import ADULT_SCHEMA, make_adult
 from dpsql.schema import ColumnDomain
 from dpsql.sql import quantiles
 from dpsql.sql.parse import Quantile
+from planner import Explicit, Prefix
 
 CORPUS = sorted((Path(__file__).resolve().parents[2] / "grammar" / "accepted" / "quantiles").glob("*.sql"))
 
@@ -288,7 +289,10 @@ def test_a_date_interval_is_in_whole_days_and_stays_in_the_calendar() -> None:
 def test_the_rank_block_is_f_of_k_minus_q_times_the_non_null_total() -> None:
     domain = ColumnDomain("v", "range", (0, 2), nullable=True)  # cells 0, 1, 2 and the NULL cell
     expected = [[0.75, -0.25, -0.25, 0.0], [0.75, 0.75, -0.25, 0.0], [0.75, 0.75, 0.75, 0.0], [0.75, 0.75, 0.75, 1.0]]
-    np.testing.assert_allclose(quantiles.rank_block(domain, 0.25).values, expected)
+    np.testing.assert_allclose(quantiles.rank_block(Prefix(4), domain, 0.25).values, expected)
+    masked = Explicit(np.tril(np.ones((4, 4))) * np.array([0.0, 1.0, 1.0, 1.0]))  # WHERE v > 0 folded into the CDF
+    expected = [[0.0, -0.25, -0.25, 0.0], [0.0, 0.75, -0.25, 0.0], [0.0, 0.75, 0.75, 0.0], [0.0, 0.75, 0.75, 1.0]]
+    np.testing.assert_allclose(quantiles.rank_block(masked, domain, 0.25).values, expected)
 
 
 def test_the_plan_prices_each_quantile_rank_error_with_its_covariance(connection: dpsql.Connection) -> None:
@@ -311,3 +315,27 @@ def test_the_plan_prices_each_quantile_rank_error_with_its_covariance(connection
         assert ranks is not None and np.all(np.isfinite(ranks)) and np.all(ranks[:, : variances.shape[1]] > 0)
         left_out = variances + fraction**2 * variances[:, -1:]
         assert not np.allclose(ranks[:, : variances.shape[1]], left_out, rtol=0.05)
+
+
+def test_a_where_folded_into_the_cdf_is_folded_into_its_rank_error(connection: dpsql.Connection) -> None:
+    """In a masks-mode batch, ``WHERE age > 40`` zeroes the CDF rows of ages ≤ 40, so there the rank error is
+    −q·N alone and its variance the same at every such cell; the unmasked rank block (the broken variant)
+    would give a variance growing with the cell."""
+    seen = []
+    original = quantiles.released
+
+    def spy(item, domain, values, variances, rank_variances=None):  # type: ignore[no-untyped-def]
+        seen.append((item, domain, rank_variances))
+        return original(item, domain, values, variances, rank_variances)
+
+    batch = ["SELECT sex, MEDIAN(age) FROM adult WHERE age > 40 AND age <= 75 GROUP BY sex", "SELECT race, MIN(age) FROM adult GROUP BY race"]
+    quantiles.released = spy  # type: ignore[assignment]
+    try:
+        connection.workload(batch, epsilon=1.0)
+    finally:
+        quantiles.released = original  # type: ignore[assignment]
+    item, domain, ranks = next(s for s in seen if s[0].fraction == 0.5)
+    assert ranks is not None
+    low = [cell for cell, age in enumerate(domain.labels()) if age <= 40]
+    assert len(low) > 5 and np.allclose(ranks[:, low], ranks[:, low[:1]]) and np.all(ranks[:, low] > 0)
+    assert not np.allclose(ranks[:, low[-1] + 10], ranks[:, low[0]])
