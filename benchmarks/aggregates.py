@@ -57,6 +57,8 @@ import numpy as np
 import pandas as pd
 
 import dpsql
+from dpsql_runs import released_runs
+from peers.shared_table import read_table
 from results_io import number_text, print_table, write_csv
 
 HERE = Path(__file__).resolve().parent
@@ -74,9 +76,7 @@ class Task:
     categories: dict[str, list[int]]
 
     def frame(self) -> pd.DataFrame:
-        data = pd.read_csv(DATA / self.file)
-        data.columns = [c.replace("-", "_").replace(">", "_") for c in data.columns]
-        return data[[*self.groups, self.column]]
+        return read_table(DATA / self.file, [*self.groups, self.column])
 
     def sql(self) -> str:
         keys = ", ".join(self.groups)
@@ -108,16 +108,11 @@ def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> tuple[list[pd.D
         "privacy_unit": None,
         "columns": {**{g: {"categories": c} for g, c in task.categories.items()}, task.column: {"bounds": list(task.bounds)}},
     }
-    connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON * trials), reuse=False)
-    connection.register("t", data, schema=schema)
-    cursor = connection.cursor()
     released, intervals = [], []
-    for _ in range(trials):
-        rows = cursor.execute(task.sql(), epsilon=EPSILON).fetchall()
+    for rows, bands in released_runs(data, schema, task.sql(), trials, EPSILON):
         released.append(pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups)))
-        bands = [(*row[: len(task.groups)], *band[len(task.groups) :]) for row, band in zip(rows, cursor.confidence_interval(0.95))]
-        intervals.append(pd.DataFrame(bands, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups)))
-    connection.close()
+        keyed = [(*row[: len(task.groups)], *band[len(task.groups) :]) for row, band in zip(rows, bands)]
+        intervals.append(pd.DataFrame(keyed, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups)))
     return released, intervals
 
 

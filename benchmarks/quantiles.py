@@ -85,6 +85,8 @@ import dpsql
 from dpsql.schema import ColumnDomain
 from dpsql.sql import quantiles
 from dpsql.sql.parse import Quantile
+from dpsql_runs import released_runs
+from peers.shared_table import read_table
 from results_io import number_text, print_table, write_csv
 
 HERE = Path(__file__).resolve().parent
@@ -105,9 +107,7 @@ class Task:
     fractions: tuple[float, ...]
 
     def frame(self) -> pd.DataFrame:
-        data = pd.read_csv(DATA / self.file)
-        data.columns = [c.replace("-", "_").replace(">", "_") for c in data.columns]
-        return data[[self.group, self.column]]
+        return read_table(DATA / self.file, [self.group, self.column])
 
     def sql(self) -> str:
         if self.fractions == (0.5,):
@@ -135,15 +135,10 @@ def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> tuple[list[Rele
         "privacy_unit": None,
         "columns": {task.group: {"categories": list(task.categories)}, task.column: {"range": [task.low, task.high]}},
     }
-    connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON * trials), reuse=False)
-    connection.register("t", data, schema=schema)
-    cursor = connection.cursor()
     released, intervals = [], []
-    for _ in range(trials):
-        rows = cursor.execute(task.sql(), epsilon=EPSILON).fetchall()
+    for rows, bands in released_runs(data, schema, task.sql(), trials, EPSILON):
         released.append({int(key): list(values) for key, *values in rows})
-        intervals.append({int(key): list(bands) for (key, *_), (_, *bands) in zip(rows, cursor.confidence_interval(0.95))})
-    connection.close()
+        intervals.append({int(key): list(band) for (key, *_), (_, *band) in zip(rows, bands)})
     return released, intervals
 
 

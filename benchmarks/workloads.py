@@ -41,6 +41,7 @@ from dpsql import pipeline  # noqa: E402
 from dpsql.request import Prepared  # noqa: E402
 from dpsql.result import ResultSet  # noqa: E402
 from dpsql.sql.statement import parse_statement  # noqa: E402
+from peers.shared_table import read_table, sql_name  # noqa: E402
 from results_io import print_table, write_csv  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
@@ -50,9 +51,8 @@ PAIR_COLUMNS = ("workclass", "education_num", "marital_status", "race", "sex")
 
 
 def load_adult() -> tuple[pd.DataFrame, dict[str, object]]:
-    frame = pd.read_csv(DATA / "adult.csv")
-    frame.columns = [c.replace("-", "_").replace(">", "_") for c in frame.columns]
-    sizes = {k.replace("-", "_").replace(">", "_"): v for k, v in json.loads((DATA / "adult-domain.json").read_text()).items()}
+    frame = read_table(DATA / "adult.csv")
+    sizes = {sql_name(k): v for k, v in json.loads((DATA / "adult-domain.json").read_text()).items()}
     schema = {"columns": {c: {"range": [0, sizes[c] - 1]} for c in (*PAIR_COLUMNS,)}}
     return frame, schema
 

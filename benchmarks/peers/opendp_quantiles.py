@@ -17,17 +17,16 @@ import sys
 from importlib.metadata import version
 
 import opendp.prelude as dp
-import pandas as pd
 import polars as pl
+from shared_table import read_table  # beside this script: on sys.path when it runs
 
 
 def main() -> None:
     request = json.load(sys.stdin)
     groups, column, fractions = request["groups"], request["column"], request["quantiles"]
     low, high = request["bounds"]
-    data = pd.read_csv(request["data"])
-    data.columns = [c.replace("-", "_").replace(">", "_") for c in data.columns]
-    frame = pl.LazyFrame(data[[*groups, column]]).with_columns(pl.col(column).cast(pl.Int64))
+    data = read_table(request["data"], [*groups, column])
+    frame = pl.LazyFrame(data).with_columns(pl.col(column).cast(pl.Int64))
     candidates = list(range(low, high + 1))
     dp.enable_features("contrib")
     margin = dp.polars.Margin(by=groups, invariant="keys", max_length=len(data))

@@ -15,18 +15,16 @@ import json
 import sys
 from importlib.metadata import version
 
-import pandas as pd
 import snsql
 from snsql import Privacy
+from shared_table import read_table  # beside this script: on sys.path when it runs
 
 
 def main() -> None:
     request = json.load(sys.stdin)
     groups, column = request["groups"], request["column"]
     low, high = request["bounds"]
-    data = pd.read_csv(request["data"])
-    data.columns = [c.replace("-", "_").replace(">", "_") for c in data.columns]
-    data = data[[*groups, column]]
+    data = read_table(request["data"], [*groups, column])
     table = {"row_privacy": True, "censor_dims": False, "rows": len(data)}
     table.update({g: {"type": "int"} for g in groups})
     table[column] = {"type": "int", "lower": low, "upper": high}

@@ -8,8 +8,8 @@ import os
 import sys
 import tempfile
 
-import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
+from shared_table import read_table  # beside this script: on sys.path when it runs
 
 
 def local_spark() -> SparkSession:
@@ -30,6 +30,5 @@ def local_spark() -> SparkSession:
 def request_frame(spark: SparkSession, request: dict) -> DataFrame:
     """The request's CSV as a Spark frame of its group columns and the column, as integers (column names
     with '-' or '>' spelt with '_', as Spark wants)."""
-    data = pd.read_csv(request["data"])
-    data.columns = [c.replace("-", "_").replace(">", "_") for c in data.columns]
-    return spark.createDataFrame(data[[*request["groups"], request["column"]]].astype("int64"))
+    data = read_table(request["data"], [*request["groups"], request["column"]])
+    return spark.createDataFrame(data.astype("int64"))
