@@ -40,7 +40,7 @@ from dpsql.sql.parse import Quantile
 from dpsql.sql.quantiles import QUANTILE_RULE
 from dpsql.types import NUMBER, STRING
 from dpsql.workloads import CompiledBatch
-from planner import BoundUnavailableError, row_norms2_over
+from planner import BoundUnavailableError
 
 DESCRIPTION = (
     ("section", STRING, None, None, None, None, False),
@@ -240,7 +240,7 @@ def _thresholded_rows(prepared: Prepared) -> list[ExplainRow]:
     if plan is not None:
         rows += plan_rows(plan)
     workload = prepared.batch.workload
-    variances = {i: rule.cell_variance * row_norms2_over(workload.products[i], workload.domain.attributes) for i in chosen.per_key}  # type: ignore[attr-defined]
+    variances = {i: rule.answer_variances(workload.products[i], workload.domain.attributes) for i in chosen.per_key}  # type: ignore[attr-defined]
     if plan is not None:
         variances.update(zip(chosen.totals, plan.query_variances()))  # type: ignore[attr-defined]
     for number, compiled in enumerate(prepared.batch.statements, start=1):

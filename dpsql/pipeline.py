@@ -35,6 +35,7 @@ import numpy as np
 import planner
 from dpsql import keys, nonnegative, progress, selection, testing
 from dpsql.accountant import Cost, check_number
+from dpsql.costs import privacy_of
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
 from dpsql.request import Decision, Prepared, Request
@@ -152,7 +153,7 @@ def prepare(session: Session, request: Request) -> Prepared:
     cached = None
     if keyed is not None:
         cached = session.keys.get(table, keyed)
-        domain = keys.placeholder_domain(keyed) if selecting else keys.keys_domain(keyed, cached)  # type: ignore[arg-type]
+        domain = keys.placeholder_domain(keyed) if selecting else cached.domain(keyed)  # type: ignore[union-attr]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
     inputs = (request.statements, request.weights, schema, tuple(table.column_types))
     batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs))
@@ -183,7 +184,7 @@ def prepare(session: Session, request: Request) -> Prepared:
     nothing = Decision(None, (), (), None)
     if batch.workload is None:
         return Prepared(request, table, batch, rows, None, keyed, None, nothing, _free(cost))
-    privacy = planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
+    privacy = privacy_of(cost)
     if selecting:
         assert keyed is not None
         chosen = selection.design(session, table, batch, keyed, privacy)
@@ -398,8 +399,9 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     plan, measured, kept = decision.plan, decision.measured, decision.kept
     if prepared.keyed is not None:  # a released key set: the column's cells come from key bounding
         assert batch.workload is not None
-        domain = next(c for s in batch.statements for b in s.branches for n, c in b.columns.items() if n == prepared.keyed)
-        full = np.moveaxis(keys.table_over_keys(aggregation.key_histogram(result), domain), 0, batch.workload.domain.attributes.index(prepared.keyed))
+        released = session.keys.get(prepared.table, prepared.keyed)
+        assert released is not None
+        full = np.moveaxis(keys.table_over_keys(aggregation.key_histogram(result), released), 0, batch.workload.domain.attributes.index(prepared.keyed))
         required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
     else:
         required = batch.folded(plan.required_marginals(), aggregation.marginal_arrays(result))  # type: ignore[union-attr]

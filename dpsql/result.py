@@ -14,6 +14,7 @@ order of its GROUP BY columns (the first varies slowest).
 from __future__ import annotations
 
 import datetime
+import decimal
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -214,7 +215,7 @@ def _type_code(labels: Sequence[object]) -> object:
     present = [v for v in labels if v is not None]
     if present and all(isinstance(v, (datetime.date, datetime.datetime)) for v in present):
         return DATETIME
-    if all(isinstance(v, (int, float)) for v in present):
+    if all(isinstance(v, (int, float, decimal.Decimal)) for v in present):
         return NUMBER
     return STRING
 
@@ -247,7 +248,7 @@ def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tup
 def _sort_value(value: object) -> tuple[int, object]:
     """A key that orders values of any types without failing: numbers, then strings, dates, timestamps
     (naive before aware), then anything else by its text."""
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int, float, decimal.Decimal)):
         return (0, float(value))
     if isinstance(value, str):
         return (1, value)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import decimal
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -554,8 +555,17 @@ def _atom_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
         truth[: column.value_cells] = _bin_truth(atom, column)
     else:
         cells = column.labels()[: column.value_cells]
-        truth[: column.value_cells] = [TRUE if _holds(atom, cell, column) else FALSE for cell in cells]
+        truth[: column.value_cells] = [_cell_truth(atom, cell, column) for cell in cells]
     return truth
+
+
+def _cell_truth(atom: Predicate, cell: object, column: ColumnDomain) -> int:
+    """TRUE or FALSE; UNKNOWN for a released key that cannot be compared with the literal (a DATE key
+    ``'infinity'`` shown as text, against a date), like a comparison with NULL."""
+    try:
+        return TRUE if _holds(atom, cell, column) else FALSE
+    except TypeError:
+        return UNKNOWN
 
 
 def _holds(atom: Predicate, cell: object, column: ColumnDomain) -> bool:
@@ -614,7 +624,7 @@ def _coerced(value: object, example: object) -> object:
         if isinstance(value, bool):
             return value
         return bool(value) if isinstance(value, int) and value in (0, 1) else _MISMATCH
-    if isinstance(example, (int, float)):
+    if isinstance(example, (int, float, decimal.Decimal)):
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _MISMATCH
     if isinstance(example, (datetime.date, datetime.datetime)):
         if not isinstance(value, str):

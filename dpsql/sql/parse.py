@@ -204,6 +204,10 @@ _CLAUSE_NAMES = {
     "pivots": "PIVOT",
 }
 _ACCEPTED_ARGS = {"expressions", "from_", "where", "group"}
+SAMPLING_REFUSED = (
+    "TABLESAMPLE / USING SAMPLE is not supported: every statement counts all of the table's bounded rows and "
+    "sampling is not accounted for; remove the sampling clause (use a smaller epsilon for a cheaper, noisier answer)"
+)
 _COMPARISONS: dict[type[exp.Expression], str] = {
     exp.EQ: "=",
     exp.NEQ: "<>",
@@ -389,6 +393,8 @@ class BranchChecker:
     def query(self) -> Query:
         select = self._require_select()
         for arg, value in select.args.items():
+            if arg == "sample" and value:
+                raise NotSupportedError(SAMPLING_REFUSED)
             if value and arg not in _ACCEPTED_ARGS:
                 clause = _CLAUSE_NAMES.get(arg, arg.upper())
                 raise NotSupportedError(f"{clause} is not supported. {SUPPORTED}")
@@ -432,6 +438,8 @@ class BranchChecker:
             raise NotSupportedError("FROM: qualified table names (schema.table) are not supported; use the registered name")
         if table.args.get("joins") or table.args.get("laterals"):
             raise NotSupportedError(f"JOIN is not supported. {SUPPORTED}")
+        if table.args.get("sample"):
+            raise NotSupportedError(SAMPLING_REFUSED)
         name = table.name
         self.qualifiers = {name.lower()}
         if table.alias:

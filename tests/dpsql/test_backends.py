@@ -34,6 +34,7 @@ from dpsql.schema import Schema
 from dpsql.sql.bounded import BoundedAggregation
 from dpsql.sql.literals import ColumnType
 from conftest import ADULT_SCHEMA
+import engines
 from recording_backend import RecordingBackend
 
 GRAMMAR_ACCEPTED = Path(__file__).resolve().parents[2] / "grammar" / "accepted"
@@ -55,15 +56,7 @@ VISITS_SCHEMA: dict[str, object] = {
     "max_rows_per_unit": 1,
     "columns": {"slot": {"categories": [0, 1, 2]}},
 }
-IN_CI = os.environ.get("CI") == "true"
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
-
-
-def unavailable(reason: str) -> None:
-    """Skip locally, fail in CI (CI must really exercise every engine)."""
-    if IN_CI:
-        pytest.fail(f"CI=true but {reason}")
-    pytest.skip(reason=reason)
 
 
 def no_nan(frame: pd.DataFrame) -> pd.DataFrame:
@@ -99,13 +92,9 @@ def _postgres_create(connection: object, name: str, frame: pd.DataFrame) -> None
 @pytest.fixture(scope="session")
 def postgres_dsn(adult_frame: pd.DataFrame) -> Iterator[str]:
     """A DSN whose search_path is a fresh schema holding adult, visits, adult_text_age and poisoned."""
-    dsn = os.environ.get("DPSQL_TEST_POSTGRES_DSN")
-    if not dsn:
-        unavailable('no PostgreSQL server: run eval "$(bash .ci/services.sh)" to start one')
-    try:
-        import psycopg
-    except ImportError:
-        unavailable("psycopg is not installed: pip install -e '.[backends]'")
+    dsn = engines.postgres_dsn()
+    import psycopg
+
     schema = f"dpsql_test_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}_{os.getpid()}"
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {schema}")
@@ -121,32 +110,10 @@ def postgres_dsn(adult_frame: pd.DataFrame) -> Iterator[str]:
         admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-#: small, fast and loopback-only: tiny tables need no adaptive plans, and C1-compiled code starts sooner
-SPARK_TEST_CONFIG = {
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.adaptive.enabled": "false",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.driver.memory": "1g",
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-}
-
-
 @pytest.fixture(scope="session")
 def spark(adult_frame: pd.DataFrame) -> Iterator[object]:
     """One local SparkSession per test process, with the same tables as temporary views."""
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        unavailable("pyspark is not installed: pip install -e '.[backends]'")
-    builder = SparkSession.builder.master("local[2]").appName("dpsql-tests")
-    for key, value in SPARK_TEST_CONFIG.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session = engines.local_spark_session("dpsql-tests")
     for name, frame in (("adult", adult_frame), ("visits", visits_frame()), ("adult_text_age", text_age_frame(adult_frame))):
         session.createDataFrame(no_nan(frame)).cache().createOrReplaceTempView(name)
     session.sql(f"CREATE OR REPLACE TEMP VIEW poisoned AS SELECT {POISONED_COLUMNS.format(poison=SPARK_POISON)} FROM adult")

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from planner import keyed_release
+from planner.domain import Domain
 from planner.privacy import Privacy
+from planner.workload import Factor, Identity, Product
 
 
 def brute_force_tail(privacy: Privacy, parameter: float, cells: int, excess: int) -> float:
@@ -80,11 +82,13 @@ def test_the_split_is_the_best_on_the_grid_and_no_totals_take_nothing() -> None:
     def totals(privacy: Privacy) -> float:
         return 2 * 2 / float(privacy.epsilon) ** 2  # two totals, each a Laplace count of variance 2/ε²
 
-    families = ((1.0, 1.0), (1.0, 2.0))  # a key's cells, its total
-    chosen = keyed_release.design(Privacy.laplace(1.0), 1e-6, 1, 1, 1, 2, families, totals)
+    others = Domain({"x": 2})
+    per_key = (Product(others, (Factor(("x",), Identity(2)),)), Product(others, ()))  # a key's cells, its total
+    assert [keyed_release.mean_norm2(p, others) for p in per_key] == [1.0, 2.0]
+    chosen = keyed_release.design(Privacy.laplace(1.0), 1e-6, 1, 1, 1, others, per_key, totals)
     for share in keyed_release.KEY_SHARES:
-        other = keyed_release.design(Privacy.laplace(share), 1e-6, 1, 1, 1, 2, families, None)
+        other = keyed_release.design(Privacy.laplace(share), 1e-6, 1, 1, 1, others, per_key, None)
         assert chosen.objective <= other.objective + totals(Privacy.laplace(1 - share)) + 1e-9
     assert chosen.totals_privacy is not None and chosen.key_share < 1
-    alone = keyed_release.design(Privacy.laplace(1.0), 1e-6, 1, 1, 1, 2, families, None)
+    alone = keyed_release.design(Privacy.laplace(1.0), 1e-6, 1, 1, 1, others, per_key, None)
     assert alone.key_share == 1.0 and alone.totals_privacy is None and alone.key_privacy == Privacy.laplace(1.0)
