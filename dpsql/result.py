@@ -212,8 +212,12 @@ def _aggregate_column(
 
 
 def _type_code(labels: Sequence[object]) -> object:
+    """The PEP 249 type of a column showing ``labels``; STRING when there are none (a key column with no
+    released key), since any value can be shown as text."""
     present = [v for v in labels if v is not None]
-    if present and all(isinstance(v, (datetime.date, datetime.datetime)) for v in present):
+    if not present:
+        return STRING
+    if all(isinstance(v, (datetime.date, datetime.datetime)) for v in present):
         return DATETIME
     if all(isinstance(v, (int, float, decimal.Decimal)) for v in present):
         return NUMBER

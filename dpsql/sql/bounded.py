@@ -339,7 +339,7 @@ class BoundedAggregation:
         assert self.keyed is not None
         key_columns = [exp.column(self.alias(self.keyed.name)), exp.column(KEPT_NAME)]
         others = [exp.column(self.alias(c)) for c in self.counted_columns if c != self.keyed.name]
-        text = exp.alias_(exp.cast(key_columns[0].copy(), "TEXT"), KEY_TEXT_NAME)  # the key leaves the engine as text only
+        text = exp.alias_(key_text(key_columns[0].copy()), KEY_TEXT_NAME)  # the key leaves the engine as text only
         query = exp.select(text, key_columns[1].copy(), *others).from_(kept.subquery("key_bounded"))
         query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
         if not self.keyed.count_units:
@@ -486,6 +486,11 @@ class BoundedAggregation:
             for index, upper in enumerate(edges[1:]):
                 case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(upper)), exp.Literal.number(index))
         return case
+
+
+def key_text(key: exp.Expression) -> exp.Expression:
+    """A key's canonical text: the engine's own rendering of the group's value (module doc)."""
+    return exp.cast(key, "TEXT")
 
 
 INT64_MAX = (1 << 63) - 1

@@ -601,6 +601,8 @@ def _checked_literal(value: object, column: ColumnDomain, clause: str, must_be_i
     (and, for = / IN, that it is a value of the domain)."""
     declared = column.values if column.kind == "bins" else column.labels()[: column.value_cells]
     coerced = _coerced(value, declared[0]) if declared else value
+    if column.kind == "keys" and (coerced is _MISMATCH or coerced not in declared) and value in declared:
+        coerced = value  # a released key shown as text in a typed column (a DATE 'infinity')
     if coerced is _MISMATCH:
         raise DataError(
             f"{clause} {value!r}: the literal's type does not match the domain of {column.name!r} ({column.describe()})"
