@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import math
 from abc import abstractmethod
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -26,7 +25,6 @@ import numpy as np
 from planner.budget import Sensitivity, discrete_variance, sample_noise, continuous_laplace_variance, optimal_budgets
 from planner.privacy import Privacy
 from planner.recovery import (
-    CHANGE_TOLERANCE,
     Bases,
     NonNegativityReport,
     Subset,

@@ -48,6 +48,7 @@ from sqlglot import exp
 import dpsql
 import dpsql.testing
 import engines
+from conftest import ADULT_SCHEMA
 
 BASE_SEED = int(os.environ.get("DPSQL_FUZZ_SEED", "23"))
 ACCEPTED = Path(__file__).resolve().parents[2] / "grammar" / "accepted"
@@ -58,19 +59,8 @@ SELECTION_DELTA = 1e-4  # what each key selection spends (the budget pays for th
 MAX_ROWS_PER_UNIT = 4
 MAX_ROWS_PER_GROUP = 2
 COLUMNS = ("person_id", "sex", "race", "age", "income", "job", "browser")
-SCHEMA: dict[str, object] = {
-    "privacy_unit": "person_id",
-    "max_rows_per_unit": MAX_ROWS_PER_UNIT,
-    "max_groups_per_unit": 2,
-    "max_rows_per_group": MAX_ROWS_PER_GROUP,
-    "columns": {
-        "sex": {"categories": ["F", "M"]},
-        "race": {"categories": [0, 1, 2, 3, 4]},
-        "age": {"range": [17, 90]},
-        "income": {"bins": [0, 10000, 50000, 100000, 1000000]},
-        "job": {"categories": ["clerk", "engineer", "nurse", "teacher"], "nullable": True},
-        "browser": "unknown",
-    },
+SCHEMA: dict[str, object] = {  # the grammar corpus's table, with bounds a unit can reach on one key
+    **ADULT_SCHEMA, "max_rows_per_unit": MAX_ROWS_PER_UNIT, "max_groups_per_unit": 2, "max_rows_per_group": MAX_ROWS_PER_GROUP,
 }
 #: the values each column takes inside its declared domain (the sparse dataset leaves out the last one)
 DOMAIN = {
@@ -118,6 +108,14 @@ class Typing:
         return tuple(c for c in COLUMNS if c != "person_id" and (c not in declared or declared[c] == "unknown" or set(declared[c]) <= {"bounds"}))  # type: ignore[operator]
 
     @property
+    def rows_per_unit(self) -> int:
+        return int(self.schema["max_rows_per_unit"])  # type: ignore[call-overload]
+
+    @property
+    def rows_per_key(self) -> int:
+        return int(self.schema.get("max_rows_per_group", self.rows_per_unit))  # type: ignore[call-overload]
+
+    @property
     def age_bounds(self) -> tuple[float, float]:
         age = self.schema["columns"]["age"]  # type: ignore[index]
         return tuple(age.get("bounds", age.get("range")))  # type: ignore[union-attr,return-value]
@@ -127,6 +125,7 @@ HUGE = 10**37  # keys HUGE + i collide as doubles (and fit DECIMAL(38, 0) on Spa
 UBIG = 2**64 - 1
 DECIMAL_KEY = "1.12345678901234567"
 WIDE_SCHEMA = {**SCHEMA, "columns": {**SCHEMA["columns"], "age": {"bounds": [0, 1e305]}}}  # type: ignore[dict-item]
+ROW_SCHEMA = {"privacy_unit": None, "max_rows_per_unit": 1, "columns": SCHEMA["columns"]}  # one row = one unit
 TYPINGS = {
     t.name: t
     for t in (
@@ -154,6 +153,10 @@ TYPINGS = {
             ("NaN", "Infinity", "-Infinity", "-0.0", None, "0.0", "5e-324", "1.7976931348623157e308"),
             special_ages=("NaN", "Infinity", "-Infinity", "17.5", "1e305", None),
             special_incomes=("NaN", "Infinity", "-Infinity", "1e305"),
+        ),
+        Typing(  # no privacy unit: no bounded rows, and declared values tested on the result where they read back exactly
+            "rows", {"race": "hugeint", "browser": "date"}, ("2024-01-01", "2024-01-02", "2024-02-29", "1970-01-01"),
+            ("infinity", "-infinity", None, "9999-12-31"), schema=ROW_SCHEMA,
         ),
         Typing(
             "wide_bounds", {"age": "double"}, ("chrome", "firefox", "safari", "lynx"), ("edge", None),
@@ -194,7 +197,12 @@ def dataset(kind: str, typing: Typing, rng: random.Random) -> list[Row]:
 
 def unit(kind: str, typing: Typing, rng: random.Random, person: int = 1000) -> list[Row]:
     """The added unit's rows (module doc): ``gap``, ``collide``, ``special0``/``special4`` (the typing's
-    special values from that offset, in otherwise declared values) or ``random``."""
+    special values from that offset, in otherwise declared values) or ``random``; its first row only
+    when one row is one unit."""
+    return _unit_rows(kind, typing, rng, person)[: typing.rows_per_unit if typing.schema["privacy_unit"] is None else None]
+
+
+def _unit_rows(kind: str, typing: Typing, rng: random.Random, person: int) -> list[Row]:
     k0, k1, _, k3 = typing.keys
     if kind == "gap":
         return [_row(person, "F", "4", "90", "500000", "teacher", k3), _row(person, "F", "4", "17", "5", None, k3)]
@@ -206,10 +214,10 @@ def unit(kind: str, typing: Typing, rng: random.Random, person: int = 1000) -> l
         wide = "age" in typing.unknown_columns  # ages are then only clamped, never dropped
         return [
             _row(person, "F", "4", ages[(offset + i) % len(ages)] if wide or i == 3 else "45", "5", "teacher", keys[(offset + i) % len(keys)])
-            for i in range(MAX_ROWS_PER_UNIT)
+            for i in range(typing.rows_per_unit)
         ]
     rows = []
-    for _ in range(rng.randint(1, MAX_ROWS_PER_UNIT + 1)):
+    for _ in range(rng.randint(1, typing.rows_per_unit + 1)):
         def pick(inside: Sequence[str | None], outside: Sequence[str | None]) -> str | None:
             return rng.choice(outside) if outside and rng.random() < 0.35 else rng.choice(inside)
 
@@ -420,7 +428,7 @@ def movement_violations(typing: Typing, sql: str, first: Sequence[tuple[object, 
     keys = [p for p, k in enumerate(kinds) if k is None]
     keyed = [p for p in keys if _key_column(items[p]) in typing.unknown_columns]
     low, high = typing.age_bounds
-    sum_bound = MAX_ROWS_PER_UNIT * max(abs(low), abs(high))
+    sum_bound = typing.rows_per_unit * max(abs(low), abs(high))
 
     def index(rows: Sequence[tuple[object, ...]]) -> dict[tuple[object, ...], tuple[object, ...]]:
         seen: Counter[tuple[str, ...]] = Counter()
@@ -439,7 +447,7 @@ def movement_violations(typing: Typing, sql: str, first: Sequence[tuple[object, 
         for position, kind in enumerate(kinds):
             if kind is None or position >= len(one) or one[position] is None or two[position] is None:
                 continue
-            bound = (MAX_ROWS_PER_GROUP if per_key else MAX_ROWS_PER_UNIT) if kind == "count" else sum_bound
+            bound = (typing.rows_per_key if per_key else typing.rows_per_unit) if kind == "count" else sum_bound
             if kind == "sum" and not sum_bound < 1e12:
                 continue
             moved = abs(float(two[position]) - float(one[position]))  # type: ignore[arg-type]

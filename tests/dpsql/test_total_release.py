@@ -198,3 +198,13 @@ def test_having_on_an_aggregate_of_an_empty_group_drops_the_group(database: duck
     schema = {"privacy_unit": "pid", "max_rows_per_unit": 1, "columns": {"race": {"categories": [0, 1, 2]}, "age": {"range": [17, 90]}}}
     rows = released(connect(database, "t", schema), f"SELECT race, COUNT(*) FROM t GROUP BY race HAVING {having}")
     assert 2 not in [row[0] for row in rows]
+
+
+# -- declared values read back from the result (one row = one unit) ------------------------------------------
+def test_without_a_privacy_unit_a_date_infinity_in_a_declared_column_is_tested_in_sql(database: duckdb.DuckDBPyConnection) -> None:
+    """A table without privacy unit may test a grouped column's domain on the (small) result — but a DATE
+    'infinity' cannot be read back, so such a column is tested in SQL."""
+    database.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('2024-01-01'::DATE), ('infinity'::DATE), ('2024-01-02'::DATE)) v(day)")
+    schema = {"privacy_unit": None, "max_rows_per_unit": 1, "columns": {"day": {"categories": ["2024-01-01", "2024-01-02"]}}}
+    rows = released(connect(database, "t", schema), "SELECT day, COUNT(*) FROM t GROUP BY day")
+    assert rows == [(datetime.date(2024, 1, 1), pytest.approx(1.0)), (datetime.date(2024, 1, 2), pytest.approx(1.0))]
