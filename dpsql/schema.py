@@ -96,6 +96,16 @@ class ColumnDomain:
     values: tuple[Scalar, ...] = ()
     nullable: bool = False
     bounds: tuple[float, float] | None = None  # what SUM/AVG/VARIANCE/STDDEV clamp to
+    resolution: float | None = None  # the spacing the engine type puts values on (1: integers, 10^-s: DECIMAL(p, s)); None: none known
+
+    @property
+    def value_resolution(self) -> float | None:
+        """The spacing of the values SUM/AVG/VARIANCE/STDDEV read: 1 for an integer ``range`` (rows off the
+        integers are dropped), else the column type's (:attr:`resolution`, set at ``register()``); None
+        when the type allows any real value (DOUBLE, REAL) or is not known."""
+        if self.kind == "range" and not self.is_date_range:
+            return 1
+        return self.resolution
 
     @property
     def value_bounds(self) -> tuple[float, float] | None:
