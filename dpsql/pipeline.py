@@ -154,7 +154,7 @@ def prepare(session: Session, request: Request) -> Prepared:
         cached = session.keys.get(table, keyed)
         domain = keys.placeholder_domain(keyed) if selecting else keys.keys_domain(keyed, cached)  # type: ignore[arg-type]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
-    inputs = (request.statements, request.weights, schema, tuple(table.column_types))
+    inputs = (request.statements, request.weights, schema, tuple(table.column_types), False, session.settings.excluded_cells)
     batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs))
     if keyed is not None and batch.derived:
         raise NotSupportedError(
