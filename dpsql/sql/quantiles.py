@@ -33,8 +33,10 @@ Error bars (docs/math.md §13): the *rank* standard error of a quantile at the a
 the strategy offers it, else ``√(Var F(k) + q²·Var N)`` (the covariance left out: usually conservative).
 The released error is in *value* units: the values at ranks within 1.96 rank standard errors of the target
 rank form the inverted 95 % band (Woodruff), and the error is the larger distance from the answer to the
-band's ends ÷ 1.96 — so ``value ± 1.96·error`` holds the whole band. At other levels the interval is an
-approximation. A date's error is in days.
+band's ends ÷ 1.96 — so ``value ± 1.96·error`` holds the whole band. The band always holds the answer's own
+resolution (half a value either side for a range, the whole bin for bins), so no answer shows an error of 0.
+At other levels the interval is an approximation. A date's error is in days; a bin label's is around the
+bin's midpoint.
 """
 
 from __future__ import annotations
