@@ -284,7 +284,12 @@ def test_gaussian_noise_charges_zcdp_counting_plus_the_selection_part() -> None:
         errors = counted.cursor().execute(COUNT_ROWS, rho=0.5).errors
     selection_delta = 1e-5 - counted.budget_remaining().delta  # what the (ε, δ) part of the charge took
     assert counted.budget_spent().rho == pytest.approx(0.5) and 0 < selection_delta <= 1e-6
-    assert errors[0][1] == pytest.approx(math.sqrt(4 / (2 * 0.5)), rel=1e-3)
+    # a released key's count (300 rows, far above the threshold): its 95 % band inverts the discrete Gaussian law
+    # of σ² = c²/(2ρ) = 4 itself — half-width the largest h with P(Z ≥ h) > 2.5 %, 4 — not 1.96·σ = 3.92
+    support = np.arange(-40, 41)
+    law = np.exp(-(support**2) / (2 * 4.0)) / np.exp(-(support**2) / (2 * 4.0)).sum()
+    half_width = max(h for h in range(20) if law[support >= h].sum() > 0.025)
+    assert half_width == 4 and errors[0][1] == pytest.approx(half_width / 1.959964, rel=1e-6)
 
 
 # -- the split objective ------------------------------------------------------------------------------------
