@@ -20,9 +20,9 @@ import datetime
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
 from functools import cached_property
 from statistics import NormalDist
+from typing import TypeVar
 
 import numpy as np
 
