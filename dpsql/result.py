@@ -54,22 +54,29 @@ noise): no float residue (``1484.9999999999998`` is 1485) and at most 10 signifi
 def clean_number(value: T, error: object = None) -> T:
     """A released float as the decimal with the fewest significant digits within a relative :data:`SNAP`
     of it — ``41675.00000000001`` is ``41675.0``, ``0.30000000000000004`` is ``0.3``, a noisy value keeps
-    about 10 digits — and never farther than a hundredth of its ``error`` when it has one (a count of 10¹¹
-    rows keeps its units); ``-0.0`` as ``0.0``; anything else (a key, a label, a date, None, inf, NaN) as
-    it is. Post-processing of released values: free."""
+    its first 10 digits — and never farther than a hundredth of its ``error`` when it has one (a count of
+    10¹¹ rows keeps its units); ``-0.0`` as ``0.0``; anything else (a key, a label, a date, None, inf, NaN)
+    as it is. Post-processing of released values: free."""
     if type(value) is not float or not math.isfinite(value) or value == 0.0:
         return 0.0 if value == 0.0 else value  # type: ignore[return-value]
     tolerance = SNAP * abs(value)
-    if isinstance(error, float) and error > 0:
+    if type(error) is float and error > 0:
         tolerance = min(tolerance, error / 100)
-    fewest, most = 1, 17  # 17 significant digits are the float itself; k digits suffice ⇒ k + 1 do
+    best, most = value, 17  # 17 significant digits: the float itself
+    for digits in range(10, 17):  # 10 digits are within 5·10⁻¹⁰ (unless the error is tighter)
+        rounded = float(f"{value:.{digits}g}")
+        if abs(rounded - value) <= tolerance:
+            best, most = rounded, digits
+            break
+    fewest, probe = 1, most - 1  # k digits within ⇒ k + 1 within: the fewest by bisection, probing most − 1 first
     while fewest < most:
-        digits = (fewest + most) // 2
-        if abs(float(f"{value:.{digits}g}") - value) <= tolerance:
-            most = digits
+        rounded = float(f"{value:.{probe}g}")
+        if abs(rounded - value) <= tolerance:
+            best, most = rounded, probe
         else:
-            fewest = digits + 1
-    return float(f"{value:.{most}g}")  # type: ignore[return-value]
+            fewest = probe + 1
+        probe = (fewest + most) // 2
+    return best  # type: ignore[return-value]
 
 
 def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: float) -> list[tuple[Interval | None, ...]]:
