@@ -293,9 +293,10 @@ class Explanation:
 
 
 def render(rows: list[ExplainRow]) -> str:
+    """One line per row: ``section: name = value — detail``."""
     lines = []
     for row in rows:
         value = "" if row.value is None else f" = {row.value:.6g}"
-        detail = "" if not row.detail else f" ({row.detail})"
+        detail = "" if not row.detail else f" — {row.detail}"
         lines.append(f"{row.section}: {row.name}{value}{detail}")
     return "\n".join(lines)

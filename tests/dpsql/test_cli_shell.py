@@ -98,10 +98,13 @@ def test_shell_reads_statements_from_stdin(files: dict[str, str], monkeypatch: p
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "-- each statement now costs epsilon = 0.25"
-    assert lines[1].split() == ["sex", "n", "n_stderr"] and lines[2].split()[:2] == ["F", "3.00"] and lines[3].split()[:2] == ["M", "1.00"]
+    assert lines[1] == "sex     n  n_stderr" and lines[2].startswith("F    3.00  ") and lines[3].startswith("M    1.00  ")  # text left, numbers right
     assert lines[4] == "-- spent epsilon = 0.25; budget left: epsilon = 0.75 of 1 (1 charge(s))"
     explain_end = lines.index("-- spent epsilon = 0; budget left: epsilon = 0.75 of 1 (1 charge(s))")
-    assert lines[5].split()[:2] == ["section", "name"] and explain_end > 6  # EXPLAIN rows, nothing spent
+    explained = lines[5:explain_end]  # EXPLAIN as one line per row, nothing spent: no padded, wrapped table
+    assert explained[0].startswith("statement: 1 = 1 — SELECT") and explained[-1].startswith("glossary: docs/glossary.md")
+    assert "bounding: rows per unit = 2 — at most 2 random row(s) per 'pid'; rows outside the declared domains are dropped first" in out
+    assert all(len(line) < 160 and "  " not in line for line in explained), explained
     error = lines[explain_end + 1]
     assert error.startswith("dpsql: ProgrammingError: FROM: unknown table 'nowhere'") and lines[explain_end + 2].startswith("-- spent epsilon = 0;")
     assert "dpsql: .epsilon needs a positive number, got '-1'" in lines
