@@ -166,6 +166,14 @@ def test_demo_write_produces_the_tour_files(tmp_path: Path, capsys: pytest.Captu
     connection = dpsql.connect(budget=dpsql.Budget(1.0))
     connection.register("adult", str(tmp_path / "tour" / "adult.csv"), schema=tmp_path / "tour" / "adult.yaml")
     assert list(connection.tables()["adult"].column_types) == list(demo.ADULT_SIZES)
+    # the schema says what the codes mean, in the generated file as in examples/adult.yaml (one text)
+    written = (tmp_path / "tour" / "adult.yaml").read_text(encoding="utf-8")
+    assert (ROOT / "examples" / "adult.yaml").read_text(encoding="utf-8") == demo.adult_schema_text() and written.endswith(demo.adult_schema_text())
+    assert "  # age in years - 16: codes 1-74 are 17-90 years" in written and "  # 0 = female, 1 = male\n  sex: {categories: [0, 1]}" in written
+    lines = written.splitlines()
+    for column in demo.ADULT_SIZES:  # every column's line follows the note on its codes
+        line = next(i for i, text in enumerate(lines) if text.startswith(f"  {column}:"))
+        assert lines[line - 1] == f"  # {demo.ADULT_COLUMN_NOTES[column]}"
 
 
 def test_the_adult_like_data_is_seeded_and_stays_in_its_domains() -> None:
