@@ -15,6 +15,7 @@ fresh clone.
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -146,3 +147,13 @@ def test_python_and_ipython_blocks_run_in_order_like_notebook_cells(tour: Path, 
     assert done.returncode == 0 and len(ran) >= 8
     # the tour's charges (3 × 0.1: derived columns and HAVING), re-use free
     assert last["spent"] == pytest.approx(0.5 + 1.0 + 0.5 + 3 * 0.1 + 0.2 + 0.1 + 0.1)
+
+
+def test_docs_cite_papers_not_internal_documents() -> None:
+    """README and docs/ named documents outside the repository ("seed 004", "issue 14", "wave 2")."""
+    internal = re.compile(r"\bseeds?[ /]\d|\bseeds/|\bissue \d|\bissues? \d+'s|\bwave \d|\bMATH\.md|\bDESIGN\.md")
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        found = internal.findall(page.read_text(encoding="utf-8"))
+        assert not found, f"{page.name} cites internal documents: {found}"
+    math = " ".join((ROOT / "docs" / "math.md").read_text(encoding="utf-8").split())
+    assert '"Accurate and efficient private release of datacubes and contingency tables"' in math
