@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from dpsql import errors, pipeline
 from dpsql.accountant import Budget, Charge, Ledger, Remaining, Spent
@@ -120,18 +121,11 @@ class Connection(errors.ExceptionsOnConnection):
                 f"ledger: {ledger}; {self.noise} noise>")
 
     # -- DuckDB-style shortcuts ---------------------------------------------------------------------
-    def execute(
-        self,
-        operation: str,
-        parameters: Sequence[object] | None = None,
-        *,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        non_negative: bool | None = None,
-    ) -> Cursor:
+    def execute(self, operation: str, parameters: Sequence[object] | None = None, **cost: Any) -> Cursor:
         """``connection.cursor().execute(...)``, as DuckDB's ``connection.execute``: a new cursor holding
-        the result (``.fetchall()``, ``.df()``, ``.errors``, …). Costs what :meth:`Cursor.execute` costs."""
-        return self.cursor().execute(operation, parameters, epsilon=epsilon, rho=rho, non_negative=non_negative)
+        the result (``.fetchall()``, ``.df()``, ``.errors``, …). Takes and costs what :meth:`Cursor.execute`
+        does (``epsilon=``, ``rho=``, ``non_negative=``)."""
+        return self.cursor().execute(operation, parameters, **cost)
 
     sql = execute
     """DuckDB's other name for it: ``connection.sql("SELECT …", epsilon=0.5).df()``."""

@@ -109,18 +109,18 @@ class Plan:
     @property
     def ratio(self) -> float | None:
         """``expected_error / lower_bound`` (at least 1), or None when the bound is unavailable or 0."""
-        if isinstance(self._singular_term, BoundUnavailableError):
-            return None
-        bound = self.lower_bound()
-        return self.expected_error() / bound if bound > 0 else None
+        return self._ratio(discrete=True)
 
     @property
     def svd_ratio(self) -> float | None:
         """``expected_error / svd_bound``: the papers' yardstick (continuous noise), comparable with HDMM's
         published ratios; discrete noise can take it below 1. None when the bound is unavailable or 0."""
+        return self._ratio(discrete=False)
+
+    def _ratio(self, discrete: bool) -> float | None:
         if isinstance(self._singular_term, BoundUnavailableError):
             return None
-        bound = self.svd_bound()
+        bound = self._bound(discrete)
         return self.expected_error() / bound if bound > 0 else None
 
     @property
