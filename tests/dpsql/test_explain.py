@@ -149,13 +149,14 @@ def test_every_glossary_link_explain_prints_has_its_entry(adult_connection: dpsq
     glossary = (Path(__file__).parents[2] / "docs" / "glossary.md").read_text(encoding="utf-8")
     anchors = {re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-") for line in glossary.splitlines() if line.startswith("#")}
     linked, sections = set(), set()
-    for statement in EXPLAINED + ["SELECT age // 10 AS decade, COUNT(*) FROM adult GROUP BY decade"]:
+    selecting = ["SELECT browser, COUNT(*) FROM adult GROUP BY browser", "SELECT browser, COUNT(browser) FROM adult GROUP BY browser"]
+    for statement in EXPLAINED + selecting + ["SELECT age // 10 AS decade, COUNT(*) FROM adult GROUP BY decade"]:
         rows = adult_connection.cursor().execute("EXPLAIN " + statement, epsilon=1.0).fetchall()
         linked |= {m for r in rows for m in re.findall(r"docs/glossary\.md#([a-z0-9-]+)", r[3] or "")}
         sections |= {r[0] for r in rows}
     assert {"rows-per-unit", "groups-per-unit", "aggregate", "quantile", "lower-bound", "derived-column"} <= linked
     assert linked <= anchors, linked - anchors
-    assert sections - {"glossary"} <= anchors, sections - anchors
+    assert {"keys", "selection", "split"} <= sections and sections - {"glossary"} <= anchors, sections - anchors
     for term in ("epsilon", "rho", "gls", "ridge-pairs", "strategy", "group"):
         assert term in anchors
     for word in ("share of epsilon", "p-identity+ridge(p=…)", "identity (summed)", "composite(", "hierarchy(b=…)"):
