@@ -47,13 +47,6 @@ GRID = 4096
 """Grid steps (``R``) for a column whose values are not on a lattice of at most this many steps between
 its bounds (a DOUBLE column, or bounds wider than this many steps of its resolution)."""
 SECOND_MOMENT = ("VAR_SAMP", "VAR_POP", "STDDEV_SAMP", "STDDEV_POP")
-CLAMPING_RULE = (
-    "each value is clamped to the column's bounds [lo, hi] and rounded to the nearest point (ties up) of the grid "
-    "lo + j·(hi−lo)/R (R = (hi − lo)/r when the column's type holds values r apart — 1 for integers, 10^-s for "
-    "DECIMAL(p, s) — and both bounds are multiples of r at most 4096 steps apart: exact; else R = 4096, and the "
-    "worst-case rounding is added to every error); NULLs are ignored by SUM/AVG/VARIANCE/STDDEV and counted by "
-    "COUNT(*); how many values were clamped is never released"
-)
 
 
 @dataclass(frozen=True)
@@ -101,12 +94,12 @@ class ValueEncoding:
         return np.vstack([base, *pairs])
 
     def describe(self) -> str:
-        kind = "sums" if self.moments == 1 else "sums and sums of squares"
-        null = ", NULL in a cell of its own" if self.null_cell else ""
-        rounding = "exact for the column's values" if self.exact else f"each value rounded by at most {self.rounding:.6g}, added to every error"
+        kind = "sums" if self.moments == 1 else "sums, squares"
+        null = " (one for NULL)" if self.null_cell else ""
+        rounding = "exact" if self.exact else f"each value within {self.rounding:.3g}, in every error"
         return (
-            f"{self.column}: {kind} over values clamped to [{self.low:g}, {self.high:g}] on a grid of {self.grid + 1} "
-            f"points ({rounding}), split over {self.cells} cells{null} ({self.scale} units of weight per row)"
+            f"{self.column}: {kind} of values clamped to [{self.low:g}, {self.high:g}] on {self.grid + 1} grid points ({rounding}); "
+            f"{self.cells} cells{null}, {self.scale} units per row"
         )
 
     # -- SQL ---------------------------------------------------------------------------------------------

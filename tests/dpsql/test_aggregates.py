@@ -344,7 +344,7 @@ def test_a_double_column_gets_the_fine_grid_whatever_its_bounds() -> None:
     assert abs(total - data.p.sum()) <= step * len(data) and total_error >= step * len(data)
     assert abs(mean - data.p.mean()) <= step and mean_error >= step
     assert abs(sd - data.p.std()) <= step * 1.001 and sd_error >= step
-    assert "rounded by at most 0.00012207" in cursor.explanation  # 1/8192, stated in EXPLAIN
+    assert "each value within 0.000122, in every error" in cursor.explanation  # 1/8192, stated in EXPLAIN
     conn.close()
 
 
@@ -362,7 +362,7 @@ def test_a_decimal_column_gets_the_grid_of_its_scale() -> None:
     exact = {g: (float(s), float(a)) for g, s, a in relation.execute("SELECT g, SUM(cents), AVG(cents) FROM t GROUP BY g").fetchall()}
     for (g, total, mean), (_, total_error, mean_error) in zip(cursor.fetchall(), cursor.errors):
         assert total == pytest.approx(exact[g][0], rel=1e-9) and mean == pytest.approx(exact[g][1], rel=1e-9)
-    assert "101 points (exact for the column's values)" in cursor.explanation
+    assert "101 grid points (exact)" in cursor.explanation
     with dpsql.testing.noise_disabled():  # the same values as DOUBLE: the fine grid, its rounding in every error
         doubled = dpsql.connect(budget=dpsql.Budget(epsilon=1e6))
         doubled.register("t", data[["g", "cents"]], schema={"privacy_unit": None, "columns": {"g": {"categories": [0, 1]}, "cents": {"bounds": [0, 1]}}})
