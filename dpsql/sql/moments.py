@@ -35,6 +35,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from statistics import NormalDist
 
 import numpy as np
 from sqlglot import exp
@@ -47,6 +48,7 @@ GRID = 4096
 """Grid steps (``R``) for a column whose values are not on a lattice of at most this many steps between
 its bounds (a DOUBLE column, or bounds wider than this many steps of its resolution)."""
 SECOND_MOMENT = ("VAR_SAMP", "VAR_POP", "STDDEV_SAMP", "STDDEV_POP")
+Z95 = NormalDist().inv_cdf(0.975)
 
 
 @dataclass(frozen=True)
@@ -156,10 +158,10 @@ class ValueEncoding:
                 continue
             variance = float(max(gradient @ cov @ gradient, 0.0))
             error = math.sqrt(variance)
-            if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V)
-                error = error / (2 * value) if value > 0 else None  # type: ignore[assignment]
+            if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V); at 0 the band [0, √(z·se(V))] (z at 95 %), as a 95 % error
+                error = error / (2 * value) if value > 0 else math.sqrt(Z95 * error) / Z95
             out.append(float(value))
-            errors.append(None if error is None else error + self.rounding_bound(function, float(value), float(estimate[0])))
+            errors.append(error + self.rounding_bound(function, float(value), float(estimate[0])))
         return out, errors
 
     def rounding_bound(self, function: str, value: float, count: float) -> float:

@@ -322,6 +322,21 @@ def test_kept_measurements_stay_within_their_units(connection: dpsql.Connection,
     assert counts == pytest.approx(frame.groupby("sex").size().to_dict())
 
 
+def test_a_stddev_clipped_to_zero_still_has_an_error() -> None:
+    """Noise can make Q/C − (U/C)² negative: the variance is clipped to 0 and STDDEV is 0, where the delta
+    method divides by 0. Its error is √(1.96·se(VAR))/1.96 — the square root of the variance's 95 % band —
+    not None (a noisy 0 shown without an error)."""
+    encoding = ValueEncoding("v", 0.0, 10.0, 10, 2, False)
+    block = encoding.block()
+    cells = np.array([50.0, 30.0, 20.0])  # C = 100, U = 50, Q = 20: Q/C = 0.2 < (U/C)² = 0.25
+    values = (block @ cells)[None, :]  # C, U, Q and their pairwise sums (no NULL cell)
+    variances = np.ones((1, len(block)))  # every query of the block: variance 1 (so every covariance is 0)
+    (variance,), (variance_error,) = encoding.released("VAR_POP", values, variances)
+    (sd,), (sd_error,) = encoding.released("STDDEV_POP", values, variances)
+    assert variance == 0.0 and sd == 0.0 and variance_error > 0
+    assert sd_error == pytest.approx(math.sqrt(1.959964 * variance_error) / 1.959964, rel=1e-6)
+
+
 def _probabilities(rows: int = 20_000) -> pd.DataFrame:
     """A DOUBLE column of fractions (a probability per row) and a DECIMAL(4, 2) copy of it rounded to cents."""
     rng = np.random.default_rng(8)
