@@ -219,3 +219,30 @@ def test_a_crash_mid_charge_leaves_an_openable_ledger(tmp_path: Path) -> None:
     ledger.close()
     reopened = Ledger(path, None)
     assert reopened.spent().statements == 1 and reopened.verify_history() == 1
+
+
+# -- dpsql serve ------------------------------------------------------------------------------------------
+
+
+def test_serve_refuses_an_analyst_ledger_restored_from_an_older_copy(tmp_path: Path, adult_schema: dict[str, object]) -> None:
+    """The server's ledger directory keeps the registry: a copy of alice's ledger from before her last
+    statement, put back while the server runs, is refused at her next login (FATAL, with the reason) and at start-up."""
+    import psycopg
+    from conftest import make_adult
+    from serve_helpers import dsn, running, write_config
+
+    from dpsql.serve import ServeConfig, Server
+
+    config = write_config(tmp_path, make_adult(persons=50, seed=3), adult_schema)
+    ledger = tmp_path / "ledgers" / "alice.ledger"
+    with running(config) as server:
+        backup = ledger.read_bytes()
+        with psycopg.connect(dsn(server, "alice"), autocommit=True) as connection:
+            connection.execute("SELECT COUNT(*) FROM adult").fetchall()
+        ledger.write_bytes(backup)
+        with pytest.raises(psycopg.OperationalError, match="FATAL: .* the file is an older copy"):
+            psycopg.connect(dsn(server, "alice"), autocommit=True)
+        with psycopg.connect(dsn(server, "bob"), autocommit=True) as connection:  # other ledgers are unaffected
+            assert connection.execute("SHOW dpsql.budget").fetchone()[0] == 3.0  # type: ignore[index]
+    with pytest.raises(dpsql.IntegrityError, match="alice.ledger' ends at charge #0, but charge #1 was recorded"):
+        Server(ServeConfig.load(config)).start(host="127.0.0.1", port=0)
