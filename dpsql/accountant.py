@@ -17,12 +17,15 @@ Sums are exact (:class:`Totals`: rationals, in any order); only the final conver
 The ledger is a SQLite file (its format: :mod:`dpsql.ledger_format`). A charge is one
 ``BEGIN IMMEDIATE`` transaction that reads the running totals (one row), refuses the charge if it
 would exceed the budget, inserts it, chained to the history, and updates the totals; the commit is
-fsynced (``synchronous=FULL``) before the caller may release anything. So two threads or processes
-sharing a ledger serialize their charges and can never overspend together, and a check or a charge
-costs the same after ten charges or a million. Opening a ledger recomputes its totals from its whole
-history and refuses a ledger whose history does not match them, whose file is empty, whose tables
-are gone, or whose file was deleted — it never starts a fresh budget in their place. The budget is
-stored in the ledger when it is created; reopening it with a different budget is refused.
+fsynced (``synchronous=FULL``) before the caller may release anything, and then the ledger's
+checkpoint in its directory's registry (:mod:`dpsql.ledger_registry`) moves forward. So two threads or
+processes sharing a ledger serialize their charges and can never overspend together, and a check, a
+charge or opening the ledger costs the same after ten charges or a million. Opening a ledger checks
+the digest of its totals and its last charge (:meth:`Ledger.verify_history` checks every charge), and
+refuses a ledger whose totals or last charge were altered, whose file is empty, whose tables are gone,
+whose file was deleted, or which does not continue its registered checkpoint (an older copy put back,
+another ledger in its place, a downgraded file) — it never starts a fresh budget in their place. The
+budget is stored in the ledger when it is created; reopening it with a different budget is refused.
 
 >>> ledger = Ledger(None, Budget(epsilon=1.0))
 >>> ledger.charge(Cost.pure(0.25), "SELECT ...")

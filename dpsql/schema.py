@@ -21,7 +21,9 @@ A schema is loaded from YAML, JSON or a dict of the same shape::
 domain) is what SUM, AVG, VARIANCE and STDDEV clamp the column's values to (``dpsql.sql.moments``); an
 integer ``range`` serves as bounds when none are declared. Bounds never drop a row.
 
-Domains come from the schema only, never from the data. At ``register()`` every declared value is cast
+Values may be written with numpy or pandas scalars (a schema built from a DataFrame): they are turned
+into plain Python values first (``dpsql.schema_values``). Domains come from the schema only, never from
+the data. At ``register()`` every declared value is cast
 to the column's type in the engine (``dpsql.sql.literals``): a value that does not cast is refused,
 naming the column, and the cast values are the ones compared with the data. The rule for values the
 domain does not cover is :data:`OUT_OF_DOMAIN_RULE`: a row whose value in a column with a declared
