@@ -64,6 +64,7 @@ MAX_RHO = MAX_EPSILON**2 / 2
 _EPSILON_RANGE = " (below, the noise drowns every count; above, nothing is protected)"
 _MECHANISMS = ("laplace", "gaussian")
 _EXACT_SCALE_BITS = 1074  # every double is a multiple of 2^-1074: sums over a history as scaled integers
+_TOTALS_COLUMNS = "charges, head, rho, pure_epsilon, gaussian_rho, approximate_epsilon, delta"  # of every format since 2
 
 
 def _shown(value: object) -> str:
@@ -313,6 +314,8 @@ class Ledger:
         registered = None
         if file is not None:
             resolved = file.resolve()
+            if not resolved.parent.is_dir():
+                raise OperationalError(f"cannot open the budget ledger {self.path!r}: its directory {str(resolved.parent)!r} does not exist")
             self._registry, self._name = Registry(resolved.parent), resolved.name
             registered = self._registry.checkpoint(self._name)  # read before the file, which is never behind it
             if not file.exists():
@@ -482,20 +485,23 @@ class Ledger:
         with self._lock, self._transaction(write=False):
             try:
                 state = self._read_state()
-                self._check_history(self._header()[0], state)
+                self._check_history(self._header()[0], state.totals, state.head, state.last_charge)
             except sqlite3.Error as error:
                 raise IntegrityError(f"the budget ledger {self.path!r} cannot be read to the end: {error}") from error
         return state.totals.statements
 
-    def _check_history(self, ledger_id: str, state: _State) -> None:
+    def _check_history(self, ledger_id: str, totals: Totals, head: str, last_charge: int | None) -> int:
+        """Refuse a history that does not add up to ``totals`` and chain to ``head`` (and end at charge
+        ``last_charge``, when it is known); returns the id of its last charge."""
         recorded, history, last = self._history_totals(ledger_id)
-        if (state.totals, state.head) != (recorded, history) or last != state.last_charge:
+        if (totals, head) != (recorded, history) or last_charge not in (None, last):
             raise IntegrityError(
-                f"the budget ledger {self.path!r} does not match its own running totals ({state.totals.statements} "
+                f"the budget ledger {self.path!r} does not match its own running totals ({totals.statements} "
                 f"charge(s) recorded, {recorded.statements} in its history, checksums "
-                f"{'equal' if state.head == history else 'different'}): charges were deleted, added or altered outside "
+                f"{'equal' if head == history else 'different'}): charges were deleted, added or altered outside "
                 "dpsql. Restore the file from a backup"
             )
+        return last
 
     def _history_totals(self, ledger_id: str) -> tuple[Totals, str, int]:
         """The exact totals, the chain value and the last charge id of the whole history, checking every charge."""
@@ -520,25 +526,34 @@ class Ledger:
         return Totals(count, *exact), head, last
 
     def _read_state(self) -> _State:
-        try:
-            rows = self._database.execute(
-                "SELECT charges, head, rho, pure_epsilon, gaussian_rho, approximate_epsilon, delta, last_charge, digest FROM totals"
-            ).fetchall()
-        except sqlite3.OperationalError as error:
-            if "no such" not in str(error):
-                raise
-            raise IntegrityError(f"the budget ledger {self.path!r} has lost its running totals: {error}") from error
-        if len(rows) != 1 or not isinstance(rows[0][0], int) or not isinstance(rows[0][1], str) or not isinstance(rows[0][7], int):
-            raise IntegrityError(f"the budget ledger {self.path!r} has corrupt running totals ({_shown(rows)})")
-        count, head, *sums, last_charge, digest = rows[0]
-        names = ("rho", "pure_epsilon", "gaussian_rho", "approximate_epsilon", "delta")
-        totals = Totals(count, *(ledger_format.exact_value(text, name) for text, name in zip(sums, names)))
+        row = self._totals_row(f"{_TOTALS_COLUMNS}, last_charge, digest")
+        count, head, *sums, last_charge, digest = row
+        if not isinstance(last_charge, int):
+            raise IntegrityError(f"the budget ledger {self.path!r} has corrupt running totals ({_shown(row)})")
+        totals = self._parsed_totals(row[:7])
         if digest != ledger_format.state_digest(self.ledger_id, last_charge, count, head, tuple(sums)):
             raise IntegrityError(
                 f"the budget ledger {self.path!r} has running totals that do not match their digest: they were edited "
                 "outside dpsql. Restore the file from a backup"
             )
         return _State(totals, head, last_charge, digest)
+
+    def _totals_row(self, columns: str) -> tuple[object, ...]:
+        try:
+            rows = self._database.execute(f"SELECT {columns} FROM totals").fetchall()
+        except sqlite3.OperationalError as error:
+            if "no such" not in str(error):
+                raise
+            raise IntegrityError(f"the budget ledger {self.path!r} has lost its running totals: {error}") from error
+        if len(rows) != 1 or not isinstance(rows[0][0], int) or not isinstance(rows[0][1], str):
+            raise IntegrityError(f"the budget ledger {self.path!r} has corrupt running totals ({_shown(rows)})")
+        return tuple(rows[0])
+
+    def _parsed_totals(self, row: tuple[object, ...]) -> Totals:
+        """The exact totals of a row of :data:`_TOTALS_COLUMNS`."""
+        count, _, *sums = row
+        names = ("rho", "pure_epsilon", "gaussian_rho", "approximate_epsilon", "delta")
+        return Totals(count, *(ledger_format.exact_value(text, name) for text, name in zip(sums, names)))  # type: ignore[arg-type]
 
     def _upgrade(self) -> None:
         """Bring a ledger of an older format to this one, in one transaction, after checking its history."""
@@ -601,20 +616,9 @@ class Ledger:
             raise IntegrityError(f"the budget ledger {self.path!r} has corrupt running totals (columns {columns})")
         for column in ledger_format.TOTALS_ADDED_IN_3:
             database.execute(f"ALTER TABLE totals ADD COLUMN {column}")
-        totals, head, last = self._history_totals(self.ledger_id)
-        rows = database.execute("SELECT charges, head, rho, pure_epsilon, gaussian_rho, approximate_epsilon, delta FROM totals").fetchall()
-        if len(rows) != 1:
-            raise IntegrityError(f"the budget ledger {self.path!r} has corrupt running totals ({_shown(rows)})")
-        count, running_head, *sums = rows[0]
-        names = ("rho", "pure_epsilon", "gaussian_rho", "approximate_epsilon", "delta")
-        running = Totals(count, *(ledger_format.exact_value(text, name) for text, name in zip(sums, names)))
-        if (running, running_head) != (totals, head):
-            raise IntegrityError(
-                f"the budget ledger {self.path!r} does not match its own running totals ({running.statements} "
-                f"charge(s) recorded, {totals.statements} in its history, checksums "
-                f"{'equal' if head == running_head else 'different'}): charges were deleted, added or altered outside "
-                "dpsql. Restore the file from a backup"
-            )
+        row = self._totals_row(_TOTALS_COLUMNS)
+        totals, head = self._parsed_totals(row), str(row[1])
+        last = self._check_history(self.ledger_id, totals, head, None)
         self._write_state(totals, head, last)
         database.execute("UPDATE header SET version = ?", (ledger_format.FORMAT_VERSION,))
         database.execute(f"PRAGMA user_version = {ledger_format.FORMAT_VERSION}")
