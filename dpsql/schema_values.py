@@ -7,8 +7,9 @@ messages see one type per kind of value, on every backend:
 
 * booleans (``bool``, ``np.bool_``) → ``bool``;
 * integers (every ``numbers.Integral``: ``np.int64``, ``np.uint8``, …) → ``int``;
-* other real numbers (every ``numbers.Real``: ``np.float64``, ``np.float32``, ``Fraction``, …) → ``float``
-  (the nearest double; ``np.float32(0.1)`` is the double 0.10000000149011612, the value it holds);
+* other real numbers (every ``numbers.Real``: ``np.float64``, ``np.float32``, ``Fraction``, …, and a
+  finite ``Decimal``) → ``float`` (the nearest double; ``np.float32(0.1)`` is the double
+  0.10000000149011612, the value it holds), or ``int`` for a whole ``Decimal``;
 * ``np.datetime64`` → ``datetime.date`` at a unit of a day or coarser, else ``datetime.datetime`` (when
   the value fits microseconds); ``pandas.Timestamp`` and other ``datetime``/``date`` subclasses → the
   plain ``datetime``/``date``; NaT → None;
@@ -27,6 +28,7 @@ YAML anchors make it.
 from __future__ import annotations
 
 import datetime
+import decimal
 import numbers
 
 import numpy as np
@@ -51,6 +53,8 @@ def canonical_value(value: object) -> object:
         return value if type(value) is datetime.date else datetime.date(value.year, value.month, value.day)
     if isinstance(value, numbers.Integral):
         return int(value)
+    if isinstance(value, decimal.Decimal) and value.is_finite():
+        return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, numbers.Real):
         try:
             return float(value)

@@ -198,17 +198,24 @@ def _refuse_fractional_categories(column: ColumnDomain, column_type: ColumnType,
 
 
 def _compared(column: ColumnDomain, column_type: ColumnType) -> list[tuple[object, ColumnType]]:
-    """The values a statement's SQL renders as literals for ``column``'s range ends, bin edges and bounds,
-    each with the type it is compared with (bounds: DOUBLE, as the clamp compares them)."""
+    """The values a statement's SQL renders as literals for ``column``'s range ends, bin edges and bounds
+    (and their width), each with the type it is compared with (bounds: DOUBLE, as the clamp compares them)."""
     compared = [(value, column_type) for value in column.values] if column.kind in ("range", "bins") else []
     if column.bounds is not None:
-        compared += [(float(bound), _DOUBLE) for bound in column.bounds]  # type: ignore[arg-type]
+        low, high = (float(bound) for bound in column.bounds)
+        compared += [(low, _DOUBLE), (high, _DOUBLE), (high - low, _DOUBLE)]  # the clamp's ends and the grid's width
     return [] if column_type.data_type is None else compared
 
 
 def check_literals(columns: Sequence[ColumnDomain], column_types: Mapping[str, ColumnType], table: str, run: Run, dialect: str) -> None:
     """Run every literal of :func:`_compared` through the engine in one constant query, compared with a
     NULL of its type; refuse the column whose value the engine rejects or reads as another number."""
+    for column in columns:
+        if column.bounds is not None and not math.isfinite(float(column.bounds[1]) - float(column.bounds[0])):
+            raise ProgrammingError(
+                f"column {column.name!r} of {table!r}: bounds {list(column.bounds)} are too far apart for a double "
+                "(hi - lo overflows); declare narrower bounds"
+            )
     checked = [(c, _compared(c, column_types[c.name])) for c in columns if c.name in column_types]
     checked = [(column, compared) for column, compared in checked if compared]
     if not checked:

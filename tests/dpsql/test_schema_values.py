@@ -27,6 +27,7 @@ from dpsql.schema_values import canonical_value, canonical_values
 from dpsql.sql.literals import ColumnType, check_literals, sql_literal
 from test_backends import duckdb_database, engine, open_connection, postgres_dsn, spark  # noqa: F401  (the engines' fixtures)
 
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 ROWS = 240
 DAYS = [datetime.date(2024, 1, 1) + datetime.timedelta(days=d) for d in range(4)]
 STAMPS = [datetime.datetime(2024, 3, 1, 8 + h) for h in range(3)]
@@ -129,6 +130,7 @@ def test_canonical_values() -> None:
     assert type(canonical_value(pd.Timestamp("2024-01-01 10:00"))) is datetime.datetime
     assert isinstance(canonical_value(np.datetime64("2024-01-01T00:00:00.000000001")), np.datetime64)  # no datetime holds it
     assert canonical_values(np.zeros((2, 2))).shape == (2, 2)  # type: ignore[union-attr]  # left for the checks to refuse
+    assert canonical_values([decimal.Decimal("2.00"), decimal.Decimal("0.25")]) == (2, 0.25)
 
 
 def test_literals_are_rendered_from_the_plain_value() -> None:
@@ -165,6 +167,13 @@ def test_an_engine_that_rejects_a_declared_literal_refuses_it_at_register() -> N
 
     with pytest.raises(dpsql.ProgrammingError, match=r"reads its declared value 1e\+305 as inf"):
         check_literals(schema.columns, types, "t", rounding, "duckdb")
+
+
+def test_bounds_whose_width_overflows_are_refused_at_register() -> None:
+    """bounds [-1e308, 1e308] registered, and every SUM then failed after the charge (the grid's width is inf)."""
+    connection = dpsql.connect(budget=dpsql.Budget(10.0))
+    with pytest.raises(dpsql.ProgrammingError, match=r"bounds \[-1e\+308, 1e\+308\] are too far apart for a double"):
+        connection.register("t", FRAME, schema={"privacy_unit": None, "columns": {"income": {"bounds": [-1e308, np.float64(1e308)]}}})
 
 
 def test_deeply_nested_schema_text_is_a_programming_error() -> None:
