@@ -74,14 +74,14 @@ class _RemainderCell:
 
 
 REMAINDER = _RemainderCell()
+_COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds"}
+_SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
 _SHOWN = reprlib.Repr()  # what an error message shows of a declared value: bounded, whatever its depth
 _SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 24, 24, 8, 80, 60
 
 
 def _shown(value: object) -> str:
     return _SHOWN.repr(list(value) if isinstance(value, tuple) else value)
-_COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds"}
-_SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,7 @@ from dpsql.errors import DatabaseError
 from dpsql.schema import Schema
 from dpsql.schema_values import canonical_value, canonical_values
 from dpsql.sql.literals import ColumnType, check_literals, sql_literal
-from test_backends import duckdb_database, engine, open_connection, postgres_dsn, spark  # noqa: F401  (the engines' fixtures)
 
-pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 ROWS = 240
 DAYS = [datetime.date(2024, 1, 1) + datetime.timedelta(days=d) for d in range(4)]
 STAMPS = [datetime.datetime(2024, 3, 1, 8 + h) for h in range(3)]
@@ -316,33 +314,3 @@ def test_numpy_python_and_pandas_schemas_give_identical_answers_and_refusals(dra
     assert released(written(schema, "pandas", pick), sql) == python
     if isinstance(python, tuple):  # a refusal: never after a read
         assert python[0] in ("ProgrammingError", "NotSupportedError"), python
-
-
-# -- every engine --------------------------------------------------------------------------------------------
-
-NUMPY_ADULT_SCHEMA = {
-    "privacy_unit": np.str_("person_id"),
-    "max_rows_per_unit": np.int64(3),
-    "columns": {
-        "sex": {"categories": np.array(["F", "M"])},
-        "race": {"categories": list(np.arange(5, dtype=np.int32))},
-        "age": {"range": [np.int64(17), np.int64(90)], "bounds": [np.float32(17), np.float64(90)]},
-        "income": {"bins": list(np.array([0, 10000, 50000, 100000, 1000000], dtype=np.float64))},
-    },
-}
-
-
-def test_every_engine_answers_a_numpy_schema_like_the_python_one(engine: tuple[str, object]) -> None:
-    python_schema = {
-        "privacy_unit": "person_id",
-        "max_rows_per_unit": 3,
-        "columns": {column: {key: _python(value) for key, value in spec.items()} for column, spec in NUMPY_ADULT_SCHEMA["columns"].items()},  # type: ignore[attr-defined]
-    }
-    sql = "SELECT income, race, COUNT(*), SUM(age) FROM adult WHERE sex = 'F' GROUP BY income, race"
-    answers = []
-    for schema in (NUMPY_ADULT_SCHEMA, python_schema):
-        connection = open_connection(engine[1], "adult", schema)
-        with dpsql.testing.noise_disabled():
-            answers.append([tuple(round(v, 6) if isinstance(v, float) else v for v in row) for row in connection.cursor().execute(sql, epsilon=1.0).fetchall()])
-        connection.close()
-    assert answers[0] == answers[1] and len(answers[0]) == 20
