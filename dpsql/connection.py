@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from dpsql import errors, pipeline
 from dpsql.accountant import Budget, Charge, Ledger, Remaining, Spent
@@ -43,8 +44,10 @@ class Connection(errors.ExceptionsOnConnection):
         reuse: bool = True,
         non_negative: bool = False,
         selection_delta: float | None = None,
+        excluded_cells: str = "omit",
+        stderr_columns: bool = False,
     ) -> None:
-        settings = Settings(noise, default_epsilon, reuse, non_negative, selection_delta)
+        settings = Settings(noise, default_epsilon, reuse, non_negative, selection_delta, excluded_cells, stderr_columns)
         if budget is not None and not isinstance(budget, Budget):
             raise ProgrammingError("budget must be a dpsql.Budget(epsilon=..., delta=...)")
         if ledger is None and budget is None:
@@ -82,6 +85,20 @@ class Connection(errors.ExceptionsOnConnection):
     def selection_delta(self, value: float | None) -> None:
         self._session.settings = dataclasses.replace(self._session.settings, selection_delta=value)
 
+    @property
+    def excluded_cells(self) -> str:
+        """``"omit"`` (default) or ``"zeros"``: whether GROUP BY cells the WHERE clause excludes are rows."""
+        return self._session.settings.excluded_cells
+
+    @property
+    def stderr_columns(self) -> bool:
+        """Whether every result carries ``<column>_stderr`` after each released column. Settable."""
+        return self._session.settings.stderr_columns
+
+    @stderr_columns.setter
+    def stderr_columns(self, value: bool) -> None:
+        self._session.settings = dataclasses.replace(self._session.settings, stderr_columns=value)
+
     # -- PEP 249 ------------------------------------------------------------------------------------
     def cursor(self) -> Cursor:
         self._session.check_open()
@@ -108,6 +125,26 @@ class Connection(errors.ExceptionsOnConnection):
     @property
     def closed(self) -> bool:
         return self._session.closed
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<dpsql.Connection (closed)>"
+        tables = ", ".join(self._session.tables) or "none registered"
+        budget, left = self.budget, self._session.ledger.remaining()
+        delta = f", delta={budget.delta:g}" if budget.delta else ""
+        ledger = self._session.ledger.path or "in memory"
+        return (f"<dpsql.Connection tables: {tables}; budget epsilon={budget.epsilon:g}{delta} ({left.epsilon:g} left); "
+                f"ledger: {ledger}; {self.noise} noise>")
+
+    # -- DuckDB-style shortcuts ---------------------------------------------------------------------
+    def execute(self, operation: str, parameters: Sequence[object] | None = None, **cost: Any) -> Cursor:
+        """``connection.cursor().execute(...)``, as DuckDB's ``connection.execute``: a new cursor holding
+        the result (``.fetchall()``, ``.df()``, ``.errors``, …). Takes and costs what :meth:`Cursor.execute`
+        does (``epsilon=``, ``rho=``, ``non_negative=``)."""
+        return self.cursor().execute(operation, parameters, **cost)
+
+    sql = execute
+    """DuckDB's other name for it: ``connection.sql("SELECT …", epsilon=0.5).df()``."""
 
     # -- dpsql extensions ---------------------------------------------------------------------------
     def register(self, name: str, source: object = None, schema: object = None) -> None:
@@ -174,7 +211,8 @@ class Connection(errors.ExceptionsOnConnection):
         request = pipeline.batch_request(
             self._session, statements, parameters, weights, epsilon, rho, self._non_negative(non_negative), explain
         )
-        return pipeline.run(self._session, request)
+        results = pipeline.run(self._session, request)
+        return [r.with_error_columns() for r in results] if self.stderr_columns else results
 
     def _non_negative(self, asked: bool | None) -> bool:
         """A statement's ``non_negative=`` choice, the connection's default when not given."""
@@ -196,8 +234,11 @@ class ResultCursor(ResultFrames):
         self._result: ResultSet | None = None
         self._position = 0
 
+    def _is_closed(self) -> bool:
+        return self._closed
+
     def _check_open(self) -> None:
-        if self._closed:
+        if self._is_closed():
             raise InterfaceError("the cursor is closed")
 
     def _released(self, result: ResultSet | None) -> None:
@@ -237,8 +278,7 @@ class ResultCursor(ResultFrames):
         return self._check_result().confidence_interval(level)
 
     def _frame_source(self) -> FrameSource:
-        result = self._check_result()
-        return FrameSource(result.description, result.rows, result.errors, result.explanation)
+        return self._check_result()._frame_source()
 
     def callproc(self, procname: str, parameters: Sequence[object] = ()) -> None:
         raise NotSupportedError("stored procedures are not supported")
@@ -285,6 +325,14 @@ class ResultCursor(ResultFrames):
         self._closed = True
         self._result = None
 
+    def __repr__(self) -> str:
+        name = f"dpsql.{type(self).__name__}"
+        if self._is_closed():
+            return f"<{name} (closed)>"
+        if self._result is None:
+            return f"<{name} (no result yet: call execute())>"
+        return f"<{name} {self._result.summary()}, {self._position} fetched>"
+
     def __enter__(self) -> ResultCursor:
         return self
 
@@ -299,9 +347,18 @@ class Cursor(ResultCursor):
         super().__init__()
         self.connection = connection
 
+    def _is_closed(self) -> bool:
+        return self._closed or self.connection.closed
+
     def _check_open(self) -> None:
         super()._check_open()
         self.connection._session.check_open()
+
+    def _released(self, result: ResultSet | None) -> None:
+        """The released result, with ``<column>_stderr`` columns when the connection asks for them."""
+        if result is not None and self.connection.stderr_columns:
+            result = result.with_error_columns()
+        super()._released(result)
 
     def execute(
         self,
@@ -327,7 +384,7 @@ class Cursor(ResultCursor):
     def executemany(
         self,
         operation: str,
-        seq_of_parameters: Sequence[Sequence[object]],
+        seq_of_parameters: Iterable[Sequence[object]],
         *,
         epsilon: float | None = None,
         rho: float | None = None,
@@ -335,7 +392,8 @@ class Cursor(ResultCursor):
     ) -> Cursor:
         """Run the statement once per parameter set — planned, read and charged as ONE batch costing the
         sum of the per-run costs (each run at ``epsilon``/``rho``); the rows of all runs are concatenated.
-        Nothing is read or charged if the batch does not fit in the budget."""
+        ``seq_of_parameters`` may be any iterable (a list, a generator). Nothing is read or charged if the
+        batch does not fit in the budget."""
         self._check_open()
         self._released(None)
         session = self.connection._session
@@ -365,6 +423,8 @@ def connect(
     reuse: bool = True,
     non_negative: bool = False,
     selection_delta: float | None = None,
+    excluded_cells: str = "omit",
+    stderr_columns: bool = False,
 ) -> Connection:
     """Open a connection.
 
@@ -385,9 +445,14 @@ def connect(
     every query) instead of GLS ones, for statements that do not say ``non_negative=``; free post-
     processing, standard errors stay GLS's (see :mod:`dpsql.nonnegative`). ``selection_delta``: the δ
     one key selection (GROUP BY a column without declared domain) spends; default a tenth of the
-    budget's δ.
+    budget's δ. ``excluded_cells``: the GROUP BY cells a WHERE clause excludes (``WHERE state = 'CA' GROUP
+    BY state``: every other state) are known to be empty from the statement alone, so by default
+    (``"omit"``) they are not rows of the result; ``"zeros"`` keeps every cell of the declared domain,
+    those as exact zeros (COUNT and SUM 0 with error 0, other aggregates NULL). ``stderr_columns``
+    (default False): every result carries ``<column>_stderr`` right after each released column — for
+    tools that show only rows and columns (jupysql, pandas.read_sql); ``cursor.errors`` holds them anyway.
     """
     return Connection(
         database, backend=backend, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon, reuse=reuse,
-        non_negative=non_negative, selection_delta=selection_delta,
+        non_negative=non_negative, selection_delta=selection_delta, excluded_cells=excluded_cells, stderr_columns=stderr_columns,
     )

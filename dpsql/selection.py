@@ -18,6 +18,7 @@ one read, the statement already charged) selects them and answers the statement 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ from planner import (
     Workload,
     design_keyed_release,
     marginal_for,
+    selected_variances,
     split,
 )
 
@@ -218,7 +220,10 @@ def recompiled(prepared: Prepared, released: KeySet) -> CompiledBatch:
     schema = prepared.table.schema
     schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != column) + (released.domain(column),))
     request = prepared.request
-    return compile_batch(request.statements, request.weights, schema, tuple(prepared.table.column_types))
+    return compile_batch(
+        request.statements, request.weights, schema, tuple(prepared.table.column_types), row_limit=math.inf,
+        excluded_cells=prepared.batch.excluded_cells,
+    )
 
 
 def _full_table(histogram: KeyHistogram, released: KeySet, workload_domain: Domain, column: str) -> np.ndarray:
@@ -257,7 +262,7 @@ def _release_thresholded(session: Session, prepared: Prepared, chosen: Threshold
     for index in chosen.per_key:
         product = workload.products[index]
         values[index] = product.unweighted_answer(marginal_for(workload.domain, {workload.domain.attributes: full}, product.attributes))
-        variances[index] = rule.answer_variances(product, workload.domain.attributes)
+        variances[index] = selected_variances(rule, product, workload.domain, full, workload.domain.attributes.index(column), values[index])
     if chosen.totals_plan is not None:
         exact = keys.table_over_keys(histogram, released).sum(axis=0)  # every row: the keys and the remainder
         plan = chosen.totals_plan

@@ -12,6 +12,7 @@ from planner.keyed_release import design as design_keyed_release
 from planner.noise import NoiseParameterError
 from planner.partition import PartitionSelection, PartitionSelectionImpossibleError
 from planner.select import BoundUnavailableError
+from planner.selected_intervals import selected_variances
 from planner.selection_split import SelectionSplit, split
 from planner.store import MeasurementStore
 from planner.strategies.base import Answers, Measurement
@@ -43,5 +44,6 @@ __all__ = [
     "identity_plan",
     "marginal_for",
     "plan",
+    "selected_variances",
     "split",
 ]
