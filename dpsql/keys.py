@@ -71,7 +71,7 @@ def key_value(text: str | None, column_type: ColumnType) -> object:
         if column_type.is_integer:
             return int(text) if _INTEGER.fullmatch(text) else text
         if data_type.is_type(*_FLOATING):
-            return float(text)
+            return float(text) + 0.0  # −0.0 shows as 0.0, its equal in SQL (engines print either)
         if column_type.is_numeric:
             exact = decimal.Decimal(text)
             return exact if exact.is_finite() else float(text)
