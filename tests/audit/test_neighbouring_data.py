@@ -8,7 +8,7 @@ runs the statement on both through the public API (``connect``, ``register``, ``
 * **the same outcome class** on both: released, or the same dpsql exception class (a refusal must come
   from public facts, before the read; a failure after the read that happens on one side only answers a
   yes/no question about the added unit);
-* **the same charge** (the ledger's spent ε, δ and ρ);
+* **the same charge** (the ledger's ε, ρ and (ε, δ) part);
 * with the noise off, **every released count moves by at most what one unit may contribute**:
   ``max_rows_per_group`` rows per key of a column without declared domain, ``max_rows_per_unit`` rows
   in any other cell, and a SUM by at most ``max_rows_per_unit·max(|lo|, |hi|)`` (keys that merge after
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import math
 import os
 import random
 import urllib.parse
@@ -360,18 +361,18 @@ class Outcome:
     kind: str  # "released", or the class of the exception
     message: str
     results: tuple[tuple[tuple[str, ...], tuple[tuple[object, ...], ...]], ...]  # per result set: (statement, rows)
-    spent: tuple[float, float]
+    spent: tuple[float, float, float, float]  # what the ledger charged: ε, ρ, the (ε, δ) part's ε and δ
 
 
 def run(connection: dpsql.Connection, table: str, typing: Typing, statements: Sequence[str], seed: int, noise: bool) -> Outcome:
     """Register ``table`` as ``adult`` (a new registration: no key set or measurement of an earlier one is
     used) and run the statements (one: execute; several: one batch), seeded, the noise on or off."""
-    before = connection.budget_spent()
+    before = len(connection.budget_history())
     with dpsql.testing.seeded(seed):
         try:
             connection.register("adult", table, schema=typing.schema)
         except dpsql.Error as error:
-            return Outcome(f"register: {type(error).__name__}", str(error), (), (0.0, 0.0))
+            return Outcome(f"register: {type(error).__name__}", str(error), (), (0.0, 0.0, 0.0, 0.0))
         try:
             if noise:
                 results = _execute(connection, statements)
@@ -381,8 +382,9 @@ def run(connection: dpsql.Connection, table: str, typing: Typing, statements: Se
             kind, message = "released", ""
         except Exception as error:  # noqa: BLE001 - the class is the outcome (a non-dpsql one is a finding too)
             results, kind, message = (), type(error).__name__, str(error)
-    after = connection.budget_spent()
-    return Outcome(kind, message, results, (round(after.epsilon - before.epsilon, 9), round(after.delta - before.delta, 15)))
+    charges = connection.budget_history()[before:]
+    spent = (sum(c.epsilon or 0.0 for c in charges), sum(c.rho for c in charges), sum(c.approximate_epsilon for c in charges), sum(c.delta for c in charges))
+    return Outcome(kind, message, results, spent)
 
 
 def _execute(connection: dpsql.Connection, statements: Sequence[str]) -> tuple[tuple[tuple[str, ...], tuple[tuple[object, ...], ...]], ...]:
@@ -527,7 +529,7 @@ def findings(engine: Engine, connection: dpsql.Connection, typing: Typing, case:
     found = []
     if first.kind != second.kind:
         found.append(f"outcome {first.kind} on D, {second.kind} on D′ ({(first.message or second.message)[:160]})")
-    elif first.spent != second.spent:
+    elif not all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15) for a, b in zip(first.spent, second.spent)):
         found.append(f"charged {first.spent} on D, {second.spent} on D′")
     if first.kind == second.kind == "released" and not case.noise:
         for (sql,), rows in first.results:
