@@ -208,3 +208,19 @@ def test_without_a_privacy_unit_a_date_infinity_in_a_declared_column_is_tested_i
     schema = {"privacy_unit": None, "max_rows_per_unit": 1, "columns": {"day": {"categories": ["2024-01-01", "2024-01-02"]}}}
     rows = released(connect(database, "t", schema), "SELECT day, COUNT(*) FROM t GROUP BY day")
     assert rows == [(datetime.date(2024, 1, 1), pytest.approx(1.0)), (datetime.date(2024, 1, 2), pytest.approx(1.0))]
+
+
+# -- over dpsql serve: Describe runs the statement on empty tables ------------------------------------------
+def test_a_statement_selecting_keys_is_described_and_answered_over_the_wire(tmp_path: object) -> None:
+    """The server's Describe runs the statement on an empty replica: no key at all, which must be a defined
+    answer (it was an error after the charge, so every key-selecting statement failed with XX000), typed as
+    text (any key can be shown as text) whatever keys the data then releases."""
+    psycopg = pytest.importorskip("psycopg")
+    from conftest import ADULT_SCHEMA, make_adult
+    from serve_helpers import dsn, running, write_config
+
+    with running(write_config(tmp_path, make_adult(300, 3), ADULT_SCHEMA)) as server:  # type: ignore[arg-type]
+        with psycopg.connect(dsn(server, "carol"), autocommit=True) as connection:
+            connection.execute("SET dpsql.epsilon = 1")
+            rows = connection.execute("SELECT browser, COUNT(*) FROM adult GROUP BY browser").fetchall()  # extended protocol
+    assert {key for key, _ in rows} <= {"chrome", "firefox", "safari"} and rows
