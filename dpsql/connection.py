@@ -21,6 +21,7 @@ from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.frames import FrameSource, ResultFrames
 from dpsql.result import Interval, ResultSet
 from dpsql.session import Session, Settings, Table
+from dpsql.sql.settings import setting_command
 
 
 class Connection(errors.ExceptionsOnConnection):
@@ -176,12 +177,12 @@ class Connection(errors.ExceptionsOnConnection):
         )
         return pipeline.run(self._session, request)
 
-    def _non_negative(self, asked: bool | None) -> bool:
-        """A statement's ``non_negative=`` choice, the connection's default when not given."""
-        chosen = self.non_negative if asked is None else asked
-        if not isinstance(chosen, bool):
-            raise ProgrammingError(f"non_negative must be True or False, got {chosen!r}")
-        return chosen
+    def _non_negative(self, asked: bool | None) -> bool | None:
+        """A statement's ``non_negative=`` choice, checked (None: not given; the pipeline then reads the
+        statement's text, ``SET dpsql.non_negative`` and the connection's default)."""
+        if asked is not None and not isinstance(asked, bool):
+            raise ProgrammingError(f"non_negative must be True or False, got {asked!r}")
+        return asked
 
 
 class ResultCursor(ResultFrames):
@@ -211,7 +212,8 @@ class ResultCursor(ResultFrames):
 
     @property
     def description(self) -> tuple[tuple[object, ...], ...] | None:
-        return None if self._result is None else self._result.description
+        """PEP 249: None when no statement ran or the last one returns no rows (``SET dpsql.epsilon = …``)."""
+        return None if self._result is None or not self._result.description else self._result.description
 
     @property
     def rowcount(self) -> int:
@@ -319,6 +321,10 @@ class Cursor(ResultCursor):
         self._check_open()
         self._released(None)
         session = self.connection._session
+        command = setting_command(operation)
+        if command is not None:  # SET / RESET / SHOW dpsql.*: the connection's default cost
+            self._released(pipeline.setting_result(session, command))
+            return self
         request = pipeline.execute_request(session, operation, parameters, epsilon, rho, self.connection._non_negative(non_negative))
         results = pipeline.run(session, request)
         self._released(results[0] if len(results) == 1 else _concatenated(results))

@@ -43,6 +43,8 @@ from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
 from dpsql.sql.parse import Count, predicate_columns
+from dpsql.sql.settings import SETTINGS, SettingCommand, TextCost
+from dpsql.types import NUMBER, STRING
 from dpsql.sql.statement import Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import Answers, Measurement, Workload, marginal_for
@@ -57,7 +59,8 @@ BOUND_TEXT_CACHE_SIZE = 256  # texts without parameters kept parsed and bound (p
 
 
 def execute_request(
-    session: Session, operation: object, parameters: Sequence[object] | None, epsilon: float | None, rho: float | None, non_negative: bool
+    session: Session, operation: object, parameters: Sequence[object] | None, epsilon: float | None, rho: float | None,
+    non_negative: bool | None,
 ) -> Request:
     """``cursor.execute(operation, parameters)``: one statement, or ``EXPLAIN`` of one or several."""
     if isinstance(operation, str) and (parameters is None or (isinstance(parameters, (list, tuple)) and not parameters)):
@@ -67,7 +70,10 @@ def execute_request(
         if parsed.explain and parameters and len(parsed.trees) > 1:
             raise ProgrammingError("EXPLAIN of several statements takes no parameters; inline the literals")
         explain, statements = parsed.explain, tuple(bind_statement(tree, parameters, text) for tree, text in zip(parsed.trees, parsed.texts))
-    return Request(statements, (1.0,) * len(statements), session.cost(epsilon, rho), non_negative, explain)
+    said = _said_by_batch(statements)
+    return Request(
+        statements, (1.0,) * len(statements), session.cost(epsilon, rho, said), _non_negative(session, non_negative, said), explain, said.delta
+    )
 
 
 @functools.lru_cache(maxsize=BOUND_TEXT_CACHE_SIZE)
@@ -80,7 +86,7 @@ def _bound_text(text: str) -> tuple[bool, tuple[Statement, ...]]:
 
 
 def many_request(
-    session: Session, operation: object, seq_of_parameters: object, epsilon: float | None, rho: float | None, non_negative: bool
+    session: Session, operation: object, seq_of_parameters: object, epsilon: float | None, rho: float | None, non_negative: bool | None
 ) -> Request:
     """``cursor.executemany``: the statement once per parameter set, planned, read and charged as ONE
     batch whose cost is the sum of the per-statement costs."""
@@ -92,9 +98,10 @@ def many_request(
     if parsed.explain:
         raise NotSupportedError("executemany() runs statements; EXPLAIN one with execute() or connection.explain()")
     statements = tuple(bind_statement(parsed.trees[0], p, parsed.texts[0]) for p in seq_of_parameters)  # type: ignore[arg-type]
-    cost = session.cost(epsilon, rho)
+    said = statements[0].cost
+    cost = session.cost(epsilon, rho, said)
     total = None if cost is None else Cost.combined([cost] * len(statements))
-    return Request(statements, (1.0,) * len(statements), total, non_negative)
+    return Request(statements, (1.0,) * len(statements), total, _non_negative(session, non_negative, said), False, said.delta)
 
 
 def batch_request(
@@ -104,7 +111,7 @@ def batch_request(
     weights: object,
     epsilon: float | None,
     rho: float | None,
-    non_negative: bool,
+    non_negative: bool | None,
     explain: bool,
 ) -> Request:
     """``connection.workload([sql, …])``: several statements (each parsed once) planned as one."""
@@ -121,7 +128,34 @@ def batch_request(
         if parsed.explain:
             raise ProgrammingError("a workload's statements are SELECTs; pass explain=True to explain the batch")
         bound.append(bind_statement(parsed.trees[0], params, parsed.texts[0]))
-    return Request(tuple(bound), _weights(weights, count), session.cost(epsilon, rho), non_negative, explain)
+    said = _said_by_batch(bound)
+    return Request(
+        tuple(bound), _weights(weights, count), session.cost(epsilon, rho, said), _non_negative(session, non_negative, said), explain, said.delta
+    )
+
+
+def _said_by_batch(statements: Sequence[Statement]) -> TextCost:
+    """What the texts of a batch say it costs: nothing, or — when every statement gives its cost — their sum."""
+    said = [s.cost for s in statements]
+    if len(said) == 1 or not any(s.given for s in said):
+        return said[0] if len(said) == 1 else TextCost(non_negative=said[0].non_negative)
+    if not all(s.given for s in said) or len({s.epsilon is None for s in said}) > 1:
+        raise ProgrammingError(
+            "some statements of the batch give their cost in SQL and some do not (or some in epsilon, some in rho): "
+            "give every statement its cost, or give the batch's cost as epsilon="
+        )
+    deltas = [s.delta for s in said if s.delta is not None]
+    if said[0].epsilon is not None:
+        return TextCost(epsilon=math.fsum(s.epsilon for s in said), delta=sum(deltas) if deltas else None, where="the statements' costs")  # type: ignore[misc]
+    return TextCost(rho=math.fsum(s.rho for s in said), delta=sum(deltas) if deltas else None, where="the statements' costs")  # type: ignore[misc]
+
+
+def _non_negative(session: Session, asked: bool | None, said: TextCost) -> bool:
+    """``non_negative=`` of the call, else what the text or ``SET dpsql.non_negative`` says, else the connection's."""
+    if asked is not None:
+        return asked
+    chosen = said.before(session.said).non_negative
+    return session.settings.non_negative if chosen is None else chosen
 
 
 def _weights(weights: object, count: int) -> tuple[float, ...]:
@@ -130,6 +164,34 @@ def _weights(weights: object, count: int) -> tuple[float, ...]:
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence) or len(weights) != count:
         raise ProgrammingError(f"weights= needs one positive number per statement ({count}), got {weights!r}")
     return tuple(check_number("every statement weight", w, 1e-100, 1e100, why="weights trade accuracy between statements") for w in weights)
+
+
+def setting_result(session: Session, command: SettingCommand) -> ResultSet:
+    """``SET dpsql.epsilon = 0.2`` (also ``rho``, ``non_negative``; ``DEFAULT``), ``RESET dpsql.x``, ``SHOW dpsql.x``
+    and ``SHOW dpsql.budget`` on a connection: the default cost of its later statements (``dpsql.sql.settings``)."""
+    session.check_open()
+    if command.action == "show" and command.name == "budget":
+        left = session.ledger.remaining()
+        columns = tuple((name, NUMBER, None, None, None, None, False) for name in ("epsilon", "delta", "rho"))
+        return ResultSet(columns, [(float(left.epsilon), float(left.delta), float(left.rho))], [(None, None, None)])
+    if command.name not in SETTINGS:
+        raise ProgrammingError(f"unrecognized setting dpsql.{command.name}; dpsql has {', '.join(SETTINGS)} (and SHOW dpsql.budget)")
+    current = {name: value for name, value in (("epsilon", session.said.epsilon), ("rho", session.said.rho), ("non_negative", session.said.non_negative)) if value is not None}
+    if command.action == "show":
+        default = {"epsilon": session.settings.default_epsilon, "non_negative": session.settings.non_negative}.get(command.name)
+        value = current.get(command.name, default)
+        text = "" if value is None else ("on" if value else "off") if isinstance(value, bool) else str(value)
+        return ResultSet(((f"dpsql.{command.name}", STRING, None, None, None, None, False),), [(text,)], [(None,)])
+    current.pop(command.name, None)
+    if command.action == "set" and command.value is not None:
+        if command.name != "non_negative":
+            current.pop("rho" if command.name == "epsilon" else "epsilon", None)
+        current[command.name] = command.value  # type: ignore[assignment]
+    said = TextCost.from_values({name: str(value) for name, value in current.items()}, "SET dpsql")
+    if said.rho is not None and session.settings.noise != "gaussian":
+        raise ProgrammingError("SET dpsql.rho is for Gaussian noise: connect(..., noise='gaussian'); set dpsql.epsilon here")
+    session.said = said
+    return ResultSet((), [], [])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -147,6 +209,8 @@ def prepare(session: Session, request: Request) -> Prepared:
                 f"a batch reads one table (one pass over its rows); {table.name!r} and {statement.table!r} are both used: "
                 "send one workload per table"
             )
+    for statement in request.statements:
+        _check_options(statement, table)
     keyed, selecting = _keyed_column(session, table, request.statements)
     schema = table.schema
     cached = None
@@ -186,7 +250,7 @@ def prepare(session: Session, request: Request) -> Prepared:
     privacy = planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
     if selecting:
         assert keyed is not None
-        chosen = selection.design(session, table, batch, keyed, privacy)
+        chosen = selection.design(session, table, batch, keyed, privacy, request.selection_delta)
         return Prepared(request, table, batch, rows, privacy, keyed, chosen, nothing, selection.cost(chosen))
     if keyed is not None and math.prod(s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed) > selection.MAX_KEYED_OTHER_CELLS:
         raise NotSupportedError(selection.too_many_cells(keyed))
@@ -201,6 +265,24 @@ def prepare(session: Session, request: Request) -> Prepared:
     decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, request.cost is not None)
     spent = cost if decision.plan is not None else _free(cost)
     return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached))
+
+
+def _check_options(statement: Statement, table: Table) -> None:
+    """Google's ``OPTIONS(privacy_unit_column=…, max_groups_contributed=…)`` must say what the table's schema
+    declares: the privacy unit and the contribution bounds are the schema's, for every statement."""
+    schema = table.schema
+    for name, value in statement.checks:
+        if name == "privacy_unit_column" and (schema.privacy_unit is None or value.lower() != schema.privacy_unit.lower()):
+            declared = "no privacy unit column (one row is one unit)" if schema.privacy_unit is None else f"privacy unit {schema.privacy_unit!r}"
+            raise NotSupportedError(
+                f"OPTIONS(privacy_unit_column = {value}): the schema of {table.name!r} declares {declared}; the unit is the "
+                "schema's for every statement: drop the option or name that column"
+            )
+        if name == "max_groups_contributed" and int(value) != schema.max_groups_per_unit:
+            raise NotSupportedError(
+                f"OPTIONS(max_groups_contributed = {value}): the schema of {table.name!r} bounds a unit to "
+                f"{schema.max_groups_per_unit} group(s) (max_groups_per_unit); drop the option or give that value"
+            )
 
 
 def _unit_cost(session: Session) -> Cost:

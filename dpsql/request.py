@@ -26,6 +26,7 @@ class Request:
     cost: Cost | None
     non_negative: bool
     explain: bool = False
+    selection_delta: float | None = None  # the most δ a key selection may spend (Google's OPTIONS(delta=…)); None: the connection's
 
     @property
     def text(self) -> str:

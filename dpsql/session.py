@@ -27,6 +27,7 @@ from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.keys import ReleasedKeys
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.literals import ColumnType, canonical_schema
+from dpsql.sql.settings import TextCost
 from planner import MeasurementStore
 
 NOISE_FAMILIES = ("laplace", "gaussian")
@@ -95,6 +96,7 @@ class Session:
         self.tables: dict[str, Table] = {}
         self.store = MeasurementStore()
         self.keys = ReleasedKeys()
+        self.said = TextCost(where="SET dpsql")  # the connection's ``SET dpsql.*`` settings (``dpsql.sql.settings``)
         self.bounded = BoundedTables(backend)
         self._plans: OrderedDict[Hashable, planner.Plan] = OrderedDict()
         self._memo: OrderedDict[Hashable, object] = OrderedDict()
@@ -121,8 +123,10 @@ class Session:
     def register(self, name: str, source: object, schema: object) -> None:
         """Check ``schema`` against the relation's columns and types, cast its domains (no rows read)."""
         self.check_open()
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ProgrammingError(f"table name must be a plain identifier, got {name!r}")
+        if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")) or name.count(".") > 2:
+            raise ProgrammingError(
+                f"table name must be an identifier, optionally qualified (schema.table, catalog.schema.table), got {name!r}"
+            )
         if schema is None:
             raise ProgrammingError(f"register({name!r}, ...) needs schema=: a dict, YAML or JSON (see dpsql.schema)")
         parsed = Schema.load(schema)  # type: ignore[arg-type]
@@ -141,10 +145,10 @@ class Session:
 
     def _relation_for(self, name: str, source: object) -> str:
         if source is None:
-            return name
+            return name.split(".")[-1]  # the engine's table of that name (its current schema)
         if isinstance(source, str) and not Path(source).suffix and self.backend.has_relation(source):  # type: ignore[attr-defined]
             return source
-        relation = f"__dpsql_{name}"
+        relation = f"__dpsql_{name.replace('.', '__')}"
         self.backend.register(relation, source)  # type: ignore[attr-defined]
         return relation
 
@@ -160,19 +164,39 @@ class Session:
             )
 
     def table(self, name: str) -> Table:
+        """The registered table a statement names: by its registered name, qualified or not (case-insensitive, as
+        DuckDB and unquoted PostgreSQL names), a name qualified by the default schema (``public.t``, ``main.t``,
+        ``<catalog>.main.t``), or the unqualified end of one registered qualified name (``t`` for ``s.t``)."""
         found = self.tables.get(name.lower())
-        if found is None:
-            raise ProgrammingError(
-                f"FROM: unknown table {name!r}; use a registered table {sorted(t.name for t in self.tables.values())} "
-                "or register one with connection.register(name, source, schema=...)"
-            )
-        return found
+        if found is not None:
+            return found
+        path = tuple(name.lower().split("."))
+        matches = [table for key, table in self.tables.items() if _names(path, tuple(key.split(".")))]
+        if len(matches) == 1:
+            return matches[0]
+        registered = sorted(t.name for t in self.tables.values())
+        if matches:
+            raise ProgrammingError(f"FROM: table {name!r} could be any of {sorted(t.name for t in matches)}; qualify it")
+        raise ProgrammingError(
+            f"FROM: unknown table {name!r}; use a registered table {registered} "
+            "or register one with connection.register(name, source, schema=...)"
+        )
 
     # -- costs and plans ---------------------------------------------------------------------------------
-    def cost(self, epsilon: float | None, rho: float | None) -> Cost | None:
-        """The cost a statement asks for (``epsilon=``, ``rho=`` or the default); None when none is given."""
+    def cost(self, epsilon: float | None, rho: float | None, said: TextCost = TextCost()) -> Cost | None:
+        """The cost a statement asks for: ``epsilon=`` or ``rho=`` of the call, else what its text ``said``
+        (``dpsql.sql.settings``), else the connection's ``SET dpsql.*``, else the default; None when none is given."""
         if epsilon is not None and rho is not None:
             raise ProgrammingError("give the statement's cost as epsilon= or rho=, not both")
+        if epsilon is None and rho is None:
+            chosen = said.before(self.said)
+            epsilon, rho = chosen.epsilon, chosen.rho
+        elif said.given and (said.epsilon, said.rho) != (epsilon, rho):
+            raise ProgrammingError(
+                f"the statement's cost is given twice, differently: {said.where} says "
+                f"{'epsilon' if said.epsilon is not None else 'rho'}={said.epsilon if said.epsilon is not None else said.rho}, "
+                f"the call {'epsilon' if epsilon is not None else 'rho'}={epsilon if epsilon is not None else rho}; give it once"
+            )
         if rho is not None:
             if self.settings.noise != "gaussian":
                 raise ProgrammingError("rho= is for Gaussian noise: connect(..., noise='gaussian'); use epsilon= here")
@@ -222,6 +246,19 @@ class Session:
         while len(self._memo) > MEMO_SIZE:
             self._memo.popitem(last=False)
         return found  # type: ignore[return-value]
+
+
+DEFAULT_SCHEMAS = ("main", "public")  # DuckDB's and PostgreSQL's: an unqualified registered table lives in either
+
+
+def _names(path: tuple[str, ...], registered: tuple[str, ...]) -> bool:
+    """Whether a name as written (``path``, lower case) names a table registered as ``registered``: its end
+    (``t`` or ``s.t`` for ``db.s.t``), or the registered name under any catalog — an unqualified registration
+    under a default schema (``main.t``, ``memory.main.t``, ``public.t``)."""
+    if len(path) <= len(registered):
+        return path == registered[len(registered) - len(path):]
+    leading, rest = path[: len(path) - len(registered)], path[len(path) - len(registered):]
+    return rest == registered and (len(registered) > 1 or leading[-1] in DEFAULT_SCHEMAS)
 
 
 def _frozen(value: object) -> Hashable:

@@ -34,7 +34,8 @@ from sqlglot import exp
 
 import dpsql
 from dpsql.serve.sqlstate import INVALID_PARAMETER_VALUE, as_pg_error
-from dpsql.serve.sqltext import SETTINGS, cost_comment, has_parameters, inline_parameters, placeholders_to_qmark, tables_named
+from dpsql.serve.sqltext import has_parameters, inline_parameters, placeholders_to_qmark, tables_named
+from dpsql.sql.settings import SETTINGS, cost_comment, setting_command
 
 if TYPE_CHECKING:
     from dpsql.serve.server import Service
@@ -316,9 +317,6 @@ def _boolean(text: str, name: str) -> bool:
 
 
 # -- middleware: what the server answers itself -------------------------------------------------------
-_SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?dpsql\.(\w+)\s*(?:=|TO)\s*(.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
-_RESET = re.compile(r"^\s*RESET\s+dpsql\.(\w+)\s*;?\s*$", re.IGNORECASE)
-_SHOW = re.compile(r"^\s*SHOW\s+dpsql\.(\w+)\s*;?\s*$", re.IGNORECASE)
 _DEALLOCATE = re.compile(r"^\s*DEALLOCATE\s+(?:PREPARE\s+)?(\w+|\"[^\"]+\")\s*;?\s*$", re.IGNORECASE)
 _DISCARD = re.compile(r"^\s*(?:DISCARD\s+(?:ALL|PLANS|SEQUENCES|TEMP|TEMPORARY)|RESET\s+ALL)\s*;?\s*$", re.IGNORECASE)
 _TRANSACTION = re.compile(r"^\s*SET\s+(?:SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANSACTION\b.*$", re.IGNORECASE | re.DOTALL)
@@ -342,29 +340,30 @@ async def dpsql_settings(context: MiddlewareContext) -> Statement | None:
     """``SET dpsql.epsilon = 0.1`` (also ``rho``, ``non_negative``), ``RESET dpsql.x``, ``SHOW dpsql.x``
     and ``SHOW dpsql.budget`` (what is left: ε, δ, ρ)."""
     session = _session(context)
-    if match := _SET.match(context.sql):
-        name, value = _setting_name(match.group(1)), match.group(2).strip().strip("'\"")
-        if value.upper() == "DEFAULT":
+    command = setting_command(context.sql)
+    if command is None:
+        return None
+    if command.action == "set":
+        name, value = _setting_name(command.name), command.value
+        if value is None:  # SET dpsql.x = DEFAULT
             return StaticStatement(context.sql, None, [], lambda: session.settings.pop(name, None))
         _positive(value, name) if name != "non_negative" else _boolean(value, "dpsql.non_negative")
         exclusive = {"epsilon": "rho", "rho": "epsilon"}.get(name)
 
         def apply() -> None:
-            session.settings[name] = value
+            session.settings[name] = value  # type: ignore[assignment]
             session.settings.pop(exclusive or "", None)
 
         return StaticStatement(context.sql, None, [], apply)
-    if match := _RESET.match(context.sql):
-        name = _setting_name(match.group(1))
+    if command.action == "reset":
+        name = _setting_name(command.name)
         return StaticStatement(context.sql, None, [], lambda: session.settings.pop(name, None))
-    if match := _SHOW.match(context.sql):
-        if match.group(1).lower() == "budget":
-            return _Computed(context.sql, _BUDGET_COLUMNS, session, lambda: [_budget_row(session.remaining())])
-        name = _setting_name(match.group(1))
-        default = {"epsilon": session.analyst.default_epsilon, "non_negative": "off"}.get(name)
-        value = session.settings.get(name, "" if default is None else str(default))
-        return StaticStatement(context.sql, [ResultColumn(f"dpsql.{name}", TEXT)], [(value,)])
-    return None
+    if command.name == "budget":
+        return _Computed(context.sql, _BUDGET_COLUMNS, session, lambda: [_budget_row(session.remaining())])
+    name = _setting_name(command.name)
+    default = {"epsilon": session.analyst.default_epsilon, "non_negative": "off"}.get(name)
+    value = session.settings.get(name, "" if default is None else str(default))
+    return StaticStatement(context.sql, [ResultColumn(f"dpsql.{name}", TEXT)], [(value,)])
 
 
 async def housekeeping(context: MiddlewareContext) -> Statement | None:

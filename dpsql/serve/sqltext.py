@@ -1,11 +1,10 @@
-"""What the server reads in a statement's text before dpsql sees it: the cost comment
-(``/* dpsql: epsilon=0.1 */``), PostgreSQL's ``$n`` parameters (turned into dpsql's ``?``), and
-the tables named (to pick the connection that holds them).
+"""What the server reads in a statement's text before dpsql sees it: PostgreSQL's ``$n`` parameters
+(turned into dpsql's ``?``) and the tables named (to pick the connection that holds them). The cost
+comment (``/* dpsql: epsilon=0.1 */``) and ``SET dpsql.*`` are read by :mod:`dpsql.sql.settings`, the one
+parser every entry point uses.
 
 >>> placeholders_to_qmark("SELECT sex, COUNT(*) FROM t WHERE age > $2 AND sex = '$1' AND race = $1 GROUP BY sex")
 ("SELECT sex, COUNT(*) FROM t WHERE age > ? AND sex = '$1' AND race = ? GROUP BY sex", (1, 0))
->>> cost_comment("/* dpsql: epsilon=0.25 */ SELECT COUNT(*) FROM t")
-{'epsilon': '0.25'}
 """
 
 from __future__ import annotations
@@ -17,29 +16,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from dpsql.errors import ProgrammingError
 
-SETTINGS = ("epsilon", "rho", "non_negative")
-_COMMENT = re.compile(r"/\*\s*dpsql\s*:(?P<body>.*?)\*/", re.IGNORECASE | re.DOTALL)
-_ASSIGNMENT = re.compile(r"^\s*(?P<name>\w+)\s*=\s*(?P<value>[^\s,]+)\s*$")
 _PARAMETER = re.compile(r"\$(\d+)")
-
-
-def cost_comment(sql: str) -> dict[str, str]:
-    """The settings of the statement's ``/* dpsql: name=value, ... */`` comment (none: ``{}``)."""
-    match = _COMMENT.search(sql)
-    if match is None:
-        return {}
-    found: dict[str, str] = {}
-    for item in match.group("body").split(","):
-        assignment = _ASSIGNMENT.match(item)
-        if assignment is None or assignment.group("name").lower() not in SETTINGS:
-            raise ProgrammingError(
-                f"cannot read the dpsql comment {match.group(0)!r}: write /* dpsql: epsilon=0.1 */ "
-                f"(settings: {', '.join(SETTINGS)}, separated by commas)"
-            )
-        found[assignment.group("name").lower()] = assignment.group("value")
-    return found
 
 
 def placeholders_to_qmark(sql: str) -> tuple[str, tuple[int, ...]]:

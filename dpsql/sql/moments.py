@@ -193,10 +193,13 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
     """The moment cells the queries' aggregates need (None when they have none). One aggregated column per
     statement or batch; the column must have bounds (declared, or an integer range)."""
     found: dict[str, set[str]] = {}
+    given: set[tuple[float, float]] = set()  # bounds the statements give (Google's contribution_bounds_per_group)
     for query in queries:
         for item in query.select:
             if isinstance(item, Aggregate):
                 found.setdefault(resolve(item.column, table_columns, query.table, f"SELECT {item.function}"), set()).add(item.function)
+                if item.bounds is not None:
+                    given.add(item.bounds)
     if not found:
         return None
     if len(found) > 1:
@@ -206,7 +209,11 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
         )
     column, functions = next(iter(found.items()))
     domain = schema.column(column)
-    bounds = domain.value_bounds
+    if len(given) > 1:
+        raise NotSupportedError(
+            f"SELECT: the aggregates of {column!r} give different contribution bounds {sorted(given)}; give the same bounds to all"
+        )
+    bounds = next(iter(given)) if given else domain.value_bounds
     if bounds is None:
         raise NotSupportedError(
             f"SELECT {sorted(functions)[0]}({column}): column {column!r} has no bounds; declare them in the schema, e.g. "

@@ -24,6 +24,7 @@ from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.derived import Derived, derived_column, is_derived
+from dpsql.sql.dialect import BOUNDS_KEY
 
 SUPPORTED = (
     "Supported: SELECT <group columns and COUNT(*) / COUNT(column) / COUNT(DISTINCT privacy unit) / SUM, AVG, VARIANCE, VAR_SAMP, VAR_POP, STDDEV, "
@@ -123,6 +124,7 @@ class Aggregate:
     name: str
     function: str
     column: str
+    bounds: tuple[float, float] | None = None  # the statement's own clamping bounds (Google's contribution_bounds_per_group)
 
 
 AGGREGATES: dict[type[exp.Expression], str] = {
@@ -213,6 +215,16 @@ _COMPARISONS: dict[type[exp.Expression], str] = {
     exp.GTE: ">=",
 }
 _FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def table_path(table: exp.Table) -> tuple[str, ...]:
+    """A table reference's name with its qualifiers: ``(catalog, schema, name)``, as far as written."""
+    return tuple(part.name for part in (table.args.get("catalog"), table.args.get("db"), table.this) if part is not None and part.name)
+
+
+def column_qualifier(column: exp.Column) -> tuple[str, ...]:
+    """What qualifies a column reference: ``(catalog, schema, table)``, as far as written (``()``: none)."""
+    return tuple(part.name for part in (column.args.get("catalog"), column.args.get("db"), column.args.get("table")) if part is not None and part.name)
 
 
 def first_line(error: Exception) -> str:
@@ -325,6 +337,27 @@ def aggregate_argument(node: exp.Expression, column: Callable[[exp.Expression, s
     return column(node.this, f"SELECT {function}")
 
 
+def contribution_bounds(node: exp.Expression) -> tuple[float, float] | None:
+    """An aggregate's ``contribution_bounds_per_group => (lo, hi)`` (Google's DP SQL), checked: two numbers,
+    ``lo < hi`` (``lo <= hi`` and ``lo >= 0`` for a count)."""
+    given = node.meta.get(BOUNDS_KEY)
+    if given is None:
+        return None
+    name = type(node).__name__.upper()
+    pair = given.expressions if isinstance(given, exp.Tuple) else []
+    numbers = [BranchChecker._literal(v, f"{name}(..., {BOUNDS_KEY})") if isinstance(v, (exp.Literal, exp.Neg)) else None for v in pair]
+    if len(numbers) != 2 or not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
+        raise ProgrammingError(f"{name}: {BOUNDS_KEY} must be two numbers, e.g. {BOUNDS_KEY} => (0, 100)")
+    low, high = float(numbers[0]), float(numbers[1])  # type: ignore[arg-type]
+    if isinstance(node, exp.Count):
+        if not 0 <= low <= high:
+            raise ProgrammingError(f"COUNT: {BOUNDS_KEY} must satisfy 0 <= lo <= hi, got ({numbers[0]}, {numbers[1]})")
+        return None
+    if not low < high:
+        raise ProgrammingError(f"{name}: {BOUNDS_KEY} must satisfy lo < hi, got ({numbers[0]}, {numbers[1]})")
+    return (low, high)
+
+
 _QUANTILES: dict[type[exp.Expression], str] = {
     exp.Median: "PERCENTILE_CONT",
     exp.PercentileCont: "PERCENTILE_CONT",
@@ -383,6 +416,7 @@ class BranchChecker:
     def __init__(self, select: exp.Expression) -> None:
         self.statement = select
         self.table = ""
+        self.path: tuple[str, ...] = ()  # the FROM table's qualified name, lower case
         self.qualifiers: set[str] = set()
         self.derived: dict[str, Derived] = {}  # by key
 
@@ -428,28 +462,26 @@ class BranchChecker:
         table = source.this
         if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
             raise NotSupportedError(f"FROM must name one registered table, not {table.sql(dialect='duckdb')[:60]!r}. {SUPPORTED}")
-        if table.args.get("db") or table.args.get("catalog"):
-            raise NotSupportedError("FROM: qualified table names (schema.table) are not supported; use the registered name")
         if table.args.get("joins") or table.args.get("laterals"):
             raise NotSupportedError(f"JOIN is not supported. {SUPPORTED}")
-        name = table.name
-        self.qualifiers = {name.lower()}
+        path = table_path(table)
+        self.path = tuple(part.lower() for part in path)
+        self.qualifiers = {self.path[-1]}
         if table.alias:
             self.qualifiers.add(table.alias.lower())
-        return name
+        return ".".join(path)
 
     def _column(self, node: exp.Expression, clause: str) -> str:
-        """The name of a plain column reference, checking any table qualifier."""
+        """The name of a plain column reference, checking any qualifier (the table's alias, its name, or the
+        end of its qualified name: ``t.age``, ``public.t.age``)."""
         if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
             raise NotSupportedError(
                 f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a plain column; "
                 f"expressions over columns are not supported. {SUPPORTED}"
             )
-        if node.args.get("db") or node.args.get("catalog"):
-            raise NotSupportedError(f"{clause}: use column names qualified at most by the table name")
-        qualifier = node.table
-        if qualifier and qualifier.lower() not in self.qualifiers:
-            raise ProgrammingError(f"{clause}: {qualifier!r} is not the table or its alias in FROM")
+        qualifier = tuple(part.lower() for part in column_qualifier(node))
+        if qualifier and not (qualifier == self.path[-len(qualifier):] or (len(qualifier) == 1 and qualifier[0] in self.qualifiers)):
+            raise ProgrammingError(f"{clause}: {'.'.join(column_qualifier(node))!r} is not the table or its alias in FROM; use the table's name or alias")
         return node.name
 
     # -- SELECT and GROUP BY ---------------------------------------------------------------------
@@ -461,9 +493,11 @@ class BranchChecker:
         refuse_select_item(node)
         if isinstance(node, exp.Count):
             distinct = isinstance(node.this, exp.Distinct)
+            contribution_bounds(node)  # checked; a count's contributions are the schema's rows per unit
             return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column), distinct)
         if type(node) in AGGREGATES:
-            return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], aggregate_argument(node, self._column))
+            bounds = contribution_bounds(node)
+            return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], aggregate_argument(node, self._column), bounds)
         quantile = quantile_item(node, alias, self._column)
         if quantile is not None:
             return quantile

@@ -22,14 +22,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.sql import dialect
 from dpsql.sql.grouping import MAX_GROUPING_SETS, Constant, GroupingSet, Slot, split_select
 from dpsql.sql.having import Condition, aggregates, having_condition, is_aggregate
 from dpsql.sql.parse import SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
+from dpsql.sql.settings import TextCost, cost_comment, google_options
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
 _ANALYZE = re.compile(r"^\s*ANALYZE\b", re.IGNORECASE)
@@ -62,6 +63,8 @@ class Statement:
     order_by: tuple[OrderKey, ...] = ()
     limit: int | None = None
     offset: int = 0
+    cost: TextCost = TextCost()  # what its text says it costs (``dpsql.sql.settings``)
+    checks: tuple[tuple[str, str], ...] = ()  # Google's options prepare checks against the schema
 
     @property
     def table(self) -> str:
@@ -86,7 +89,7 @@ def parse_text(sql: object) -> ParsedText:
     if explain and _ANALYZE.match(body):
         raise ProgrammingError("EXPLAIN ANALYZE is not supported: it would run the statement; use EXPLAIN")
     try:
-        trees = tuple(t for t in sqlglot.parse(body, read="duckdb") if t is not None)
+        trees = tuple(t for t in dialect.parse(body) if t is not None)
     except SqlglotError as error:
         check_paramstyle(body)
         raise ProgrammingError(f"cannot parse SQL: {first_line(error)}; check the syntax there. {SUPPORTED}") from error
@@ -108,6 +111,7 @@ def bind_statement(tree: exp.Expression, parameters: Sequence[object] | None, sq
     """Bind ``tree``'s parameters (on a copy: a parsed text can be bound many times) and check it."""
     bound = tree.copy()
     bind_parameters(bound, parameters)
+    cost, checks = statement_cost(bound, sql)
     selects = _union_members(bound)
     havings = [select.args.get("having") for select in selects]
     for select in selects:
@@ -144,7 +148,22 @@ def bind_statement(tree: exp.Expression, parameters: Sequence[object] | None, sq
         )
     names = names[: len(names) - len(hidden)]
     order_by = _order_by(bound, selects[0], names, branches)
-    return Statement(sql, names, tuple(branches), order_by, _row_count(bound, "limit"), _row_count(bound, "offset") or 0)
+    return Statement(sql, names, tuple(branches), order_by, _row_count(bound, "limit"), _row_count(bound, "offset") or 0, cost, checks)
+
+
+def statement_cost(tree: exp.Expression, sql: str) -> tuple[TextCost, tuple[tuple[str, str], ...]]:
+    """What a statement's text says it costs — its ``/* dpsql: … */`` comment or Google's ``WITH
+    DIFFERENTIAL_PRIVACY OPTIONS(…)``, taken off ``tree`` — and the options to check against the schema."""
+    found = [options for options in (dialect.dp_options(select) for select in tree.find_all(exp.Select)) if options]
+    if len(found) > 1:
+        raise ProgrammingError("WITH DIFFERENTIAL_PRIVACY OPTIONS(...) is given more than once: give it once, after the first SELECT")
+    comment = TextCost.from_values(cost_comment(sql), "the dpsql comment")
+    if not found:
+        return comment, ()
+    google, checks = google_options(found[0])
+    if comment.given and (comment.epsilon, comment.rho) != (google.epsilon, None):
+        raise ProgrammingError("the statement gives its cost twice (a dpsql comment and DIFFERENTIAL_PRIVACY OPTIONS): give it once")
+    return google.before(comment), checks
 
 
 def parse_statement(sql: str, parameters: Sequence[object] | None = None) -> Statement:

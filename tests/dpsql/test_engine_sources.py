@@ -74,7 +74,7 @@ def test_bad_sources(tmp_path: Path) -> None:
         connection.register("t", 42, schema=SCHEMA)
     with pytest.raises(dpsql.ProgrammingError, match="no table or view 'nothing'"):
         connection.register("nothing", schema=SCHEMA)
-    with pytest.raises(dpsql.ProgrammingError, match="plain identifier"):
+    with pytest.raises(dpsql.ProgrammingError, match="must be an identifier"):
         connection.register("bad name", FRAME, schema=SCHEMA)
 
 

@@ -18,7 +18,8 @@ from dpsql.serve.config import ServeConfig
 from dpsql.serve.passwords import ScramExchange, ScramVerifier, decoy_verifier, hash_password
 from dpsql.serve.session import result_columns
 from dpsql.serve.sqlstate import as_pg_error
-from dpsql.serve.sqltext import cost_comment, inline_parameters, placeholders_to_qmark, tables_named
+from dpsql.serve.sqltext import inline_parameters, placeholders_to_qmark, tables_named
+from dpsql.sql.settings import cost_comment
 
 # RFC 7677, section 3: user "user", password "pencil"
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
