@@ -3,7 +3,8 @@
 Three spellings, all optional:
 
 * a comment anywhere in the statement: ``/* dpsql: epsilon=0.2 */ SELECT …`` (also ``rho=…``,
-  ``non_negative=on``; several separated by commas);
+  ``non_negative=on``; several separated by commas), or the same as an optimizer hint, ``/*+ dpsql: … */``,
+  which survives tools that strip comments before sending a statement (jupysql's ``%sql`` does);
 * Google's differential-privacy SQL: ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=…, delta=…,
   privacy_unit_column=…, max_groups_contributed=…) …`` (:mod:`dpsql.sql.dialect` reads the options);
 * a session setting: ``SET dpsql.epsilon = 0.2`` (``RESET dpsql.epsilon``, ``SHOW dpsql.epsilon``), the
@@ -33,7 +34,7 @@ from dpsql.errors import NotSupportedError, ProgrammingError
 
 SETTINGS = ("epsilon", "rho", "non_negative")
 TRUE_WORDS, FALSE_WORDS = frozenset({"on", "true", "t", "yes", "1"}), frozenset({"off", "false", "f", "no", "0"})
-_COMMENT = re.compile(r"/\*\s*dpsql\s*:(?P<body>.*?)\*/", re.IGNORECASE | re.DOTALL)
+_COMMENT = re.compile(r"/\*\+?\s*dpsql\s*:(?P<body>.*?)\*/", re.IGNORECASE | re.DOTALL)
 _ASSIGNMENT = re.compile(r"^\s*(?P<name>\w+)\s*=\s*(?P<value>[^\s,]+)\s*$")
 _SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?dpsql\.(\w+)\s*(?:=|TO)\s*(.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
 _RESET = re.compile(r"^\s*RESET\s+dpsql\.(\w+)\s*;?\s*$", re.IGNORECASE)
@@ -137,7 +138,8 @@ class TextCost:
 
 
 def google_options(options: Mapping[str, exp.Expression]) -> tuple[TextCost, tuple[tuple[str, str], ...]]:
-    """Google's ``OPTIONS(…)``: the cost they give, and the options prepare checks against the table's
+    """Google's ``OPTIONS(…)``: the cost they give (``epsilon``; without it the cost comes from the call, ``SET
+    dpsql.epsilon`` or the default, as for any statement), and the options prepare checks against the table's
     schema (``privacy_unit_column``, ``max_groups_contributed``) as (name, value) pairs."""
     unknown = [name for name in options if name not in GOOGLE_OPTIONS]
     if unknown:
@@ -146,9 +148,7 @@ def google_options(options: Mapping[str, exp.Expression]) -> tuple[TextCost, tup
             "(contribution bounds and group selection come from the table's schema)"
         )
     numbers = {name: _number(options[name], name) for name in ("epsilon", "delta", "max_groups_contributed") if name in options}
-    if "epsilon" not in numbers:
-        raise ProgrammingError("WITH DIFFERENTIAL_PRIVACY OPTIONS needs epsilon = <the statement's cost>, e.g. OPTIONS(epsilon = 0.5)")
-    epsilon = positive(numbers["epsilon"], "epsilon")
+    epsilon = positive(numbers["epsilon"], "epsilon") if "epsilon" in numbers else None  # None: the cost is given elsewhere
     delta = numbers.get("delta")
     if delta is not None and not 0 <= delta < 1:
         raise ProgrammingError(f"WITH DIFFERENTIAL_PRIVACY OPTIONS: delta must lie in [0, 1), got {delta!r}")

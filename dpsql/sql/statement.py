@@ -161,7 +161,7 @@ def statement_cost(tree: exp.Expression, sql: str) -> tuple[TextCost, tuple[tupl
     if not found:
         return comment, ()
     google, checks = google_options(found[0])
-    if comment.given and (comment.epsilon, comment.rho) != (google.epsilon, None):
+    if comment.given and google.given and (comment.epsilon, comment.rho) != (google.epsilon, None):
         raise ProgrammingError("the statement gives its cost twice (a dpsql comment and DIFFERENTIAL_PRIVACY OPTIONS): give it once")
     return google.before(comment), checks
 
