@@ -111,8 +111,13 @@ class Connection(errors.ExceptionsOnConnection):
         return self._session.closed
 
     # -- dpsql extensions ---------------------------------------------------------------------------
-    def register(self, name: str, source: object = None, schema: object = None) -> None:
-        """Make a table queryable under ``name`` with its privacy ``schema``.
+    def register(self, name: str, source: object = None, schema: object = None, *, public: bool = False) -> None:
+        """Make a table queryable under ``name`` with its privacy ``schema``; ``name`` may be qualified
+        (``"PUMS.PUMS"``, ``"public.census"``), and statements may name it with or without the default schema.
+
+        ``public=True`` registers a *public* table instead (no schema: its rows are not protected): a file
+        (.csv, .tsv, .json, .parquet), a pandas or polars frame or an Arrow table, copied into the DuckDB
+        database that post-processes released rows, where statements may read and join it freely.
 
         ``source`` is a ``.csv``/``.tsv``/``.json``/``.parquet`` path, a pandas DataFrame, an Arrow
         table, or the name of an existing table/view of the backend's database (``None``: the table
@@ -120,7 +125,7 @@ class Connection(errors.ExceptionsOnConnection):
         read here; every declared domain value is cast to its column's type in the engine and refused,
         naming the column, if it does not cast.
         """
-        self._session.register(name, source, schema)
+        self._session.register(name, source, schema, public)
 
     def tables(self) -> dict[str, Table]:
         """The registered tables by name, each with its privacy schema and column types: public metadata

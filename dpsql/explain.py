@@ -82,7 +82,28 @@ _HOW = {
 
 
 def explain_rows(prepared: Prepared) -> list[ExplainRow]:
-    """The rows of the module docstring for a prepared request (reads no data, charges nothing)."""
+    """The rows of the module docstring for a prepared request (reads no data, charges nothing): its batch's
+    plan, then the post-processing of each statement with a public shell."""
+    return _batch_rows(prepared) + _shell_rows(prepared)
+
+
+def _shell_rows(prepared: Prepared) -> list[ExplainRow]:
+    rows = []
+    for number, output in enumerate(prepared.request.outputs, start=1):
+        if output.shell is None:
+            continue
+        cores = ", ".join(str(i + 1) for i in output.cores)
+        with_errors = ", ".join(output.shell.errors) or "none"
+        rows.append(ExplainRow(
+            "post-processing", str(number), 0.0,
+            f"free (no privacy cost): DuckDB runs {output.shell.text} over the released rows of statement(s) {cores} and public "
+            f"tables, never over private rows; error bars on: {with_errors} (an affine function of one released value); other "
+            "columns have none",
+        ))
+    return rows
+
+
+def _batch_rows(prepared: Prepared) -> list[ExplainRow]:
     request, batch, decision = prepared.request, prepared.batch, prepared.decision
     rows = [ExplainRow("statement", str(i + 1), w, s.sql) for i, (s, w) in enumerate(zip(request.statements, request.weights))]
     for name, column in batch.columns.items():

@@ -37,7 +37,8 @@ from dpsql import keys, nonnegative, progress, selection, testing
 from dpsql.accountant import Cost, check_number
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
-from dpsql.request import Decision, Prepared, Request
+from dpsql.post_processing import CoreLayout, layout
+from dpsql.request import Decision, Output, Prepared, Request
 from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
@@ -45,7 +46,8 @@ from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
 from dpsql.sql.parse import Count, predicate_columns
 from dpsql.sql.settings import SETTINGS, SettingCommand, TextCost
 from dpsql.types import NUMBER, STRING
-from dpsql.sql.statement import Statement, bind_statement, parse_text
+from dpsql.sql.split import Bound, bind
+from dpsql.sql.statement import Statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import Answers, Measurement, Workload, marginal_for
 
@@ -63,26 +65,27 @@ def execute_request(
     non_negative: bool | None,
 ) -> Request:
     """``cursor.execute(operation, parameters)``: one statement, or ``EXPLAIN`` of one or several."""
+    public = session.public_names()
     if isinstance(operation, str) and (parameters is None or (isinstance(parameters, (list, tuple)) and not parameters)):
-        explain, statements = _bound_text(operation)
+        explain, statements = _bound_text(operation, public)
     else:
         parsed = parse_text(operation)
         if parsed.explain and parameters and len(parsed.trees) > 1:
             raise ProgrammingError("EXPLAIN of several statements takes no parameters; inline the literals")
-        explain, statements = parsed.explain, tuple(bind_statement(tree, parameters, text) for tree, text in zip(parsed.trees, parsed.texts))
+        explain, statements = parsed.explain, tuple(bind(tree, parameters, text, public) for tree, text in zip(parsed.trees, parsed.texts))
     said = _said_by_batch(statements)
-    return Request(
-        statements, (1.0,) * len(statements), session.cost(epsilon, rho, said), _non_negative(session, non_negative, said), explain, said.delta
-    )
+    cost = session.cost(epsilon, rho, said)
+    return _request(statements, (1.0,) * len(statements), cost, _non_negative(session, non_negative, said), explain, said.delta)
 
 
 @functools.lru_cache(maxsize=BOUND_TEXT_CACHE_SIZE)
-def _bound_text(text: str) -> tuple[bool, tuple[Statement, ...]]:
-    """A text without parameters, parsed and bound: a pure function of the text (binding copies the parsed
-    trees and checks the statement's form only; names are resolved against tables in ``prepare``), so
-    a text run again skips sqlglot. Texts that fail raise each time (exceptions are not cached)."""
+def _bound_text(text: str, public: frozenset[str]) -> tuple[bool, tuple[Bound, ...]]:
+    """A text without parameters, parsed and bound: a pure function of the text and the public tables' names
+    (binding copies the parsed trees and checks the statement's form only; names are resolved against tables
+    in ``prepare``), so a text run again skips sqlglot. Texts that fail raise each time (exceptions are not
+    cached)."""
     parsed = parse_text(text)
-    return parsed.explain, tuple(bind_statement(tree, None, sql) for tree, sql in zip(parsed.trees, parsed.texts))
+    return parsed.explain, tuple(bind(tree, None, sql, public) for tree, sql in zip(parsed.trees, parsed.texts))
 
 
 def many_request(
@@ -97,11 +100,12 @@ def many_request(
     parsed = parse_text(operation)
     if parsed.explain:
         raise NotSupportedError("executemany() runs statements; EXPLAIN one with execute() or connection.explain()")
-    statements = tuple(bind_statement(parsed.trees[0], p, parsed.texts[0]) for p in seq_of_parameters)  # type: ignore[arg-type]
+    public = session.public_names()
+    statements = tuple(bind(parsed.trees[0], p, parsed.texts[0], public) for p in seq_of_parameters)  # type: ignore[arg-type]
     said = statements[0].cost
     cost = session.cost(epsilon, rho, said)
     total = None if cost is None else Cost.combined([cost] * len(statements))
-    return Request(statements, (1.0,) * len(statements), total, _non_negative(session, non_negative, said), False, said.delta)
+    return _request(statements, (1.0,) * len(statements), total, _non_negative(session, non_negative, said), False, said.delta)
 
 
 def batch_request(
@@ -122,19 +126,36 @@ def batch_request(
         parameters = [None] * count
     if isinstance(parameters, (str, bytes)) or not isinstance(parameters, Sequence) or len(parameters) != count:
         raise ProgrammingError(f"parameters= needs one parameter sequence (or None) per statement ({count})")
+    public = session.public_names()
     bound = []
     for sql, params in zip(statements, parameters):
         parsed = parse_text(sql)
         if parsed.explain:
             raise ProgrammingError("a workload's statements are SELECTs; pass explain=True to explain the batch")
-        bound.append(bind_statement(parsed.trees[0], params, parsed.texts[0]))
+        bound.append(bind(parsed.trees[0], params, parsed.texts[0], public))
     said = _said_by_batch(bound)
-    return Request(
-        tuple(bound), _weights(weights, count), session.cost(epsilon, rho, said), _non_negative(session, non_negative, said), explain, said.delta
-    )
+    cost = session.cost(epsilon, rho, said)
+    return _request(bound, _weights(weights, count), cost, _non_negative(session, non_negative, said), explain, said.delta)
 
 
-def _said_by_batch(statements: Sequence[Statement]) -> TextCost:
+def _request(
+    bound: Sequence[Bound], weights: Sequence[float], cost: Cost | None, non_negative: bool, explain: bool, delta: float | None
+) -> Request:
+    """The request of the statements as written: the planned statements are each plain statement and each
+    shell's private cores (one batch: one plan, one read, one charge), a shell's cores weighted as it is."""
+    planned: list[Statement] = []
+    planned_weights: list[float] = []
+    outputs: list[Output] = []
+    for statement, weight in zip(bound, weights):
+        cores = [statement] if isinstance(statement, Statement) else [core.statement for core in statement.cores]
+        outputs.append(Output(None if isinstance(statement, Statement) else statement, len(planned), len(cores)))
+        planned += cores
+        planned_weights += [weight] * len(cores)
+    shells = tuple(outputs) if any(o.shell is not None for o in outputs) else ()
+    return Request(tuple(planned), tuple(planned_weights), cost, non_negative, explain, delta, shells)
+
+
+def _said_by_batch(statements: Sequence[Bound]) -> TextCost:
     """What the texts of a batch say it costs: nothing, or — when every statement gives its cost — their sum."""
     said = [s.cost for s in statements]
     if len(said) == 1 or not any(s.given for s in said):
@@ -200,7 +221,30 @@ def setting_result(session: Session, command: SettingCommand) -> ResultSet:
 
 
 def prepare(session: Session, request: Request) -> Prepared:
-    """Bind, compile, plan and price ``request`` (module doc). Reads nothing, charges nothing."""
+    """Bind, compile, plan and price ``request`` (module doc), and check the public shells of its statements over
+    empty releases (``dpsql.post_processing``). Reads nothing, charges nothing."""
+    prepared = _prepare_cores(session, request)
+    if not request.outputs:
+        return prepared
+    return dataclasses.replace(prepared, layouts=_shell_layouts(session, prepared))
+
+
+def _shell_layouts(session: Session, prepared: Prepared) -> tuple[tuple[CoreLayout, ...] | None, ...]:
+    """Per statement as written, its cores' relations (None without a shell), typed from an empty release
+    (every declared group cell, zeros), and its shell run once over them: what does not bind is refused here."""
+    empty = _zero_results(prepared.batch)
+    found: list[tuple[CoreLayout, ...] | None] = []
+    for output in prepared.request.written:
+        if output.shell is None:
+            found.append(None)
+            continue
+        layouts = tuple(layout(core.relation, empty[i]) for core, i in zip(output.shell.cores, output.cores))
+        session.public.check(output.shell, layouts, [empty[i] for i in output.cores])
+        found.append(layouts)
+    return tuple(found)
+
+
+def _prepare_cores(session: Session, request: Request) -> Prepared:
     session.check_open()
     table = session.table(request.statements[0].table)
     for statement in request.statements[1:]:
@@ -225,6 +269,11 @@ def prepare(session: Session, request: Request) -> Prepared:
             f"GROUP BY {next(iter(batch.derived))[:60]!r}: a derived group column cannot be combined with the column "
             f"{keyed!r}, which has no declared domain; declare {keyed!r}'s domain, or group by the derived column in a "
             "statement of its own"
+        )
+    if batch.workload is None and keyed is not None:
+        raise NotSupportedError(
+            f"GROUP BY {keyed} (or SELECT DISTINCT) without an aggregate: column {keyed!r} has no declared domain, so its keys "
+            "are released only with their noisy counts: add COUNT(*), or declare its categories, range or bins"
         )
     if batch.encoding is not None and keyed is not None:
         raise NotSupportedError(
@@ -385,10 +434,26 @@ def run(session: Session, request: Request) -> list[ResultSet]:
 
 
 def release(session: Session, prepared: Prepared) -> list[ResultSet]:
-    """Release a prepared request under the one charge rule (module doc)."""
+    """Release a prepared request under the one charge rule (module doc): one result per statement as written,
+    a shell's computed by DuckDB from its cores' released rows (post-processing, free)."""
     session.check_open()
     if prepared.request.explain:
         return [explain_result(prepared)]
+    results = _release_cores(session, prepared)
+    if not prepared.request.outputs:
+        return results
+    written = []
+    for output, layouts in zip(prepared.request.written, prepared.layouts):
+        if output.shell is None or layouts is None:
+            written.append(results[output.first])
+            continue
+        shelled = session.public.release(output.shell, layouts, [results[i] for i in output.cores])
+        written.append(shelled.explained(results[output.first].explained_by))
+    return written
+
+
+def _release_cores(session: Session, prepared: Prepared) -> list[ResultSet]:
+    """The planned statements' results (a shell's cores among them)."""
     batch = prepared.batch
     if batch.workload is None:
         return _with_explanation(session, prepared, batch.results([], []), Outcome("zero"))

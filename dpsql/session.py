@@ -25,8 +25,10 @@ from dpsql.bounded_tables import BoundedTables
 from dpsql.backends.dialects import engine_name
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.keys import ReleasedKeys
+from dpsql.post_processing import PublicEngine
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.literals import ColumnType, canonical_schema
+from dpsql.sql.parse import names_table
 from dpsql.sql.settings import TextCost
 from planner import MeasurementStore
 
@@ -98,6 +100,7 @@ class Session:
         self.keys = ReleasedKeys()
         self.said = TextCost(where="SET dpsql")  # the connection's ``SET dpsql.*`` settings (``dpsql.sql.settings``)
         self.bounded = BoundedTables(backend)
+        self.public = PublicEngine()  # public tables and the shells over released rows (``dpsql.post_processing``)
         self._plans: OrderedDict[Hashable, planner.Plan] = OrderedDict()
         self._memo: OrderedDict[Hashable, object] = OrderedDict()
         self.closed = False
@@ -116,17 +119,28 @@ class Session:
         if not self.closed:
             self.closed = True
             self.bounded.close()
+            self.public.close()
             self.backend.close()
             self.ledger.close()
 
     # -- tables ------------------------------------------------------------------------------------------
-    def register(self, name: str, source: object, schema: object) -> None:
-        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read)."""
+    def register(self, name: str, source: object, schema: object, public: bool = False) -> None:
+        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read); or, with
+        ``public``, copy a public table into the engine of shells (its rows are not protected)."""
         self.check_open()
         if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")) or name.count(".") > 2:
             raise ProgrammingError(
                 f"table name must be an identifier, optionally qualified (schema.table, catalog.schema.table), got {name!r}"
             )
+        if public:
+            if schema is not None:
+                raise ProgrammingError(f"register({name!r}, ..., public=True) takes no schema: a public table's rows are not protected")
+            if name.lower() in self.tables:
+                raise ProgrammingError(f"{name!r} is a registered private table; give the public table another name")
+            self.public.register(name, source)
+            return
+        if name.lower() in self.public.tables:
+            raise ProgrammingError(f"{name!r} is a registered public table; give the private table another name")
         if schema is None:
             raise ProgrammingError(f"register({name!r}, ...) needs schema=: a dict, YAML or JSON (see dpsql.schema)")
         parsed = Schema.load(schema)  # type: ignore[arg-type]
@@ -163,6 +177,10 @@ class Session:
                 f"are {list(types)}"
             )
 
+    def public_names(self) -> frozenset[str]:
+        """The registered public tables' names, lower case (statements read them in their shells)."""
+        return frozenset(self.public.tables)
+
     def table(self, name: str) -> Table:
         """The registered table a statement names: by its registered name, qualified or not (case-insensitive, as
         DuckDB and unquoted PostgreSQL names), a name qualified by the default schema (``public.t``, ``main.t``,
@@ -171,7 +189,7 @@ class Session:
         if found is not None:
             return found
         path = tuple(name.lower().split("."))
-        matches = [table for key, table in self.tables.items() if _names(path, tuple(key.split(".")))]
+        matches = [table for key, table in self.tables.items() if names_table(path, tuple(key.split(".")))]
         if len(matches) == 1:
             return matches[0]
         registered = sorted(t.name for t in self.tables.values())
@@ -246,19 +264,6 @@ class Session:
         while len(self._memo) > MEMO_SIZE:
             self._memo.popitem(last=False)
         return found  # type: ignore[return-value]
-
-
-DEFAULT_SCHEMAS = ("main", "public")  # DuckDB's and PostgreSQL's: an unqualified registered table lives in either
-
-
-def _names(path: tuple[str, ...], registered: tuple[str, ...]) -> bool:
-    """Whether a name as written (``path``, lower case) names a table registered as ``registered``: its end
-    (``t`` or ``s.t`` for ``db.s.t``), or the registered name under any catalog — an unqualified registration
-    under a default schema (``main.t``, ``memory.main.t``, ``public.t``)."""
-    if len(path) <= len(registered):
-        return path == registered[len(registered) - len(path):]
-    leading, rest = path[: len(path) - len(registered)], path[len(path) - len(registered):]
-    return rest == registered and (len(registered) > 1 or leading[-1] in DEFAULT_SCHEMAS)
 
 
 def _frozen(value: object) -> Hashable:

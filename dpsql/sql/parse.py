@@ -222,6 +222,19 @@ def table_path(table: exp.Table) -> tuple[str, ...]:
     return tuple(part.name for part in (table.args.get("catalog"), table.args.get("db"), table.this) if part is not None and part.name)
 
 
+DEFAULT_SCHEMAS = ("main", "public")  # DuckDB's and PostgreSQL's: an unqualified registered table lives in either
+
+
+def names_table(path: tuple[str, ...], registered: tuple[str, ...]) -> bool:
+    """Whether a table name as written (``path``, lower case) names a table registered as ``registered``: its
+    end (``t`` or ``s.t`` for ``db.s.t``), or the registered name under any catalog — an unqualified
+    registration under a default schema (``main.t``, ``memory.main.t``, ``public.t``)."""
+    if len(path) <= len(registered):
+        return path == registered[len(registered) - len(path):]
+    leading, rest = path[: len(path) - len(registered)], path[len(path) - len(registered):]
+    return rest == registered and (len(registered) > 1 or leading[-1] in DEFAULT_SCHEMAS)
+
+
 def column_qualifier(column: exp.Column) -> tuple[str, ...]:
     """What qualifies a column reference: ``(catalog, schema, table)``, as far as written (``()``: none)."""
     return tuple(part.name for part in (column.args.get("catalog"), column.args.get("db"), column.args.get("table")) if part is not None and part.name)
@@ -429,8 +442,6 @@ class BranchChecker:
         self.table = self._from_clause(select)
         group_by = self._group_by(select)
         items = tuple(self._select_item(e) for e in select.expressions)
-        if not any(isinstance(item, MEASURED) for item in items):
-            raise NotSupportedError(f"SELECT must contain at least one COUNT(*), COUNT(column), SUM/AVG/VARIANCE/STDDEV or quantile. {SUPPORTED}")
         for item in items:
             if isinstance(item, GroupKey) and item.column not in group_by:
                 raise ProgrammingError(

@@ -29,7 +29,7 @@ from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql import dialect
 from dpsql.sql.grouping import MAX_GROUPING_SETS, Constant, GroupingSet, Slot, split_select
 from dpsql.sql.having import Condition, aggregates, having_condition, is_aggregate
-from dpsql.sql.parse import SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
+from dpsql.sql.parse import MEASURED, SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
 from dpsql.sql.settings import TextCost, cost_comment, google_options
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
@@ -112,6 +112,11 @@ def bind_statement(tree: exp.Expression, parameters: Sequence[object] | None, sq
     bound = tree.copy()
     bind_parameters(bound, parameters)
     cost, checks = statement_cost(bound, sql)
+    return check_statement(bound, sql, cost, checks)
+
+
+def check_statement(bound: exp.Expression, sql: str, cost: TextCost, checks: tuple[tuple[str, str], ...]) -> Statement:
+    """Check a statement tree whose parameters are bound (it is changed in place) as one private core."""
     selects = _union_members(bound)
     havings = [select.args.get("having") for select in selects]
     for select in selects:
@@ -141,6 +146,8 @@ def bind_statement(tree: exp.Expression, parameters: Sequence[object] | None, sq
         if len(branches) > MAX_GROUPING_SETS:
             raise NotSupportedError(f"the statement expands to more than {MAX_GROUPING_SETS} grouping sets; use fewer")
     assert names is not None
+    if not any(select.args.get("group") for select in selects) and not any(isinstance(i, MEASURED) for b in branches for i in b.query.select):
+        raise NotSupportedError(f"SELECT must contain at least one COUNT(*), COUNT(column), SUM/AVG/VARIANCE/STDDEV or quantile. {SUPPORTED}")
     tables = {b.query.table.lower() for b in branches}
     if len(tables) > 1:
         raise NotSupportedError(

@@ -53,7 +53,7 @@ def test_rejected_statement_names_the_clause(path: Path, adult_connection: dpsql
     assert type(raised.value) is expected_class
     message = str(raised.value)
     assert match.group(2).lower() in message.lower(), message
-    suggestions = ("supported", "declare", "use ", "instead", "pass ")
+    suggestions = ("supported", "declare", "use ", "instead", "pass ", "write ")
     assert any(s in message.lower() for s in suggestions), f"no suggestion in: {message}"
     assert adult_connection.budget_remaining() == before
 
