@@ -63,7 +63,7 @@ class ExplainRow:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What release did: ``how`` is "zero" (nothing to count), "free" (kept measurements answered it),
+    """What release did: ``how`` is "zero" (nothing to count), "keys" (only declared keys asked for), "free" (kept measurements answered it),
     "measured" or "combined" (a fresh measurement combined with kept ones); ``released`` keys when the
     statement selected keys; the counting ``plan`` chosen for them; the non-negative ``note``."""
 
@@ -75,6 +75,7 @@ class Outcome:
 
 _HOW = {
     "zero": "every count is zero by construction: nothing was read or charged",
+    "keys": "only declared group keys were asked for: public, nothing was read or charged",
     "free": "from kept measurements by GLS: nothing was read or charged",
     "measured": "measured afresh: one read of the private rows, charged once",
     "combined": "measured and combined with kept measurements by GLS: errors are at most a fresh measurement's",
@@ -135,7 +136,8 @@ def _batch_rows(prepared: Prepared) -> list[ExplainRow]:
     if request.cost is None:
         rows.append(ExplainRow("cost", "not given", None, f"shown for {cost_name} = 1: expected variances scale as 1/{'ε²' if cost_name == 'epsilon' else 'ρ'}"))
     if batch.workload is None:
-        rows.append(ExplainRow("cost", cost_name, 0.0, "every count is zero by construction: nothing is read or charged"))
+        why = "every count is zero by construction" if batch.measures else "only declared group keys are asked for (public)"
+        rows.append(ExplainRow("cost", cost_name, 0.0, f"{why}: nothing is read or charged"))
         return rows
     if prepared.selection is not None:
         return rows + _selection_rows(prepared)

@@ -288,12 +288,14 @@ def _prepare_cores(session: Session, request: Request) -> Prepared:
     moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
     pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
     rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
+    cost = request.cost if request.cost is not None else _unit_cost(session)
+    nothing = Decision(None, (), (), None)
+    if batch.workload is None and not batch.measures:  # declared keys only: public, free whatever the cost
+        return Prepared(request, table, batch, rows, None, keyed, None, nothing, _free(cost))
     if request.cost is None and not request.explain:
         raise ProgrammingError(
             "the statement has no privacy cost: pass execute(sql, epsilon=...) or connect(..., default_epsilon=...)"
         )
-    cost = request.cost if request.cost is not None else _unit_cost(session)
-    nothing = Decision(None, (), (), None)
     if batch.workload is None:
         return Prepared(request, table, batch, rows, None, keyed, None, nothing, _free(cost))
     privacy = planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
@@ -456,7 +458,7 @@ def _release_cores(session: Session, prepared: Prepared) -> list[ResultSet]:
     """The planned statements' results (a shell's cores among them)."""
     batch = prepared.batch
     if batch.workload is None:
-        return _with_explanation(session, prepared, batch.results([], []), Outcome("zero"))
+        return _with_explanation(session, prepared, batch.results([], []), Outcome("zero" if batch.measures else "keys"))
     if not prepared.reads:  # every answer is kept: free, never refused
         gls = _from_store(session, prepared, tuple(range(len(batch.workload.products))))
         answers, note = _finished(session, prepared, gls, None, None, from_store=True)

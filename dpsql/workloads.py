@@ -32,6 +32,7 @@ from dpsql.sql.compile import CellFilter, CompiledQuery, DerivedAttribute, compi
 from dpsql.sql.distinct_units import DistinctUnits, for_batch
 from dpsql.sql.moments import ValueEncoding, encoding_for
 from dpsql.sql.quantiles import rank_block
+from dpsql.sql.parse import MEASURED
 from dpsql.sql.statement import Statement
 from planner import Domain, Factor, Product, Workload
 
@@ -56,6 +57,11 @@ class CompiledBatch:
     own_products: tuple[Product, ...]  # each merged product as its branch compiled it (its row order)
     encoding: ValueEncoding | None = None  # the aggregated column's moment cells (``dpsql.sql.moments``)
     distinct: DistinctUnits | None = None  # COUNT(DISTINCT unit): (unit, group cell) pairs are counted, not rows
+
+    @functools.cached_property
+    def measures(self) -> bool:
+        """Whether some statement asks for a measured value (not only group keys)."""
+        return any(isinstance(item, MEASURED) for s in self.statements for b in s.branches for item in b.query.select)
 
     @property
     def scale(self) -> int:

@@ -26,16 +26,7 @@ from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.derived import Derived, derived_column, is_derived
 from dpsql.sql.dialect import BOUNDS_KEY
 
-SUPPORTED = (
-    "Supported: SELECT <group columns and COUNT(*) / COUNT(column) / COUNT(DISTINCT privacy unit) / SUM, AVG, VARIANCE, VAR_SAMP, VAR_POP, STDDEV, "
-    "STDDEV_SAMP, STDDEV_POP(bounded column) / MEDIAN, PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY column), PERCENTILE_DISC, "
-    "QUANTILE_CONT(column, q), QUANTILE_DISC, QUANTILE, MIN, MAX(column with a range or bins domain), optionally AS alias> "
-    "FROM <one table> "
-    "[WHERE <comparisons, IN, BETWEEN, IS [NOT] NULL combined with AND/OR/NOT>] "
-    "[GROUP BY <columns, CASE WHEN / integer arithmetic / date parts of one column, aliases, positions>] "
-    "[HAVING <comparisons of aggregates>] [ORDER BY <output columns> [ASC|DESC]] [LIMIT n [OFFSET m]] "
-    "(see grammar/dpsql.ebnf)"
-)
+SUPPORTED = "(the SQL dpsql runs: docs/sql.md)"  # ends a refusal that names what to write instead
 
 Literal = str | int | float | bool
 
@@ -334,10 +325,10 @@ def refuse_select_item(node: exp.Expression) -> None:
     if isinstance(node, exp.Star):
         raise NotSupportedError(f"SELECT * is not supported: list group columns and COUNT(*). {SUPPORTED}")
     if isinstance(node, exp.Window):
-        raise NotSupportedError(f"SELECT: window functions (OVER) are not supported. {SUPPORTED}")
+        raise NotSupportedError(f"SELECT: a window function over private rows is not supported; apply it to aggregates, e.g. SUM(COUNT(*)) OVER (). {SUPPORTED}")
     if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Count) and type(node) not in AGGREGATES and type(node) not in _QUANTILES:
         name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__.upper()
-        raise NotSupportedError(f"SELECT: the aggregate {name}(...) is not supported yet. {SUPPORTED}")
+        raise NotSupportedError(f"SELECT: the aggregate {name}(...) is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, PERCENTILE_CONT, QUANTILE_CONT, MIN or MAX. {SUPPORTED}")
 
 
 def aggregate_argument(node: exp.Expression, column: Callable[[exp.Expression, str], str]) -> str:
@@ -438,7 +429,7 @@ class BranchChecker:
         for arg, value in select.args.items():
             if value and arg not in _ACCEPTED_ARGS:
                 clause = _CLAUSE_NAMES.get(arg, arg.upper())
-                raise NotSupportedError(f"{clause} is not supported. {SUPPORTED}")
+                raise NotSupportedError(f"{clause} is not supported inside an aggregation of a private table; apply it to the released rows in an outer SELECT. {SUPPORTED}")
         self.table = self._from_clause(select)
         group_by = self._group_by(select)
         items = tuple(self._select_item(e) for e in select.expressions)
@@ -461,9 +452,9 @@ class BranchChecker:
             raise NotSupportedError(f"{kind} is not supported: send one SELECT per statement. {SUPPORTED}")
         if isinstance(statement, (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge)):
             kind = type(statement).__name__.upper()
-            raise NotSupportedError(f"{kind} is not supported: dpsql only reads, through SELECT. {SUPPORTED}")
+            raise NotSupportedError(f"{kind} is not supported: dpsql only reads; write a SELECT. {SUPPORTED}")
         if isinstance(statement, exp.Subquery):
-            raise NotSupportedError(f"a parenthesised query is not supported at the top level. {SUPPORTED}")
+            raise NotSupportedError(f"a parenthesised query is not supported at the top level; write it without the parentheses. {SUPPORTED}")
         raise ProgrammingError(f"cannot parse SQL: expected a SELECT statement, got {statement.sql(dialect='duckdb')[:60]!r}")
 
     def _from_clause(self, select: exp.Select) -> str:
@@ -474,7 +465,7 @@ class BranchChecker:
         if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
             raise NotSupportedError(f"FROM must name one registered table, not {table.sql(dialect='duckdb')[:60]!r}. {SUPPORTED}")
         if table.args.get("joins") or table.args.get("laterals"):
-            raise NotSupportedError(f"JOIN is not supported. {SUPPORTED}")
+            raise NotSupportedError(f"a JOIN of a private table is not supported; aggregate each table in a subquery of its own and join the released rows. {SUPPORTED}")
         path = table_path(table)
         self.path = tuple(part.lower() for part in path)
         self.qualifiers = {self.path[-1]}
@@ -487,8 +478,8 @@ class BranchChecker:
         end of its qualified name: ``t.age``, ``public.t.age``)."""
         if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
             raise NotSupportedError(
-                f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a plain column; "
-                f"expressions over columns are not supported. {SUPPORTED}"
+                f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a plain column; write the aggregate of a column and "
+                f"compute on its result, e.g. SUM(age) + COUNT(*) for SUM(age + 1). {SUPPORTED}"
             )
         qualifier = tuple(part.lower() for part in column_qualifier(node))
         if qualifier and not (qualifier == self.path[-len(qualifier):] or (len(qualifier) == 1 and qualifier[0] in self.qualifiers)):
@@ -568,7 +559,7 @@ class BranchChecker:
             return Between(column, low, high)
         if isinstance(node, exp.Is):
             if not isinstance(node.expression, exp.Null):
-                raise NotSupportedError(f"WHERE: IS {node.expression.sql()} is not supported; only IS [NOT] NULL. {SUPPORTED}")
+                raise NotSupportedError(f"WHERE: IS {node.expression.sql()} is not supported; write = {node.expression.sql()} or IS [NOT] NULL. {SUPPORTED}")
             return IsNull(self._column(node.this, "WHERE"))
         raise NotSupportedError(
             f"WHERE: {node.sql(dialect='duckdb')[:60]!r} is not supported; use comparisons (= <> < <= > >=) of a "
@@ -583,7 +574,8 @@ class BranchChecker:
             column, literal, operator = right, left, _FLIPPED[operator]
         else:
             raise NotSupportedError(
-                f"WHERE: {node.sql(dialect='duckdb')[:60]!r} must compare one column with one literal. {SUPPORTED}"
+                f"WHERE: {node.sql(dialect='duckdb')[:60]!r} must compare one column with one literal; write e.g. age > 30 "
+                f"(a condition on released values goes in HAVING or an outer WHERE). {SUPPORTED}"
             )
         name = self._column(column, "WHERE")
         value = self._literal(literal, f"WHERE {name} {operator}")

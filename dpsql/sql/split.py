@@ -90,7 +90,9 @@ def bind(tree: exp.Expression, parameters: Sequence[object] | None, sql: str, pu
     try:
         return check_statement(bound.copy(), sql, cost, checks)
     except (NotSupportedError, ProgrammingError):
-        pass  # not one core as written: split it (which refuses what it cannot run, with its own reason)
+        if not isinstance(bound, _QUERIES):
+            raise  # not a query (INSERT, COPY, …): refused as it is
+        # not one core as written: split it (which refuses what it cannot run, with its own reason)
     splitter = _Splitter(public)
     errors = splitter.statement(bound)
     if not splitter.cores:
@@ -130,7 +132,7 @@ class _Splitter:
 
     def statement(self, tree: exp.Expression) -> dict[str, str]:
         if not isinstance(tree, _QUERIES):
-            raise NotSupportedError(f"{type(tree).__name__.upper()} is not supported: dpsql only reads, through SELECT; see {REFERENCE}")
+            raise NotSupportedError(f"{type(tree).__name__.upper()} is not supported: dpsql only reads; write a SELECT; see {REFERENCE}")
         output = self.query(tree, {}, append=True)
         return {name: column for name, column in output.errors.items()}
 
@@ -159,8 +161,17 @@ class _Splitter:
     def _set_operation(self, node: exp.SetOperation, ctes: dict[str, _Output], append: bool) -> _Output:
         keeps_rows = _keeps_rows(node)
         members = _members(node) if keeps_rows else [node.this, node.expression]
+        for member in (node.this, node.expression):
+            if isinstance(member, exp.Select) and any(member.args.get(a) for a in ("order", "limit", "offset")):
+                raise NotSupportedError(
+                    f"{_set_name(node)}: put ORDER BY / LIMIT / OFFSET after the last SELECT (they apply to all rows), or "
+                    "parenthesise the SELECT they belong to"
+                )
         outputs = [self.query(member, ctes, append=False) for member in members]
         names = outputs[0].names
+        widths = {len(o.names) for o in outputs if o.names is not None}
+        if len(widths) > 1:
+            raise ProgrammingError(f"{_set_name(node)}: every SELECT must have the same number of columns, not {sorted(widths)}")
         if not (append and keeps_rows) or names is None or any(o.names is None or len(o.names) != len(names) for o in outputs):
             return _Output(names, {}, [])
         positions = [p for p in range(len(names)) if any(o.names[p].lower() in o.pending for o in outputs)]  # type: ignore[index]
@@ -239,6 +250,7 @@ class _Splitter:
                 f"SELECT * FROM {name} would show private rows: dpsql releases aggregates; write SELECT <columns>, COUNT(*) "
                 f"FROM {name} GROUP BY <columns>; see {REFERENCE}"
             )
+        _check_qualifiers(select, table)
         aggregates = _aggregates(select)
         group = _resolved_group(select)
         if not aggregates and group is None and not select.args.get("distinct"):
@@ -303,6 +315,11 @@ class _Splitter:
 # ---------------------------------------------------------------------------------------------------
 # Pieces of a SELECT.
 # ---------------------------------------------------------------------------------------------------
+
+
+def _set_name(node: exp.SetOperation) -> str:
+    kind = {exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT"}.get(type(node), "a set operation")
+    return f"{kind} ALL" if kind == "UNION" and not node.args.get("distinct") else kind
 
 
 def _keeps_rows(node: exp.Expression) -> bool:
@@ -498,6 +515,20 @@ def _group_keys(group: exp.Group | None) -> dict[str, exp.Expression]:
         for element in value if isinstance(value, list) else [value] if value else []:
             visit(element)
     return _distinct(found)
+
+
+def _check_qualifiers(select: exp.Select, table: exp.Table) -> None:
+    """A qualified column of an aggregating SELECT names its table: its alias, its name or the end of its
+    qualified name (``t.age``, ``main.t.age``)."""
+    path = tuple(part.lower() for part in table_path(table))
+    names = {path[-1], table.alias.lower()} if table.alias else {path[-1]}
+    for node in [*_expressions_of(select), *(select.args["group"].walk() if select.args.get("group") else ())]:
+        if isinstance(node, exp.Column):
+            qualifier = tuple(part.lower() for part in column_qualifier(node))
+            if qualifier and not (qualifier == path[-len(qualifier):] or (len(qualifier) == 1 and qualifier[0] in names)):
+                raise ProgrammingError(
+                    f"{'.'.join(column_qualifier(node))!r} is not the table or its alias in FROM; use the table's name or alias"
+                )
 
 
 def _check_no_private_columns(select: exp.Select, table: str, aliases: set[str]) -> None:

@@ -147,7 +147,7 @@ def check_statement(bound: exp.Expression, sql: str, cost: TextCost, checks: tup
             raise NotSupportedError(f"the statement expands to more than {MAX_GROUPING_SETS} grouping sets; use fewer")
     assert names is not None
     if not any(select.args.get("group") for select in selects) and not any(isinstance(i, MEASURED) for b in branches for i in b.query.select):
-        raise NotSupportedError(f"SELECT must contain at least one COUNT(*), COUNT(column), SUM/AVG/VARIANCE/STDDEV or quantile. {SUPPORTED}")
+        raise NotSupportedError(f"SELECT must contain an aggregate (COUNT(*), SUM, AVG, …) or GROUP BY columns; add COUNT(*). {SUPPORTED}")
     tables = {b.query.table.lower() for b in branches}
     if len(tables) > 1:
         raise NotSupportedError(
@@ -227,7 +227,7 @@ def _union_members(tree: exp.Expression) -> list[exp.Select]:
         return [tree]
     if isinstance(tree, (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge)):
         kind = type(tree).__name__.upper()
-        raise NotSupportedError(f"{kind} is not supported: dpsql only reads, through SELECT. {SUPPORTED}")
+        raise NotSupportedError(f"{kind} is not supported: dpsql only reads; write a SELECT. {SUPPORTED}")
     raise ProgrammingError(f"cannot parse SQL: expected a SELECT statement, got {tree.sql(dialect='duckdb')[:60]!r}")
 
 
