@@ -40,6 +40,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -137,10 +138,18 @@ class Cost:
         return cls(costs[0].mechanism, sum(c.rho for c in costs), epsilon, *approximate)
 
 
+def decimal(value: float) -> float:
+    """``value`` as the nearest decimal of 12 significant digits: budgets read as the decimals they were
+    given in (``0.65``, not the ``0.6499999999999999`` of a floating-point difference). The ledger keeps
+    exact sums; 12 digits stay within its comparison slack (:data:`TOLERANCE`) for every ε it accepts."""
+    return float(f"{value:.12g}") if math.isfinite(value) else value
+
+
 class Remaining(float):
     """What is left: a float (the ε left) that also carries ``epsilon``, ``delta`` and ``rho``.
 
-    ``rho`` is the zCDP budget left for Gaussian statements (0 when δ = 0).
+    ``rho`` is the zCDP budget left for Gaussian statements (0 when δ = 0: a pure-ε budget has no ρ to
+    spend, and its repr shows none).
     """
 
     epsilon: float
@@ -148,22 +157,36 @@ class Remaining(float):
     rho: float
 
     def __new__(cls, epsilon: float, delta: float, rho: float) -> Remaining:
+        epsilon, delta, rho = decimal(epsilon), decimal(delta), decimal(rho)
         value = super().__new__(cls, epsilon)
         value.epsilon, value.delta, value.rho = epsilon, delta, rho
         return value
 
     def __repr__(self) -> str:
-        return f"Remaining(epsilon={self.epsilon!r}, delta={self.delta!r}, rho={self.rho!r})"
+        rho = f", rho={self.rho!r}" if self.delta > 0 else ""
+        return f"Remaining(epsilon={self.epsilon!r}, delta={self.delta!r}{rho})"
 
 
 @dataclass(frozen=True)
 class Spent:
-    """The (ε, δ) spent so far (the better of the two accountings), the zCDP total, and the count."""
+    """The (ε, δ) spent so far (the better of the two accountings), the zCDP total, and the count.
+
+    ``zcdp`` says whether the budget has a δ for zCDP at all; without one ``rho`` (the pure charges'
+    ε²/2) is bookkeeping only, and the repr leaves it out."""
 
     epsilon: float
     delta: float
     rho: float
     statements: int
+    zcdp: bool = dataclasses.field(default=True, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("epsilon", "delta", "rho"):
+            object.__setattr__(self, name, decimal(getattr(self, name)))
+
+    def __repr__(self) -> str:
+        rho = f", rho={self.rho!r}" if self.zcdp else ""
+        return f"Spent(epsilon={self.epsilon!r}, delta={self.delta!r}{rho}, statements={self.statements})"
 
 
 @dataclass(frozen=True)
@@ -199,15 +222,15 @@ class Totals:
         """The (ε, δ) these charges spend under ``budget``'s δ."""
         rho_total = float(self.rho)
         if self.gaussian_rho == 0:
-            return Spent(float(self.pure_epsilon + self.approximate_epsilon), float(self.delta), rho_total, self.statements)
+            return Spent(float(self.pure_epsilon + self.approximate_epsilon), float(self.delta), rho_total, self.statements, budget.delta > 0)
         conversion_delta = Fraction(budget.delta) - self.delta
         if conversion_delta <= 0:
-            return Spent(math.inf, max(budget.delta, float(self.delta)), rho_total, self.statements)
+            return Spent(math.inf, max(budget.delta, float(self.delta)), rho_total, self.statements, budget.delta > 0)
         log_term = math.log(conversion_delta.denominator) - math.log(conversion_delta.numerator)
         gaussian_rho = float(self.gaussian_rho)
         all_zcdp = rho_total + 2 * math.sqrt(rho_total * log_term)
         split = float(self.pure_epsilon) + gaussian_rho + 2 * math.sqrt(gaussian_rho * log_term)
-        return Spent(min(all_zcdp, split) + float(self.approximate_epsilon), budget.delta, rho_total, self.statements)
+        return Spent(min(all_zcdp, split) + float(self.approximate_epsilon), budget.delta, rho_total, self.statements, budget.delta > 0)
 
 
 def spent_of(costs: list[Cost], budget: Budget) -> Spent:
@@ -554,7 +577,10 @@ class Ledger:
         """What is left; ``delta`` is the budget's δ less what (ε, δ) charges (partition selection) spent."""
         totals = self._totals()
         spent = totals.spent(self.budget)
-        epsilon_left = max(0.0, self.budget.epsilon - spent.epsilon)
+        if totals.gaussian_rho == 0:  # exact: the ledger's sums are exact fractions of the ε asked for
+            epsilon_left = max(0.0, float(Fraction(self.budget.epsilon) - totals.pure_epsilon - totals.approximate_epsilon))
+        else:
+            epsilon_left = max(0.0, self.budget.epsilon - spent.epsilon)
         rho_left = max(0.0, self.budget.rho - spent.rho) if self.budget.delta > 0 else 0.0
         return Remaining(epsilon_left, max(0.0, self.budget.delta - float(totals.delta)), rho_left)
 

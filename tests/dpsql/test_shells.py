@@ -118,9 +118,10 @@ def test_explain_says_post_processing_is_free(adult_connection: dpsql.Connection
     rows = adult_connection.cursor().execute(
         "EXPLAIN SELECT sex, COUNT(*) * 2 AS twice FROM adult GROUP BY sex HAVING sex = 'F'", epsilon=0.5
     ).fetchall()
-    post = [row for row in rows if row[0] == "post-processing"]
-    assert len(post) == 1 and post[0][2] == 0.0
-    assert "free" in post[0][3] and "twice" in post[0][3] and "never over private rows" in post[0][3]
+    post = {row[1]: row for row in rows if row[0] == "post-processing"}
+    assert post["1"][2] == 0.0 and "free" in post["1"][3] and "never private rows" in post["1"][3]
+    assert "HAVING" not in post["sql"][3] and "WHERE __dpsql_k0 = 'F'" in post["sql"][3]  # the HAVING, on released rows
+    assert post["error bars"][3].startswith("on twice ")
     assert adult_connection.budget_spent().statements == 0
 
 
