@@ -4,7 +4,8 @@
 parameter sets as one batch), ``Connection.workload`` (a batch), ``Connection.explain`` and the server
 build a :class:`Request` and hand it to the same two stages.
 
-**prepare** reads no data and charges nothing; every check that can fail runs here. It parses each text
+**prepare** reads no data and charges nothing; every check that can fail runs here, in the ordered stages of
+:data:`PREPARE_STAGES` (:func:`draft` runs a prefix of them). It parses each text
 once (``dpsql.sql.statement``), binds names and types against the registered table, gives every column
 without a declared domain its domain — a key set released earlier, or, when the statement must select
 its keys, a placeholder — compiles all statements into one workload (``dpsql.workloads``), and decides
@@ -28,7 +29,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -221,91 +223,153 @@ def setting_result(session: Session, command: SettingCommand) -> ResultSet:
 # ---------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Draft:
+    """What prepare knows so far about a request: each stage of :data:`PREPARE_STAGES` adds to it. A stage that
+    decides the request is ready sets ``prepared``; later stages of the cores then have nothing to do."""
+
+    request: Request
+    table: Table | None = None
+    keyed: str | None = None  # the column without declared domain the statements use (``keys``)
+    selecting: bool = False  # whether its keys are selected by this request
+    cached: frozenset[object] | None = None  # its released key set, when one is used
+    batch: CompiledBatch | None = None
+    rows: Hashable = None  # the store's rows key
+    cost: Cost | None = None  # what is priced (the unit cost for EXPLAIN without one)
+    prepared: Prepared | None = None
+
+
 def prepare(session: Session, request: Request) -> Prepared:
     """Bind, compile, plan and price ``request`` (module doc), and check the public shells of its statements over
-    empty releases (``dpsql.post_processing``). Reads nothing, charges nothing."""
-    prepared = _prepare_cores(session, request)
-    if not request.outputs:
-        return prepared
-    return dataclasses.replace(prepared, layouts=_shell_layouts(session, prepared))
+    empty releases (``dpsql.post_processing``): the stages of :data:`PREPARE_STAGES`, in order. Reads nothing,
+    charges nothing."""
+    prepared = draft(session, request).prepared
+    assert prepared is not None
+    return prepared
 
 
-def _shell_layouts(session: Session, prepared: Prepared) -> tuple[tuple[CoreLayout, ...] | None, ...]:
-    """Per statement as written, its cores' relations (None without a shell), typed from an empty release
-    (every declared group cell, zeros), and its shell run once over them: what does not bind is refused here."""
-    empty = _zero_results(prepared.batch)
-    found: list[tuple[CoreLayout, ...] | None] = []
-    for output in prepared.request.written:
-        if output.shell is None:
-            found.append(None)
-            continue
-        layouts = tuple(layout(core.relation, empty[i]) for core, i in zip(output.shell.cores, output.cores))
-        session.public.check(output.shell, layouts, [empty[i] for i in output.cores])
-        found.append(layouts)
-    return tuple(found)
-
-
-def _prepare_cores(session: Session, request: Request) -> Prepared:
+def draft(session: Session, request: Request, until: str | None = None) -> Draft:
+    """The stages of :data:`PREPARE_STAGES` run in order on ``request`` — all of them, or through ``until``."""
     session.check_open()
-    table = session.table(request.statements[0].table)
-    for statement in request.statements[1:]:
+    known = Draft(request)
+    for name, stage in PREPARE_STAGES:
+        if known.prepared is None or name in _AFTER_CORES:
+            known = stage(session, known)
+        if name == until:
+            break
+    return known
+
+
+def _relation(session: Session, draft: Draft) -> Draft:
+    """The one registered table every planned statement reads (one pass over its rows); Google's options
+    checked against its schema."""
+    statements = draft.request.statements
+    table = session.table(statements[0].table)
+    for statement in statements[1:]:
         if session.table(statement.table) is not table:
             raise NotSupportedError(
                 f"a batch reads one table (one pass over its rows); {table.name!r} and {statement.table!r} are both used: "
                 "send one workload per table"
             )
-    for statement in request.statements:
+    for statement in statements:
         _check_options(statement, table)
-    keyed, selecting = _keyed_column(session, table, request.statements)
+    return dataclasses.replace(draft, table=table)
+
+
+def _keys(session: Session, draft: Draft) -> Draft:
+    """The column without declared domain the statements use, and whether this request selects its keys."""
+    assert draft.table is not None
+    keyed, selecting = _keyed_column(session, draft.table, draft.request.statements)
+    cached = session.keys.get(draft.table, keyed) if keyed is not None else None
+    return dataclasses.replace(draft, keyed=keyed, selecting=selecting, cached=cached)
+
+
+def _compile(session: Session, draft: Draft) -> Draft:
+    """Every planned statement → one workload over public domains (``dpsql.workloads``), memoised."""
+    table, keyed, request = draft.table, draft.keyed, draft.request
+    assert table is not None
     schema = table.schema
-    cached = None
     if keyed is not None:
-        cached = session.keys.get(table, keyed)
-        domain = keys.placeholder_domain(keyed) if selecting else keys.keys_domain(keyed, cached)  # type: ignore[arg-type]
+        domain = keys.placeholder_domain(keyed) if draft.selecting else keys.keys_domain(keyed, draft.cached)  # type: ignore[arg-type]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
     inputs = (request.statements, request.weights, schema, tuple(table.column_types))
     batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs))
-    if keyed is not None and batch.derived:
+    moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
+    pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
+    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
+    return dataclasses.replace(draft, batch=batch, rows=rows)
+
+
+def _refusals(session: Session, draft: Draft) -> Draft:
+    """What a column without declared domain cannot be combined with."""
+    batch, keyed = draft.batch, draft.keyed
+    assert batch is not None
+    if keyed is None:
+        return draft
+    if batch.derived:
         raise NotSupportedError(
             f"GROUP BY {next(iter(batch.derived))[:60]!r}: a derived group column cannot be combined with the column "
             f"{keyed!r}, which has no declared domain; declare {keyed!r}'s domain, or group by the derived column in a "
             "statement of its own"
         )
-    if batch.workload is None and keyed is not None:
+    if batch.workload is None:
         raise NotSupportedError(
             f"GROUP BY {keyed} (or SELECT DISTINCT) without an aggregate: column {keyed!r} has no declared domain, so its keys "
             "are released only with their noisy counts: add COUNT(*), or declare its categories, range or bins"
         )
-    if batch.encoding is not None and keyed is not None:
+    if batch.encoding is not None:
         raise NotSupportedError(
             f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported: declare its "
             "categories, range or bins, or aggregate in a statement that neither groups by it nor uses its released keys"
         )
-    if batch.distinct is not None and keyed is not None:
+    if batch.distinct is not None:
         raise NotSupportedError(
             f"COUNT(DISTINCT {batch.distinct.unit}) with the column {keyed!r}, which has no declared domain, is not supported: "
             f"declare {keyed!r}'s categories, range or bins, or count distinct units in a statement that does not use it"
         )
-    moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
-    pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
-    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
+    if not draft.selecting and batch.workload is not None:
+        others = (s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed)
+        if math.prod(others) > selection.MAX_KEYED_OTHER_CELLS:
+            raise NotSupportedError(selection.too_many_cells(keyed))
+    return draft
+
+
+def _cost(session: Session, draft: Draft) -> Draft:
+    """The cost to price; a request that measures nothing is ready (free): declared keys only, or every count zero."""
+    request, batch = draft.request, draft.batch
+    assert batch is not None and draft.table is not None
     cost = request.cost if request.cost is not None else _unit_cost(session)
     nothing = Decision(None, (), (), None)
+    free = Prepared(request, draft.table, batch, draft.rows, None, draft.keyed, None, nothing, _free(cost))
     if batch.workload is None and not batch.measures:  # declared keys only: public, free whatever the cost
-        return Prepared(request, table, batch, rows, None, keyed, None, nothing, _free(cost))
+        return dataclasses.replace(draft, cost=cost, prepared=free)
     if request.cost is None and not request.explain:
         raise ProgrammingError(
             "the statement has no privacy cost: pass execute(sql, epsilon=...) or connect(..., default_epsilon=...)"
         )
-    if batch.workload is None:
-        return Prepared(request, table, batch, rows, None, keyed, None, nothing, _free(cost))
-    privacy = planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
-    if selecting:
-        assert keyed is not None
-        chosen = selection.design(session, table, batch, keyed, privacy, request.selection_delta)
-        return Prepared(request, table, batch, rows, privacy, keyed, chosen, nothing, selection.cost(chosen))
-    if keyed is not None and math.prod(s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed) > selection.MAX_KEYED_OTHER_CELLS:
-        raise NotSupportedError(selection.too_many_cells(keyed))
+    return dataclasses.replace(draft, cost=cost, prepared=free if batch.workload is None else None)
+
+
+def _privacy(cost: Cost) -> planner.Privacy:
+    return planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
+
+
+def _selection(session: Session, draft: Draft) -> Draft:
+    """A request that selects keys is ready with its selection (``dpsql.selection``), runnable for any data."""
+    if not draft.selecting:
+        return draft
+    assert draft.table is not None and draft.batch is not None and draft.keyed is not None and draft.cost is not None
+    privacy = _privacy(draft.cost)
+    chosen = selection.design(session, draft.table, draft.batch, draft.keyed, privacy, draft.request.selection_delta)
+    prepared = Prepared(draft.request, draft.table, draft.batch, draft.rows, privacy, draft.keyed, chosen, Decision(None, (), (), None), selection.cost(chosen))
+    return dataclasses.replace(draft, prepared=prepared)
+
+
+def _plan(session: Session, draft: Draft) -> Draft:
+    """The plan at the requested cost, and what kept measurements already answer at least as accurately."""
+    table, batch, cost, request = draft.table, draft.batch, draft.cost, draft.request
+    assert table is not None and batch is not None and batch.workload is not None and cost is not None
+    privacy = _privacy(cost)
     contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
     if batch.distinct is not None and not privacy.is_laplace:
         # a unit's pairs lie in distinct cells of the group marginal, the one marginal the summed identity
@@ -314,9 +378,44 @@ def _prepare_cores(session: Session, request: Request) -> Prepared:
     else:
         fresh = session.plan(batch.workload, privacy, contributions)
     _check_spent(fresh.privacy, privacy)
-    decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, request.cost is not None)
+    decision = _decision(session, batch.workload, fresh, draft.rows, privacy, contributions, request.cost is not None)
     spent = cost if decision.plan is not None else _free(cost)
-    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached))
+    cached = None if draft.cached is None else len(draft.cached)
+    return dataclasses.replace(draft, prepared=Prepared(request, table, batch, draft.rows, privacy, draft.keyed, None, decision, spent, cached))
+
+
+def _shells(session: Session, draft: Draft) -> Draft:
+    """Each public shell run once by DuckDB over empty releases of its cores (every declared group cell, zeros),
+    which also types its cores' relations: a shell that does not bind is refused here, free."""
+    prepared = draft.prepared
+    assert prepared is not None
+    if not draft.request.outputs:
+        return draft
+    empty = _zero_results(prepared.batch)
+    found: list[tuple[CoreLayout, ...] | None] = []
+    for output in draft.request.written:
+        if output.shell is None:
+            found.append(None)
+            continue
+        layouts = tuple(layout(core.relation, empty[i]) for core, i in zip(output.shell.cores, output.cores))
+        session.public.check(output.shell, layouts, [empty[i] for i in output.cores])
+        found.append(layouts)
+    return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, layouts=tuple(found)))
+
+
+Stage = Callable[[Session, Draft], Draft]
+PREPARE_STAGES: tuple[tuple[str, Stage], ...] = (
+    ("relation", _relation),
+    ("keys", _keys),
+    ("compile", _compile),
+    ("refusals", _refusals),
+    ("cost", _cost),
+    ("selection", _selection),
+    ("plan", _plan),
+    ("shells", _shells),
+)
+"""Prepare, in order: each stage refuses what it can before any private row is read."""
+_AFTER_CORES = frozenset({"shells"})  # stages that run once the cores are ready
 
 
 def _check_options(statement: Statement, table: Table) -> None:

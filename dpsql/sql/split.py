@@ -251,6 +251,10 @@ class _Splitter:
                 f"FROM {name} GROUP BY <columns>; see {REFERENCE}"
             )
         _check_qualifiers(select, table)
+        for node in _aggregates(select):
+            rewritten = _of_a_column(node)
+            if rewritten is not None:
+                node.replace(rewritten)
         aggregates = _aggregates(select)
         group = _resolved_group(select)
         if not aggregates and group is None and not select.args.get("distinct"):
@@ -645,34 +649,103 @@ def _source_of(column: exp.Column, scope: dict[str | None, _Output]) -> tuple[st
 
 def _affine(node: exp.Expression) -> tuple[exp.Column, float] | None:
     """``(v, a)`` when ``node`` is ``a·v + b`` for one column ``v`` and numbers ``a ≠ 0``, ``b``; else None."""
+    found = _linear(node)
+    return None if found is None else (found[0], found[1])
+
+
+def _linear(node: exp.Expression) -> tuple[exp.Column, float, float] | None:
+    """``(v, a, b)`` when ``node`` is ``a·v + b`` for one column ``v`` and numbers ``a ≠ 0``, ``b``; else None."""
     if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
-        return node, 1.0
+        return node, 1.0, 0.0
     if isinstance(node, exp.Paren):
-        return _affine(node.this)
+        return _linear(node.this)
     if isinstance(node, exp.Neg):
-        inner = _affine(node.this)
-        return None if inner is None else (inner[0], -inner[1])
+        inner = _linear(node.this)
+        return None if inner is None else (inner[0], -inner[1], -inner[2])
     if isinstance(node, exp.Cast) and node.to.this in _NUMERIC_CASTS:
-        return _affine(node.this)
-    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
-        left, right = node.this, node.expression
-        left_number, right_number = _number(left), _number(right)
-        if isinstance(node, (exp.Add, exp.Sub)):
-            if right_number is not None:
-                return _affine(left)
-            if left_number is not None:
-                inner = _affine(right)
-                return None if inner is None else (inner[0], -inner[1] if isinstance(node, exp.Sub) else inner[1])
+        return _linear(node.this)
+    if not isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        return None
+    left, right = node.this, node.expression
+    left_number, right_number = _number(left), _number(right)
+    if isinstance(node, (exp.Add, exp.Sub)):
+        sign = -1.0 if isinstance(node, exp.Sub) else 1.0
+        if right_number is not None:
+            inner = _linear(left)
+            return None if inner is None else (inner[0], inner[1], inner[2] + sign * right_number)
+        if left_number is not None:
+            inner = _linear(right)
+            return None if inner is None else (inner[0], sign * inner[1], left_number + sign * inner[2])
+        return None
+    if isinstance(node, exp.Mul):
+        number, other = (right_number, left) if right_number is not None else (left_number, right)
+    else:
+        number, other = (None if right_number in (None, 0) else 1 / right_number), left  # type: ignore[operator]
+    if number is None or number == 0:
+        return None
+    inner = _linear(other)
+    return None if inner is None else (inner[0], inner[1] * number, inner[2] * number)
+
+
+_MOMENTS = (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
+_ORDER_STATISTICS = (exp.Median, exp.Quantile, exp.PercentileCont, exp.PercentileDisc, exp.Min, exp.Max)
+
+
+def _of_a_column(node: exp.Expression) -> exp.Expression | None:
+    """An aggregate of an affine expression of one column, written with aggregates of the column itself
+    (None when ``node`` is no such aggregate): ``SUM(a·x + b) = a·SUM(x) + b·COUNT(x)``, ``AVG(a·x + b) =
+    a·AVG(x) + b``, ``VARIANCE(a·x + b) = a²·VARIANCE(x)``, ``STDDEV(a·x + b) = |a|·STDDEV(x)``, a quantile of
+    ``a·x + b`` the same map of x's quantile (``1 − q``'s, ``MIN`` for ``MAX``, when ``a < 0``), ``COUNT(a·x + b)
+    = COUNT(x)``. The values are clamped to x's bounds, as interval arithmetic would bound the expression."""
+    inner = node.this if isinstance(node, exp.WithinGroup) else node
+    argument = node.expression.expressions[0].this if isinstance(node, exp.WithinGroup) and node.expression.expressions else inner.this
+    if not isinstance(inner, (exp.Count, *_MOMENTS, *_ORDER_STATISTICS)) or argument is None or isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
+        return None
+    found = _linear(argument)
+    if found is None:
+        return None
+    column, a, b = found
+    plain = inner.copy()
+    if isinstance(node, exp.WithinGroup):
+        rebuilt = node.copy()
+        rebuilt.expression.expressions[0].set("this", column.copy())
+        plain = rebuilt
+    else:
+        plain.set("this", column.copy())
+    if isinstance(inner, exp.Count):
+        return plain
+    if isinstance(inner, exp.Sum):
+        scaled = exp.Mul(this=_literal(a), expression=plain)
+        return exp.paren(scaled if b == 0 else exp.Add(this=scaled, expression=exp.Mul(this=_literal(b), expression=exp.Count(this=column.copy()))))
+    if isinstance(inner, (exp.Variance, exp.VariancePop)):
+        return exp.paren(exp.Mul(this=_literal(a * a), expression=plain))
+    if isinstance(inner, (exp.Stddev, exp.StddevSamp, exp.StddevPop)):
+        return exp.paren(exp.Mul(this=_literal(abs(a)), expression=plain))
+    if a < 0 and isinstance(inner, _ORDER_STATISTICS):
+        plain = _reversed(plain)
+        if plain is None:
             return None
-        if isinstance(node, exp.Mul):
-            number, other = (right_number, left) if right_number is not None else (left_number, right)
-        else:
-            number, other = (None if right_number in (None, 0) else 1 / right_number), left  # type: ignore[operator]
-        if number is None or number == 0:
-            return None
-        inner = _affine(other)
-        return None if inner is None else (inner[0], inner[1] * number)
-    return None
+    return exp.paren(exp.Add(this=exp.Mul(this=_literal(a), expression=plain), expression=_literal(b)))
+
+
+def _reversed(node: exp.Expression) -> exp.Expression | None:
+    """The order statistic of the other end: MAX for MIN, the 1 − q quantile for the q quantile."""
+    inner = node.this if isinstance(node, exp.WithinGroup) else node
+    if isinstance(inner, (exp.Min, exp.Max)):
+        return (exp.Max if isinstance(inner, exp.Min) else exp.Min)(this=inner.this)
+    if isinstance(inner, exp.Median):
+        return node
+    fraction = inner.this if isinstance(node, exp.WithinGroup) else (inner.args.get("quantile") if isinstance(inner, exp.Quantile) else inner.expression)
+    value = _number(fraction) if fraction is not None else None
+    if value is None:
+        return None
+    fraction.replace(_literal(1 - value))
+    return node
+
+
+def _literal(number: float) -> exp.Expression:
+    text = repr(int(number)) if float(number).is_integer() else repr(number)
+    return exp.Neg(this=exp.Literal.number(text[1:])) if text.startswith("-") else exp.Literal.number(text)
 
 
 def _number(node: exp.Expression) -> float | None:

@@ -156,3 +156,15 @@ def test_a_shell_that_fails_on_released_values_is_charged_and_free_to_correct(ad
     assert adult_connection.budget_spent().statements == 1
     fixed = adult_connection.cursor().execute("SELECT CASE WHEN n > 1000 THEN 'many' END AS v FROM (SELECT COUNT(*) AS n FROM adult) AS c", epsilon=0.5)
     assert fixed.fetchall() == [("many",)] and adult_connection.budget_spent().statements == 1
+
+
+def test_prepare_is_an_ordered_list_of_stages_a_prefix_of_which_runs(adult_connection: dpsql.Connection) -> None:
+    from dpsql import pipeline
+
+    assert [name for name, _ in pipeline.PREPARE_STAGES] == ["relation", "keys", "compile", "refusals", "cost", "selection", "plan", "shells"]
+    session = adult_connection._session
+    request = pipeline.execute_request(session, "SELECT sex, COUNT(*) * 2 AS twice FROM adult GROUP BY sex", None, 0.5, None, None)
+    compiled = pipeline.draft(session, request, until="compile")
+    assert compiled.batch is not None and compiled.prepared is None  # compiled, not yet planned
+    ready = pipeline.draft(session, request)
+    assert ready.prepared is not None and ready.prepared.plan is not None and ready.prepared.layouts[0] is not None

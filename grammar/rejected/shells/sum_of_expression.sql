@@ -1,2 +1,2 @@
 -- expect: NotSupportedError SUM
-SELECT sex, SUM(age + 1) FROM adult GROUP BY sex
+SELECT sex, SUM(age + race) FROM adult GROUP BY sex
