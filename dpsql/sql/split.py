@@ -88,11 +88,14 @@ def bind(tree: exp.Expression, parameters: Sequence[object] | None, sql: str, pu
     cost, checks = statement_cost(bound, sql)
     _refuse_reserved(bound)
     try:
-        return check_statement(bound.copy(), sql, cost, checks)
+        return check_statement(bound, sql, cost, checks)  # changes ``bound``: the split starts from a fresh copy
     except (NotSupportedError, ProgrammingError):
-        if not isinstance(bound, _QUERIES):
+        if not isinstance(tree, _QUERIES):
             raise  # not a query (INSERT, COPY, …): refused as it is
         # not one core as written: split it (which refuses what it cannot run, with its own reason)
+    bound = tree.copy()
+    bind_parameters(bound, parameters)
+    statement_cost(bound, sql)  # takes Google's OPTIONS off the copy
     splitter = _Splitter(public)
     errors = splitter.statement(bound)
     if not splitter.cores:
