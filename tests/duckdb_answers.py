@@ -1,13 +1,19 @@
-"""DuckDB's exact answer to a statement on a frame, for comparing with dpsql's noise-free release."""
+"""DuckDB's exact answer to a statement on a frame, for comparing with dpsql's noise-free release; and the
+check of a rejected corpus statement."""
 
 from __future__ import annotations
 
 import decimal
 import math
+import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pytest
+
+import dpsql
 
 Row = tuple[object, ...]
 
@@ -66,3 +72,18 @@ def assert_same_names(released: Sequence[str], exact: Sequence[str], sql: str) -
     for mine, theirs in zip(released, exact):
         if theirs.lower() in sql.lower() and not any(c in theirs for c in "()"):
             assert mine.lower() == theirs.lower(), (released, exact)
+
+
+def assert_refused_as_expected(path: Path, connection: dpsql.Connection) -> None:
+    """A rejected corpus file (first line ``-- expect: <ErrorClass> <words of the message>``) is refused with
+    that class and a one-line message holding those words, before anything is charged."""
+    header, sql = path.read_text().split("\n", 1)
+    match = re.match(r"^-- expect: (\w+) (.+)$", header)
+    assert match, f"{path.name} must start with '-- expect: <ErrorClass> <words of the message>'"
+    expected = getattr(dpsql, match.group(1))
+    with pytest.raises(expected) as raised:
+        connection.cursor().execute(sql, epsilon=0.5)
+    assert type(raised.value) is expected
+    assert match.group(2).lower() in str(raised.value).lower(), str(raised.value)
+    assert "\n" not in str(raised.value)
+    assert connection.budget_spent().statements == 0

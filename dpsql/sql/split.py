@@ -393,7 +393,12 @@ def _nested_queries(select: exp.Select, skip: tuple[str, ...]) -> Iterator[exp.E
 
 def _expressions_of(select: exp.Select) -> Iterator[exp.Expression]:
     """Every node of the SELECT list, HAVING, ORDER BY and QUALIFY, nested queries left out."""
-    for arg in ("expressions", "having", "order", "qualify"):
+    return (node for _, node in _nodes_of(select, ("expressions", "having", "order", "qualify")))
+
+
+def _nodes_of(select: exp.Select, clauses: tuple[str, ...]) -> Iterator[tuple[str, exp.Expression]]:
+    """(clause, node) for every node of the SELECT's ``clauses``, nested queries left out."""
+    for arg in clauses:
         value = select.args.get(arg)
         for child in value if isinstance(value, list) else [value] if value is not None else []:
             stack = [child]
@@ -401,7 +406,7 @@ def _expressions_of(select: exp.Select) -> Iterator[exp.Expression]:
                 node = stack.pop()
                 if isinstance(node, _QUERIES):
                     continue
-                yield node
+                yield arg, node
                 stack.extend(node.iter_expressions())
 
 
@@ -541,21 +546,13 @@ def _check_qualifiers(select: exp.Select, table: exp.Table) -> None:
 def _check_no_private_columns(select: exp.Select, table: str, aliases: set[str]) -> None:
     """After the rewrite, a column left in the shell SELECT reads private rows (it is neither grouped nor
     aggregated): refused, as SQL refuses it."""
-    for arg in ("expressions", "where", "order", "qualify"):
-        value = select.args.get(arg)
-        for child in value if isinstance(value, list) else [value] if value is not None else []:
-            stack = [child]
-            while stack:
-                node = stack.pop()
-                if isinstance(node, _QUERIES):
-                    continue
-                if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star) and not node.name.startswith(PREFIX):
-                    if arg == "expressions" or node.table or node.name.lower() not in aliases:
-                        raise ProgrammingError(
-                            f"column {node.name!r} of {table} must appear in the GROUP BY clause or be used in an aggregate "
-                            "function (the statement would show private rows)"
-                        )
-                stack.extend(node.iter_expressions())
+    for arg, node in _nodes_of(select, ("expressions", "where", "order", "qualify")):
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star) and not node.name.startswith(PREFIX):
+            if arg == "expressions" or node.table or node.name.lower() not in aliases:
+                raise ProgrammingError(
+                    f"column {node.name!r} of {table} must appear in the GROUP BY clause or be used in an aggregate "
+                    "function (the statement would show private rows)"
+                )
 
 
 # ---------------------------------------------------------------------------------------------------
