@@ -696,11 +696,13 @@ def _of_a_column(node: exp.Expression) -> exp.Expression | None:
     (None when ``node`` is no such aggregate): ``SUM(a·x + b) = a·SUM(x) + b·COUNT(x)``, ``AVG(a·x + b) =
     a·AVG(x) + b``, ``VARIANCE(a·x + b) = a²·VARIANCE(x)``, ``STDDEV(a·x + b) = |a|·STDDEV(x)``, a quantile of
     ``a·x + b`` the same map of x's quantile (``1 − q``'s, ``MIN`` for ``MAX``, when ``a < 0``), ``COUNT(a·x + b)
-    = COUNT(x)``. The values are clamped to x's bounds, as interval arithmetic would bound the expression."""
+    = COUNT(x)``, and ``SUM(c) = c·COUNT(*)`` for a number ``c``. The values are clamped to x's bounds, as interval arithmetic would bound the expression."""
     inner = node.this if isinstance(node, exp.WithinGroup) else node
     argument = node.expression.expressions[0].this if isinstance(node, exp.WithinGroup) and node.expression.expressions else inner.this
     if not isinstance(inner, (exp.Count, *_MOMENTS, *_ORDER_STATISTICS)) or argument is None or isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
         return None
+    if isinstance(inner, exp.Sum) and _number(argument) is not None:  # SUM(1) (Tableau's count): a multiple of COUNT(*)
+        return exp.paren(exp.Mul(this=_literal(_number(argument)), expression=exp.Count(this=exp.Star())))  # type: ignore[arg-type]
     found = _linear(argument)
     if found is None:
         return None
