@@ -231,7 +231,7 @@ def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tup
     described = []
     for position, name in enumerate(statement.names):
         type_code: object = NUMBER
-        null_ok = False
+        null_ok = named = False
         for branch, query in zip(statement.branches, compiled):
             slot = branch.layout[position]
             if isinstance(slot, Constant):
@@ -239,6 +239,8 @@ def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tup
                 continue
             item = query.query.select[slot]
             if isinstance(item, GroupKey):
+                if not named:  # a group column shown unaliased has the table's spelling (dpsql.sql.compile)
+                    name, named = item.name, True
                 column = query.group_domain(item.column)
                 type_code = _type_code(column.labels()[: column.value_cells])
                 null_ok |= column.nullable

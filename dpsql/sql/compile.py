@@ -354,7 +354,11 @@ class _Resolver:
 
     def _item(self, item: SelectItem, derived_keys: set[str]) -> SelectItem:
         if isinstance(item, GroupKey):
-            return item if item.column in derived_keys else GroupKey(item.name, self.name(item.column, "SELECT"))
+            if item.column in derived_keys:
+                return item
+            column = self.name(item.column, "SELECT")
+            # unaliased, a column is named as the table spells it (DuckDB's rule; PostgreSQL's for a name it accepts)
+            return GroupKey(column if item.name == item.column else item.name, column)
         if isinstance(item, Aggregate):  # needs bounds, not a domain (checked by moments.encoding_for)
             return Aggregate(item.name, item.function, resolve(item.column, self.table_columns, self.query.table, f"SELECT {item.function}"), item.bounds)
         if isinstance(item, Quantile):
