@@ -213,7 +213,7 @@ def _aggregate_column(
         released, errors = encoding.released(item.function, block_values, block_variances)
     unreachable = compiled.structural_zeros.ravel() if rows is not None else np.ones(cells, dtype=bool)
     for cell in np.flatnonzero(unreachable):
-        released[cell], errors[cell] = (0.0, 0.0) if item.function == "SUM" else (None, None)
+        released[cell], errors[cell] = (0.0, 0.0) if item.function in ("SUM", "COUNT") else (None, None)
     return released, errors
 
 

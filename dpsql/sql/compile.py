@@ -47,7 +47,7 @@ from dpsql.errors import DataError, NotSupportedError, ProgrammingError
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.derived import CaseWhen, Derived, DerivedMap, derived_map
 from dpsql.sql.distinct_units import counted_unit
-from dpsql.sql.moments import ValueEncoding, resolve
+from dpsql.sql.moments import ValueEncoding, counted_by_moments, resolve
 from dpsql.sql import quantiles
 from dpsql.sql.parse import (
     Aggregate,
@@ -375,6 +375,8 @@ class _Resolver:
         if item.distinct:  # the privacy unit: its pairs with the group cells are what is counted (COUNT(*) over them)
             counted_unit(item.column, self.schema, self.query.table, self.table_columns)
             return Count(item.name, None, distinct=True)
+        if counted_by_moments(item, self.schema, self.table_columns, self.query.table):  # bounds, no domain
+            return Aggregate(item.name, "COUNT", resolve(item.column, self.table_columns, self.query.table, "SELECT COUNT"))
         return Count(item.name, self.name(item.column, "SELECT COUNT"))
 
     def _predicate(self, predicate: Predicate) -> Predicate:

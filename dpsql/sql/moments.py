@@ -36,7 +36,7 @@ from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.schema import Schema
-from dpsql.sql.parse import Aggregate, Query
+from dpsql.sql.parse import Aggregate, Count, Query
 
 GRID = 4096
 """Grid points (``R``) for bounds that are not integers at most this far apart."""
@@ -166,6 +166,9 @@ def _function(function: str, estimate: np.ndarray, low: float, high: float) -> t
     count, total = float(estimate[0]), float(estimate[1])
     square = float(estimate[2]) if len(estimate) > 2 else 0.0
     gradient = np.zeros(len(estimate))
+    if function == "COUNT":  # COUNT(column) of a column with bounds but no declared domain: its non-NULL rows, C
+        gradient[0] = 1.0
+        return count, gradient, False
     if function == "SUM":
         gradient[0], gradient[1] = low, width
         return low * count + width * total, gradient, False
@@ -200,6 +203,8 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
                 found.setdefault(resolve(item.column, table_columns, query.table, f"SELECT {item.function}"), set()).add(item.function)
                 if item.bounds is not None:
                     given.add(item.bounds)
+            elif counted_by_moments(item, schema, table_columns, query.table):
+                found.setdefault(resolve(item.column, table_columns, query.table, "SELECT COUNT"), set()).add("COUNT")  # type: ignore[arg-type]
     if not found:
         return None
     if len(found) > 1:
@@ -225,6 +230,15 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
     moments = 2 if functions & set(SECOND_MOMENT) else 1
     null_cell = domain.nullable or not domain.is_known
     return ValueEncoding(column, float(low), float(high), grid, moments, null_cell)
+
+
+def counted_by_moments(item: object, schema: Schema, table_columns: Sequence[str], table: str) -> bool:
+    """``COUNT(column)`` of a column with bounds but no declared domain: its non-NULL rows are the moment cells'
+    count ``C`` (no domain needed), released like the column's other aggregates."""
+    if not isinstance(item, Count) or item.column is None or item.distinct:
+        return False
+    domain = schema.column(resolve(item.column, table_columns, table, "SELECT COUNT"))
+    return not domain.is_known and domain.value_bounds is not None
 
 
 def resolve(name: str, table_columns: Sequence[str], table: str, clause: str) -> str:
