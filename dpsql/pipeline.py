@@ -234,6 +234,7 @@ class Draft:
     selecting: bool = False  # whether its keys are selected by this request
     cached: frozenset[object] | None = None  # its released key set, when one is used
     batch: CompiledBatch | None = None
+    compiled_from: tuple[object, ...] = ()  # what ``batch`` was compiled from (its memo key's inputs)
     rows: Hashable = None  # the store's rows key
     cost: Cost | None = None  # what is priced (the unit cost for EXPLAIN without one)
     prepared: Prepared | None = None
@@ -297,7 +298,7 @@ def _compile(session: Session, draft: Draft) -> Draft:
     moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
     pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
     rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
-    return dataclasses.replace(draft, batch=batch, rows=rows)
+    return dataclasses.replace(draft, batch=batch, compiled_from=inputs, rows=rows)
 
 
 def _refusals(session: Session, draft: Draft) -> Draft:
@@ -391,16 +392,24 @@ def _shells(session: Session, draft: Draft) -> Draft:
     assert prepared is not None
     if not draft.request.outputs:
         return draft
-    empty = _zero_results(prepared.batch)
-    found: list[tuple[CoreLayout, ...] | None] = []
-    for output in draft.request.written:
-        if output.shell is None:
-            found.append(None)
-            continue
-        layouts = tuple(layout(core.relation, empty[i]) for core, i in zip(output.shell.cores, output.cores))
-        session.public.check(output.shell, layouts, [empty[i] for i in output.cores])
-        found.append(layouts)
-    return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, layouts=tuple(found)))
+
+    def checked() -> tuple[tuple[CoreLayout, ...] | None, ...]:
+        empty = _zero_results(prepared.batch)
+        found: list[tuple[CoreLayout, ...] | None] = []
+        for output in draft.request.written:
+            if output.shell is None:
+                found.append(None)
+                continue
+            layouts = tuple(layout(core.relation, empty[i]) for core, i in zip(output.shell.cores, output.cores))
+            session.public.check(output.shell, layouts, [empty[i] for i in output.cores])
+            found.append(layouts)
+        return tuple(found)
+
+    # a pure function of public inputs (the compiled statements, the shells' SQL, the public tables), checked
+    # again after a public table is registered
+    texts = tuple(o.shell.text if o.shell is not None else None for o in draft.request.written)
+    layouts = session.memoised("shells", (draft.compiled_from, texts, session.public.generation), checked)
+    return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, layouts=layouts))
 
 
 Stage = Callable[[Session, Draft], Draft]

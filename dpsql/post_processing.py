@@ -77,6 +77,7 @@ class PublicEngine:
     def __init__(self) -> None:
         self._connection: duckdb.DuckDBPyConnection | None = None
         self.tables: dict[str, str] = {}  # lower-case name → the name as registered
+        self.generation = 0  # counts registrations: what a shell was checked against
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -111,6 +112,7 @@ class PublicEngine:
             loader.close()
         self._create(name, columns, types, rows, temporary=False)
         self.tables[name.lower()] = name
+        self.generation += 1
 
     def _create(self, name: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[object]], temporary: bool) -> None:
         quoted = ".".join(_quote(part) for part in name.split("."))

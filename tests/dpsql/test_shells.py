@@ -125,6 +125,11 @@ def test_public_tables_join_released_rows(adult_connection: dpsql.Connection, ad
         rows = adult_connection.cursor().execute(sql, epsilon=0.5).fetchall()
     _, exact = duckdb_rows(sql.replace("public.regions", "regions"), {"adult": adult_frame, "regions": regions})
     assert_same_rows(rows, exact, ordered=True)
+    renamed = regions.rename(columns={"region": "area"})
+    adult_connection.register("regions", renamed, public=True)  # the same name, other columns: shells are checked again
+    with pytest.raises(dpsql.ProgrammingError, match="does not run"):
+        adult_connection.cursor().execute(sql, epsilon=0.5)
+    assert adult_connection.cursor().execute(sql.replace("region", "area").replace("areas", "regions"), epsilon=0.5).rowcount == 4
     with pytest.raises(dpsql.ProgrammingError, match="public table"):
         adult_connection.register("adult", regions, public=True)
     with pytest.raises(dpsql.ProgrammingError, match="takes no schema"):
