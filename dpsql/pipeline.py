@@ -336,6 +336,15 @@ class Parameter:
     example: object
 
 
+def table_of(operation: str) -> str | None:
+    """The (lower-case) name of the table ``operation`` reads first, None when it names none or does not parse."""
+    try:
+        named = _parsed(operation).trees[0].find(exp.Table)
+    except Error:
+        return None
+    return None if named is None else named.name.lower()
+
+
 def parameters(session: Session, operation: str) -> tuple[Parameter, ...]:
     """Each ``?`` of ``operation`` (text order), typed by what it is compared with (``sql.parse.placeholder_targets``):
     a column's values, an integer (LIMIT, OFFSET), a number (an aggregate), else text."""
