@@ -34,6 +34,9 @@ CATALOG_SECONDS = 5.0  # a catalog statement running longer is interrupted
 MAX_CATALOG_BYTES = 1 << 16  # longer catalog statements are refused before they are parsed
 INT2, INT4, OID, FLOAT4, TEXT_ARRAY, INT2_ARRAY, OID_ARRAY = 21, 23, 26, 700, 1009, 1005, 1028
 PUBLIC, PG_CATALOG, INFORMATION_SCHEMA = 2200, 11, 13000
+# catalog tables clients name by oid (pg_description.classoid = 'pg_class'::regclass): rows of pg_class too
+SYSTEM_RELATIONS = (("pg_class", 1259), ("pg_type", 1247), ("pg_attribute", 1249), ("pg_proc", 1255),
+                    ("pg_namespace", 2615), ("pg_constraint", 2606), ("pg_database", 1262), ("pg_description", 2609))
 FIRST_TABLE_OID = 16384
 OWNER = 10
 
@@ -149,7 +152,7 @@ _VIEWS = {
     "pg_tables": (
         "SELECT n.nspname AS schemaname, c.relname AS tablename, 'dpsql' AS tableowner, NULL::VARCHAR AS tablespace, "
         "false AS hasindexes, false AS hasrules, false AS hastriggers, false AS rowsecurity "
-        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r'"
+        f"FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND c.relnamespace = {PUBLIC}"
     ),
     "information_schema_schemata": (
         "SELECT getvariable('dpsql_database') AS catalog_name, nspname AS schema_name, 'dpsql' AS schema_owner, "
@@ -161,7 +164,7 @@ _VIEWS = {
         "'BASE TABLE' AS table_type, NULL::VARCHAR AS self_referencing_column_name, NULL::VARCHAR AS reference_generation, "
         "NULL::VARCHAR AS user_defined_type_catalog, NULL::VARCHAR AS user_defined_type_schema, "
         "NULL::VARCHAR AS user_defined_type_name, 'NO' AS is_insertable_into, 'NO' AS is_typed, NULL::VARCHAR AS commit_action "
-        "FROM pg_class WHERE relkind = 'r'"
+        f"FROM pg_class WHERE relkind = 'r' AND relnamespace = {PUBLIC}"
     ),
     "information_schema_columns": (
         "SELECT getvariable('dpsql_database') AS table_catalog, 'public' AS table_schema, c.relname AS table_name, "
@@ -206,7 +209,7 @@ _MACROS = (
     "current_schemas(implicit) AS (CASE WHEN implicit THEN ['pg_catalog', 'public'] ELSE ['public'] END)",
     "array_upper(a, dimension) AS len(a)", "array_lower(a, dimension) AS (CASE WHEN len(a) > 0 THEN 1 END)",
     "dpsql_regclass(x) AS (SELECT CASE WHEN TRY_CAST(x AS UINTEGER) IS NOT NULL THEN TRY_CAST(x AS UINTEGER) "
-    "ELSE (SELECT oid FROM pg_class WHERE relname = regexp_replace(CAST(x AS VARCHAR), '^(public|pg_catalog)\\.|\"', '', 'g')) END)",
+    "ELSE (SELECT min(oid) FROM pg_class WHERE relname = regexp_replace(CAST(x AS VARCHAR), '^(public|pg_catalog)\\.|\"', '', 'g')) END)",
     "dpsql_regtype(x) AS (SELECT CASE WHEN TRY_CAST(x AS UINTEGER) IS NOT NULL THEN TRY_CAST(x AS UINTEGER) "
     "ELSE (SELECT min(oid) FROM dpsql_type_names WHERE name = lower(regexp_replace(CAST(x AS VARCHAR), '^pg_catalog\\.|\"', '', 'g')) "
     "OR oid = (SELECT min(oid) FROM pg_type WHERE typname = lower(regexp_replace(CAST(x AS VARCHAR), '^pg_catalog\\.|\"', '', 'g')))) END)",
@@ -312,6 +315,10 @@ class Catalog:
                     [oid, column.name, column.type_oid, number, column.not_null],
                 )
                 db.execute("INSERT INTO pg_description VALUES (?, 1259, ?, ?)", [oid, number, column.comment])
+        for name, oid in SYSTEM_RELATIONS:
+            db.execute(
+                "INSERT INTO pg_class (oid, relname, relnamespace, relowner, relam, relkind, relpersistence, relnatts, relhasindex, "
+                "relispartition) VALUES (?, ?, ?, ?, 2, 'r', 'p', 0, false, false)", [oid, name, PG_CATALOG, OWNER])
         db.execute("INSERT INTO pg_am VALUES (2, 'heap', 'heap_tableam_handler', 't')")
         db.execute("INSERT INTO pg_roles VALUES (?, 'dpsql', false, true, false, false, true, false, -1, NULL, NULL, false, NULL)", [OWNER])
         db.execute("INSERT INTO pg_database VALUES (16383, 'dpsql', ?, 6, 'c', false, true, -1, 1663, 'C', 'C', NULL, NULL, NULL, NULL)", [OWNER])
