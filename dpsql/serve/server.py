@@ -385,6 +385,8 @@ class Server:
         return self.address  # type: ignore[return-value]
 
     def stop(self) -> None:
+        if self._thread is None:
+            return
         if self._loop is not None and self._stopped is not None:
             self._loop.call_soon_threadsafe(self._stopped.set)
         if self._thread is not None:

@@ -337,24 +337,26 @@ class AnalystSession:
         return found
 
     # -- the pool -----------------------------------------------------------------------------------------
-    async def work(self, function: Callable[..., T], *arguments: object) -> T:
-        """``function(*arguments, job)`` in the server's pool: after this session's previous job, within the
-        analyst's share of the pool and the statement's time limit; stopped (57014, nothing charged) by
-        the limit, a CancelRequest or shutdown unless it has committed to its charge."""
+    async def work(self, function: Callable[..., T], *arguments: object, engine: bool = True) -> T:
+        """``function(*arguments, job)`` in the server's pool: within the analyst's share of the pool and the
+        statement's time limit, and — when it uses the session's dpsql connections (``engine``), which are
+        not thread-safe — after this session's previous such job; stopped (57014, nothing charged) by the
+        limit, a CancelRequest or shutdown unless it has committed to its charge."""
         loop = asyncio.get_running_loop()
         limits = self.service.config.limits
         deadline = loop.time() + limits.statement_seconds
         job = Job()
         self._job = job
         self._stop.clear()
-        previous = self._previous
-        if previous is not None and not previous.done():
-            await self._until(asyncio.shield(previous), deadline, job, started=False)
+        previous = self._previous if engine else None
+        if previous is not None and not previous.done():  # a statement stopped earlier still runs: wait for its end
+            await self._until(asyncio.wait([previous]), deadline, job, started=False)
         slots = self.service.slots(self.analyst.name)
         await self._until(slots.acquire(), deadline, job, started=False)
         future = loop.run_in_executor(self.service.executor, _run_job, function, arguments, job)
-        future.add_done_callback(lambda _: slots.release())
-        self._previous = future
+        future.add_done_callback(lambda done: (slots.release(), done.cancelled() or done.exception()))  # read: never "unretrieved"
+        if engine:
+            self._previous = future
         try:
             return await self._until(asyncio.shield(future), deadline, job, started=True)
         except (dpsql.Error, PgError) as error:
@@ -379,6 +381,7 @@ class AnalystSession:
             if task.done():
                 return task.result()
             if job.stop():
+                task.add_done_callback(lambda done: done.cancelled() or done.exception())  # its outcome is dropped
                 if not started:
                     task.cancel()  # a slot or an earlier job still awaited: nothing of this statement ran
                     with _suppressed():
@@ -489,7 +492,7 @@ class Computed(Routed):
         return self.columns
 
     async def run(self, parameters: list[object] | None, state: dict[str, Any] | None = None) -> tuple[list[ResultColumn] | None, Rows, str]:
-        return self.columns, await self.session.work(lambda job: self.rows()), self.tag
+        return self.columns, await self.session.work(lambda job: self.rows(), engine=False), self.tag
 
 
 class Prepare(Routed):
@@ -556,7 +559,7 @@ class CatalogQuery(Routed):
 
     async def _answer(self, parameters: list[object] | None) -> tuple[list[ResultColumn], Rows]:
         settings = dict(self.session.pg_settings)
-        return await self.session.work(lambda job: self.session.catalog.answer(self.sql, parameters, settings))
+        return await self.session.work(lambda job: self.session.catalog.answer(self.sql, parameters, settings), engine=False)
 
     async def run(self, parameters: list[object] | None, state: dict[str, Any] | None = None) -> tuple[list[ResultColumn] | None, Rows, str]:
         if state is not None and state.get("rows") is not None:
