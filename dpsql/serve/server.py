@@ -39,6 +39,7 @@ from dpsql.serve.catalog import Catalog
 from dpsql.serve.protocol import ADMIN_SHUTDOWN, ClientConnection, handle
 from dpsql.serve.sqlstate import PROTOCOL_VIOLATION
 from dpsql.serve.tables import Tables
+from dpsql.session import PlanCache
 
 log = logging.getLogger("dpsql.serve")
 
@@ -72,6 +73,7 @@ class Service:
         self.throttle = LoginThrottle()
         self.draining = False
         self._slots: dict[str, asyncio.Semaphore] = {}
+        self.plans: dict[str, PlanCache] = {name: PlanCache() for name in self.analysts}  # one cache per analyst
         try:
             self._check_ledgers()
         except BaseException:

@@ -130,7 +130,9 @@ class AnalystSession:
         analyst = service.analysts[connection.username]
         loop = asyncio.get_running_loop()
         try:
-            engines = await loop.run_in_executor(service.executor, service.tables.open, analyst, service.ledger_path(analyst))
+            engines = await loop.run_in_executor(
+                service.executor, service.tables.open, analyst, service.ledger_path(analyst), service.plans[analyst.name]
+            )
         except Exception as error:  # noqa: BLE001 - the client gets its SQLSTATE
             raise as_pg_error(error) from None
         catalog = service.catalog.session(connection.username, connection.database, connection.pid, PG_SETTINGS)
@@ -688,9 +690,15 @@ def _boolean(text: str, name: str) -> bool:
     raise PgError(INVALID_PARAMETER_VALUE, f"{name} must be on or off, got {text!r}")
 
 
+QUERY_PLAN = [ResultColumn("QUERY PLAN", TEXT)]
+
+
 def result_columns(layout: Sequence[OutputColumn], errors: bool) -> list[ResultColumn]:
     """The wire columns of a result: each column's type from its kind; with ``dpsql.errors`` on, every
-    released column followed by ``<name>_stderr`` (float8), its standard error."""
+    released column followed by ``<name>_stderr`` (float8), its standard error. An EXPLAIN is one text
+    column ``QUERY PLAN``, a line per row, as PostgreSQL's own (psql shows it line by line)."""
+    if tuple(layout) == pipeline.EXPLAIN_COLUMNS:
+        return QUERY_PLAN
     columns = []
     for column in layout:
         columns.append(ResultColumn(column.name, _KIND_OIDS[column.kind]))
@@ -701,6 +709,8 @@ def result_columns(layout: Sequence[OutputColumn], errors: bool) -> list[ResultC
 
 def released_rows(results: Sequence[Any], layout: Sequence[OutputColumn], errors: bool) -> Rows:
     """The released rows as the wire columns say (:func:`result_columns`); never raises (after the release)."""
+    if tuple(layout) == pipeline.EXPLAIN_COLUMNS:
+        return [(line,) for result in results for line in result.explanation.splitlines()]
     rows: Rows = []
     for result in results:
         for row, error in zip(result.rows, result.errors):

@@ -21,6 +21,7 @@ import duckdb
 import dpsql
 from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.serve.catalog import CatalogColumn, CatalogTable, domain_comment, type_oid
+from dpsql.session import PlanCache
 
 if TYPE_CHECKING:
     from dpsql.serve.config import Analyst, TableConfig
@@ -124,14 +125,17 @@ class Tables:
             for t in self.tables
         )
 
-    def open(self, analyst: Analyst, ledger: str | None) -> Engines:
-        """A session's connections: one per place the tables live, on the analyst's ledger (closed
-        together by :meth:`Engines.close`)."""
+    def open(self, analyst: Analyst, ledger: str | None, plans: PlanCache | None = None) -> Engines:
+        """A session's connections: one per place the tables live, on the analyst's ledger, planning
+        through ``plans`` (the analyst's cache, shared by all their connections); closed together by
+        :meth:`Engines.close`."""
         engines = Engines()
         try:
             for place in self.places:
                 here = [t for t in self.tables if t.place == place]
                 connection = self._connection(place, analyst, ledger, engines)
+                if plans is not None:
+                    connection._session.plans = plans
                 engines.data.append((connection, frozenset(t.name.lower() for t in here)))
                 for table in here:
                     connection.register(table.name, None if table.relation == table.name else table.relation, schema=table.schema)
