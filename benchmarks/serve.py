@@ -6,7 +6,7 @@ Both paths run the same statements with the same costs in one run, alternating: 
 filtered cross tabulation, a CUBE and a range-filtered count, each with a parameter that changes
 from repetition to repetition so every statement is measured afresh (none is answered from kept
 measurements). The server path is a psycopg connection using the extended protocol (Parse/Bind/
-Describe/Execute with a bound parameter), so it includes the server's Describe on the empty replica
+Describe/Execute with a bound parameter), so it includes the server's Describe (the pipeline's prepare)
 the first time a statement text is seen ("first_*" columns). "wire" is the median of the paired
 differences: what the protocol, the thread hand-off and the server's own handling add to a statement;
 "round trip" times a statement the server answers itself (the protocol alone). Throughput: 16 clients (psycopg connections,
