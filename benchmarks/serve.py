@@ -124,16 +124,27 @@ def latency_rows(columns: dict[str, object], host: str, port: int, repeats: int)
     return rows
 
 
-def throughput(clients: int, per_client: int, open_client: Callable[[], Callable[[str, tuple], object]]) -> float:
-    """Statements per second when ``clients`` threads each run ``per_client`` statements."""
-    runners = [open_client() for _ in range(clients)]
-    barrier = threading.Barrier(clients + 1)
+def timed_clients(runners: list[Callable[[str, tuple], object]], per_client: int, first: int = 0) -> tuple[float, list[float], list[str]]:
+    """Each runner on a thread of its own runs ``per_client`` fresh statements (the four above in turn, a
+    new parameter each), all starting together: the wall time, each statement's latency, and the
+    SQLSTATEs of the statements that failed."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(len(runners) + 1)
 
     def work(run: Callable[[str, tuple], object], offset: int) -> None:
         barrier.wait()
         for i in range(per_client):
             name, sql, parameter = STATEMENTS[(offset + i) % len(STATEMENTS)]
-            run(sql, (parameter(offset * per_client + i),))
+            started = time.perf_counter()
+            try:
+                run(sql, (parameter(first + offset * per_client + i),))
+            except psycopg.Error as error:
+                with lock:
+                    failures.append(str(error.sqlstate))
+            with lock:
+                latencies.append(time.perf_counter() - started)
 
     threads = [threading.Thread(target=work, args=(run, n)) for n, run in enumerate(runners)]
     for thread in threads:
@@ -142,7 +153,13 @@ def throughput(clients: int, per_client: int, open_client: Callable[[], Callable
     started = time.perf_counter()
     for thread in threads:
         thread.join()
-    return clients * per_client / (time.perf_counter() - started)
+    return time.perf_counter() - started, latencies, failures
+
+
+def throughput(clients: int, per_client: int, open_client: Callable[[], Callable[[str, tuple], object]]) -> float:
+    """Statements per second when ``clients`` threads each run ``per_client`` statements."""
+    elapsed, _, _ = timed_clients([open_client() for _ in range(clients)], per_client)
+    return clients * per_client / elapsed
 
 
 LOAD_LEVELS = ((16, 20), (64, 8), (128, 5))  # (clients, statements per client)
@@ -159,32 +176,8 @@ def load_rows(host: str, port: int, pid: int) -> list[dict[str, object]]:
     for clients, per_client in LOAD_LEVELS:
         connections = [psycopg.connect(f"host={host} port={port} user=bench password={PASSWORD} dbname=dpsql", autocommit=True)
                        for _ in range(clients)]
-        latencies: list[float] = []
-        failures: list[str] = []
-        lock = threading.Lock()
-        barrier = threading.Barrier(clients + 1)
-
-        def work(connection: psycopg.Connection, offset: int) -> None:
-            barrier.wait()
-            for i in range(per_client):
-                name, sql, parameter = STATEMENTS[(offset + i) % len(STATEMENTS)]
-                started = time.perf_counter()
-                try:
-                    connection.execute(sql.replace("?", "%s"), (parameter(1000 + offset * per_client + i),)).fetchall()
-                except psycopg.Error as error:
-                    with lock:
-                        failures.append(str(error.sqlstate))
-                with lock:
-                    latencies.append(time.perf_counter() - started)
-
-        threads = [threading.Thread(target=work, args=(c, n)) for n, c in enumerate(connections)]
-        for thread in threads:
-            thread.start()
-        barrier.wait()
-        started = time.perf_counter()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - started
+        runners = [lambda sql, parameters, c=c: c.execute(sql.replace("?", "%s"), parameters).fetchall() for c in connections]
+        elapsed, latencies, failures = timed_clients(runners, per_client, first=1000)
         for connection in connections:
             connection.close()
         ordered = sorted(latencies)

@@ -95,18 +95,17 @@ class Job:
 
     def commit(self) -> bool:
         """Called just before the charge: False when the statement was stopped (then it must not charge)."""
-        with self._lock:
-            if self._state == "stopped":
-                return False
-            self._state = "committed"
-            return True
+        return self._move("committed", unless="stopped")
 
     def stop(self) -> bool:
         """Stop the statement unless it has committed; whether it was stopped."""
+        return self._move("stopped", unless="committed")
+
+    def _move(self, state: str, unless: str) -> bool:
         with self._lock:
-            if self._state == "committed":
+            if self._state == unless:
                 return False
-            self._state = "stopped"
+            self._state = state
             return True
 
 
