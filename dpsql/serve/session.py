@@ -172,24 +172,14 @@ class AnalystSession:
             if re.match(r"^ROLLBACK\s+(?:WORK\s+|TRANSACTION\s+)?TO\b", statement, re.I):
                 return Fixed(sql, None, [], "ROLLBACK", transaction=b"T", ends=True)
             return Fixed(sql, None, [], "ROLLBACK", transaction=b"I", ends=True)
-        if head in ("SAVEPOINT", "RELEASE"):
+        if head in ("SAVEPOINT", "RELEASE", "LISTEN", "UNLISTEN"):
             return Fixed(sql, None, [], head)
-        if head == "SET":
-            return self._set(statement)
-        if head == "RESET":
-            return self._reset(statement)
-        if head == "SHOW":
-            return self._show(statement)
         if head == "DISCARD":
             return Fixed(sql, None, [], "DISCARD ALL", effect=self._discard)
-        if head == "DEALLOCATE":
-            return self._deallocate(statement)
-        if head == "PREPARE":
-            return self._prepare_sql(statement)
-        if head == "EXECUTE":
-            return self._execute_sql(statement)
-        if head in ("LISTEN", "UNLISTEN"):
-            return Fixed(sql, None, [], head)
+        answer = {"SET": self._set, "RESET": self._reset, "SHOW": self._show, "DEALLOCATE": self._deallocate,
+                  "PREPARE": self._prepare_sql, "EXECUTE": self._execute_sql}.get(head)
+        if answer is not None:
+            return answer(statement)
         if is_typeinfo_query(sql):
             return TypeInfo(sql, param_oids)
         if head in ("SELECT", "WITH", "VALUES", "TABLE") and (mentions_catalog(statement) or not _NO_FROM.search(_QUOTED.sub("", statement))):
@@ -227,9 +217,7 @@ class AnalystSession:
         return lowered
 
     def _reset(self, statement: str) -> Routed:
-        match = _RESET.match(statement)
-        if match is None:
-            raise PgError("42601", "cannot read the RESET statement: write RESET name or RESET ALL")
+        match = _matched(_RESET, statement, "RESET", "RESET name or RESET ALL")
         name = match.group("name").lower()
         if name == "all":
             return Fixed(statement, None, [], "RESET", effect=self._discard)
@@ -239,9 +227,7 @@ class AnalystSession:
         return Fixed(statement, None, [], "RESET", effect=lambda: self.pg_settings.pop(name, None))
 
     def _show(self, statement: str) -> Routed:
-        match = _SHOW.match(statement)
-        if match is None:
-            raise PgError("42601", "cannot read the SHOW statement: write SHOW name")
+        match = _matched(_SHOW, statement, "SHOW", "SHOW name")
         name = match.group("name").lower()
         if name == "dpsql.budget":
             return Computed(statement, _BUDGET_COLUMNS, self, lambda: [_budget_row(self.engines.data[0][0].budget_remaining())], "SHOW")
@@ -264,9 +250,7 @@ class AnalystSession:
         self.sql_prepared.clear()
 
     def _deallocate(self, statement: str) -> Routed:
-        match = _DEALLOCATE.match(statement)
-        if match is None:
-            raise PgError("42601", "cannot read the DEALLOCATE statement: write DEALLOCATE name or DEALLOCATE ALL")
+        match = _matched(_DEALLOCATE, statement, "DEALLOCATE", "DEALLOCATE name or DEALLOCATE ALL")
         name = match.group("name").strip('"')
         statements = self.connection.statements
 
@@ -281,9 +265,7 @@ class AnalystSession:
         return Fixed(statement, None, [], "DEALLOCATE", effect=forget)
 
     def _prepare_sql(self, statement: str) -> Routed:
-        match = _PREPARE.match(statement)
-        if match is None:
-            raise PgError("42601", "cannot read the PREPARE statement: write PREPARE name [(types)] AS statement")
+        match = _matched(_PREPARE, statement, "PREPARE", "PREPARE name [(types)] AS statement")
         name = match.group("name").strip('"')
         types = [t.strip().lower() for t in split_list(match.group("types") or "")]
         oids = [_TYPE_NAMES.get(t) for t in types]
@@ -291,9 +273,7 @@ class AnalystSession:
         return Prepare(statement, prepared, lambda: self.sql_prepared.__setitem__(name, prepared))
 
     def _execute_sql(self, statement: str) -> Routed:
-        match = _EXECUTE.match(statement)
-        if match is None:
-            raise PgError("42601", "cannot read the EXECUTE statement: write EXECUTE name [(arguments)]")
+        match = _matched(_EXECUTE, statement, "EXECUTE", "EXECUTE name [(arguments)]")
         name = match.group("name").strip('"')
         prepared = self.sql_prepared.get(name)
         if prepared is None:
@@ -773,6 +753,14 @@ def _value(text: str | None, oid: int | None) -> object:
 
 def _budget_row(remaining: dpsql.Remaining) -> tuple[float, float, float]:
     return (float(remaining.epsilon), float(remaining.delta), float(remaining.rho))
+
+
+def _matched(pattern: re.Pattern[str], statement: str, keyword: str, form: str) -> re.Match[str]:
+    """``pattern``'s match of ``statement``, else a syntax error (42601) showing the form to write."""
+    match = pattern.match(statement)
+    if match is None:
+        raise PgError("42601", f"cannot read the {keyword} statement: write {form}")
+    return match
 
 
 def _unquoted(value: str) -> str:
