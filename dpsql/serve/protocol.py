@@ -266,10 +266,12 @@ class ClientConnection:
                     self.stream.write(messages.make_data_row(encode_row(row, portal.columns, portal.formats)))
                 except (ValueError, TypeError, struct.error) as error:
                     raise PgError("0A000", f"cannot send this value in the requested format: {type(error).__name__}") from None
+        tag = portal.state.get("tag", "SELECT")
         if portal.pending:
             self.stream.write(messages.make_portal_suspended())
+        elif tag == "EMPTY":
+            self.stream.write(messages.make_empty_query_response())
         else:
-            tag = portal.state.get("tag", "SELECT")
             self.stream.write(messages.make_command_complete(_with_count(tag, portal.sent)))
 
     def _session(self) -> AnalystSession:

@@ -419,6 +419,8 @@ def test_start_up_statements_of_clients_are_answered(server: Server) -> None:
         assert run("SELECT current_schema(), current_database(), current_user") == [("public", "dpsql", USER)]
         assert run("SELECT pg_catalog.pg_backend_pid() > 0") == [(True,)]
         assert run("SHOW TRANSACTION ISOLATION LEVEL") == [("read committed",)]
+        plan = connection.execute("EXPLAIN SELECT sex, COUNT(*) FROM adult GROUP BY sex")  # as PostgreSQL's: one text column
+        assert [c.name for c in plan.description] == ["QUERY PLAN"] and len(plan.fetchall()) > 3
         assert run("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'") == [("adult",)]
         with pytest.raises(psycopg.errors.UndefinedObject):  # 42704, as PostgreSQL
             run("SHOW no_such_setting")
