@@ -304,7 +304,7 @@ class AnalystSession:
                 steps.append((statement, dict(overlay)))
         prepared = await self.work(self._prepare_all, steps)
         for (statement, _), found in zip(steps, prepared):
-            statement.state = found
+            statement.state = {**found, "together": True}
 
     def _prepare_all(self, steps: list[tuple[DataQuery, dict[str, str]]], job: Job) -> list[dict[str, Any]]:
         found = [statement.prepare_now(None, overlay) for statement, overlay in steps]
@@ -594,7 +594,7 @@ class DataQuery(Routed):
         request = pipeline.execute_request(data, self.text, values, chosen.epsilon, chosen.rho, chosen.non_negative)
         prepared = pipeline.prepare(data, request)
         layout = pipeline.layout(prepared)
-        return {"session": data, "prepared": prepared, "layout": layout, "errors": chosen.errors,
+        return {"session": data, "prepared": prepared, "layout": layout, "errors": chosen.errors, "settings": settings,
                 "columns": result_columns(layout, chosen.errors), "generation": self.session.generation}
 
     async def run(self, parameters: list[object] | None, state: dict[str, Any] | None = None) -> tuple[list[ResultColumn] | None, Rows, str]:
@@ -606,7 +606,10 @@ class DataQuery(Routed):
 
     def _run_now(self, parameters: list[object] | None, settings: dict[str, str], kept: dict[str, Any] | None, job: Job) -> dict[str, Any]:
         session = self.session
-        found = kept if kept is not None and kept.get("generation") == session.generation else self.prepare_now(parameters, settings)
+        # prepared for Describe: reused while nothing was released since; prepared with its string's other
+        # statements (check_together): released as checked (a later store or key set only adds to what it uses)
+        current = kept is not None and (kept.get("together") or kept["generation"] == session.generation) and kept["settings"] == settings
+        found = kept if current else self.prepare_now(parameters, settings)
         if not job.commit():  # stopped before its charge: nothing is charged
             raise StatementStopped
         results = pipeline.release(found["session"], found["prepared"])
