@@ -2,7 +2,7 @@
 
 pg-mimic frames and encodes the messages; this module decides what happens between them:
 
-* **Start-up and login** run under :data:`LOGIN_SECONDS` (a client that never logs in is dropped), with
+* **Start-up and login** run under ``limits.login_seconds`` (a client that never logs in is dropped), with
   SCRAM-SHA-256 (``dpsql.serve.passwords``) and the server's failed-login back-off.
 * **Simple query** (``Q``): a string of several statements is split (outside quotes and comments) and
   every statement is routed and prepared — every check that can fail, the costs of all of them
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dpsql.serve")
 
-LOGIN_SECONDS = 15.0
 ADMIN_SHUTDOWN = "57P01"
 _MALFORMED = (struct.error, IndexError, UnicodeDecodeError, ValueError)
 _SIZES = {16: 1, 20: 8, 21: 2, 23: 4, 26: 4, 700: 4, 701: 8, 1082: 4, 1114: 8, 1184: 8}  # bytes of fixed-size types
@@ -331,11 +330,12 @@ async def handle(server: DpsqlPgServer, stream: PgStream, startup: dict[str, str
     """A connection from login to its end."""
     connection = ClientConnection(stream, server, pid, secret, startup, peer)
     server.connections[pid] = connection
+    seconds = server.service.config.limits.login_seconds
     try:
         try:
-            logged_in = await asyncio.wait_for(connection.login(), LOGIN_SECONDS)
+            logged_in = await asyncio.wait_for(connection.login(), seconds)
         except asyncio.TimeoutError:
-            await connection.fatal("08006", f"login took longer than {LOGIN_SECONDS:g} s")
+            await connection.fatal("08006", f"login took longer than {seconds:g} s")
             return
         if logged_in:
             try:
