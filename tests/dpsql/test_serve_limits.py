@@ -5,6 +5,7 @@ before any of it runs; a malformed message ends its connection with FATAL 08P01.
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import socket
@@ -21,7 +22,15 @@ import pytest
 from dpsql.serve import Server
 from serve_helpers import dsn, running, write_config
 
-SLOW = "SELECT COUNT(*) FROM adult WHERE " + " OR ".join(f"age = {17 + i % 70}" for i in range(500))  # ~1.5 s to prepare
+_TEXTS = itertools.count()
+
+
+def slow(grouped: bool = False) -> str:
+    """A statement that takes ~1.5 s to parse and prepare, its text and its WHERE's ages new each time (parsed
+    texts and plans are kept, in-process and per analyst)."""
+    ages = 20 + next(_TEXTS) % 50
+    terms = " OR ".join(f"age = {17 + i % ages}" for i in range(500))
+    return f"SELECT {'sex, ' if grouped else ''}COUNT(*) FROM adult WHERE {terms}{' GROUP BY sex' if grouped else ''}"
 LIMITS = {"statement_seconds": 30, "connections": 8, "login_seconds": 0.5, "statements_per_analyst": 2}
 
 
@@ -71,8 +80,8 @@ def test_a_statement_over_its_time_limit_is_stopped_uncharged_and_others_are_not
 def _time_limit(server: Server) -> None:
     latencies: list[float] = []
     spent = charges(server, "alice")
-    with psycopg.connect(dsn(server, "bob"), autocommit=True) as bystander, psycopg.connect(dsn(server, "alice"), autocommit=True) as slow:
-        before = budget(slow)
+    with psycopg.connect(dsn(server, "bob"), autocommit=True) as bystander, psycopg.connect(dsn(server, "alice"), autocommit=True) as slow_connection:
+        before = budget(slow_connection)
         finished = threading.Event()
 
         def watch() -> None:
@@ -85,13 +94,13 @@ def _time_limit(server: Server) -> None:
         watcher = threading.Thread(target=watch)
         watcher.start()
         started = time.monotonic()
-        assert simple(slow, SLOW) == [("FATAL_ERROR", "57014", 0)]  # the simple protocol: its text is split on the server
+        assert simple(slow_connection, slow()) == [("FATAL_ERROR", "57014", 0)]  # the simple protocol: its text is split on the server
         stopped_after = time.monotonic() - started
         finished.set()
         watcher.join()
         assert stopped_after < 1.2  # the time limit (0.3 s), not the statement's own ~1.5 s
         assert max(latencies) < 1.0  # SHOW kept being answered while the statement was parsed and prepared
-        assert budget(slow) == before
+        assert budget(slow_connection) == before
     assert charges(server, "alice") == spent
 
 
@@ -126,7 +135,7 @@ def test_a_cancel_request_before_the_charge_stops_the_statement_uncharged(server
 
         def run() -> None:
             try:
-                connection.execute(SLOW.replace("COUNT(*)", "sex, COUNT(*)") + " GROUP BY sex")
+                connection.execute(slow(grouped=True))
             except psycopg.Error as error:
                 outcome.append(error)
 
@@ -232,7 +241,7 @@ def test_shutdown_stops_statements_not_yet_charged_and_tells_every_client(tmp_pa
 
             def run() -> None:
                 try:
-                    connection.execute(SLOW)
+                    connection.execute(slow())
                     outcome.append("released")
                 except psycopg.Error as error:
                     outcome.append(str(error.sqlstate))
