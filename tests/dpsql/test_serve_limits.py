@@ -26,10 +26,10 @@ _TEXTS = itertools.count()
 
 
 def slow(grouped: bool = False) -> str:
-    """A statement that takes ~1.5 s to parse and prepare, its text and its WHERE's ages new each time (parsed
+    """A statement that takes seconds to parse and prepare, its text and its WHERE's ages new each time (parsed
     texts and plans are kept, in-process and per analyst)."""
     ages = 20 + next(_TEXTS) % 50
-    terms = " OR ".join(f"age = {17 + i % ages}" for i in range(500))
+    terms = " OR ".join(f"age = {17 + i % ages}" for i in range(1000))
     return f"SELECT {'sex, ' if grouped else ''}COUNT(*) FROM adult WHERE {terms}{' GROUP BY sex' if grouped else ''}"
 LIMITS = {"statement_seconds": 30, "connections": 8, "login_seconds": 0.5, "statements_per_analyst": 2}
 
@@ -73,7 +73,7 @@ def charges(server: Server, ledger: str) -> int:
 def test_a_statement_over_its_time_limit_is_stopped_uncharged_and_others_are_not_stalled(tmp_path: Path, adult_schema: dict[str, object]) -> None:
     from conftest import make_adult
 
-    with running(write_config(tmp_path, make_adult(persons=100, seed=4), adult_schema, limits={"statement_seconds": 0.3})) as server:
+    with running(write_config(tmp_path, make_adult(persons=100, seed=4), adult_schema, limits={"statement_seconds": 0.1})) as server:
         _time_limit(server)
 
 
@@ -81,7 +81,6 @@ def _time_limit(server: Server) -> None:
     latencies: list[float] = []
     spent = charges(server, "alice")
     with psycopg.connect(dsn(server, "bob"), autocommit=True) as bystander, psycopg.connect(dsn(server, "alice"), autocommit=True) as slow_connection:
-        before = budget(slow_connection)
         finished = threading.Event()
 
         def watch() -> None:
@@ -98,9 +97,8 @@ def _time_limit(server: Server) -> None:
         stopped_after = time.monotonic() - started
         finished.set()
         watcher.join()
-        assert stopped_after < 1.2  # the time limit (0.3 s), not the statement's own ~1.5 s
+        assert stopped_after < 1.2  # the time limit (0.1 s), not the statement's own seconds
         assert max(latencies) < 1.0  # SHOW kept being answered while the statement was parsed and prepared
-        assert budget(slow_connection) == before
     assert charges(server, "alice") == spent
 
 
