@@ -150,14 +150,14 @@ def test_a_cancel_request_before_the_charge_stops_the_statement_uncharged(server
 
 def test_connections_beyond_the_cap_are_refused_and_silent_ones_time_out(server: Server) -> None:
     host, port = server.address  # type: ignore[misc]
-    silent = [socket.create_connection((host, port), timeout=5) for _ in range(8)]
+    silent = [socket.create_connection((host, port), timeout=15) for _ in range(8)]
     try:
         with pytest.raises(psycopg.OperationalError, match="too many connections"):
             psycopg.connect(dsn(server, "bob"))
         started = time.monotonic()
         for raw in silent:  # never logged in: each closed after the login time limit
             assert raw.recv(4096) == b""
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < 10.0  # 0.5 s each, stretched by a loaded machine; never held (75 s before)
     finally:
         for raw in silent:
             raw.close()
