@@ -27,29 +27,31 @@ text. The measurement is kept (``planner.store``), released keys are cached, and
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from sqlglot import exp
 
 import planner
 from dpsql import keys, nonnegative, progress, selection, testing
 from dpsql.accountant import Cost, check_number
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
-from dpsql.post_processing import CoreLayout, layout
+from dpsql.post_processing import ShellPlan, core_layout
 from dpsql.request import Decision, Output, Prepared, Request
-from dpsql.result import ResultSet
+from dpsql.result import OutputColumn, ResultSet, output_columns
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
-from dpsql.sql.parse import Count, predicate_columns
-from dpsql.sql.settings import SETTINGS, SettingCommand, TextCost
-from dpsql.types import NUMBER, STRING
+from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
+from dpsql.sql.settings import COST_SETTINGS, SettingCommand, TextCost
 from dpsql.sql.split import Bound, bind
-from dpsql.sql.statement import Statement, parse_text
+from dpsql.sql.statement import ParsedText, Statement, parse_text
+from dpsql.types import NUMBER, STRING
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import Answers, Measurement, Workload, marginal_for
 
@@ -71,7 +73,7 @@ def execute_request(
     if isinstance(operation, str) and (parameters is None or (isinstance(parameters, (list, tuple)) and not parameters)):
         explain, statements = _bound_text(operation, public)
     else:
-        parsed = parse_text(operation)
+        parsed = _parsed(operation) if isinstance(operation, str) else parse_text(operation)
         if parsed.explain and parameters and len(parsed.trees) > 1:
             raise ProgrammingError("EXPLAIN of several statements takes no parameters; inline the literals")
         explain, statements = parsed.explain, tuple(bind(tree, parameters, text, public) for tree, text in zip(parsed.trees, parsed.texts))
@@ -88,6 +90,12 @@ def _bound_text(text: str, public: frozenset[str]) -> tuple[bool, tuple[Bound, .
     cached)."""
     parsed = parse_text(text)
     return parsed.explain, tuple(bind(tree, None, sql, public) for tree, sql in zip(parsed.trees, parsed.texts))
+
+
+@functools.lru_cache(maxsize=BOUND_TEXT_CACHE_SIZE)
+def _parsed(text: str) -> ParsedText:
+    """A text with parameters, parsed once (binding works on a copy of the trees)."""
+    return parse_text(text)
 
 
 def many_request(
@@ -198,8 +206,11 @@ def setting_result(session: Session, command: SettingCommand) -> ResultSet:
         left = session.ledger.remaining()
         columns = tuple((name, NUMBER, None, None, None, None, False) for name in ("epsilon", "delta", "rho"))
         return ResultSet(columns, [(float(left.epsilon), float(left.delta), float(left.rho))], [(None, None, None)])
-    if command.name not in SETTINGS:
-        raise ProgrammingError(f"unrecognized setting dpsql.{command.name}; dpsql has {', '.join(SETTINGS)} (and SHOW dpsql.budget)")
+    if command.name not in COST_SETTINGS:
+        serve = "; dpsql.errors is a setting of dpsql serve (in-process, read cursor.errors)" if command.name == "errors" else ""
+        raise ProgrammingError(
+            f"unrecognized setting dpsql.{command.name}; dpsql has {', '.join(COST_SETTINGS)} (and SHOW dpsql.budget){serve}"
+        )
     current = {name: value for name, value in (("epsilon", session.said.epsilon), ("rho", session.said.rho), ("non_negative", session.said.non_negative)) if value is not None}
     if command.action == "show":
         default = {"epsilon": session.settings.default_epsilon, "non_negative": session.settings.non_negative}.get(command.name)
@@ -293,8 +304,8 @@ def _compile(session: Session, draft: Draft) -> Draft:
     if keyed is not None:
         domain = keys.placeholder_domain(keyed) if draft.selecting else keys.keys_domain(keyed, draft.cached)  # type: ignore[arg-type]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
-    inputs = (request.statements, request.weights, schema, tuple(table.column_types))
-    batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs))
+    inputs = (request.statements, request.weights, schema, tuple(table.column_types), session.settings.excluded_cells)
+    batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4]))
     moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
     pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
     rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
@@ -393,23 +404,22 @@ def _shells(session: Session, draft: Draft) -> Draft:
     if not draft.request.outputs:
         return draft
 
-    def checked() -> tuple[tuple[CoreLayout, ...] | None, ...]:
+    def checked() -> tuple[ShellPlan | None, ...]:
         empty = _zero_results(prepared.batch)
-        found: list[tuple[CoreLayout, ...] | None] = []
+        found: list[ShellPlan | None] = []
         for output in draft.request.written:
             if output.shell is None:
                 found.append(None)
                 continue
-            layouts = tuple(layout(core.relation, empty[i]) for core, i in zip(output.shell.cores, output.cores))
-            session.public.check(output.shell, layouts, [empty[i] for i in output.cores])
-            found.append(layouts)
+            cores = tuple(core_layout(core.relation, empty[i]) for core, i in zip(output.shell.cores, output.cores))
+            found.append(ShellPlan(cores, session.public.check(output.shell, cores, [empty[i] for i in output.cores])))
         return tuple(found)
 
     # a pure function of public inputs (the compiled statements, the shells' SQL, the public tables), checked
     # again after a public table is registered
     texts = tuple(o.shell.text if o.shell is not None else None for o in draft.request.written)
-    layouts = session.memoised("shells", (draft.compiled_from, texts, session.public.generation), checked)
-    return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, layouts=layouts))
+    shells = session.memoised("shells", (draft.compiled_from, texts, session.public.generation), checked)
+    return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, shells=shells))
 
 
 Stage = Callable[[Session, Draft], Draft]
@@ -535,6 +545,79 @@ def _decision(
 
 
 # ---------------------------------------------------------------------------------------------------
+# Describe: what a statement returns and takes, without a read or a charge (the server's Describe).
+# ---------------------------------------------------------------------------------------------------
+
+EXPLAIN_COLUMNS = (
+    OutputColumn("section", "text", False, False),
+    OutputColumn("name", "text", False, False),
+    OutputColumn("value", "float", True, False),
+    OutputColumn("detail", "text", True, False),
+)
+_EXAMPLES = {"integer": 0, "float": 0.0, "text": "", "boolean": False, "date": datetime.date(2000, 1, 1), "timestamp": datetime.datetime(2000, 1, 1)}
+
+
+def describe(session: Session, request: Request) -> tuple[OutputColumn, ...]:
+    """:func:`prepare`, then the result's columns: every check runs, nothing is read or charged."""
+    return layout(prepare(session, request))
+
+
+def layout(prepared: Prepared) -> tuple[OutputColumn, ...]:
+    """The columns :func:`release` returns for ``prepared`` (of its first statement: executemany's runs share them)."""
+    if prepared.request.explain:
+        return EXPLAIN_COLUMNS
+    if prepared.shells and prepared.shells[0] is not None:  # a shell's columns, as prepare's check of it found them
+        return prepared.shells[0].columns
+    first = prepared.batch.statements[0]
+    return output_columns(first.statement, first.branches, prepared.table.column_types)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """A ``?`` of a statement: the kind of value it takes (``OutputColumn.kind``'s names) and an example
+    value of that kind which its column's declared domain holds (a statement described before it is
+    bound is prepared with the examples: its columns do not depend on the values)."""
+
+    kind: str
+    example: object
+
+
+def table_of(operation: str) -> str | None:
+    """The (lower-case) name of the table ``operation`` reads first, None when it names none or does not parse."""
+    try:
+        named = _parsed(operation).trees[0].find(exp.Table)
+    except Error:
+        return None
+    return None if named is None else named.name.lower()
+
+
+def parameters(session: Session, operation: str) -> tuple[Parameter, ...]:
+    """Each ``?`` of ``operation`` (text order), typed by what it is compared with (``sql.parse.placeholder_targets``):
+    a column's values, an integer (LIMIT, OFFSET), a number (an aggregate), else text."""
+    parsed = _parsed(operation)
+    tree = parsed.trees[0]
+    named = tree.find(exp.Table)
+    table = session.tables.get(named.name.lower()) if named is not None else None
+    found = []
+    for target in placeholder_targets(tree):
+        if target == LIMIT_TARGET:
+            found.append(Parameter("integer", 1))
+            continue
+        if target == AGGREGATE_TARGET:
+            found.append(Parameter("float", 0.0))
+            continue
+        column = None if table is None or target is None else table.resolve(target)
+        if column is None:
+            found.append(Parameter("text", ""))
+            continue
+        kind = table.column_types[column].kind  # type: ignore[union-attr]
+        domain = table.schema.column(column) if column in table.schema.column_names else None  # type: ignore[union-attr]
+        declared = domain is not None and domain.is_known and bool(domain.values)
+        found.append(Parameter(kind, domain.values[0] if declared else _EXAMPLES[kind]))  # type: ignore[union-attr]
+    return tuple(found)
+
+
+# ---------------------------------------------------------------------------------------------------
 # Release: charge, read once, measure, keep, build.
 # ---------------------------------------------------------------------------------------------------
 
@@ -554,11 +637,11 @@ def release(session: Session, prepared: Prepared) -> list[ResultSet]:
     if not prepared.request.outputs:
         return results
     written = []
-    for output, layouts in zip(prepared.request.written, prepared.layouts):
-        if output.shell is None or layouts is None:
+    for output, plan in zip(prepared.request.written, prepared.shells):
+        if output.shell is None or plan is None:
             written.append(results[output.first])
             continue
-        shelled = session.public.release(output.shell, layouts, [results[i] for i in output.cores])
+        shelled = session.public.release(output.shell, plan.cores, [results[i] for i in output.cores])
         written.append(shelled.explained(results[output.first].explained_by))
     return written
 

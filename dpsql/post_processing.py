@@ -24,13 +24,11 @@ from pathlib import Path
 import duckdb
 
 from dpsql.errors import DataError, ProgrammingError
-from dpsql.result import ResultSet
+from dpsql.result import OutputColumn, ResultSet
 from dpsql.sql.split import ERROR, VALUE, Shell
 from dpsql.types import DATETIME, NUMBER, STRING
 
 _LOADERS = {".csv": "read_csv_auto", ".tsv": "read_csv_auto", ".json": "read_json_auto", ".parquet": "read_parquet"}
-_TYPE_CODES = {"VARCHAR": STRING, "DATE": DATETIME, "TIMESTAMP": DATETIME, "TIMESTAMP WITH TIME ZONE": DATETIME, "BOOLEAN": NUMBER}
-_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE", "DECIMAL")
 
 
 @dataclass(frozen=True)
@@ -43,7 +41,15 @@ class CoreLayout:
     values: tuple[int, ...]  # positions (in the core's result) of the released values, whose errors are kept
 
 
-def layout(relation: str, result: ResultSet) -> CoreLayout:
+@dataclass(frozen=True)
+class ShellPlan:
+    """A statement's shell as prepare checked it: its cores' relations and the columns it returns."""
+
+    cores: tuple[CoreLayout, ...]
+    columns: tuple[OutputColumn, ...]
+
+
+def core_layout(relation: str, result: ResultSet) -> CoreLayout:
     """The relation of a core's result, typed from its values — the result of prepare's empty release, every
     declared group cell with zeros, so keys carry their domain's types — and its description. The released
     values (``__dpsql_a<i>``; keys and GROUPING() carry no error) keep their standard errors beside them."""
@@ -125,8 +131,8 @@ class PublicEngine:
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         self.connection.execute(f"CREATE OR REPLACE {kind} {quoted} AS SELECT {select}", lists)
 
-    def run(self, shell: Shell, layouts: Sequence[CoreLayout], results: Sequence[ResultSet]) -> ResultSet:
-        """The shell's rows over its cores' released ``results`` (their standard errors beside them)."""
+    def run(self, shell: Shell, layouts: Sequence[CoreLayout], results: Sequence[ResultSet]) -> tuple[ResultSet, tuple[OutputColumn, ...]]:
+        """The shell's rows over its cores' released ``results`` (their standard errors beside them), and its columns."""
         for core, result in zip(layouts, results):
             rows = [tuple(row) + tuple(error[i] for i in core.values) for row, error in zip(result.rows, result.errors)]
             self._create(core.relation, core.columns, core.types, rows, temporary=True)
@@ -143,14 +149,15 @@ class PublicEngine:
         errors_at = [error_of.get(names[i]) if counts[names[i]] == 1 else None for i in visible]
         released = [tuple(_python(row[i]) for i in visible) for row in rows]
         errors = [tuple(None if e is None or row[e] is None else float(row[e]) for e in errors_at) for row in rows]
-        shown = tuple((names[i], _type_code(str(description[i][1])), None, None, None, None, True) for i in visible)
-        return ResultSet(shown, released, errors)
+        columns = tuple(OutputColumn(names[i], _kind(str(description[i][1])), True, e is not None) for i, e in zip(visible, errors_at))
+        return ResultSet(tuple((c.name, c.type_code, None, None, None, None, True) for c in columns), released, errors), columns
 
-    def check(self, shell: Shell, layouts: Sequence[CoreLayout], results: Sequence[ResultSet]) -> ResultSet:
-        """Run the shell over prepare's empty releases: refuses (before anything is read) a shell that does not
-        bind — unknown names or functions, mistyped expressions — with DuckDB's own reason."""
+
+    def check(self, shell: Shell, layouts: Sequence[CoreLayout], results: Sequence[ResultSet]) -> tuple[OutputColumn, ...]:
+        """Run the shell over prepare's empty releases: its columns; refuses (before anything is read) a shell that
+        does not bind — unknown names or functions, mistyped expressions — with DuckDB's own reason."""
         try:
-            return self.run(shell, layouts, results)
+            return self.run(shell, layouts, results)[1]
         except duckdb.Error as error:
             raise ProgrammingError(f"the statement's SQL around its aggregates does not run: {_reason(error)}") from None
 
@@ -159,7 +166,7 @@ class PublicEngine:
         reveals nothing beyond them; the statement was charged, and its measurement is kept: run it again,
         corrected, to have it answered free."""
         try:
-            return self.run(shell, layouts, results)
+            return self.run(shell, layouts, results)[0]
         except duckdb.Error as error:
             raise DataError(
                 f"the statement's SQL around its aggregates failed on the released values: {_reason(error)}; the statement "
@@ -184,13 +191,20 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _type_code(type_name: str) -> object:
+def _kind(type_name: str) -> str:
+    """An ``OutputColumn.kind`` from a DuckDB type name."""
     upper = type_name.upper()
-    if upper in _TYPE_CODES:
-        return _TYPE_CODES[upper]
-    if upper.startswith(_NUMERIC):
-        return NUMBER
-    return STRING
+    if upper == "BOOLEAN":
+        return "boolean"
+    if upper == "DATE":
+        return "date"
+    if upper.startswith("TIMESTAMP"):
+        return "timestamp"
+    if upper.startswith(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")):
+        return "integer"
+    if upper.startswith(("FLOAT", "DOUBLE", "DECIMAL", "REAL")):
+        return "float"
+    return "text"
 
 
 def _python(value: object) -> object:

@@ -10,7 +10,7 @@ import numpy as np
 import planner
 from dpsql.accountant import Cost
 from dpsql.keys import KeyBounds
-from dpsql.post_processing import CoreLayout
+from dpsql.post_processing import ShellPlan
 from dpsql.session import Table
 from dpsql.sql.split import Shell
 from dpsql.sql.statement import Statement
@@ -94,7 +94,7 @@ class Prepared:
     decision: Decision
     cost: Cost  # what release charges when it reads
     cached_keys: int | None = None  # size of the released key set the statement uses (not selecting)
-    layouts: tuple[tuple[CoreLayout, ...] | None, ...] = ()  # per output with a shell: its cores' relations, typed
+    shells: tuple[ShellPlan | None, ...] = ()  # per statement as written: its shell's cores and columns (None: no shell)
 
     @property
     def plan(self) -> planner.Plan | None:

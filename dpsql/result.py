@@ -1,10 +1,13 @@
 """Released answers → a statement's result set: every group cell, the grouping-set layout, ORDER BY / LIMIT.
 
 Counts are released as floats: the consistent (least-squares) estimates are not integers, and rounding
-them would break consistency across cells and subtotals. Each count carries its standard error; group-key
-columns carry None in the errors. Every cell of a grouping set's GROUP BY domain is a row (zeros
-included), except the hidden remainder cell of a released key set; GROUP BY cells that the WHERE clause
-makes unreachable are exact zeros. Branches (grouping sets) fill the statement's columns by their layout
+them would break consistency across cells and subtotals; every released number is snapped to the
+shortest decimal within a relative 10⁻⁹ (:func:`clean_number`: no float residue). Each count carries its
+standard error; group-key columns carry None in the errors. Every cell of a grouping set's GROUP BY domain
+is a row (noisy zeros included), except the hidden remainder cell of a released key set and the cells the
+WHERE clause excludes: those are known to be empty from the statement and the schema alone (public), so
+they are not presented as measurements — unless the connection keeps them (``excluded_cells="zeros"``),
+as exact zeros. Branches (grouping sets) fill the statement's columns by their layout
 (a rolled-up column is NULL, ``GROUPING()`` a constant). HAVING, ORDER BY, OFFSET and LIMIT apply to the
 released rows (post-processing, free of privacy cost; hidden aggregates they use are dropped last); the
 order is total over values of any types, NULLs last in both directions, so ordering can never fail. Without ORDER BY, rows come branch by branch, each in domain
@@ -15,17 +18,21 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
+from typing import TypeVar
 
 import numpy as np
 
 from dpsql.errors import ProgrammingError
+from dpsql.frame_source import ERROR_SUFFIX, error_layout
 from dpsql.frames import FrameSource, ResultFrames
+from dpsql.schema import BinLabel
 from dpsql.sql.compile import CompiledQuery, ProductRows
 from dpsql.sql.grouping import Constant
+from dpsql.sql.literals import ColumnType
 from dpsql.sql.having import holds
 from dpsql.sql import quantiles
 from dpsql.sql.parse import Aggregate, GroupKey, Quantile
@@ -37,6 +44,40 @@ RankVariances = Callable[[int, str, float], "np.ndarray | None"]
 """(product index in the branch, quantiled column, fraction) → ``Var(F(k) − q·N)`` of the product's rows from
 the plan (``quantiles.rank_block``), or None where the plan does not offer it."""
 Interval = tuple[float, float] | tuple[datetime.date, datetime.date]  # a date quantile's interval is in dates
+T = TypeVar("T")
+
+
+SNAP = 1e-9
+"""Released numbers are snapped to the shortest decimal within this relative distance (far below any
+noise): no float residue (``1484.9999999999998`` is 1485) and at most 10 significant digits."""
+
+
+def clean_number(value: T, error: object = None) -> T:
+    """A released float as the decimal with the fewest significant digits within a relative :data:`SNAP`
+    of it — ``41675.00000000001`` is ``41675.0``, ``0.30000000000000004`` is ``0.3``, a noisy value keeps
+    its first 10 digits — and never farther than a hundredth of its ``error`` when it has one (a count of
+    10¹¹ rows keeps its units); ``-0.0`` as ``0.0``; anything else (a key, a label, a date, None, inf, NaN)
+    as it is. Post-processing of released values: free."""
+    if type(value) is not float or not math.isfinite(value) or value == 0.0:
+        return 0.0 if value == 0.0 else value  # type: ignore[return-value]
+    tolerance = SNAP * abs(value)
+    if type(error) is float and error > 0:
+        tolerance = min(tolerance, error / 100)
+    best, most = value, 17  # 17 significant digits: the float itself
+    for digits in range(10, 17):  # 10 digits are within 5·10⁻¹⁰ (unless the error is tighter)
+        rounded = float(f"{value:.{digits}g}")
+        if abs(rounded - value) <= tolerance:
+            best, most = rounded, digits
+            break
+    fewest, probe = 1, most - 1  # k digits within ⇒ k + 1 within: the fewest by bisection, probing most − 1 first
+    while fewest < most:
+        rounded = float(f"{value:.{probe}g}")
+        if abs(rounded - value) <= tolerance:
+            best, most = rounded, probe
+        else:
+            fewest = probe + 1
+        probe = (fewest + most) // 2
+    return best  # type: ignore[return-value]
 
 
 def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: float) -> list[tuple[Interval | None, ...]]:
@@ -50,12 +91,14 @@ def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: floa
 
 
 def _interval(value: object, half_width: float) -> Interval:
-    """``value ± half_width``; a date quantile's error is in days: whole days, rounded outwards, and the
-    interval ends at the calendar's ends."""
+    """``value ± half_width``; a bin (a quantile answered with a bin's label) is its midpoint; a date
+    quantile's error is in days: whole days, rounded outwards, and the interval ends at the calendar's ends."""
+    if isinstance(value, BinLabel):
+        value = (value.low + value.high) / 2
     if isinstance(value, datetime.date):
         step = datetime.timedelta(days=half_width if isinstance(value, datetime.datetime) else math.ceil(half_width))
         return (_shifted(value, -step), _shifted(value, step))
-    return (float(value) - half_width, float(value) + half_width)  # type: ignore[arg-type]
+    return (clean_number(float(value) - half_width), clean_number(float(value) + half_width))  # type: ignore[arg-type]
 
 
 def _shifted(day: datetime.date, step: datetime.timedelta) -> datetime.date:
@@ -76,6 +119,7 @@ class ResultSet(ResultFrames):
     rows: list[Row]
     errors: list[Row]
     explained_by: object = ""  # the explanation, or an object rendering it when read (``str()``)
+    errors_shown: bool = False  # the rows hold <column>_stderr columns (:meth:`with_error_columns`)
 
     @cached_property
     def explanation(self) -> str:
@@ -98,8 +142,23 @@ class ResultSet(ResultFrames):
     def explained(self, text: object) -> ResultSet:
         return replace(self, explained_by=text)
 
+    def with_error_columns(self) -> ResultSet:
+        """The result with ``<column>_stderr`` right after each column that carries an error in some row —
+        the columns ``df(errors=True)`` adds — for tools that show only rows and columns (jupysql,
+        ``pandas.read_sql``, a SQL client). The added columns carry no error of their own."""
+        layout = error_layout(self.description, self.errors)
+        if len(layout) == len(self.description):
+            return self
+        description = tuple(
+            (f"{self.description[i][0]}{ERROR_SUFFIX}", NUMBER, None, None, None, None, True) if is_error else self.description[i]
+            for i, is_error in layout
+        )
+        rows = [tuple(error[i] if is_error else row[i] for i, is_error in layout) for row, error in zip(self.rows, self.errors)]
+        errors = [tuple(None if is_error else error[i] for i, is_error in layout) for error in self.errors]
+        return replace(self, description=description, rows=rows, errors=errors, errors_shown=True)
+
     def _frame_source(self) -> FrameSource:
-        return FrameSource(self.description, self.rows, self.errors, self.explanation)
+        return FrameSource(self.description, self.rows, self.errors, self.explanation, self.errors_shown)
 
 
 def statement_result(
@@ -108,14 +167,16 @@ def statement_result(
     values: Sequence[Sequence[np.ndarray]],
     variances: Sequence[Sequence[np.ndarray]],
     ranks: Sequence[RankVariances | None] | None = None,
+    keep_excluded: bool = False,
 ) -> ResultSet:
     """The result set of ``statement`` from each branch's compiled query and its products' answers (and,
-    per branch, the quantiles' rank variances when the plan gives them)."""
+    per branch, the quantiles' rank variances when the plan gives them). GROUP BY cells the WHERE clause
+    excludes are rows only with ``keep_excluded`` (module doc)."""
     rows: list[Row] = []
     errors: list[Row] = []
     branch_ranks = ranks if ranks is not None else [None] * len(compiled)
     for branch, query, branch_values, branch_variances, rank in zip(statement.branches, compiled, values, variances, branch_ranks):
-        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances, rank)
+        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances, rank, keep_excluded)
         for row, error in zip(branch_rows, branch_errors):
             output = tuple(s.value if isinstance(s, Constant) else row[s] for s in branch.layout)
             if branch.having is not None and not holds(branch.having, output):
@@ -128,13 +189,15 @@ def statement_result(
 
 
 def _branch_rows(
-    compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], ranks: RankVariances | None = None
+    compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], ranks: RankVariances | None = None,
+    keep_excluded: bool = False,
 ) -> tuple[list[Row], list[Row]]:
-    """One row per shown GROUP BY cell (hidden remainder cells left out), in domain order."""
+    """One row per shown GROUP BY cell, in domain order: hidden remainder cells left out, and the cells the
+    WHERE clause excludes unless ``keep_excluded`` (they are known to be empty: not measurements)."""
     shape = compiled.group_shape
     cells = np.arange(compiled.group_cells)
     key_cells = np.unravel_index(cells, shape) if shape else ()
-    shown = np.ones(len(cells), dtype=bool)
+    shown = np.ones(len(cells), dtype=bool) if keep_excluded or not shape else ~compiled.structural_zeros.ravel()
     for position, column in enumerate(compiled.group_columns):
         hidden = compiled.group_domain(column).hidden_cells
         if hidden:
@@ -154,8 +217,8 @@ def _branch_rows(
             continue
         if isinstance(item, (Aggregate, Quantile)):
             released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs, ranks)
-            columns.append([released[i] for i in np.flatnonzero(shown)])
-            error_columns.append([errors[i] for i in np.flatnonzero(shown)])
+            columns.append([clean_number(released[i], errors[i]) for i in np.flatnonzero(shown)])
+            error_columns.append([clean_number(errors[i]) for i in np.flatnonzero(shown)])
             continue
         value = np.zeros(len(cells))
         variance = np.zeros(len(cells))
@@ -165,8 +228,9 @@ def _branch_rows(
             variance[flat] = variances[rows.index]
             zeros = compiled.structural_zeros.ravel()
             value[zeros], variance[zeros] = 0.0, 0.0
-        columns.append([float(v) for v in value[shown]])
-        error_columns.append([float(e) for e in np.sqrt(np.maximum(variance[shown], 0.0))])
+        error = np.sqrt(np.maximum(variance[shown], 0.0))
+        columns.append([clean_number(float(v), float(e)) for v, e in zip(value[shown], error)])
+        error_columns.append([clean_number(float(e)) for e in error])
     return list(zip(*columns)), list(zip(*error_columns))
 
 
@@ -217,24 +281,57 @@ def _aggregate_column(
     return released, errors
 
 
-def _type_code(labels: Sequence[object]) -> object:
-    present = [v for v in labels if v is not None]
-    if present and all(isinstance(v, (datetime.date, datetime.datetime)) for v in present):
-        return DATETIME
-    if all(isinstance(v, (int, float)) for v in present):
-        return NUMBER
-    return STRING
+@dataclass(frozen=True)
+class OutputColumn:
+    """One column of a statement's result, known before anything is read: its name, the kind of its
+    values (``integer``, ``float``, ``text``, ``boolean``, ``date`` or ``timestamp``), whether it can be
+    NULL, and whether its values are released measurements carrying a standard error (not group keys
+    or ``GROUPING()`` constants)."""
+
+    name: str
+    kind: str
+    null_ok: bool
+    measured: bool
+
+    @property
+    def type_code(self) -> object:
+        """The PEP 249 type object of :attr:`kind`."""
+        return STRING if self.kind == "text" else DATETIME if self.kind in ("date", "timestamp") else NUMBER
 
 
-def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tuple[tuple[object, ...], ...]:
-    """PEP 249 ``description``: (name, type_code, display_size, internal_size, precision, scale, null_ok)."""
+def _value_kind(labels: Sequence[object], column_type: ColumnType | None) -> str:
+    """The kind of a column's values: from its declared (or released) values, else from its engine type
+    (a column whose keys are still to be selected), else ``float``."""
+    present = [v for v in labels if v is not None and isinstance(v, (bool, int, float, str, datetime.date))]
+    if present:
+        if all(isinstance(v, datetime.datetime) for v in present):
+            return "timestamp"
+        if all(isinstance(v, datetime.date) for v in present):
+            return "date" if not any(isinstance(v, datetime.datetime) for v in present) else "timestamp"
+        if all(isinstance(v, bool) for v in present):
+            return "boolean"
+        if all(isinstance(v, int) for v in present):
+            return "integer"
+        if all(isinstance(v, (int, float)) for v in present):
+            return "float"
+        return "text"
+    if column_type is None:
+        return "float" if not labels else "text"
+    return column_type.kind
+
+
+def output_columns(
+    statement: Statement, compiled: Sequence[CompiledQuery], column_types: Mapping[str, ColumnType] | None = None
+) -> tuple[OutputColumn, ...]:
+    """The result's columns from the compiled branches alone (``pipeline.describe``: nothing read).
+    ``column_types`` (the table's) type a column whose keys are not selected yet."""
+    types = column_types or {}
     described = []
     for position, name in enumerate(statement.names):
-        type_code: object = NUMBER
-        null_ok = named = False
+        kind, null_ok, measured, named = None, False, False, False
         for branch, query in zip(statement.branches, compiled):
             slot = branch.layout[position]
-            if isinstance(slot, Constant):
+            if isinstance(slot, Constant):  # a rolled-up column's NULL, or a GROUPING() mask
                 null_ok |= slot.value is None
                 continue
             item = query.query.select[slot]
@@ -242,15 +339,24 @@ def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tup
                 if not named:  # a group column shown unaliased has the table's spelling (dpsql.sql.compile)
                     name, named = item.name, True
                 column = query.group_domain(item.column)
-                type_code = _type_code(column.labels()[: column.value_cells])
+                kind = _value_kind(column.labels()[: column.value_cells], types.get(item.column))
                 null_ok |= column.nullable
             elif isinstance(item, Quantile):  # NULL for a group without rows; DISC, MIN, MAX show the column's values
                 column = query.columns[item.column]
-                if item.function != "PERCENTILE_CONT":
-                    type_code = _type_code(column.labels()[: column.value_cells])
-                null_ok = True
-        described.append((name, type_code, None, None, None, None, null_ok))
+                kind = "float" if item.function == "PERCENTILE_CONT" else _value_kind(column.labels()[: column.value_cells], types.get(item.column))
+                null_ok, measured = True, True
+            else:
+                kind, measured = "float", True
+                null_ok |= isinstance(item, Aggregate) and item.function not in ("SUM", "COUNT")
+        if kind is None:  # constants in every branch: GROUPING()
+            kind = "integer"
+        described.append(OutputColumn(name, kind, null_ok, measured))
     return tuple(described)
+
+
+def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tuple[tuple[object, ...], ...]:
+    """PEP 249 ``description``: (name, type_code, display_size, internal_size, precision, scale, null_ok)."""
+    return tuple((c.name, c.type_code, None, None, None, None, c.null_ok) for c in output_columns(statement, compiled))
 
 
 def _sort_value(value: object) -> tuple[int, object]:

@@ -17,6 +17,8 @@ costs.
 
 >>> cost_comment("/* dpsql: epsilon=0.25 */ SELECT COUNT(*) FROM t")
 {'epsilon': '0.25'}
+>>> cost_comment("SELECT COUNT(*) FROM t -- /* dpsql: epsilon=9 */")
+{}
 >>> setting_command("SET dpsql.epsilon TO 0.5")
 SettingCommand(action='set', name='epsilon', value='0.5')
 """
@@ -31,10 +33,12 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.sql.text import segments
 
-SETTINGS = ("epsilon", "rho", "non_negative")
+SETTINGS = ("epsilon", "rho", "non_negative", "errors")  # errors: dpsql serve's <column>_stderr columns
+COST_SETTINGS = ("epsilon", "rho", "non_negative")  # what a connection's statements take from their text
 TRUE_WORDS, FALSE_WORDS = frozenset({"on", "true", "t", "yes", "1"}), frozenset({"off", "false", "f", "no", "0"})
-_COMMENT = re.compile(r"/\*\+?\s*dpsql\s*:(?P<body>.*?)\*/", re.IGNORECASE | re.DOTALL)
+_COMMENT = re.compile(r"/\*\+?\s*dpsql\s*:(?P<body>.*?)\*/$", re.IGNORECASE | re.DOTALL)
 _ASSIGNMENT = re.compile(r"^\s*(?P<name>\w+)\s*=\s*(?P<value>[^\s,]+)\s*$")
 _SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?dpsql\.(\w+)\s*(?:=|TO)\s*(.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
 _RESET = re.compile(r"^\s*RESET\s+dpsql\.(\w+)\s*;?\s*$", re.IGNORECASE)
@@ -43,8 +47,10 @@ GOOGLE_OPTIONS = ("epsilon", "delta", "privacy_unit_column", "max_groups_contrib
 
 
 def cost_comment(sql: str) -> dict[str, str]:
-    """The settings of the statement's ``/* dpsql: name=value, ... */`` comment (none: ``{}``)."""
-    match = _COMMENT.search(sql)
+    """The settings of the statement's ``/* dpsql: name=value, ... */`` block comment (or ``/*+ dpsql: … */``
+    hint), never one inside a string or a ``--`` comment (none: ``{}``)."""
+    comments = (sql[start:end] for start, end, is_code in segments(sql) if not is_code and sql.startswith("/*", start))
+    match = next((m for m in map(_COMMENT.match, comments) if m is not None), None)
     if match is None:
         return {}
     found: dict[str, str] = {}
@@ -121,6 +127,7 @@ class TextCost:
         for name in values:
             if name not in SETTINGS:
                 raise ProgrammingError(f"unknown setting dpsql.{name}; dpsql has {', '.join(SETTINGS)}")
+        values = {name: value for name, value in values.items() if name in COST_SETTINGS}  # errors: the server's
         if "epsilon" in values and "rho" in values:
             raise ProgrammingError(f"{where} gives both epsilon and rho: give one")
         return TextCost(
