@@ -199,7 +199,7 @@ _CLAUSE_NAMES = {
 _ACCEPTED_ARGS = {"expressions", "from_", "where", "group"}
 SAMPLING_REFUSED = (
     "TABLESAMPLE / USING SAMPLE is not supported: every statement counts all of the table's bounded rows and "
-    "sampling is not accounted for; remove the sampling clause (use a smaller epsilon for a cheaper, noisier answer)"
+    f"sampling is not accounted for; remove the sampling clause (use a smaller epsilon for a cheaper, noisier answer) {SUPPORTED}"
 )
 _COMPARISONS: dict[type[exp.Expression], str] = {
     exp.EQ: "=",

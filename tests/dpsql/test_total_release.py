@@ -210,11 +210,11 @@ def test_without_a_privacy_unit_a_date_infinity_in_a_declared_column_is_tested_i
     assert rows == [(datetime.date(2024, 1, 1), pytest.approx(1.0)), (datetime.date(2024, 1, 2), pytest.approx(1.0))]
 
 
-# -- over dpsql serve: Describe runs the statement on empty tables ------------------------------------------
+# -- over dpsql serve: a statement that selects keys ---------------------------------------------------------
 def test_a_statement_selecting_keys_is_described_and_answered_over_the_wire(tmp_path: object) -> None:
-    """The server's Describe runs the statement on an empty replica: no key at all, which must be a defined
-    answer (it was an error after the charge, so every key-selecting statement failed with XX000), typed as
-    text (any key can be shown as text) whatever keys the data then releases."""
+    """The server once described a statement by running it on an empty replica: no key at all, an error after
+    the charge, so every key-selecting statement failed with XX000. An empty key histogram now has a defined
+    answer (and Describe prepares without running)."""
     psycopg = pytest.importorskip("psycopg")
     from conftest import ADULT_SCHEMA, make_adult
     from serve_helpers import dsn, running, write_config
