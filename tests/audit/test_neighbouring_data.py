@@ -23,11 +23,18 @@ random. The added unit (:func:`unit`) fills the empty groups, puts the most rows
 NaN, ±infinity, −0.0, extreme and out-of-bounds numbers, dates ±infinity, duplicate keys — or a
 random mix of all of those.
 
-Every statement runs on two of the five fixed worlds of each typing, on DuckDB; a sample of them on
-PostgreSQL and Spark when those engines are available (``tests/engines.py``). Everything is seeded:
-the failure message names the typing, the world, the statement, the added unit's rows and the seed
-(``DPSQL_FUZZ_SEED`` changes it). ``--audit-runs N`` adds N random worlds per typing and engine, each
-running a sample of statements and batches, with the noise off and on.
+On DuckDB every statement runs on two of the five fixed worlds in the plain typing, and each private
+core as written (not the ``shells/`` and ``dialects/`` corpora, which re-express them) on one world, in
+turn, in every other typing; every third core runs on PostgreSQL and two statements on Spark when those
+engines are available (``tests/engines.py``). Random batches of any statements run on every engine,
+the noise off and on. Everything is seeded: the failure message names the typing, the world, the
+statement, the added unit's rows and the seed (``DPSQL_FUZZ_SEED`` changes it). ``--audit-runs N`` adds
+N random worlds per typing and engine, each running a sample of statements and batches, with the noise
+off and on.
+
+**Time budget**: the default cases (890 neighbouring pairs on DuckDB, 180 on PostgreSQL, 4 on Spark) are
+sized to keep ``tests/audit`` within 3 minutes on 2 cores (``docs/audit.md`` has the measured times);
+each extra random world adds about 10 pairs per typing and engine.
 """
 
 from __future__ import annotations
@@ -479,15 +486,32 @@ def _batches(count: int, rng: random.Random) -> list[tuple[tuple[str, ...], tupl
     return batches
 
 
-#: statements per engine in the fixed worlds: every one on DuckDB (on two worlds); every third on
-#: PostgreSQL; on Spark, whose every statement recomputes the bounded rows in the JVM, one with keys and one
-#: with moments and HAVING
-STATEMENTS = {
-    "duckdb": CORPUS,
-    "postgres": CORPUS[::3],
-    "spark": tuple(c for c in CORPUS if c[0] in ("unknown/unknown_cube.sql", "aggregates/grouping_sets_nullable.sql")),
-}
-WORLDS_PER_STATEMENT = {"duckdb": 2, "postgres": 1, "spark": 1}
+#: the statements that are private cores as written: ``shells/`` (a public shell over the same cores) and
+#: ``dialects/`` (other spellings of them) run in the plain typing and in random batches
+CORES = tuple(c for c in CORPUS if not c[0].startswith(("shells/", "dialects/")))
+
+
+def fixed_statements(engine: str, typing: Typing) -> tuple[tuple[str, str], ...]:
+    """The statements of the fixed worlds: on DuckDB every one in the plain typing, the cores in the others;
+    every third core on PostgreSQL; on Spark, whose every statement recomputes the bounded rows in the JVM,
+    one with keys and one with moments and HAVING."""
+    if engine == "duckdb":
+        return CORPUS if typing.name == "plain" else CORES
+    if engine == "postgres":
+        return CORES[::3]
+    return tuple(c for c in CORPUS if c[0] in ("unknown/unknown_cube.sql", "aggregates/grouping_sets_nullable.sql"))
+
+
+def statement_worlds(engine: str, typing: Typing, position: int, worlds: Sequence[World]) -> list[World]:
+    """The worlds the statement at ``position`` runs on: two in DuckDB's plain typing (one of the four
+    others in turn, and the sparse world whose groups the added unit fills); else one, in turn over all
+    five, starting at a different world in each typing (so each statement meets several across typings)."""
+    if engine == "duckdb" and typing.name == "plain":
+        others = worlds[:1] + worlds[2:]
+        return [others[position % len(others)], worlds[1]]
+    return [worlds[(position + list(TYPINGS).index(typing.name)) % len(worlds)]]
+
+
 BATCHES = {"duckdb": 6, "postgres": 2, "spark": 0}
 ENGINE_TYPINGS = {
     "duckdb": tuple(TYPINGS),
@@ -497,14 +521,12 @@ ENGINE_TYPINGS = {
 
 
 def cases(engine: str, typing: Typing, extra_worlds: int) -> list[Case]:
-    """The fixed cases (each corpus statement on its worlds, batches) and ``extra_worlds`` random worlds."""
+    """The fixed cases (each statement on its worlds, batches) and ``extra_worlds`` random worlds."""
     worlds = fixed_worlds(typing)
     rng = random.Random(f"{BASE_SEED}/{typing.name}/{engine}")
     found = []
-    gaps, others = worlds[1], worlds[:1] + worlds[2:]
-    for position, (name, sql) in enumerate(STATEMENTS[engine]):
-        chosen = [others[position % len(others)], gaps][: WORLDS_PER_STATEMENT[engine]]
-        for world in chosen:
+    for position, (name, sql) in enumerate(fixed_statements(engine, typing)):
+        for world in statement_worlds(engine, typing, position, worlds):
             found.append(Case((sql,), (name,), world, rng.randrange(1 << 30), False))
     for number, (statements, names) in enumerate(_batches(BATCHES[engine], rng)):
         for noise in (False, True):
