@@ -664,14 +664,15 @@ def test_keys_read_back_alike_on_every_engine(engine_name: str, opened: dict[str
     try:
         for logical, values in ALIKE.items():
             typing = Typing(f"alike_{logical}", {"browser": logical}, ("a", "b", "c", "d"), ())
-            rows = [_row(person, "M", "0", "30", "5", "clerk", value) for person, value in enumerate(values * 12)]
+            # three units per key, released at a large ε: few rows, since Spark analyses each row's SELECT of the view
+            rows = [_row(person, "M", "0", "30", "5", "clerk", value) for person, value in enumerate(values * 3)]
             engine.create("fuzz_alike", rows, typing)
             connection.register("adult", "fuzz_alike", schema=SCHEMA)
             with dpsql.testing.noise_disabled(), dpsql.testing.seeded(1):
-                released = connection.cursor().execute("SELECT browser, COUNT(*) FROM adult GROUP BY browser", epsilon=EPSILON).fetchall()
+                released = connection.cursor().execute("SELECT browser, COUNT(*) FROM adult GROUP BY browser", epsilon=100.0).fetchall()
             expected = [_shown_in_python(v, logical, engine.name) for v in values]
             assert sorted(map(repr, (key for key, _ in released))) == sorted(map(repr, expected)), logical
-            assert all(count == pytest.approx(12.0) for _, count in released)
+            assert all(count == pytest.approx(3.0) for _, count in released)
     finally:
         connection.close()
 
