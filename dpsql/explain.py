@@ -39,7 +39,6 @@ from dpsql.schema import ColumnDomain
 from dpsql.sql.parse import Quantile
 from dpsql.types import NUMBER, STRING
 from dpsql.workloads import CompiledBatch
-from planner import row_norms2_over
 
 GLOSSARY = "docs/glossary.md"
 """Where every section and term EXPLAIN prints is explained (a path in the repository)."""
@@ -271,7 +270,7 @@ def _thresholded_rows(prepared: Prepared) -> list[ExplainRow]:
     if plan is not None:
         rows += plan_rows(plan)
     workload = prepared.batch.workload
-    variances = {i: rule.cell_variance * row_norms2_over(workload.products[i], workload.domain.attributes) for i in chosen.per_key}  # type: ignore[attr-defined]
+    variances = {i: rule.answer_variances(workload.products[i], workload.domain.attributes) for i in chosen.per_key}  # type: ignore[attr-defined]
     if plan is not None:
         variances.update(zip(chosen.totals, plan.query_variances()))  # type: ignore[attr-defined]
     for number, compiled in enumerate(prepared.batch.statements, start=1):

@@ -15,9 +15,18 @@ CUBE, a UNION ALL or a batch grouping by it anywhere — runs in one statement a
    (``planner.selection_split``) from the distinct-unit counts, clipped where the keep probability
    reaches 1. Only keys present in the bounded rows can be kept.
 4. **Counting**: the released keys — sorted, NULL last — plus the remainder become the column's domain
-   (:func:`keys_domain`); rows of keys that were not released are counted in the remainder, so totals
+   (:meth:`KeySet.domain`); rows of keys that were not released are counted in the remainder, so totals
    over the column are totals over the table. The statement is compiled and planned over that domain and
    measured with the counting share of the budget. The remainder is never shown as a group.
+
+**Keys are text.** The engine returns each key as its canonical text (``CAST(key AS TEXT)``, one per
+distinct SQL value, see :mod:`dpsql.sql.bounded`), and the text is the key's identity everywhere in
+Python: selection, the cache, the cells of the domain. What a released row *shows* is the text read back
+in the column's type (:func:`key_value`): an integer of any width (HUGEINT, UBIGINT exactly), a
+``Decimal`` (DECIMAL/NUMERIC exactly), a float (NaN and ±infinity included), a bool, a date or a
+timestamp — or the text itself when Python has no such value (``'infinity'`` and years beyond 9999 of a
+DATE). Reading it back is total: it never raises, whatever the engine printed. Two keys the engine kept
+apart are never merged, even where they show alike.
 
 The key set is cached on the session (:class:`ReleasedKeys`, per registered table and column): later
 statements use it as the column's domain, in GROUP BY, WHERE and COUNT, and pay for counting only.
@@ -27,14 +36,100 @@ The number of keys considered is private and never shown; the number released is
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from sqlglot import exp
 
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.bounded import KeyHistogram
+from dpsql.sql.literals import ColumnType
 from planner import PartitionSelection
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9:.]+([+-][0-9:]+|Z)?")
+_BOOLEANS = {"true": True, "false": False}
+_FLOATING = (exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE, exp.DataType.Type.UDOUBLE)
+_TIMESTAMPS = tuple(t for t in exp.DataType.TEMPORAL_TYPES if t.name.startswith(("TIMESTAMP", "DATETIME")))
+
+
+def key_value(text: str | None, column_type: ColumnType) -> object:
+    """The value a key's canonical text shows as, in the column's type (module doc); the text itself when
+    Python has no such value. Never raises."""
+    data_type = column_type.data_type
+    if text is None or data_type is None or column_type.is_text:
+        return text
+    try:
+        if column_type.is_boolean:
+            return _BOOLEANS.get(text.lower(), text)
+        if column_type.is_integer:
+            return int(text) if _INTEGER.fullmatch(text) else text
+        if data_type.is_type(*_FLOATING):
+            return float(text) + 0.0  # −0.0 shows as 0.0, its equal in SQL (engines print either)
+        if column_type.is_numeric:
+            exact = decimal.Decimal(text)
+            return exact if exact.is_finite() else float(text)
+        if column_type.is_date:
+            return datetime.date.fromisoformat(text) if _DATE.fullmatch(text) else text
+        if data_type.is_type(*_TIMESTAMPS):
+            return datetime.datetime.fromisoformat(text) if _TIMESTAMP.fullmatch(text) else text
+    except (ValueError, ArithmeticError, OverflowError):
+        return text
+    return text
+
+
+def _shown_order(value: object, fallback: bool) -> tuple[object, ...]:
+    """A total order over the values one column's keys show as: the column's own values in their order
+    (NaN after the numbers), then texts Python could not read back (``fallback``)."""
+    if fallback:
+        return (1, 0, value)
+    if isinstance(value, (bool, int, float, decimal.Decimal)):
+        nan = isinstance(value, float) and math.isnan(value)
+        return (0, int(nan), 0 if nan else value)
+    if isinstance(value, datetime.datetime):
+        aware = value.tzinfo is not None and value.utcoffset() is not None
+        return (0, 1 + int(aware), value.timestamp() if aware else value.isoformat())
+    if isinstance(value, datetime.date):
+        return (0, 0, value.isoformat())
+    return (0, 0, str(value))
+
+
+@dataclass(frozen=True)
+class KeySet:
+    """The keys of a column released by a selection: their canonical texts (the identity; None for the
+    NULL key) in domain order — values in order, NULL last — and the value each shows as."""
+
+    texts: tuple[str | None, ...]
+    values: tuple[object, ...]
+
+    @classmethod
+    def of(cls, texts: Iterable[str | None], column_type: ColumnType) -> KeySet:
+        shown = {text: key_value(text, column_type) for text in texts}
+
+        def order(text: str | None) -> tuple[object, ...]:
+            value = shown[text]
+            fallback = isinstance(value, str) and not column_type.is_text and column_type.data_type is not None
+            return (text is None, _shown_order(value, fallback), text or "")
+
+        ordered = tuple(sorted(shown, key=order))
+        return cls(ordered, tuple(shown[t] for t in ordered))
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def domain(self, column: str) -> ColumnDomain:
+        """The released keys as the column's domain: the values, then the NULL cell, then the remainder."""
+        return ColumnDomain(column, "keys", tuple(v for t, v in zip(self.texts, self.values) if t is not None), nullable=None in self.texts)
+
+    def cells(self) -> dict[str | None, int]:
+        """The cell of each released key (by text) in :meth:`domain`."""
+        return {text: cell for cell, text in enumerate(self.texts)}
 
 
 @dataclass(frozen=True)
@@ -63,25 +158,15 @@ class ReleasedKeys:
     re-registering the table (new data) makes it unused."""
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[int, str], tuple[object, ...]] = {}
+        self._entries: dict[tuple[int, str], KeySet] = {}
         self._tables: dict[int, object] = {}  # keeps each table object alive while its id is a key
 
-    def get(self, table: object, column: str) -> tuple[object, ...] | None:
+    def get(self, table: object, column: str) -> KeySet | None:
         return self._entries.get((id(table), column))
 
-    def put(self, table: object, column: str, keys: tuple[object, ...]) -> None:
+    def put(self, table: object, column: str, keys: KeySet) -> None:
         self._tables[id(table)] = table
         self._entries[(id(table), column)] = keys
-
-
-def _sort_key(value: object) -> tuple[str, object]:
-    return (type(value).__name__, value)
-
-
-def keys_domain(column: str, keys: tuple[object, ...]) -> ColumnDomain:
-    """The released keys as the column's domain: sorted, NULL as the nullable cell, then the remainder."""
-    values = tuple(sorted((k for k in keys if k is not None), key=_sort_key))
-    return ColumnDomain(column, "keys", values, nullable=None in keys)
 
 
 class _PlaceholderKey:
@@ -101,34 +186,19 @@ def placeholder_domain(column: str) -> ColumnDomain:
     return ColumnDomain(column, "keys", (PLACEHOLDER_KEY,), nullable=False)
 
 
-@dataclass(frozen=True)
-class Selected:
-    """The outcome of selection: the released keys and, for thresholding that reuses its noisy count,
-    the noisy unit count of each released key."""
-
-    keys: tuple[object, ...]
-    noisy_units: dict[object, int] | None
+def select_keys(histogram: KeyHistogram, primitive: PartitionSelection, rng: object) -> tuple[str | None, ...]:
+    """The keys (texts) the selection primitive keeps from every key's distinct units."""
+    kept = primitive.select(histogram.units, rng=rng)
+    return tuple(k for k, keep in zip(histogram.keys, kept) if keep)
 
 
-def select_keys(histogram: KeyHistogram, primitive: PartitionSelection, rng: object) -> Selected:
-    """Apply the selection primitive to every key's distinct units (clipped where π reaches 1)."""
-    units = histogram.units.astype(np.int64)
-    always = primitive.always_kept()
-    if math.isfinite(always):
-        units = np.minimum(units, int(math.ceil(always)))
-    mask, noisy = primitive.keep(units, rng=rng)
-    released = tuple(k for k, kept in zip(histogram.keys, mask) if kept)
-    if noisy is None:
-        return Selected(released, None)
-    return Selected(released, {k: int(v) for k, v, kept in zip(histogram.keys, noisy, mask) if kept})
-
-
-def table_over_keys(histogram: KeyHistogram, domain: ColumnDomain) -> np.ndarray:
+def table_over_keys(histogram: KeyHistogram, keys: KeySet) -> np.ndarray:
     """The count table over (the column's cells, the other attributes): each released key's kept rows in
     its cell; the remainder cell holds the rows no unit kept under its key and every unreleased key's."""
-    cell_of = {label: cell for cell, label in enumerate(domain.labels()[: domain.size - 1])}
-    table = np.zeros((domain.size, *histogram.remainder.shape), dtype=np.int64)
-    table[domain.size - 1] = histogram.remainder
+    cell_of = keys.cells()
+    remainder = len(keys)  # the cell after the released keys (the NULL key, when released, is one of them)
+    table = np.zeros((remainder + 1, *histogram.remainder.shape), dtype=np.int64)
+    table[remainder] = histogram.remainder
     for position, key in enumerate(histogram.keys):
-        table[cell_of.get(key, domain.size - 1)] += histogram.counts[position]
+        table[cell_of.get(key, remainder)] += histogram.counts[position]
     return table

@@ -2,7 +2,7 @@
 
 ``cursor.execute(sql, epsilon=…, non_negative=True)``, ``connection.workload([...], non_negative=True)``
 or the connection default ``dpsql.connect(..., non_negative=True)`` replace the GLS answers by those of
-the non-negative weighted least-squares fit (``planner.recovery.nonnegative_fit``, MATH.md §3 with
+the non-negative weighted least-squares fit (docs/math.md §3 with
 ``x ≥ 0``) on the marginal over every column the statement reads. It is post-processing of the same
 measurement: it costs nothing more and the ledger charge is the same. Every answer is a sum of the
 fitted non-negative cells, so no count is negative and subtotals still equal the sums of their cells.
@@ -29,8 +29,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from planner import Plan, Workload
-from planner import Answers, Measurement, MeasurementStore, NonNegativityReport, helmert_basis, marginal_for, nonnegative_fit
+from planner import Answers, Measurement, MeasurementStore, Plan, Workload
 
 GLS_ERRORS_NOTE = "standard errors are the GLS ones"
 
@@ -58,17 +57,10 @@ def from_measurement(plan: Plan, measurement: Measurement, gls: Answers) -> Fini
 
 
 def from_store(store: MeasurementStore, rows: Hashable, workload: Workload, gls: Answers) -> Finished:
-    """NNLS on every kept estimate of ``rows`` over the workload's attributes;
+    """NNLS on every kept estimate of ``rows`` over the workload's attributes (``MeasurementStore.answer_nonnegative``);
     ``gls`` are the store's GLS answers to ``workload`` (their variances are kept)."""
-    domain = workload.domain
-    union = domain.canonical(a for p in workload.products for a in p.attributes)
-    bases = {a: helmert_basis(domain.size_of(a)) for a in union}
     try:
-        estimates, variances = store.estimates(rows, union)
-        fitted = nonnegative_fit(union, estimates, variances, bases)
+        values, report = store.answer_nonnegative(rows, workload, gls.values)
     except (ValueError, ArithmeticError) as error:
         return unavailable(gls, str(error))
-    values = tuple(p.unweighted_answer(marginal_for(domain, {union: fitted}, p.attributes)) for p in workload.products)
-    report = NonNegativityReport.comparing(gls.values, values)
     return Finished(Answers(values, gls.variances), f"{report} (fitted on the kept measurements); {GLS_ERRORS_NOTE}")
-

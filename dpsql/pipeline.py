@@ -39,6 +39,7 @@ from sqlglot import exp
 import planner
 from dpsql import keys, nonnegative, progress, selection, testing
 from dpsql.accountant import Cost, check_number
+from dpsql.costs import privacy_of
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
 from dpsql.post_processing import ShellPlan, core_layout
@@ -302,7 +303,7 @@ def _compile(session: Session, draft: Draft) -> Draft:
     assert table is not None
     schema = table.schema
     if keyed is not None:
-        domain = keys.placeholder_domain(keyed) if draft.selecting else keys.keys_domain(keyed, draft.cached)  # type: ignore[arg-type]
+        domain = keys.placeholder_domain(keyed) if draft.selecting else draft.cached.domain(keyed)  # type: ignore[union-attr]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
     inputs = (request.statements, request.weights, schema, tuple(table.column_types), session.settings.excluded_cells)
     batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4]))
@@ -362,16 +363,12 @@ def _cost(session: Session, draft: Draft) -> Draft:
     return dataclasses.replace(draft, cost=cost, prepared=free if batch.workload is None else None)
 
 
-def _privacy(cost: Cost) -> planner.Privacy:
-    return planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
-
-
 def _selection(session: Session, draft: Draft) -> Draft:
     """A request that selects keys is ready with its selection (``dpsql.selection``), runnable for any data."""
     if not draft.selecting:
         return draft
     assert draft.table is not None and draft.batch is not None and draft.keyed is not None and draft.cost is not None
-    privacy = _privacy(draft.cost)
+    privacy = privacy_of(draft.cost)
     chosen = selection.design(session, draft.table, draft.batch, draft.keyed, privacy, draft.request.selection_delta)
     prepared = Prepared(draft.request, draft.table, draft.batch, draft.rows, privacy, draft.keyed, chosen, Decision(None, (), (), None), selection.cost(chosen))
     return dataclasses.replace(draft, prepared=prepared)
@@ -381,7 +378,7 @@ def _plan(session: Session, draft: Draft) -> Draft:
     """The plan at the requested cost, and what kept measurements already answer at least as accurately."""
     table, batch, cost, request = draft.table, draft.batch, draft.cost, draft.request
     assert table is not None and batch is not None and batch.workload is not None and cost is not None
-    privacy = _privacy(cost)
+    privacy = privacy_of(cost)
     contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
     if batch.distinct is not None and not privacy.is_laplace:
         # a unit's pairs lie in distinct cells of the group marginal, the one marginal the summed identity
@@ -739,8 +736,9 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     plan, measured, kept = decision.plan, decision.measured, decision.kept
     if prepared.keyed is not None:  # a released key set: the column's cells come from key bounding
         assert batch.workload is not None
-        domain = next(c for s in batch.statements for b in s.branches for n, c in b.columns.items() if n == prepared.keyed)
-        full = np.moveaxis(keys.table_over_keys(aggregation.key_histogram(result), domain), 0, batch.workload.domain.attributes.index(prepared.keyed))
+        released = session.keys.get(prepared.table, prepared.keyed)
+        assert released is not None
+        full = np.moveaxis(keys.table_over_keys(aggregation.key_histogram(result), released), 0, batch.workload.domain.attributes.index(prepared.keyed))
         required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
     else:
         required = batch.folded(plan.required_marginals(), aggregation.marginal_arrays(result))  # type: ignore[union-attr]

@@ -17,6 +17,7 @@ order of its GROUP BY columns (the first varies slowest).
 from __future__ import annotations
 
 import datetime
+import decimal
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -302,7 +303,7 @@ class OutputColumn:
 def _value_kind(labels: Sequence[object], column_type: ColumnType | None) -> str:
     """The kind of a column's values: from its declared (or released) values, else from its engine type
     (a column whose keys are still to be selected), else ``float``."""
-    present = [v for v in labels if v is not None and isinstance(v, (bool, int, float, str, datetime.date))]
+    present = [v for v in labels if v is not None and isinstance(v, (bool, int, float, decimal.Decimal, str, datetime.date))]
     if present:
         if all(isinstance(v, datetime.datetime) for v in present):
             return "timestamp"
@@ -312,7 +313,7 @@ def _value_kind(labels: Sequence[object], column_type: ColumnType | None) -> str
             return "boolean"
         if all(isinstance(v, int) for v in present):
             return "integer"
-        if all(isinstance(v, (int, float)) for v in present):
+        if all(isinstance(v, (int, float, decimal.Decimal)) for v in present):
             return "float"
         return "text"
     if column_type is None:
@@ -362,7 +363,7 @@ def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tup
 def _sort_value(value: object) -> tuple[int, object]:
     """A key that orders values of any types without failing: numbers, then strings, dates, timestamps
     (naive before aware), then anything else by its text."""
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int, float, decimal.Decimal)):
         return (0, float(value))
     if isinstance(value, str):
         return (1, value)

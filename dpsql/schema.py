@@ -17,7 +17,7 @@ A schema is loaded from YAML, JSON or a dict of the same shape::
       job:     {categories: [a, b], nullable: true}   # NULL becomes an explicit last cell
       wage:    {bounds: [0, 500000]}             # SUM/AVG/VARIANCE/STDDEV clamp values to [lo, hi]
 
-``bounds: [lo, hi]`` (two finite numbers, ``lo < hi``, on a numeric column; it may stand alone or beside a
+``bounds: [lo, hi]`` (two finite numbers, ``lo < hi``, within ±2^53, on a numeric column; it may stand alone or beside a
 domain) is what SUM, AVG, VARIANCE and STDDEV clamp the column's values to (``dpsql.sql.moments``); an
 integer ``range`` serves as bounds when none are declared. Bounds never drop a row.
 
@@ -64,6 +64,9 @@ MAX_RANGE_CELLS = 1 << 20
 """Most values a ``range`` column may span (as many as a WHERE clause may mask): wider columns need
 ``bins``."""
 INT64_LIMIT = 1 << 62  # range bounds beyond this are refused (cell arithmetic stays in int64)
+MAX_VALUE_BOUND = float(1 << 53)
+"""Largest magnitude of ``bounds`` (SUM/AVG/VARIANCE/STDDEV clamp to them): sums and squares of values
+within ±2^53 stay exact in the weights and finite in every answer and error; wider bounds are refused."""
 
 
 class _RemainderCell:
@@ -391,6 +394,11 @@ def _value_bounds(name: str, raw: object) -> tuple[float, float]:
     low, high = raw
     if not low < high:
         raise ProgrammingError(f"column {name!r}: bounds [lo, hi] need lo < hi, got {list(raw)}")
+    if max(abs(low), abs(high)) > MAX_VALUE_BOUND:
+        raise ProgrammingError(
+            f"column {name!r}: bounds {list(raw)} lie beyond ±2^53 ({MAX_VALUE_BOUND:.3g}), where sums of bounded values "
+            "lose exactness and can overflow; declare the column in larger units (e.g. thousands) so that its bounds fit"
+        )
     return (low, high)
 
 

@@ -26,7 +26,9 @@ import numpy as np
 import planner
 from dpsql import keys, testing
 from dpsql.accountant import Cost
+from dpsql.costs import cost_of
 from dpsql.errors import Error, NotSupportedError, ProgrammingError
+from dpsql.keys import KeySet
 from dpsql.request import Prepared, Selection
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import KeyHistogram
@@ -41,12 +43,8 @@ from planner import (
     Product,
     Workload,
     design_keyed_release,
-    discrete_gaussian,
-    discrete_laplace,
     marginal_for,
-    row_norms2,
-    row_norms2_over,
-    selected_errors,
+    selected_variances,
     split,
 )
 
@@ -144,7 +142,6 @@ def _thresholded(
             return None
     if not per_key:
         return None
-    families = tuple((workload.products[i].weight, _mean_norm2(_without(workload.products[i], column, others), others)) for i in per_key)
     totals_workload = Workload(others, tuple(_without(workload.products[i], column, others) for i in totals)) if totals else None
     contributions = table.schema.contributions
     totals_error = None
@@ -158,7 +155,8 @@ def _thresholded(
 
     release = design_keyed_release(
         privacy, delta, bounds.max_groups_per_unit, bounds.max_rows_per_group,
-        min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group), others.size, families, totals_error,
+        min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group), others,
+        tuple(_without(workload.products[i], column, others) for i in per_key), totals_error,
     )
     totals_plan = None
     if totals_workload is not None:
@@ -167,29 +165,14 @@ def _thresholded(
     return ThresholdedDesign(release, tuple(per_key), tuple(totals), others, totals_plan)
 
 
-def _mean_norm2(product: Product, domain: Domain) -> float:
-    """Mean squared norm of the product's rows over the cells of ``domain`` (summed-out attributes count)."""
-    spread = math.prod(domain.size_of(a) for a in domain.attributes if a not in product.attributes)
-    norms = [float(np.mean(row_norms2(f.block))) for f in product.factors]
-    return spread * math.prod(norms)
-
-
 def cost(selection: Selection) -> Cost:
-    """The ledger charge of a selecting statement."""
+    """The ledger charge of a selecting statement: its measurement's privacy plus the selection's (ε, δ) part."""
     if selection.thresholded is not None:
         release = selection.thresholded.release
-        if release.privacy.is_laplace:
-            epsilon = float(release.privacy.epsilon)
-            return Cost("laplace", epsilon**2 / 2, epsilon, 0.0, release.delta)
-        return Cost("gaussian", float(release.privacy.rho), None, 0.0, release.delta)
+        return cost_of(release.privacy, 0.0, release.delta)
     chosen = selection.split
-    assert chosen is not None
-    parts = (float(chosen.primitive.epsilon), float(chosen.primitive.delta))
-    count = chosen.count_privacy
-    assert count is not None
-    if count.is_laplace:
-        return Cost("laplace", float(count.epsilon) ** 2 / 2, float(count.epsilon), *parts)
-    return Cost("gaussian", float(count.rho), None, *parts)
+    assert chosen is not None and chosen.count_privacy is not None
+    return cost_of(chosen.count_privacy, chosen.primitive.epsilon, chosen.primitive.delta)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -198,59 +181,47 @@ def cost(selection: Selection) -> Cost:
 
 
 def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Released:
+    """Select keys from the read and answer the statement over them. Total: any histogram — no key at all
+    included — gives an answer (with no key released, every query over all keys is still answered)."""
     selection = prepared.selection
     assert selection is not None and prepared.keyed is not None
     if selection.thresholded is not None:
         return _release_thresholded(session, prepared, selection.thresholded, histogram)
     chosen = selection.split
     assert chosen is not None
-    picked = keys.select_keys(histogram, chosen.primitive, testing.random_source())
-    _remember(session, prepared, picked.keys)
-    batch = recompiled(prepared, picked.keys)
-    if batch.workload is None or _nothing_to_count(batch, prepared.keyed, picked.keys):
-        return Released(batch, None, len(picked.keys), None)
-    domain = keys.keys_domain(prepared.keyed, picked.keys)
-    full = _full_table(histogram, domain, batch.workload.domain, prepared.keyed)
+    released = _remember(session, prepared, keys.select_keys(histogram, chosen.primitive, testing.random_source()))
+    batch = recompiled(prepared, released)
+    if batch.workload is None or _nothing_to_count(batch, prepared.keyed, released):
+        return Released(batch, None, len(released), None)
+    full = _full_table(histogram, released, batch.workload.domain, prepared.keyed)
     plan = _counting_plan(session, batch.workload, chosen.count_privacy, prepared.contributions)  # type: ignore[arg-type]
     required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}
     measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
-    return Released(batch, plan.answer(measurement), len(picked.keys), plan)
+    return Released(batch, plan.answer(measurement), len(released), plan)
 
 
-def _selected_variances(rule: KeyedRelease, workload: Workload, product: Product, full: np.ndarray, axis: int, values: np.ndarray) -> np.ndarray:
-    """Per row of a per-key product, the variance whose normal interval holds the row's confidence set given
-    that its key was released (``planner.selected_errors``); rows that are not plain sums of a key's cells
-    keep the noise variance. Every row lies within one key (the product is Identity on the key column), so
-    the key's noisy total per row is the row's answer over a table holding each key's total in every cell,
-    divided by the row's cell count (its answer over ones)."""
-    def answer(table: np.ndarray) -> np.ndarray:
-        return product.unweighted_answer(marginal_for(workload.domain, {workload.domain.attributes: table}, product.attributes))
-
-    cells = answer(np.ones_like(full))
-    totals = answer(np.broadcast_to(full.sum(axis=tuple(a for a in range(full.ndim) if a != axis), keepdims=True), full.shape))
-    norms = row_norms2_over(product, workload.domain.attributes)
-    plain = np.isclose(norms, cells)  # 0/1 rows: a sum of cells
-    key_totals = np.divide(totals, cells, out=np.zeros_like(totals, dtype=float), where=cells > 0)
-    errors = selected_errors(rule, values, np.where(plain, cells, 0), key_totals)
-    return np.where(plain, errors**2, rule.cell_variance * norms)
+def _remember(session: Session, prepared: Prepared, texts: tuple[str | None, ...]) -> KeySet:
+    """The released keys as a key set, cached for later statements (an empty set is not cached: a later
+    statement selects afresh)."""
+    column = prepared.keyed
+    assert column is not None
+    released = KeySet.of(texts, prepared.table.column_types[column])
+    if len(released):
+        session.keys.put(prepared.table, column, released)
+    return released
 
 
-def _remember(session: Session, prepared: Prepared, released: tuple[object, ...]) -> None:
-    if released:  # an empty key set is not cached: a later statement selects afresh
-        session.keys.put(prepared.table, prepared.keyed, released)  # type: ignore[arg-type]
-
-
-def _nothing_to_count(batch: CompiledBatch, column: str, released: tuple[object, ...]) -> bool:
+def _nothing_to_count(batch: CompiledBatch, column: str, released: KeySet) -> bool:
     """No key released and every branch groups by the column: no row at all."""
-    return not released and all(column in b.group_columns for s in batch.statements for b in s.branches)
+    return not len(released) and all(column in b.group_columns for s in batch.statements for b in s.branches)
 
 
-def recompiled(prepared: Prepared, released: tuple[object, ...]) -> CompiledBatch:
+def recompiled(prepared: Prepared, released: KeySet) -> CompiledBatch:
     """The request compiled over the released keys (it compiled over the stand-in key, so it compiles)."""
     column = prepared.keyed
     assert column is not None
     schema = prepared.table.schema
-    schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != column) + (keys.keys_domain(column, released),))
+    schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != column) + (released.domain(column),))
     request = prepared.request
     return compile_batch(
         request.statements, request.weights, schema, tuple(prepared.table.column_types), row_limit=math.inf,
@@ -258,9 +229,9 @@ def recompiled(prepared: Prepared, released: tuple[object, ...]) -> CompiledBatc
     )
 
 
-def _full_table(histogram: KeyHistogram, domain: object, workload_domain: Domain, column: str) -> np.ndarray:
+def _full_table(histogram: KeyHistogram, released: KeySet, workload_domain: Domain, column: str) -> np.ndarray:
     """The count table over the workload's attributes, the column's cells on its axis."""
-    return np.moveaxis(keys.table_over_keys(histogram, domain), 0, workload_domain.attributes.index(column))  # type: ignore[arg-type]
+    return np.moveaxis(keys.table_over_keys(histogram, released), 0, workload_domain.attributes.index(column))
 
 
 def _counting_plan(session: Session, workload: Workload, privacy: planner.Privacy, contributions: int) -> planner.Plan:
@@ -273,25 +244,18 @@ def _counting_plan(session: Session, workload: Workload, privacy: planner.Privac
 
 
 def _release_thresholded(session: Session, prepared: Prepared, chosen: ThresholdedDesign, histogram: KeyHistogram) -> Released:
-    """Noisy cells for every present key, keys released by their noisy totals, the totals by their plan."""
+    """Noisy cells for every present key, keys released by their noisy totals (``KeyedRelease.release``),
+    the totals by their plan."""
     column, rule = prepared.keyed, chosen.release
     assert column is not None
-    cells = histogram.counts.reshape(len(histogram.keys), -1)
-    noise = np.zeros(cells.shape, dtype=np.int64)
-    if testing.noise_enabled():
-        draw = discrete_laplace if rule.key_privacy.is_laplace else discrete_gaussian
-        noise = np.asarray(draw(rule.noise_parameter, size=cells.shape, rng=testing.random_source()), dtype=np.int64).reshape(cells.shape)
-    noisy = cells + noise
-    kept = noisy.sum(axis=1) >= rule.threshold
-    released = tuple(k for k, keep in zip(histogram.keys, kept) if keep)
-    _remember(session, prepared, released)
+    noisy, kept = rule.release(histogram.counts, rng=testing.random_source(), noise=testing.noise_enabled())
+    released = _remember(session, prepared, tuple(k for k, keep in zip(histogram.keys, kept) if keep))
     batch = recompiled(prepared, released)
     if batch.workload is None or _nothing_to_count(batch, column, released):
         return Released(batch, None, len(released), None)
     workload = batch.workload
-    domain = keys.keys_domain(column, released)
-    per_key_table = np.zeros((domain.size, *chosen.others.sizes))
-    cell_of = {label: cell for cell, label in enumerate(domain.labels()[: domain.size - 1])}
+    per_key_table = np.zeros((released.domain(column).size, *chosen.others.sizes))
+    cell_of = released.cells()
     for key, values, keep in zip(histogram.keys, noisy, kept):
         if keep:
             per_key_table[cell_of[key]] = values.reshape(chosen.others.sizes)
@@ -301,9 +265,9 @@ def _release_thresholded(session: Session, prepared: Prepared, chosen: Threshold
     for index in chosen.per_key:
         product = workload.products[index]
         values[index] = product.unweighted_answer(marginal_for(workload.domain, {workload.domain.attributes: full}, product.attributes))
-        variances[index] = _selected_variances(rule, workload, product, full, workload.domain.attributes.index(column), values[index])
+        variances[index] = selected_variances(rule, product, workload.domain, full, workload.domain.attributes.index(column), values[index])
     if chosen.totals_plan is not None:
-        exact = keys.table_over_keys(histogram, domain).sum(axis=0)  # every row: the keys and the remainder
+        exact = keys.table_over_keys(histogram, released).sum(axis=0)  # every row: the keys and the remainder
         plan = chosen.totals_plan
         required = {m: marginal_for(chosen.others, {chosen.others.attributes: exact}, m) for m in plan.required_marginals()}
         measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())

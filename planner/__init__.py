@@ -9,16 +9,13 @@ from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predic
 from planner.plan import Plan, identity_plan, plan
 from planner.keyed_release import KeyedRelease
 from planner.keyed_release import design as design_keyed_release
-from planner.noise import NoiseParameterError, discrete_gaussian, discrete_laplace
+from planner.noise import NoiseParameterError
 from planner.partition import PartitionSelection, PartitionSelectionImpossibleError
-from planner.recovery import helmert_basis, nonnegative_fit
 from planner.select import BoundUnavailableError
-from planner.selected_intervals import selected_errors
+from planner.selected_intervals import selected_variances
 from planner.selection_split import SelectionSplit, split
 from planner.store import MeasurementStore
 from planner.strategies.base import Answers, Measurement
-from planner.strategies.direct import row_norms2, row_norms2_over
-from planner.strategies.residual import NonNegativityReport
 
 __all__ = [
     "AllRange",
@@ -33,7 +30,6 @@ __all__ = [
     "Measurement",
     "MeasurementStore",
     "NoiseParameterError",
-    "NonNegativityReport",
     "PartitionSelection",
     "PartitionSelectionImpossibleError",
     "Plan",
@@ -45,15 +41,9 @@ __all__ = [
     "Total",
     "Workload",
     "design_keyed_release",
-    "discrete_gaussian",
-    "discrete_laplace",
-    "helmert_basis",
     "identity_plan",
     "marginal_for",
-    "nonnegative_fit",
     "plan",
-    "row_norms2",
-    "row_norms2_over",
-    "selected_errors",
+    "selected_variances",
     "split",
 ]

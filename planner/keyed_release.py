@@ -26,6 +26,11 @@ Steinke 2020): ``δ_sel = k · P(S ≥ τ − r)``. ``τ`` is the least integer 
 part is ε-DP (ρ-zCDP) on its own share. The statement is (ε, δ)-DP (or ρ-zCDP plus the (0, δ) part),
 composed by addition — as the ledger charges it.
 
+**Release** (:meth:`KeyedRelease.release`): the per-key cells of every present key (a ``keys × |X|`` integer
+array; no key at all is a valid input and releases nothing) get their noise, drawn here from OS entropy,
+and the mask of released keys is the thresholded noisy totals. Nothing there depends on the data beyond
+the array itself, so it is total.
+
 **The split.** The budget is split into a key share ``f`` and ``1 − f`` for the totals (``f = 1`` when
 the statement has no query over all keys), on a grid, minimising — with each query family (a product of
 the workload: a grouping set's counts) weighted once, whatever its number of rows, since the number of
@@ -44,9 +49,12 @@ from statistics import NormalDist
 
 import numpy as np
 
-from planner.noise import discrete_gaussian_variance, discrete_laplace_variance
+from planner.noise import RandomLike, discrete_gaussian, discrete_gaussian_variance, discrete_laplace, discrete_laplace_variance
 from planner.partition import MIN_PARTITION_DELTA, require_selection_possible
 from planner.privacy import Privacy
+from planner.strategies.direct import row_norms2, row_norms2_over
+from planner.domain import Domain
+from planner.workload import Product
 
 KEY_SHARES = tuple(round(0.05 * i, 2) for i in range(1, 20))  # key share of the budget when totals are asked too
 
@@ -147,6 +155,24 @@ class KeyedRelease:
     def cell_variance(self) -> float:
         return cell_variance(self.key_privacy, self.sensitivity)
 
+    def release(self, counts: np.ndarray, rng: RandomLike = None, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Measure every present key's cells and select the keys (module doc): ``counts`` holds one row of
+        ``cells`` integer counts per key (any number of keys, none included). Returns the noisy cells
+        (keys × cells, integers) and the mask of keys whose noisy total reaches the threshold. ``rng`` and
+        ``noise=False`` (exact cells) are for tests; by default the noise comes from the OS CSPRNG."""
+        exact = np.asarray(counts, dtype=np.int64).reshape(-1, self.cells)
+        drawn = np.zeros(exact.shape, dtype=np.int64)
+        if noise and exact.size:
+            draw = discrete_laplace if self.key_privacy.is_laplace else discrete_gaussian
+            drawn = np.asarray(draw(self.noise_parameter, size=exact.shape, rng=rng), dtype=np.int64).reshape(exact.shape)
+        noisy = exact + drawn
+        return noisy, noisy.sum(axis=1) >= self.threshold
+
+    def answer_variances(self, product: Product, attributes: tuple[str, ...]) -> np.ndarray:
+        """The noise variance of each row of a per-key ``product`` answered from the released noisy cells
+        (sums of independent cells over ``attributes``, the key's and the other columns)."""
+        return self.cell_variance * row_norms2_over(product, attributes)
+
     def keep_probability(self, rows: np.ndarray) -> np.ndarray:
         """Approximate ``π(n)``: a key with ``n`` rows is released (normal approximation of the noisy total)."""
         return keep_probability(rows, self.threshold, self.cells * self.cell_variance)
@@ -201,20 +227,29 @@ def threshold_for(privacy: Privacy, sensitivity: int, cells: int, max_groups: in
     return high, spent(high)
 
 
+def mean_norm2(product: Product, domain: Domain) -> float:
+    """Mean squared norm of the product's rows as queries over the cells of ``domain`` (an attribute it
+    sums out multiplies every norm by its size): 1 for a cell, ``|X|`` for a key's total."""
+    spread = math.prod(domain.size_of(a) for a in domain.attributes if a not in product.attributes)
+    return spread * math.prod(float(np.mean(row_norms2(f.block))) for f in product.factors)
+
+
 def design(
     privacy: Privacy,
     delta: float,
     max_groups: int,
     rows_per_key: int,
     sensitivity: int,
-    cells: int,
-    per_key_families: tuple[tuple[float, float], ...],
+    others: Domain,
+    per_key: tuple[Product, ...],
     totals_error: object,
 ) -> KeyedRelease:
-    """The split with the least objective (module doc). ``per_key_families``: per per-key product, its
-    weight and the mean squared norm of its rows over a key's cells (a cell: 1, the key's total: |X|);
-    ``totals_error(privacy)``: the weighted mean-variance sum of the queries over all keys under that
-    privacy (None when the statement asks none)."""
+    """The split with the least objective (module doc). ``others``: the attributes ``X`` of a key's cells;
+    ``per_key``: the per-key products over ``X`` (the key's column removed), each a query family weighted
+    by its weight and the mean squared norm of its rows; ``totals_error(privacy)``: the weighted
+    mean-variance sum of the queries over all keys under that privacy (None when the statement asks none)."""
+    per_key_families = tuple((p.weight, mean_norm2(p, others)) for p in per_key)
+    cells = others.size
     require_selection_possible(delta)
     if delta / max_groups < MIN_PARTITION_DELTA:
         raise ValueError(

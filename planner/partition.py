@@ -155,6 +155,19 @@ class PartitionSelection(ABC):
         ``rng`` (a numpy Generator, seed or :class:`planner.noise.RandomSource`) is for tests; by
         default randomness comes from the OS CSPRNG (:func:`planner.noise.secure_rng`)."""
 
+    def select(self, units: ArrayLike, rng: RandomLike = None) -> np.ndarray:
+        """The release decision for partitions holding ``units`` distinct units each: a boolean mask.
+        Counts are clipped where ``π`` reaches 1 (counting further changes nothing) and at 0; no
+        partition, no decision (an empty mask). Total: any integer counts give a mask."""
+        counts = np.maximum(np.asarray(units, dtype=np.int64).reshape(-1), 0)
+        if counts.size == 0:
+            return np.zeros(0, dtype=bool)
+        always = self.always_kept()
+        if math.isfinite(always):
+            counts = np.minimum(counts, int(math.ceil(always)))
+        mask, _ = self.keep(counts, rng=rng)
+        return np.asarray(mask, dtype=bool).reshape(-1)
+
     @property
     @abstractmethod
     def noise_scale(self) -> float | None:

@@ -22,7 +22,8 @@ from planner.strategies import direct
 from planner.select import BoundUnavailableError, all_candidates, choose, least_row_variance, singular_value_sum
 from planner.store import CoefficientEstimate
 from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
-from planner.strategies.residual import CoefficientCandidate, NonNegativityReport, nonnegative_answer
+from planner.recovery import NonNegativityReport
+from planner.strategies.residual import CoefficientCandidate, nonnegative_answer
 from planner.threads import one_blas_thread
 from planner.workload import Product, Workload
 

@@ -469,3 +469,35 @@ def _complete(attributes: Subset, estimates: Mapping[Subset, np.ndarray], bases:
 
 for _cached in (_coefficient_squares, _summed_coefficient_squares, _coefficient_masses, _product_masses, _outer_row_norms2):
     caches.register(_cached.cache_clear)
+
+
+CHANGE_TOLERANCE = 1e-6  # smaller moves (and negatives) are floating-point round-off
+
+
+@dataclass(frozen=True)
+class NonNegativityReport:
+    """What forcing the answers to come from non-negative counts changed."""
+
+    negative_before: int  # GLS answers below zero
+    changed: int  # answers that moved by more than CHANGE_TOLERANCE
+    largest_change: float
+    total_change: float  # sum of absolute changes over all answers
+
+    @classmethod
+    def comparing(cls, gls: Sequence[np.ndarray], fitted: Sequence[np.ndarray]) -> NonNegativityReport:
+        """The report for answers ``fitted`` against the GLS answers ``gls`` (same layout); GLS answers
+        within ``CHANGE_TOLERANCE`` of zero are round-off, not negative."""
+        before = np.concatenate(gls) if len(gls) else np.zeros(0)
+        change = np.abs(np.concatenate(fitted) - before) if len(fitted) else np.zeros(0)
+        return cls(
+            int(np.count_nonzero(before < -CHANGE_TOLERANCE)),
+            int(np.count_nonzero(change > CHANGE_TOLERANCE)),
+            float(change.max(initial=0.0)),
+            float(change.sum()),
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"non-negativity: {self.negative_before} negative GLS answer(s); {self.changed} answer(s) changed,"
+            f" by at most {self.largest_change:.4g} (total {self.total_change:.4g})"
+        )

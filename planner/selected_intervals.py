@@ -28,7 +28,9 @@ from statistics import NormalDist
 
 import numpy as np
 
+from planner.domain import Domain
 from planner.keyed_release import EXACT_MAX_CELLS, KeyedRelease, draw_law
+from planner.workload import Product, marginal_for
 
 Tail = Callable[[np.ndarray], np.ndarray]  # integer s → P(S ≥ s)
 RELIABLE = 1e-12  # a selection probability below this is not divided by (the laws are accurate to ~1e-16)
@@ -125,3 +127,22 @@ def _normal_tail(sd: float) -> tuple[Tail, int]:
         return 0.5 * erfc((np.asarray(s, dtype=float) - 0.5) / (sd * math.sqrt(2)))
 
     return tail, math.ceil(NormalDist().inv_cdf(1 - REACH_MASS / 2) * sd) + 1
+
+
+def selected_variances(release: KeyedRelease, product: Product, domain: Domain, table: np.ndarray, key_axis: int, values: np.ndarray) -> np.ndarray:
+    """Per row of a per-key ``product`` answered from the released noisy cells ``table`` (over ``domain``, the
+    key's column on ``key_axis``; ``values`` its answers), the variance whose normal interval holds the row's
+    confidence set given that its key was released (:func:`selected_errors`); rows that are not plain sums of
+    a key's cells keep the noise variance (``KeyedRelease.answer_variances``). Every row lies within one key
+    (the product is Identity on the key column), so the key's noisy total per row is the row's answer over a
+    table holding each key's total in every cell, divided by the row's cell count (its answer over ones)."""
+    def answer(cells: np.ndarray) -> np.ndarray:
+        return product.unweighted_answer(marginal_for(domain, {domain.attributes: cells}, product.attributes))
+
+    cells = answer(np.ones_like(table))
+    totals = answer(np.broadcast_to(table.sum(axis=tuple(a for a in range(table.ndim) if a != key_axis), keepdims=True), table.shape))
+    noise = release.answer_variances(product, domain.attributes)
+    plain = np.isclose(noise, release.cell_variance * cells)  # 0/1 rows: a sum of cells
+    key_totals = np.divide(totals, cells, out=np.zeros_like(totals, dtype=float), where=cells > 0)
+    errors = selected_errors(release, values, np.where(plain, cells, 0), key_totals)
+    return np.where(plain, errors**2, noise)

@@ -28,15 +28,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.recovery import (
+    NonNegativityReport,
     Subset,
     coefficient_masses,
     helmert_basis,
     marginal_from_residuals,
+    nonnegative_fit,
     product_variances,
     residual_shape,
     subsets,
 )
-from planner.workload import Product, Workload
+from planner.workload import Product, Workload, marginal_for
 
 MASS_TOLERANCE = 1e-12  # recovery mass below this fraction of a product's largest counts as none
 
@@ -159,6 +161,21 @@ class MeasurementStore:
                 mean, variance = kept.coefficients[key].mean_and_variance()
                 estimates[subset], variances[subset] = np.transpose(mean, back), np.transpose(variance, back)
         return estimates, variances
+
+    def answer_nonnegative(
+        self, rows: Hashable, workload: Workload, gls: Sequence[np.ndarray]
+    ) -> tuple[tuple[np.ndarray, ...], NonNegativityReport]:
+        """Answers to every product of ``workload`` from the non-negative least-squares fit
+        (``planner.recovery.nonnegative_fit``) on everything kept under ``rows`` over the workload's
+        attributes, and what that changed against the GLS answers ``gls``. Raises ``ValueError`` when
+        the fit cannot run (too many cells); the caller keeps GLS's answers then."""
+        domain = workload.domain
+        union = domain.canonical(a for p in workload.products for a in p.attributes)
+        bases = {a: helmert_basis(domain.size_of(a)) for a in union}
+        estimates, variances = self.estimates(rows, union)
+        fitted = nonnegative_fit(union, estimates, variances, bases)
+        values = tuple(p.unweighted_answer(marginal_for(domain, {union: fitted}, p.attributes)) for p in workload.products)
+        return values, NonNegativityReport.comparing(gls, values)
 
     @staticmethod
     def _answer_product(product: Product, kept: _Rows) -> tuple[np.ndarray, np.ndarray]:

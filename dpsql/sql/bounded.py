@@ -38,9 +38,15 @@ column, and a total over the column is a total over the table::
     DENSE_RANK() OVER (PARTITION BY unit ORDER BY HASH(HASH(unit, key, <salt>)), key) <= max_groups_per_unit
     ROW_NUMBER() OVER (PARTITION BY unit, key ORDER BY HASH(HASH(unit, key, row_key, <salt>))) <= max_rows_per_group
 
-The aggregation then returns the count of every (raw key, ``key_kept``, other cells) combination, and
-— when keys are being selected — ``COUNT(DISTINCT unit)`` per raw key; :meth:`BoundedAggregation.key_histogram`
-reads it. Keys are never written into the SQL: which of them are released is decided in Python.
+The aggregation then returns the count of every (key, ``key_kept``, other cells) combination, and
+— when keys are being selected — ``COUNT(DISTINCT unit)`` per key; :meth:`BoundedAggregation.key_histogram`
+reads it. Bounding and grouping use the engine's own equality on the raw value (one key per distinct SQL
+value: NULL and NaN are keys of their own), but a key leaves the engine only as its **canonical text**,
+``CAST(key AS TEXT)`` of the group's value: exact for HUGEINT, UBIGINT and DECIMAL (never merged through a
+double), defined for NaN, ±infinity and dates Python cannot hold (``'infinity'``, years beyond 9999), so
+reading keys cannot fail, and two keys the engine kept apart stay apart (``dpsql.keys`` turns the text
+into the value shown, and keeps the text as the key's identity). Keys are never written into the SQL:
+which of them are released is decided in Python.
 
 **Distinct units** (``distinct``: ``COUNT(DISTINCT <privacy unit>)``, :mod:`dpsql.sql.distinct_units`): the
 rows that pass the WHERE clause become their distinct (unit, group cell) pairs, at most
@@ -73,6 +79,7 @@ GROUPING_NAME = "grouping_id"
 UNIT_NAME = "unit"
 UNITS_NAME = "units"
 KEPT_NAME = "key_kept"  # 1 when a row keeps its key after key bounding, 0 when it goes to the remainder
+KEY_TEXT_NAME = "key_text"  # the canonical text of a key (what the keyed aggregation returns instead of the value)
 KEY_RANK_NAME = "key_in_unit"
 ROW_KEY_NAME = "row_key"  # HASH of every column of a row: its identity in the salted order
 ROW_IN_KEY_NAME = "row_in_key"
@@ -97,12 +104,13 @@ class KeyedColumn:
 
 @dataclass(frozen=True)
 class KeyHistogram:
-    """What a keyed aggregation returns, by raw key value: ``counts[i]`` is the count table of key
-    ``keys[i]``'s kept rows over the other attributes (marginal order, the key's axis removed),
-    ``units[i]`` its distinct units (zeros when not counted), ``remainder`` the count table of the rows
-    no unit could keep under its key."""
+    """What a keyed aggregation returns, by key (its canonical text; None for the NULL key), in the order
+    of the texts: ``counts[i]`` is the count table of key ``keys[i]``'s kept rows over the other
+    attributes (marginal order, the key's axis removed), ``units[i]`` its distinct units (zeros when not
+    counted), ``remainder`` the count table of the rows no unit could keep under its key. Empty (no key)
+    when no row reaches the aggregation."""
 
-    keys: tuple[object, ...]
+    keys: tuple[str | None, ...]
     units: np.ndarray
     counts: np.ndarray
     remainder: np.ndarray
@@ -148,7 +156,7 @@ class BoundedAggregation:
         coupled = {c for f in self.row_filters if len(f.scope) > 1 for c in f.scope}
         filtered = {c for f in self.row_filters for c in f.scope}
         counted = {c for marginal in self.marginals for c in marginal}
-        binned = {c for c, d in self.columns.items() if d.kind == "bins" and c in counted | filtered}
+        binned = {c for c, d in self.columns.items() if (d.kind == "bins" or _wide_range(d)) and c in counted | filtered}
         return frozenset(c for c in self.columns if c in binned or c in coupled)
 
     @cached_property
@@ -160,7 +168,10 @@ class BoundedAggregation:
         * A one-column WHERE mask on the column admits only declared values (categories, or an
           integer-typed range), which implies the test.
         * Without bounding, a column that every marginal groups by can be tested on the (small)
-          result instead: rows with values outside the domain form their own groups, discarded there.
+          result instead: rows with values outside the domain form their own groups, discarded there —
+          when any value of its type reads back exactly (``_reads_back_exactly``): a DATE ``'infinity'``
+          could not be read at all, and HUGEINT or DECIMAL values read as doubles could fall in a
+          declared value's cell.
         """
         if self.privacy_unit is not None:
             return frozenset(self.columns)
@@ -172,7 +183,7 @@ class BoundedAggregation:
                     skipped.add(name)
         if self.privacy_unit is None:
             everywhere = set.intersection(*(set(m) for m in self.marginals)) if self.marginals else set()
-            skipped |= everywhere - self.indexed_columns
+            skipped |= {c for c in everywhere - self.indexed_columns if c not in self.columns or _reads_back_exactly(self.column_types[c])}
         return frozenset(skipped)
 
     @property
@@ -319,7 +330,7 @@ class BoundedAggregation:
             return self._keyed_aggregate(kept)
         counted = [exp.column(self.alias(c)) for c in self.counted_columns]
         query = exp.select(*counted).from_(kept.subquery("bounded"))
-        sums = [exp.alias_(exp.Sum(this=exp.column(name)), name) for name in self.weight_names]
+        sums = [exp.alias_(_exact_sum(exp.column(name)), name) for name in self.weight_names]
         if len(self.sql_marginals) > 1 and counted:
             query = query.select(exp.alias_(exp.func("GROUPING", *counted), GROUPING_NAME))
             sets = [exp.Tuple(expressions=[exp.column(self.alias(c)) for c in m]) for m in self.sql_marginals]
@@ -334,7 +345,8 @@ class BoundedAggregation:
         assert self.keyed is not None
         key_columns = [exp.column(self.alias(self.keyed.name)), exp.column(KEPT_NAME)]
         others = [exp.column(self.alias(c)) for c in self.counted_columns if c != self.keyed.name]
-        query = exp.select(*key_columns, *others).from_(kept.subquery("key_bounded"))
+        text = exp.alias_(key_text(key_columns[0].copy()), KEY_TEXT_NAME)  # the key leaves the engine as text only
+        query = exp.select(text, key_columns[1].copy(), *others).from_(kept.subquery("key_bounded"))
         query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
         if not self.keyed.count_units:
             return query.group_by(*(c.copy() for c in key_columns + others))
@@ -386,19 +398,19 @@ class BoundedAggregation:
         return arrays
 
     def key_histogram(self, result: Mapping[str, np.ndarray]) -> KeyHistogram:
-        """The keyed aggregation's result by raw key (the class docstring of :class:`KeyHistogram`).
+        """The keyed aggregation's result by key text (the class docstring of :class:`KeyHistogram`).
         Rows whose value of a declared column lies outside its domain are dropped (as in
-        :meth:`marginal_arrays`)."""
+        :meth:`marginal_arrays`). Total: any result, the empty one included, gives a histogram."""
         assert self.keyed is not None and len(self.marginals) == 1
         others = [c for c in self.marginals[0] if c != self.keyed.name]
         shape = tuple(self.columns[c].size for c in others)
-        counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64)
-        raw = [python_value(v, self.column_types[self.keyed.name]) if not m else None
-               for v, m in zip(np.ma.getdata(result[self.alias(self.keyed.name)]), np.ma.getmaskarray(result[self.alias(self.keyed.name)]))]
-        kept = np.asarray(np.ma.filled(result[KEPT_NAME], 0), dtype=np.int64) == 1
+        counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64).reshape(-1)
+        returned = result[KEY_TEXT_NAME]
+        texts = [None if missing else str(text) for text, missing in zip(np.ma.getdata(returned), np.ma.getmaskarray(returned))]
+        kept = np.asarray(np.ma.filled(result[KEPT_NAME], 0), dtype=np.int64).reshape(-1) == 1
         full = np.ones(len(counts), dtype=bool)
         if self.keyed.count_units and others:
-            ids = np.asarray(np.ma.filled(result[GROUPING_NAME], -1))
+            ids = np.asarray(np.ma.filled(result[GROUPING_NAME], -1)).reshape(-1)
             full, per_key = ids == 0, ids != 0
         else:
             per_key = full.copy()
@@ -407,18 +419,19 @@ class BoundedAggregation:
             full &= cells[column][1]
         # in a fixed order, not the backend's row order (which varies with its threads): the noise each key
         # draws is then the same for the same data and seed, on every machine
-        found = tuple(sorted({raw[i] for i in np.flatnonzero(kept & (per_key | full))}, key=_key_order))
+        found = tuple(sorted({texts[i] for i in np.flatnonzero(kept & (per_key | full))}, key=lambda t: (t is None, t or "")))
         index = {key: position for position, key in enumerate(found)}
         units = np.zeros(len(found), dtype=np.int64)
         if self.keyed.count_units:
+            distinct = np.asarray(np.ma.filled(result[UNITS_NAME], 0), dtype=np.int64).reshape(-1)
             for row in np.flatnonzero(per_key & kept):
-                units[index[raw[row]]] = int(np.ma.filled(result[UNITS_NAME], 0)[row])
+                units[index[texts[row]]] = distinct[row]
         table = np.zeros((len(found), *shape), dtype=np.int64)
         remainder = np.zeros(shape, dtype=np.int64)
         for row in np.flatnonzero(full):
             position = tuple(int(cells[c][0][row]) for c in others)
             if kept[row]:
-                table[(index[raw[row]], *position)] += counts[row]
+                table[(index[texts[row]], *position)] += counts[row]
             else:
                 remainder[position] += counts[row]
         return KeyHistogram(found, units, table, remainder)
@@ -481,6 +494,41 @@ class BoundedAggregation:
         return case
 
 
-def _key_order(key: object) -> tuple[bool, str, object]:
-    """A total order over one column's raw keys (NULL last; one column's keys share a type)."""
-    return (key is None, type(key).__name__, 0 if key is None else key)
+def key_text(key: exp.Expression) -> exp.Expression:
+    """A key's canonical text: the engine's own rendering of the group's value (module doc)."""
+    return exp.cast(key, "TEXT")
+
+
+INT64_MAX = (1 << 63) - 1
+EXACT_DOUBLE = 1 << 53  # integers up to this read back exactly as doubles
+_WIDE_INTEGERS = (exp.DataType.Type.INT128, exp.DataType.Type.UINT128, exp.DataType.Type.INT256, exp.DataType.Type.UINT256)
+_FLOATING = (exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE)
+
+
+def _wide_range(column: ColumnDomain) -> bool:
+    """An integer range beyond ±2^53: its raw values would read back as inexact doubles, so it enters the
+    statement as its cell number (a BIGINT computed in SQL)."""
+    return column.kind == "range" and not column.is_date_range and max(abs(int(v)) for v in column.values) > EXACT_DOUBLE  # type: ignore[call-overload]
+
+
+def _reads_back_exactly(column_type: ColumnType) -> bool:
+    """Whether every value of the type comes back from the engine as the same Python value, whatever it is
+    (text, booleans, integers up to 64 bits, doubles with NaN and ±infinity); dates (``'infinity'``),
+    HUGEINT and DECIMAL do not."""
+    data_type = column_type.data_type
+    if data_type is None:
+        return False
+    if column_type.is_integer:
+        return not data_type.is_type(*_WIDE_INTEGERS)
+    return column_type.is_text or column_type.is_boolean or data_type.is_type(*_FLOATING)
+
+
+def _exact_sum(weights: exp.Expression) -> exp.Expression:
+    """``SUM`` of a moment cell's integer weights as a BIGINT, which every engine returns exactly (DuckDB's
+    HUGEINT and PostgreSQL's NUMERIC sums would come back as doubles or decimals). A row weighs at most
+    ``GRID²`` units, so the sum fits for up to 5·10¹¹ rows per group; beyond, it saturates rather than
+    failing (DuckDB, PostgreSQL; Spark's own BIGINT sum wraps there). The sum of no rows is 0, not NULL
+    (LEAST skips NULLs: it would make an empty total the bound itself)."""
+    total = exp.func("COALESCE", exp.Sum(this=weights), exp.Literal.number(0))
+    saturated = exp.func("LEAST", total, exp.Literal.number(INT64_MAX))
+    return exp.cast(saturated, "BIGINT")

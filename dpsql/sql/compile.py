@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import decimal
 import math
 import re
 from collections.abc import Sequence
@@ -586,8 +587,17 @@ def _atom_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
         truth[: column.value_cells] = _bin_truth(atom, column)
     else:
         cells = column.labels()[: column.value_cells]
-        truth[: column.value_cells] = [TRUE if _holds(atom, cell, column) else FALSE for cell in cells]
+        truth[: column.value_cells] = [_cell_truth(atom, cell, column) for cell in cells]
     return truth
+
+
+def _cell_truth(atom: Predicate, cell: object, column: ColumnDomain) -> int:
+    """TRUE or FALSE; UNKNOWN for a released key that cannot be compared with the literal (a DATE key
+    ``'infinity'`` shown as text, against a date), like a comparison with NULL."""
+    try:
+        return TRUE if _holds(atom, cell, column) else FALSE
+    except TypeError:
+        return UNKNOWN
 
 
 def _holds(atom: Predicate, cell: object, column: ColumnDomain) -> bool:
@@ -623,6 +633,8 @@ def _checked_literal(value: object, column: ColumnDomain, clause: str, must_be_i
     (and, for = / IN, that it is a value of the domain)."""
     declared = column.values if column.kind == "bins" else column.labels()[: column.value_cells]
     coerced = _coerced(value, declared[0]) if declared else value
+    if column.kind == "keys" and (coerced is _MISMATCH or coerced not in declared) and value in declared:
+        coerced = value  # a released key shown as text in a typed column (a DATE 'infinity')
     if coerced is _MISMATCH:
         hint = ""
         if isinstance(value, str) and declared and isinstance(declared[0], (int, float)) and not isinstance(declared[0], bool):
@@ -651,9 +663,10 @@ def _coerced(value: object, example: object) -> object:
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"  # what DuckDB and PostgreSQL both cast the text to
         return bool(value) if isinstance(value, int) and value in (0, 1) else _MISMATCH
-    if isinstance(example, (int, float)):
+    if isinstance(example, (int, float, decimal.Decimal)):
         if isinstance(value, str):
-            return _number_text(value, integer=isinstance(example, int))
+            number = _number_text(value, integer=isinstance(example, int))
+            return decimal.Decimal(value) if isinstance(example, decimal.Decimal) and number is not _MISMATCH else number
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _MISMATCH
     if isinstance(example, (datetime.date, datetime.datetime)):
         if not isinstance(value, str):

@@ -3,9 +3,11 @@
 ``HAVING COUNT(*) > 100 AND NOT COUNT(job) < 5`` compares aggregates (or the aliases of the SELECT list's
 aggregates) with numbers, combined with AND / OR / NOT. It is evaluated on the *released* (noisy)
 values, after the statement has been measured, so it costs no privacy budget; a row it drops is dropped
-after the noise, so its absence says nothing beyond the noisy value itself. An aggregate that HAVING (or
-ORDER BY) uses but the SELECT list does not show is measured too (it is part of the statement's
-workload, and priced with it) and then left out of the rows.
+after the noise, so its absence says nothing beyond the noisy value itself. The logic is SQL's
+three-valued one: a comparison with an aggregate that is NULL for a group (AVG, VARIANCE, a quantile, MIN
+or MAX of a group without rows) is UNKNOWN, and only rows whose condition is TRUE are kept. An aggregate
+that HAVING (or ORDER BY) uses but the SELECT list does not show is measured too (it is part of the
+statement's workload, and priced with it) and then left out of the rows.
 """
 
 from __future__ import annotations
@@ -100,14 +102,28 @@ def _number(node: exp.Expression) -> float | None:
 
 
 def holds(condition: Condition, row: tuple[object, ...]) -> bool:
-    """Whether a released row satisfies the condition (its aggregates are never NULL)."""
-    if isinstance(condition, AllOf):
-        return all(holds(part, row) for part in condition.parts)
-    if isinstance(condition, AnyOf):
-        return any(holds(part, row) for part in condition.parts)
+    """Whether a released row satisfies the condition: SQL's three-valued logic, in which a comparison
+    with an aggregate that is NULL for the group (AVG, VARIANCE, a quantile, MIN or MAX of a group
+    without rows) is UNKNOWN, and only a TRUE condition keeps the row (so ``NOT AVG(x) > 1`` drops it
+    too). Never raises."""
+    return _truth(condition, row) is True
+
+
+def _truth(condition: Condition, row: tuple[object, ...]) -> bool | None:
+    """TRUE, FALSE or UNKNOWN (None) under Kleene's logic."""
+    if isinstance(condition, (AllOf, AnyOf)):
+        parts = [_truth(part, row) for part in condition.parts]
+        decisive = isinstance(condition, AnyOf)  # TRUE decides OR, FALSE decides AND
+        if decisive in parts:
+            return decisive
+        return None if None in parts else not decisive
     if isinstance(condition, Negation):
-        return not holds(condition.part, row)
-    value = float(row[condition.position])  # type: ignore[arg-type]
+        inner = _truth(condition.part, row)
+        return None if inner is None else not inner
+    released = row[condition.position]
+    if released is None:
+        return None
+    value = float(released)  # type: ignore[arg-type]
     operator, bound = condition.operator, condition.value
     if operator == "=":
         return value == bound

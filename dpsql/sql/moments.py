@@ -41,7 +41,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
-from dpsql.schema import Schema
+from dpsql.schema import MAX_VALUE_BOUND, Schema
 from dpsql.sql.parse import Aggregate, Count, Query
 
 GRID = 4096
@@ -151,15 +151,15 @@ class ValueEncoding:
         out: list[float | None] = []
         errors: list[float | None] = []
         for estimate, cov in zip(estimates, covariance):
-            value, gradient, root = _function(function, estimate, self.low, self.high)
-            if value is None or gradient is None:
-                out.append(None)
-                errors.append(None)
-                continue
-            variance = float(max(gradient @ cov @ gradient, 0.0))
-            error = math.sqrt(variance)
-            if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V); at 0 the band [0, √(z·se(V))] (z at 95 %), as a 95 % error
-                error = error / (2 * value) if value > 0 else math.sqrt(Z95 * error) / Z95
+            with np.errstate(all="ignore"):  # float arithmetic on any estimate: overflow gives inf, never an error
+                value, gradient, root = _function(function, estimate.astype(np.float64), self.low, self.high)
+                if value is None or gradient is None or not math.isfinite(value):
+                    out.append(None)
+                    errors.append(None)
+                    continue
+                error = math.sqrt(max(float(np.nan_to_num(gradient @ cov @ gradient, nan=np.inf)), 0.0))
+                if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V); at 0 the band [0, √(z·se(V))] (z at 95 %), as a 95 % error
+                    error = float(error / (2 * value)) if value > 0 else math.sqrt(Z95 * error) / Z95
             out.append(float(value))
             errors.append(error + self.rounding_bound(function, float(value), float(estimate[0])))
         return out, errors
@@ -191,9 +191,9 @@ def _number(value: float) -> exp.Expression:
 
 def _function(function: str, estimate: np.ndarray, low: float, high: float) -> tuple[float | None, np.ndarray | None, bool]:
     """(value, gradient over C, U[, Q], whether the value is the square root of the differentiated one)."""
-    width = high - low
-    count, total = float(estimate[0]), float(estimate[1])
-    square = float(estimate[2]) if len(estimate) > 2 else 0.0
+    width = np.float64(high - low)
+    count, total = estimate[0], estimate[1]  # numpy scalars: arithmetic on them cannot raise
+    square = estimate[2] if len(estimate) > 2 else np.float64(0.0)
     gradient = np.zeros(len(estimate))
     if function == "COUNT":  # COUNT(column) of a column with bounds but no declared domain: its non-NULL rows, C
         gradient[0] = 1.0
@@ -254,6 +254,12 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
             f"{column}: {{bounds: [lo, hi]}} — values are clamped to them (they must not come from the data)"
         )
     low, high = bounds
+    if max(abs(low), abs(high)) > MAX_VALUE_BOUND:
+        raise NotSupportedError(
+            f"SELECT {sorted(functions)[0]}({column}): the bounds [{low}, {high}] of {column!r} (its range or bins) lie beyond "
+            f"±2^53 ({MAX_VALUE_BOUND:.3g}), where sums of bounded values lose exactness and can overflow; declare "
+            f"{column}: {{bounds: [lo, hi]}} within that, e.g. in larger units"
+        )
     grid, exact = value_grid(low, high, domain.value_resolution)
     moments = 2 if functions & set(SECOND_MOMENT) else 1
     null_cell = domain.nullable or not domain.is_known

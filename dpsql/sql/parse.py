@@ -197,6 +197,10 @@ _CLAUSE_NAMES = {
     "pivots": "PIVOT",
 }
 _ACCEPTED_ARGS = {"expressions", "from_", "where", "group"}
+SAMPLING_REFUSED = (
+    "TABLESAMPLE / USING SAMPLE is not supported: every statement counts all of the table's bounded rows and "
+    f"sampling is not accounted for; remove the sampling clause (use a smaller epsilon for a cheaper, noisier answer) {SUPPORTED}"
+)
 _COMPARISONS: dict[type[exp.Expression], str] = {
     exp.EQ: "=",
     exp.NEQ: "<>",
@@ -462,6 +466,8 @@ class BranchChecker:
     def query(self) -> Query:
         select = self._require_select()
         for arg, value in select.args.items():
+            if arg == "sample" and value:
+                raise NotSupportedError(SAMPLING_REFUSED)
             if value and arg not in _ACCEPTED_ARGS:
                 clause = _CLAUSE_NAMES.get(arg, arg.upper())
                 raise NotSupportedError(f"{clause} is not supported inside an aggregation of a private table; apply it to the released rows in an outer SELECT. {SUPPORTED}")
@@ -501,6 +507,8 @@ class BranchChecker:
             raise NotSupportedError(f"FROM must name one registered table, not {table.sql(dialect='duckdb')[:60]!r}. {SUPPORTED}")
         if table.args.get("joins") or table.args.get("laterals"):
             raise NotSupportedError(f"a JOIN of a private table is not supported; aggregate each table in a subquery of its own and join the released rows. {SUPPORTED}")
+        if table.args.get("sample"):
+            raise NotSupportedError(SAMPLING_REFUSED)
         path = table_path(table)
         self.path = tuple(part.lower() for part in path)
         self.qualifiers = {self.path[-1]}

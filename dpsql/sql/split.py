@@ -281,8 +281,9 @@ class _Splitter:
             *(exp.alias_(node.copy(), aggregate_names[text]) for text, node in _distinct(aggregates).items()),
         ])
         core.set("from_", select.args["from_"].copy())
-        if select.args.get("where") is not None:
-            core.set("where", select.args["where"].copy())
+        for arg in ("where", "sample"):  # a sampling clause goes to the core, whose check refuses it
+            if select.args.get(arg) is not None:
+                core.set(arg, select.args[arg].copy())
         if group is not None:
             core.set("group", group.copy())
         statement = check_statement(core, core.sql(dialect="duckdb"), TextCost(), ())

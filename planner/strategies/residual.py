@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import math
 from abc import abstractmethod
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -27,6 +26,7 @@ from planner.budget import Sensitivity, discrete_variance, sample_noise, continu
 from planner.privacy import Privacy
 from planner.recovery import (
     Bases,
+    NonNegativityReport,
     Subset,
     coefficient_masses,
     downward_closure,
@@ -215,38 +215,6 @@ class CoefficientCandidate(Candidate):
             basis = Measurement(measurement.strategy, values, measurement.variances, measurement.privacy, measurement.metadata)
             columns.append(np.concatenate([np.ravel(a) for a in self._gls_answers(basis)]))
         return np.stack(columns, axis=1)
-
-
-CHANGE_TOLERANCE = 1e-6  # smaller moves (and negatives) are floating-point round-off
-
-
-@dataclass(frozen=True)
-class NonNegativityReport:
-    """What forcing the answers to come from non-negative counts changed."""
-
-    negative_before: int  # GLS answers below zero
-    changed: int  # answers that moved by more than CHANGE_TOLERANCE
-    largest_change: float
-    total_change: float  # sum of absolute changes over all answers
-
-    @classmethod
-    def comparing(cls, gls: Sequence[np.ndarray], fitted: Sequence[np.ndarray]) -> NonNegativityReport:
-        """The report for answers ``fitted`` against the GLS answers ``gls`` (same layout); GLS answers
-        within ``CHANGE_TOLERANCE`` of zero are round-off, not negative."""
-        before = np.concatenate(gls) if len(gls) else np.zeros(0)
-        change = np.abs(np.concatenate(fitted) - before) if len(fitted) else np.zeros(0)
-        return cls(
-            int(np.count_nonzero(before < -CHANGE_TOLERANCE)),
-            int(np.count_nonzero(change > CHANGE_TOLERANCE)),
-            float(change.max(initial=0.0)),
-            float(change.sum()),
-        )
-
-    def __str__(self) -> str:
-        return (
-            f"non-negativity: {self.negative_before} negative GLS answer(s); {self.changed} answer(s) changed,"
-            f" by at most {self.largest_change:.4g} (total {self.total_change:.4g})"
-        )
 
 
 def nonnegative_answer(candidate: CoefficientCandidate, measurement: Measurement) -> tuple[Answers, NonNegativityReport]:

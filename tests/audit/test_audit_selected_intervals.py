@@ -56,9 +56,9 @@ def test_intervals_of_selected_keys_cover_at_the_nominal_rate(keys: pd.DataFrame
 
 
 def test_the_plain_noise_variance_fails_the_same_test(keys: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> None:
-    def plain(rule, workload, product, full, axis, values):  # noqa: ANN001, ANN202 - the broken variant
-        return rule.cell_variance * np.asarray(selection.row_norms2_over(product, workload.domain.attributes))
+    def plain(rule, product, domain, full, axis, values):  # noqa: ANN001, ANN202 - the broken variant
+        return rule.answer_variances(product, domain.attributes)
 
-    monkeypatch.setattr(selection, "_selected_variances", plain)
+    monkeypatch.setattr(selection, "selected_variances", plain)
     rate, released = _coverage(keys)
     assert not _passes(rate, released), (rate, released)

@@ -4,6 +4,7 @@ bounds used for many cells bound the true tail; the split is the grid's best."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -11,7 +12,10 @@ import numpy as np
 import pytest
 
 from planner import keyed_release
+from planner.domain import Domain
+from planner.partition import optimal
 from planner.privacy import Privacy
+from planner.workload import Factor, Identity, Product
 
 
 def brute_force_tail(privacy: Privacy, parameter: float, cells: int, excess: int) -> float:
@@ -80,11 +84,46 @@ def test_the_split_is_the_best_on_the_grid_and_no_totals_take_nothing() -> None:
     def totals(privacy: Privacy) -> float:
         return 2 * 2 / float(privacy.epsilon) ** 2  # two totals, each a Laplace count of variance 2/ε²
 
-    families = ((1.0, 1.0), (1.0, 2.0))  # a key's cells, its total
-    chosen = keyed_release.design(Privacy.laplace(1.0), 1e-6, 1, 1, 1, 2, families, totals)
+    others = Domain({"x": 2})
+    per_key = (Product(others, (Factor(("x",), Identity(2)),)), Product(others, ()))  # a key's cells, its total
+    assert [keyed_release.mean_norm2(p, others) for p in per_key] == [1.0, 2.0]
+    chosen = keyed_release.design(Privacy.laplace(1.0), 1e-6, 1, 1, 1, others, per_key, totals)
     for share in keyed_release.KEY_SHARES:
-        other = keyed_release.design(Privacy.laplace(share), 1e-6, 1, 1, 1, 2, families, None)
+        other = keyed_release.design(Privacy.laplace(share), 1e-6, 1, 1, 1, others, per_key, None)
         assert chosen.objective <= other.objective + totals(Privacy.laplace(1 - share)) + 1e-9
     assert chosen.totals_privacy is not None and chosen.key_share < 1
-    alone = keyed_release.design(Privacy.laplace(1.0), 1e-6, 1, 1, 1, 2, families, None)
+    alone = keyed_release.design(Privacy.laplace(1.0), 1e-6, 1, 1, 1, others, per_key, None)
     assert alone.key_share == 1.0 and alone.totals_privacy is None and alone.key_privacy == Privacy.laplace(1.0)
+
+
+def _noise_variance_matches(rule: keyed_release.KeyedRelease, claimed: float, draws: int = 40_000) -> bool:
+    """The empirical variance of the noise ``release`` adds, within 4 standard errors of ``claimed``."""
+    counts = np.full((draws // rule.cells, rule.cells), 7)
+    noisy, _ = rule.release(counts, rng=np.random.default_rng(3))
+    noise = (noisy - counts).astype(float).ravel()
+    spread = claimed * math.sqrt(2 / noise.size) * 3  # the sample variance's sd is about σ²·√(2/n) (heavier tails: ×3)
+    return abs(float(noise.var()) - claimed) <= 4 * spread
+
+
+@pytest.mark.parametrize("privacy", [Privacy.laplace(1.0), Privacy.zcdp(0.5)], ids=["laplace", "zcdp"])
+def test_release_draws_the_designed_noise_and_keeps_keys_whose_noisy_total_reaches_the_threshold(privacy: Privacy) -> None:
+    others = Domain({"x": 2})
+    rule = keyed_release.design(privacy, 1e-6, 1, 1, 1, others, (Product(others, (Factor(("x",), Identity(2)),)),), None)
+    counts = np.array([[0, 0], [rule.threshold, 0], [rule.threshold - 1, 0]])
+    noisy, kept = rule.release(counts, noise=False)
+    assert noisy.tolist() == counts.tolist() and kept.tolist() == [False, True, False]
+    empty, none = rule.release(np.zeros((0, 2), dtype=np.int64), rng=1)  # no key at all: nothing released, no error
+    assert empty.shape == (0, 2) and none.shape == (0,)
+    assert _noise_variance_matches(rule, rule.cell_variance)
+    # the check has power: a release drawing the noise of twice the budget is caught
+    doubled = Privacy.laplace(2 * float(privacy.epsilon)) if privacy.is_laplace else Privacy.zcdp(2 * float(privacy.rho))
+    assert not _noise_variance_matches(dataclasses.replace(rule, key_privacy=doubled), rule.cell_variance)
+    variances = rule.answer_variances(Product(others, ()), ("x",))  # a key's total: two cells
+    assert variances.tolist() == [pytest.approx(2 * rule.cell_variance)]
+
+
+def test_partition_selection_selects_from_any_counts() -> None:
+    primitive = optimal(1.0, 1e-5)
+    assert primitive.select(np.zeros(0, dtype=np.int64)).shape == (0,)
+    chosen = primitive.select(np.array([0, -3, 10**12, int(primitive.always_kept())]), rng=np.random.default_rng(1))
+    assert chosen.tolist() == [False, False, True, True]  # π(0) = 0; counts are clipped where π reaches 1

@@ -11,7 +11,7 @@ from planner import Domain, Privacy, Workload, plan
 from planner.budget import Sensitivity
 from planner.recovery import downward_closure
 from planner.strategies.marginals import BudgetProblem, coverings, incidence
-from planner.strategies.residual import CHANGE_TOLERANCE
+from planner.recovery import CHANGE_TOLERANCE
 
 ADULT = Domain(
     {"workclass": 9, "education": 16, "marital": 7, "occupation": 15, "relationship": 6, "race": 5, "sex": 2, "income": 2}

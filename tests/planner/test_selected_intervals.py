@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from planner import Privacy, selected_errors
+from planner import Privacy
+from planner.selected_intervals import selected_errors
 from planner.keyed_release import KeyedRelease
 
 Z = 1.959964

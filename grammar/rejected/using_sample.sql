@@ -1,0 +1,2 @@
+-- expect: NotSupportedError USING SAMPLE
+SELECT COUNT(*) FROM adult USING SAMPLE 10%
