@@ -110,6 +110,8 @@ def explain_rows(prepared: Prepared) -> list[ExplainRow]:
             f"onto non-decreasing, non-negative CDFs (weighted isotonic fit, never clipped cell by cell) and inverted: {QUANTILE_RULE}. The query RMSE below is the CDF's standard error in rows; a released error is "
             "in value units: the values within 1.96 rank standard errors of the target rank, their spread ÷ (2 × 1.96) (docs/math.md §13)",
         ))
+    if prepared.quantile_paths is not None:
+        rows += [ExplainRow("quantile path", name, value, detail) for name, value, detail in prepared.quantile_paths.explain()]
     cost_name = "epsilon" if prepared.cost.epsilon is not None else "rho"
     if request.cost is None:
         rows.append(ExplainRow("cost", "not given", None, f"shown for {cost_name} = 1: expected variances scale as 1/{'ε²' if cost_name == 'epsilon' else 'ρ'}"))

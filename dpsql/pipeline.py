@@ -42,6 +42,7 @@ from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
+from dpsql.sql import quantile_paths
 from dpsql.sql.parse import Count, predicate_columns
 from dpsql.sql.statement import Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
@@ -197,10 +198,16 @@ def prepare(session: Session, request: Request) -> Prepared:
         fresh = planner.identity_plan(batch.workload, privacy, contributions, distinct_cells=True)
     else:
         fresh = session.plan(batch.workload, privacy, contributions)
-    _check_spent(fresh.privacy, privacy)
-    decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, request.cost is not None)
+    paths = None if keyed is not None else session.memoised(
+        "quantile paths", (inputs, privacy, contributions), lambda: quantile_paths.choose(batch, fresh, privacy, table.schema.contributions)
+    )
+    exponential = paths is not None and paths.exponential
+    if exponential:  # the mechanisms need a read: the linear plan runs at its share, nothing answered from kept measurements
+        fresh = session.plan(batch.workload, paths.privacy(privacy), contributions)  # type: ignore[union-attr]
+    _check_spent(fresh.privacy, privacy, paths.spent() if exponential else 0.0)  # type: ignore[union-attr]
+    decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, request.cost is not None and not exponential)
     spent = cost if decision.plan is not None else _free(cost)
-    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached))
+    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached), paths)
 
 
 def _unit_cost(session: Session) -> Cost:
@@ -259,8 +266,12 @@ def _keyed_column(session: Session, table: Table, statements: Sequence[Statement
     return column, selecting
 
 
-def _check_spent(spent: planner.Privacy, requested: planner.Privacy) -> None:
-    if abs(spent.as_zcdp() - requested.as_zcdp()) > 1e-9 * requested.as_zcdp() or spent.family != requested.family:
+def _check_spent(spent: planner.Privacy, requested: planner.Privacy, mechanisms: float = 0.0) -> None:
+    """The plan (and the exponential mechanisms beside it, ``mechanisms`` in the family's unit: ε or ρ) spend
+    exactly what was asked."""
+    budget = (lambda p: p.epsilon) if requested.is_laplace else (lambda p: p.rho)
+    total = budget(spent) + mechanisms if spent.family == requested.family else math.inf
+    if abs(total - budget(requested)) > 1e-9 * budget(requested):
         raise InternalError(f"the plan spends {spent}, not the requested {requested}; refusing to run it")
 
 
@@ -364,7 +375,8 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
     else:
         keyed = None
         assert prepared.decision.plan is not None
-        marginals = batch.read_marginals(prepared.decision.plan.required_marginals())
+        paths = prepared.quantile_paths.marginals() if prepared.quantile_paths is not None else ()
+        marginals = batch.read_marginals(prepared.decision.plan.required_marginals() + paths)
     attributes = [a for a in batch.read_attributes(domain.attributes) if a in columns]  # not an aggregated column's moment cells
     ordered = {name: columns[name] for name in (*attributes, *(c for c in columns if c not in attributes))}
     kept = session.bounded.relation(table)
@@ -404,7 +416,12 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     else:
         required = batch.folded(plan.required_marginals(), aggregation.marginal_arrays(result))  # type: ignore[union-attr]
     assert plan is not None and batch.workload is not None
-    measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
+    rng = testing.random_source()
+    measurement = plan.measure(required, rng=rng, noise=testing.noise_enabled())
+    chosen = None
+    paths = prepared.quantile_paths
+    if paths is not None and paths.exponential and testing.noise_enabled():  # noise off: the exact CDF answers
+        chosen = paths.release(batch, batch.folded(paths.marginals(), aggregation.marginal_arrays(result)), rng)
     fresh = plan.answer(measurement)
     found = {index: (fresh.values[i], fresh.variances[i]) for i, index in enumerate(measured)}
     estimates = plan.kept_estimates(measurement) if session.settings.reuse else None
@@ -421,7 +438,7 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     combined = bool(kept) or (estimates is not None and earlier > 0 and bool(from_store))
     outcome = Outcome("combined" if combined else "measured", note=note)
     variances_of = plan.variances_of if not from_store else None  # the plan's covariances hold for its own answers only
-    return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, variances_of), outcome)
+    return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, variances_of, chosen), outcome)
 
 
 def _zero_results(batch: CompiledBatch) -> list[ResultSet]:

@@ -11,6 +11,8 @@ from planner.keyed_release import KeyedRelease
 from planner.keyed_release import design as design_keyed_release
 from planner.noise import NoiseParameterError, discrete_gaussian, discrete_laplace
 from planner.partition import PartitionSelection, PartitionSelectionImpossibleError
+from planner.quantile_mechanisms import ExponentialQuantiles, QuantileChoice, QuantileColumn
+from planner.quantile_mechanisms import choose as choose_quantiles
 from planner.recovery import helmert_basis, nonnegative_fit
 from planner.select import BoundUnavailableError
 from planner.selection_split import SelectionSplit, split
@@ -26,6 +28,7 @@ __all__ = [
     "BoundUnavailableError",
     "Domain",
     "Explicit",
+    "ExponentialQuantiles",
     "Factor",
     "Identity",
     "KeyedRelease",
@@ -40,10 +43,13 @@ __all__ = [
     "Prefix",
     "Privacy",
     "Product",
+    "QuantileChoice",
+    "QuantileColumn",
     "SelectionSplit",
     "Total",
     "Workload",
     "design_keyed_release",
+    "choose_quantiles",
     "discrete_gaussian",
     "discrete_laplace",
     "helmert_basis",
