@@ -93,6 +93,7 @@ HERE = Path(__file__).resolve().parent
 DATA = Path(os.environ.get("DPSQL_BENCH_DATA", HERE.parent.parent / "shared" / "data"))  # the repository sits beside shared/
 EPSILON = 1.0
 DECILES = tuple(round(0.1 * k, 1) for k in range(1, 10))
+MAX_TUMULT_QUERIES = 9  # Tumult answers one quantile per Spark query (seconds each): the 99-percentile task skips it
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,13 @@ class Task:
 
 PUMS = dict(file="PUMS_10k.csv", group="educ", categories=tuple(range(1, 17)), column="age", low=0, high=100)
 ADULT = dict(file="adult.csv", group="workclass", categories=tuple(range(9)), column="hours_per_week", low=0, high=98)
+PUMS_BY_SEX = dict(PUMS, group="sex", categories=(0, 1))
+PERCENTILES = tuple(round(0.01 * k, 2) for k in range(1, 100))
 TASKS = (
     Task("PUMS_10k age deciles by educ", fractions=DECILES, **PUMS),  # type: ignore[arg-type]
     Task("PUMS_10k age median by educ", fractions=(0.5,), **PUMS),  # type: ignore[arg-type]
+    Task("PUMS_10k age 10/50/90 by sex", fractions=(0.1, 0.5, 0.9), **PUMS_BY_SEX),  # type: ignore[arg-type]
+    Task("PUMS_10k age 99 percentiles by sex", fractions=PERCENTILES, **PUMS_BY_SEX),  # type: ignore[arg-type]
     Task("Adult hours-per-week deciles by workclass", fractions=DECILES, **ADULT),  # type: ignore[arg-type]
     Task("Adult hours-per-week median by workclass", fractions=(0.5,), **ADULT),  # type: ignore[arg-type]
 )
@@ -140,6 +145,20 @@ def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> tuple[list[Rele
         released.append({int(key): list(values) for key, *values in rows})
         intervals.append({int(key): list(band) for (key, *_), (_, *band) in zip(rows, bands)})
     return released, intervals
+
+
+def dpsql_path(task: Task, data: pd.DataFrame) -> str:
+    """How dpsql answers the task (EXPLAIN's ``quantile path`` row: the exponential mechanism or the CDF)."""
+    schema = {
+        "privacy_unit": None,
+        "columns": {task.group: {"categories": list(task.categories)}, task.column: {"range": [task.low, task.high]}},
+    }
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON))
+    connection.register("t", data, schema=schema)
+    rows = connection.cursor().execute("EXPLAIN " + task.sql(), epsilon=EPSILON).fetchall()
+    connection.close()
+    found = [r[3] for r in rows if r[0] == "quantile path"]
+    return found[0].split(";")[0] if found else "CDF path (no exponential candidate)"
 
 
 def histogram_trials(task: Task, data: pd.DataFrame, trials: int, rng: np.random.Generator, clip: bool) -> list[Release]:
@@ -238,19 +257,23 @@ def main() -> None:
     parser.add_argument("--tumult-trials", type=int, default=10, help="Tumult's Spark queries take seconds each")
     parser.add_argument("--seed", type=int, default=0, help="for the in-script baselines only (dpsql's noise is from OS entropy)")
     parser.add_argument("--csv", default="quantiles.csv")
+    parser.add_argument("--tasks", nargs="*", default=[""], help="only the tasks whose names contain one of these words")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     rows = []
-    for task in TASKS:
+    for task in (t for t in TASKS if any(word in t.name for word in args.tasks)):
         data = task.frame()
         dpsql_released, dpsql_intervals = dpsql_trials(task, data, args.trials)
         methods: dict[str, tuple[list[Release], str]] = {
             "exact answer (floor)": ([exact_release(task, data)], "-"),
-            "dpsql": (dpsql_released, f"dpsql {dpsql.__version__}"),
+            "dpsql": (dpsql_released, f"dpsql {dpsql.__version__}: {dpsql_path(task, data)}"),
             "identity histogram, clipped": (histogram_trials(task, data, args.trials, rng, clip=True), "-"),
             "identity histogram, projected": (histogram_trials(task, data, args.trials, rng, clip=False), "-"),
         }
         for peer in PEERS:
+            if peer == "Tumult Analytics" and len(task.fractions) > MAX_TUMULT_QUERIES:
+                print(f"  (Tumult skipped for {task.name}: {len(task.fractions)} Spark queries per trial)", file=sys.stderr)
+                continue
             got = peer_trials(peer, task, args.tumult_trials if peer == "Tumult Analytics" else args.trials)
             if got is not None:
                 methods[peer] = got

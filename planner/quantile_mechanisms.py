@@ -9,13 +9,15 @@ histograms, drawing from OS entropy unless a test passes a seed.
 
 **One quantile** ``q`` of a group with histogram ``h`` over cells ``0..K−1``: with ``L(c)`` the rows below
 cell ``c`` and ``t(c)`` the rows in it, the candidate ``c`` holds the ranks ``[L, L + t]``; its score is the
-distance from the target rank ``qN`` to the middle part of that block, ``[L + q·t/2, L + t − (1−q)·t/2]``
-(half its length, placed at the block's q-point). Adding or removing a row moves ``L`` or ``t`` by one and
-the target by ``q``, so every score moves by at most ``Δ = max(q, 1 − q)`` (``k·Δ`` with ``k`` rows per
-privacy unit). The score lies between Smith's (the whole block) and OpenDP's (its q-point, Smith 2011,
-"Privacy-preserving statistical estimation with optimal convergence rates"; OpenDP's
-``make_quantile_score_candidates``); on tied integer data it puts more mass on the true quantile's cell
-than either (``benchmarks/quantiles.py``).
+distance from the target rank ``qN`` to that block with ``min(q·t/2, c)`` rows cut from its bottom and
+``min((1−q)·t/2, c)`` from its top, ``c = TRIM_SCALES · 2kΔ/ε`` (two of the distances over which a
+candidate's weight falls by e). Adding or removing a row moves ``L`` or ``t`` by one and the target by
+``q``, so every score moves by at most ``Δ = max(q, 1 − q)`` (``k·Δ`` with ``k`` rows per privacy unit).
+The whole block (Smith 2011, "Privacy-preserving statistical estimation with optimal convergence rates")
+scores a true quantile's cell 0 but its neighbours almost as well when the target lies near the block's
+edge; OpenDP's point ``L + q·t`` (``make_quantile_score_candidates``) separates neighbours better but
+scores the true cell far off inside a large block of tied rows (Adult's 40 hours: half the rows). The cut
+keeps both strengths: on PUMS and Adult medians it beats either (``benchmarks/quantiles.py``).
 
 * Pure ε-DP: **permute-and-flip** (McKenna and Sheldon 2020, "Permute-and-Flip: a new mechanism for
   differentially private selection"): every candidate is kept with probability ``exp(−ε(s − s*)/(2kΔ))``
@@ -40,10 +42,13 @@ an answer's rank error moves its descendants' targets by that error times their 
 **Predicted rank error** (mean absolute error in rows, over the fractions): the *dense model* — one row
 per rank, every rank its own candidate, no ties — for which a score is the rank error itself. The
 candidate ``e`` cells from the target's has the score ``|e| − q/2`` above it and ``|e| − (1−q)/2`` below
-(the target at its cell's q-point); at ``β = ε/(2kΔ)`` the exponential mechanism's law is ``∝ e^{−β s_e}`` and
-permute-and-flip's ``P(e) = p_e ∫₀¹ Π_{e'≠e}(1 − u·p_{e'}) du``, ``p_e = e^{−β s_e}``, both summed numerically; the recursive mechanism adds its
-ancestors' errors times the relative fractions (an upper bound). Ties only help both paths; many empty
-cells near the answer hurt the exponential mechanism, not the CDF. The CDF path's is
+(the target at its cell's q-point); at ``β = ε/(2kΔ)`` the exponential mechanism's law is ``∝ e^{−β s_e}``,
+summed numerically — permute-and-flip's expected score is never higher, so its prediction is that one; the recursive mechanism adds its
+ancestors' errors times the relative fractions (an upper bound). Ties help the CDF path and a single
+mechanism alike, but a recursive split inside a block of tied rows moves its descendants' targets by up to
+the block (which the model cannot see: the data's ties are private), so that family is compared at
+``RECURSIVE_ALLOWANCE`` times its predicted error; many empty cells near the answer hurt the exponential
+mechanism, not the CDF. The CDF path's is
 ``√(2/π) · sd(F(k) − qN)``, the rank standard deviation its plan prices, averaged over cells.
 
 **The choice** (:func:`choose`): the exponential path gives the mechanisms a share of the budget and keeps
@@ -73,9 +78,13 @@ EPSILON_BITS = 20
 """ε is rounded down to a multiple of 2^-20 for the exact coins (less ε: never less private)."""
 MAX_EXPONENT = 64
 """Scores more than this many ``2kΔ/ε`` above the least count as exactly that far (keep probability e^-64)."""
+TRIM_SCALES = 2.0
+"""A block is cut by at most this many ``2kΔ/ε`` rows at each end (module doc)."""
 BAND_SHARE = 0.1
 """Least share of the budget the linear plan keeps on the exponential path (the CDF for N and the band)."""
 SHARES = tuple(round(0.05 * i, 2) for i in range(1, 19))  # mechanism shares tried when other products share the plan
+RECURSIVE_ALLOWANCE = 2.0
+"""The recursive mechanism is compared at twice its predicted error (``ExponentialQuantiles.allowance``)."""
 MAX_INDEPENDENT = 4  # most quantiles per group answered by one mechanism each
 FAMILIES = ("independent", "recursive")
 
@@ -90,15 +99,16 @@ def _sensitivity_units(numerator: int) -> int:
     return 2 * max(numerator, 2**FRACTION_BITS - numerator)
 
 
-def scores(histograms: np.ndarray, fraction: float) -> np.ndarray:
+def scores(histograms: np.ndarray, fraction: float, trim: int) -> np.ndarray:
     """Per group (rows) and candidate cell (columns), the score of the module doc in exact integers, in
-    units of ``1/(2·2^FRACTION_BITS)`` rows: the distance from ``qN`` to ``[L + qt/2, L + t − (1−q)t/2]``."""
+    units of ``1/(2·2^FRACTION_BITS)`` rows: the distance from ``qN`` to the block ``[L, L + t]`` with
+    ``min(qt/2, c)`` cut from its bottom and ``min((1−q)t/2, c)`` from its top, ``c = trim`` in those units."""
     counts = np.asarray(histograms, dtype=np.int64)
     numerator, whole = _quantized(fraction), 2**FRACTION_BITS
     below = np.cumsum(counts, axis=1) - counts
     target = 2 * numerator * counts.sum(axis=1, keepdims=True)
-    low = 2 * whole * below + numerator * counts
-    high = 2 * whole * below + (whole + numerator) * counts
+    low = 2 * whole * below + np.minimum(numerator * counts, trim)
+    high = 2 * whole * (below + counts) - np.minimum((whole - numerator) * counts, trim)
     return np.maximum(np.maximum(low - target, target - high), 0)
 
 
@@ -157,10 +167,25 @@ class ExponentialQuantiles:
         errors = self.predicted_rank_errors()
         return float(sum(errors) / len(errors))
 
+    @property
+    def allowance(self) -> float:
+        """How much worse than predicted the family may do on tied data, where the dense model is optimistic
+        for it: the recursive mechanism's splits fall inside blocks of tied rows (module doc)."""
+        return RECURSIVE_ALLOWANCE if self.family == "recursive" else 1.0
+
+    def score_rows(self, histograms: np.ndarray, fraction: float) -> np.ndarray:
+        """The scores one mechanism of this family gives every cell of each group, in rows (module doc)."""
+        numerator = _quantized(fraction)
+        return scores(histograms, numerator / 2**FRACTION_BITS, self._trim(numerator)) / (2 * 2**FRACTION_BITS)
+
+    def _trim(self, numerator: int) -> int:
+        """``c``: ``TRIM_SCALES`` times the distance ``2kΔ/ε`` at which a candidate's weight falls by e (score units)."""
+        return int(TRIM_SCALES * 2 * self.contributions * _sensitivity_units(numerator) / self._epsilon())
+
     def _node_error(self, fraction: float) -> float:
         beta = round(self._epsilon() / (2 * self.contributions * max(fraction, 1.0 - fraction)), 9)
         fraction = round(fraction, 6)
-        return permute_and_flip_error(beta, fraction) if self.privacy.is_laplace else exponential_error(beta, fraction)
+        return exponential_error(beta, fraction)
 
     # -- release ------------------------------------------------------------------------------------------
     def release(self, histograms: np.ndarray, rng: RandomLike = None) -> np.ndarray:
@@ -197,9 +222,9 @@ class ExponentialQuantiles:
     def _select(self, counts: np.ndarray, fraction: float, source: RandomSource) -> np.ndarray:
         """One mechanism per row of ``counts`` at the per-level budget: the chosen cell of each row."""
         numerator = _quantized(fraction)
-        score = scores(counts, numerator / 2**FRACTION_BITS)
         epsilon_numerator = math.floor(self._epsilon() * 2**EPSILON_BITS)
         denominator = 2**EPSILON_BITS * 2 * self.contributions * _sensitivity_units(numerator)
+        score = scores(counts, numerator / 2**FRACTION_BITS, self._trim(numerator))
         cap = -(-MAX_EXPONENT * denominator // epsilon_numerator)  # C: min(s, s* + C) is as sensitive as s
         excess = np.minimum(score - score.min(axis=1, keepdims=True), cap)
         numerators = excess * epsilon_numerator
@@ -271,7 +296,8 @@ def _recursion(fractions: Sequence[float]) -> list[_Node]:
 
 def _dense_scores(beta: float, fraction: float) -> tuple[np.ndarray, np.ndarray]:
     """The dense model's rank errors ``e`` and scores: one row per cell, the target at its cell's q-point, so
-    the middle half of the block ``e`` cells away lies ``|e| − q/2`` above it (``|e| − (1−q)/2`` below)."""
+    the cut block ``e`` cells away lies ``|e| − q/2`` above it (``|e| − (1−q)/2`` below; the cut of one row's
+    block is never more than ``c``, which is at least half a row at every budget the mechanisms run at)."""
     reach = int(math.ceil(40.0 / beta)) + 1
     errors = np.arange(-reach, reach + 1)
     shift = np.where(errors > 0, fraction / 2, (1 - fraction) / 2)
@@ -284,19 +310,6 @@ def exponential_error(beta: float, fraction: float = 0.5) -> float:
     errors, score = _dense_scores(beta, fraction)
     weights = np.exp(-beta * score)
     return float((np.abs(errors) * weights).sum() / weights.sum())
-
-
-@functools.lru_cache(maxsize=4096)
-def permute_and_flip_error(beta: float, fraction: float = 0.5, points: int = 2001) -> float:
-    """E|e| of permute-and-flip over the dense model's candidates with keep probabilities p_e = e^(−β·s_e):
-    its law ``P(e) = p_e ∫₀¹ Π_{e'≠e}(1 − u p_{e'}) du`` (a candidate is released when its arrival time ``u``
-    comes before every other kept candidate's), integrated on a grid (candidates with p_e < e^-40 left out)."""
-    errors, score = _dense_scores(beta, fraction)
-    keep = np.exp(-beta * score)
-    arrival = (np.arange(points) + 0.5) / points
-    logs = np.log1p(-np.outer(arrival, np.minimum(keep, 1 - 1e-12)))
-    per_error = keep * np.exp(logs.sum(axis=1, keepdims=True) - logs).mean(axis=0)
-    return float((np.abs(errors) * per_error).sum() / per_error.sum())
 
 
 @dataclass(frozen=True)
@@ -341,7 +354,7 @@ def design(fractions: Sequence[float], cells: int, privacy: Privacy, contributio
     """The family member with the least predicted mean rank error for these fractions at ``privacy``."""
     families = ["independent"] if len(fractions) == 1 else (["independent", "recursive"] if len(fractions) <= MAX_INDEPENDENT else ["recursive"])
     built = [ExponentialQuantiles(tuple(fractions), cells, privacy, family, contributions) for family in families]
-    return min(built, key=lambda m: m.predicted_rank_error())
+    return min(built, key=lambda m: m.allowance * m.predicted_rank_error())
 
 
 def choose(columns: Sequence[QuantileColumn], other_error: float, privacy: Privacy, contributions: int = 1) -> QuantileChoice:
@@ -357,7 +370,7 @@ def choose(columns: Sequence[QuantileColumn], other_error: float, privacy: Priva
             if column in chosen:
                 mechanism = design(column.fractions, column.cells, privacy.scaled(share / len(chosen)), contributions)
                 mechanisms[column.name] = mechanism
-                error += column.groups * sum(e**2 for e in mechanism.predicted_rank_errors())
+                error += column.groups * sum((mechanism.allowance * e) ** 2 for e in mechanism.predicted_rank_errors())
             else:
                 error += column.groups * sum(e**2 for e in column.cdf_errors(scale))
         return error, mechanisms
