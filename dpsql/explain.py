@@ -71,6 +71,7 @@ class Outcome:
     released: int | None = None
     plan: planner.Plan | None = None
     note: str | None = None
+    clip: tuple[str, float] | None = None  # ``clip: auto``: the column and the clip released
 
 
 _HOW = {
@@ -110,6 +111,9 @@ def explain_rows(prepared: Prepared) -> list[ExplainRow]:
             f"onto non-decreasing, non-negative CDFs (weighted isotonic fit, never clipped cell by cell) and inverted: {QUANTILE_RULE}. The query RMSE below is the CDF's standard error in rows; a released error is "
             "in value units: the values within 1.96 rank standard errors of the target rank, their spread ÷ (2 × 1.96) (docs/math.md §13)",
         ))
+    if prepared.clip is not None:
+        column, share, detail = prepared.clip.explain()
+        rows.append(ExplainRow("clip", column, share, f"share of the budget; {detail}"))
     if prepared.quantile_paths is not None:
         rows += [ExplainRow("quantile path", name, value, detail) for name, value, detail in prepared.quantile_paths.explain()]
     cost_name = "epsilon" if prepared.cost.epsilon is not None else "rho"
@@ -280,6 +284,8 @@ class Explanation:
             rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {self.prepared.keyed!r}, newly selected and cached on the connection"))
         if outcome.plan is not None:
             rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
+        if outcome.clip is not None:
+            rows.append(ExplainRow("clip", outcome.clip[0], outcome.clip[1], "released: SUM/AVG/VARIANCE/STDDEV clamped the values at it"))
         text = render(rows)
         return text if outcome.note is None else f"{text}\n{outcome.note}"
 

@@ -42,7 +42,7 @@ from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
-from dpsql.sql import quantile_paths
+from dpsql.sql import clipping, quantile_paths
 from dpsql.sql.parse import Count, predicate_columns
 from dpsql.sql.statement import Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
@@ -185,6 +185,8 @@ def prepare(session: Session, request: Request) -> Prepared:
     if batch.workload is None:
         return Prepared(request, table, batch, rows, None, keyed, None, nothing, _free(cost))
     privacy = planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
+    clip = None if keyed is not None else clipping.design(batch.encoding, privacy, table.schema.contributions)
+    whole, privacy = privacy, (privacy if clip is None else privacy.scaled(1 - clip.share))  # the clip first, then the rest
     if selecting:
         assert keyed is not None
         chosen = selection.design(session, table, batch, keyed, privacy)
@@ -204,10 +206,12 @@ def prepare(session: Session, request: Request) -> Prepared:
     exponential = paths is not None and paths.exponential
     if exponential:  # the mechanisms need a read: the linear plan runs at its share, nothing answered from kept measurements
         fresh = session.plan(batch.workload, paths.privacy(privacy), contributions)  # type: ignore[union-attr]
-    _check_spent(fresh.privacy, privacy, paths.spent() if exponential else 0.0)  # type: ignore[union-attr]
-    decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, request.cost is not None and not exponential)
+    mechanisms = (paths.spent() if exponential else 0.0) + (clip.spent() if clip is not None else 0.0)  # type: ignore[union-attr]
+    _check_spent(fresh.privacy, whole, mechanisms)
+    reusable = request.cost is not None and not exponential and clip is None  # a clipped measurement is never kept
+    decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, reusable)
     spent = cost if decision.plan is not None else _free(cost)
-    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached), paths)
+    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached), paths, clip)
 
 
 def _unit_cost(session: Session) -> Cost:
@@ -408,23 +412,29 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
         report = Outcome("measured", released=outcome.released, plan=outcome.plan, note=note)
         return _with_explanation(session, prepared, outcome.batch.results(answers.values, answers.variances), report)
     plan, measured, kept = decision.plan, decision.measured, decision.kept
+    rng = testing.random_source()
+    clip: int | None = None
+    arrays: dict[tuple[str, ...], np.ndarray] = {}
     if prepared.keyed is not None:  # a released key set: the column's cells come from key bounding
         assert batch.workload is not None
         domain = next(c for s in batch.statements for b in s.branches for n, c in b.columns.items() if n == prepared.keyed)
         full = np.moveaxis(keys.table_over_keys(aggregation.key_histogram(result), domain), 0, batch.workload.domain.attributes.index(prepared.keyed))
         required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
     else:
-        required = batch.folded(plan.required_marginals(), aggregation.marginal_arrays(result))  # type: ignore[union-attr]
+        clip = None if prepared.clip is None else prepared.clip.release(aggregation, result, rng, testing.noise_enabled())
+        arrays = aggregation.marginal_arrays(result, clip)
+        if prepared.clip is not None and clip is not None:  # the answers read the chosen clip's cells
+            batch = batch.with_encoding(prepared.clip.clipped(clip))
+        required = batch.folded(plan.required_marginals(), arrays)  # type: ignore[union-attr]
     assert plan is not None and batch.workload is not None
-    rng = testing.random_source()
     measurement = plan.measure(required, rng=rng, noise=testing.noise_enabled())
     chosen = None
     paths = prepared.quantile_paths
     if paths is not None and paths.exponential and testing.noise_enabled():  # noise off: the exact CDF answers
-        chosen = paths.release(batch, batch.folded(paths.marginals(), aggregation.marginal_arrays(result)), rng)
+        chosen = paths.release(batch, batch.folded(paths.marginals(), arrays), rng)
     fresh = plan.answer(measurement)
     found = {index: (fresh.values[i], fresh.variances[i]) for i, index in enumerate(measured)}
-    estimates = plan.kept_estimates(measurement) if session.settings.reuse else None
+    estimates = plan.kept_estimates(measurement) if session.settings.reuse and prepared.clip is None else None
     earlier = session.store.measurement_count(prepared.rows)
     if estimates is not None:
         session.store.record(prepared.rows, estimates)
@@ -436,7 +446,8 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     gls = Answers(tuple(found[i][0] for i in everything), tuple(found[i][1] for i in everything))
     answers, note = _finished(session, prepared, gls, plan, measurement, from_store=len(from_store) == len(everything), batch=batch)
     combined = bool(kept) or (estimates is not None and earlier > 0 and bool(from_store))
-    outcome = Outcome("combined" if combined else "measured", note=note)
+    released_clip = None if prepared.clip is None or clip is None else (prepared.clip.encoding.column, prepared.clip.value(clip))
+    outcome = Outcome("combined" if combined else "measured", note=note, clip=released_clip)
     variances_of = plan.variances_of if not from_store else None  # the plan's covariances hold for its own answers only
     return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, variances_of, chosen), outcome)
 

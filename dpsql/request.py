@@ -11,6 +11,7 @@ import planner
 from dpsql.accountant import Cost
 from dpsql.keys import KeyBounds
 from dpsql.session import Table
+from dpsql.sql.clipping import AutomaticClip
 from dpsql.sql.quantile_paths import QuantilePaths
 from dpsql.sql.statement import Statement
 from dpsql.workloads import CompiledBatch
@@ -72,6 +73,7 @@ class Prepared:
     cost: Cost  # what release charges when it reads
     cached_keys: int | None = None  # size of the released key set the statement uses (not selecting)
     quantile_paths: QuantilePaths | None = None  # quantiled columns an exponential mechanism answers (dpsql.sql.quantile_paths)
+    clip: AutomaticClip | None = None  # the aggregated column's private clip (``clip: auto``, dpsql.sql.clipping)
 
     @property
     def plan(self) -> planner.Plan | None:

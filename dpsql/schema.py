@@ -70,7 +70,7 @@ class _RemainderCell:
 
 
 REMAINDER = _RemainderCell()
-_COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds"}
+_COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds", "clip"}
 _SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
 
 
@@ -96,6 +96,7 @@ class ColumnDomain:
     values: tuple[Scalar, ...] = ()
     nullable: bool = False
     bounds: tuple[float, float] | None = None  # what SUM/AVG/VARIANCE/STDDEV clamp to
+    clip: bool = False  # ``clip: auto``: SUM/AVG/VARIANCE/STDDEV clamp at a private clip within the bounds
 
     @property
     def value_bounds(self) -> tuple[float, float] | None:
@@ -327,10 +328,11 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
     nullable = spec.get("nullable", False)
     if not isinstance(nullable, bool):
         raise ProgrammingError(f"column {name!r}: nullable must be true or false, got {nullable!r}")
+    clip = _clip(name, spec.get("clip"), bounds is not None or "range" in spec)
     if not kinds and bounds is not None:
         if nullable:
             raise ProgrammingError(f"column {name!r}: nullable applies to a declared domain; a column with bounds only keeps its NULLs")
-        return ColumnDomain(name, "unknown", bounds=bounds)
+        return ColumnDomain(name, "unknown", bounds=bounds, clip=clip)
     if len(kinds) != 1:
         raise ProgrammingError(f"column {name!r}: declare exactly one of categories, range, bins (got {kinds})")
     kind = kinds[0]
@@ -344,7 +346,18 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
         values = _range_bounds(name, values)
     else:
         _check_bins(name, values)
-    return ColumnDomain(name, kind, values, nullable, bounds)
+    return ColumnDomain(name, kind, values, nullable, bounds, clip)
+
+
+def _clip(name: str, raw: object, bounded: bool) -> bool:
+    """``clip: auto`` (SUM/AVG/VARIANCE/STDDEV clamp at a private clip within the bounds), or absent."""
+    if raw is None:
+        return False
+    if raw != "auto":
+        raise ProgrammingError(f"column {name!r}: clip must be 'auto' (a private clip within the bounds), got {raw!r}")
+    if not bounded:
+        raise ProgrammingError(f"column {name!r}: clip: auto chooses a clip within bounds; declare them, e.g. bounds: [0, 10000000]")
+    return True
 
 
 def _value_bounds(name: str, raw: object) -> tuple[float, float]:

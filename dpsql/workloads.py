@@ -57,6 +57,15 @@ class CompiledBatch:
     encoding: ValueEncoding | None = None  # the aggregated column's moment cells (``dpsql.sql.moments``)
     distinct: DistinctUnits | None = None  # COUNT(DISTINCT unit): (unit, group cell) pairs are counted, not rows
 
+    def with_encoding(self, encoding: ValueEncoding) -> CompiledBatch:
+        """The batch whose answers read ``encoding`` (the same cells: a clip chosen after the read,
+        ``dpsql.sql.clipping``)."""
+        statements = tuple(
+            dataclasses.replace(s, branches=tuple(dataclasses.replace(b, encoding=encoding) if b.encoding is not None else b for b in s.branches))
+            for s in self.statements
+        )
+        return dataclasses.replace(self, statements=statements, encoding=encoding)
+
     @property
     def scale(self) -> int:
         """Units of weight per row in the data vector (multiplies the sensitivity)."""

@@ -3,6 +3,7 @@
 This module is the planner's public API: ``dpsql`` imports from here (and from the ``planner.ldp``
 subpackage) only, never from the modules behind it (tests/test_architecture.py)."""
 
+from planner.clipping import CLIP_SHARE, UpperClip
 from planner.domain import Domain
 from planner.privacy import Privacy
 from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predicate, Prefix, Product, Total, Workload, marginal_for
@@ -23,6 +24,7 @@ from planner.strategies.residual import NonNegativityReport
 
 __all__ = [
     "AllRange",
+    "CLIP_SHARE",
     "Answers",
     "Block",
     "BoundUnavailableError",
@@ -47,6 +49,7 @@ __all__ = [
     "QuantileColumn",
     "SelectionSplit",
     "Total",
+    "UpperClip",
     "Workload",
     "design_keyed_release",
     "choose_quantiles",

@@ -27,6 +27,7 @@ the delta method needs. With ``w = hi − lo``: ``SUM = lo·C + w·U``, ``AVG = 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from dpsql.sql.parse import Aggregate, Query
 
 GRID = 4096
 """Grid points (``R``) for bounds that are not integers at most this far apart."""
+CLIP_BASE = 1 << 22
+"""``clip: auto``: values are read as indices on this many steps of the bounds (integer bounds closer: one per integer)."""
 SECOND_MOMENT = ("VAR_SAMP", "VAR_POP", "STDDEV_SAMP", "STDDEV_POP")
 CLAMPING_RULE = (
     "each value is clamped to the column's bounds [lo, hi] and rounded to the nearest point (ties up) of the grid "
@@ -58,6 +61,9 @@ class ValueEncoding:
     grid: int  # R
     moments: int  # 1: SUM/AVG; 2: also VARIANCE/STDDEV
     null_cell: bool  # the column may hold NULL: a last cell for NULL rows
+    clip_base: int = 0  # ``clip: auto``: values are read as indices on this many steps over [low, high] (0: no clip)
+    clipped_rows: float = 0.0  # after a clip: the clipped rows the error bars assume, and ...
+    clipped_excess: float = 0.0  # ... how far above the clip each lies, in clip widths (``dpsql.sql.clipping``)
 
     @property
     def attribute(self) -> str:
@@ -121,6 +127,53 @@ class ValueEncoding:
             weights.append(exp.Case().when(value.copy().is_(exp.null()), exp.Literal.number(self.scale)).else_(exp.Literal.number(0)))
         return weights
 
+    # -- clip: auto (``dpsql.sql.clipping``) ------------------------------------------------------------
+    def index(self, value: exp.Expression) -> exp.Expression:
+        """The row's value clamped to the bounds as an index on the base grid (nearest point, ties up), NULL
+        for NULL: ``clip: auto`` reads these and computes the moment cells of the chosen clip after the read."""
+        low, high = float(self.low), float(self.high)
+        as_double = exp.cast(value.copy(), "DOUBLE")
+        clamped = exp.func("LEAST", exp.func("GREATEST", as_double, _number(low)), _number(high))
+        offset = exp.Div(
+            this=exp.Mul(this=exp.paren(exp.Sub(this=clamped, expression=_number(low))), expression=exp.Literal.number(self.clip_base)),
+            expression=_number(high - low),
+        )
+        step = exp.cast(exp.func("FLOOR", exp.Add(this=offset, expression=exp.Literal.number("0.5"))), "BIGINT")
+        return exp.Case().when(value.copy().is_(exp.null()), exp.null()).else_(step)
+
+    def cell_weights(self, indices: np.ndarray, clip: int) -> np.ndarray:
+        """Per row (its base-grid index, -1 for NULL), the integer weights over the cells for values clamped to
+        the base-grid point ``clip`` (≥ 1) and gridded on ``grid`` steps of ``[low, clip]`` (nearest, ties up)."""
+        index = np.asarray(indices, dtype=np.int64)
+        null = index < 0
+        j = (2 * self.grid * np.minimum(np.maximum(index, 0), clip) + clip) // (2 * clip)
+        rest = self.grid - j
+        parts = [rest, j] if self.moments == 1 else [self.grid * rest, j * rest, j * j]
+        weights = np.stack([np.where(null, 0, p) for p in parts], axis=-1)
+        if self.null_cell:
+            weights = np.concatenate([weights, np.where(null, self.scale, 0)[..., None]], axis=-1)
+        return weights
+
+    def clipped(self, clip: int, rows: float, excess: float) -> ValueEncoding:
+        """The encoding whose answers read the cells of the clip ``clip`` (a base-grid index): ``high`` there;
+        its error bars add the bias of ``rows`` clipped rows each ``excess`` clip widths above it."""
+        high = self.low + (self.high - self.low) * clip / self.clip_base
+        return dataclasses.replace(self, high=high, clip_base=0, clipped_rows=rows, clipped_excess=excess)
+
+    def _clipping_bias(self, function: str, count: float, total: float) -> float:
+        """The error bars' estimate of the clipping bias of one group's aggregate (``count`` its estimated rows,
+        ``total`` those of every group of the branch): its share of the clipped rows, each ``clipped_excess``
+        widths above the clip — for SUM ``rows·excess·w``, AVG that per row, the variances the excess of squares."""
+        if not self.clipped_rows or total <= 0:
+            return 0.0
+        width, share = self.high - self.low, max(count, 0.0) / total
+        if function == "SUM":
+            return self.clipped_rows * share * self.clipped_excess * width
+        per_row = self.clipped_rows / total
+        if function == "AVG":
+            return per_row * self.clipped_excess * width
+        return per_row * ((1 + self.clipped_excess) ** 2 - 1) * width**2
+
     # -- answers -----------------------------------------------------------------------------------------
     def released(self, function: str, values: np.ndarray, variances: np.ndarray) -> tuple[list[float | None], list[float | None]]:
         """Per group, the aggregate and its delta-method standard error from the block's answers in count
@@ -139,13 +192,15 @@ class ValueEncoding:
                 pair += 1
         out: list[float | None] = []
         errors: list[float | None] = []
+        total = float(np.sum(np.maximum(estimates[:, 0], 0.0)))
         for estimate, cov in zip(estimates, covariance):
             value, gradient, root = _function(function, estimate, self.low, self.high)
             if value is None or gradient is None:
                 out.append(None)
                 errors.append(None)
                 continue
-            variance = float(max(gradient @ cov @ gradient, 0.0))
+            bias = self._clipping_bias(function.replace("STDDEV", "VAR"), float(estimate[0]), total)
+            variance = float(max(gradient @ cov @ gradient, 0.0)) + bias**2
             error = math.sqrt(variance)
             if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V)
                 error = error / (2 * value) if value > 0 else None  # type: ignore[assignment]
@@ -213,10 +268,13 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
             f"{column}: {{bounds: [lo, hi]}} — values are clamped to them (they must not come from the data)"
         )
     low, high = bounds
-    integral = all(float(b).is_integer() for b in bounds) and high - low <= GRID
-    grid = int(high - low) if integral else GRID
     moments = 2 if functions & set(SECOND_MOMENT) else 1
     null_cell = domain.nullable or not domain.is_known
+    if domain.clip:  # the clip's width is decided after the read: the grid is always GRID steps of it
+        whole = all(float(b).is_integer() for b in bounds) and high - low <= CLIP_BASE
+        return ValueEncoding(column, float(low), float(high), GRID, moments, null_cell, int(high - low) if whole else CLIP_BASE)
+    integral = all(float(b).is_integer() for b in bounds) and high - low <= GRID
+    grid = int(high - low) if integral else GRID
     return ValueEncoding(column, float(low), float(high), grid, moments, null_cell)
 
 
