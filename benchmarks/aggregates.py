@@ -74,6 +74,8 @@ class Task:
     column: str
     bounds: tuple[int, int]
     categories: dict[str, list[int]]
+    clip: bool = False  # ``clip: auto`` within the bounds (dpsql; peers get the bounds as they are)
+    truth_bounds: tuple[int, int] | None = None  # what the exact answers clamp to (default: the bounds)
 
     def frame(self) -> pd.DataFrame:
         return read_table(DATA / self.file, [*self.groups, self.column])
@@ -88,11 +90,21 @@ TASKS = (
     Task("PUMS_10k income by sex × married", "PUMS_10k.csv", ("sex", "married"), "income", (0, 500_000), {"sex": [0, 1], "married": [0, 1]}),
     Task("Adult hours-per-week by workclass", "adult.csv", ("workclass",), "hours_per_week", (0, 98), {"workclass": list(range(9))}),
 )
+LOOSE_INCOME = (0, 10_000_000)  # what a user unsure of the data declares (every PUMS_10k income lies below 713,001)
+LOOSE_HOURS = (0, 1000)
+CLIP_TASKS = (  # against the exact unclipped answers: the well-chosen bounds, then loose bounds with and without clip: auto
+    Task("PUMS_10k income by sex, [0, 500000]", "PUMS_10k.csv", ("sex",), "income", (0, 500_000), {"sex": [0, 1]}, truth_bounds=LOOSE_INCOME),
+    Task("PUMS_10k income by sex, [0, 10000000] clip: auto", "PUMS_10k.csv", ("sex",), "income", LOOSE_INCOME, {"sex": [0, 1]}, clip=True),
+    Task("Adult hours-per-week by workclass, [0, 98]", "adult.csv", ("workclass",), "hours_per_week", (0, 98), {"workclass": list(range(9))},
+         truth_bounds=LOOSE_HOURS),
+    Task("Adult hours-per-week by workclass, [0, 1000] clip: auto", "adult.csv", ("workclass",), "hours_per_week", LOOSE_HOURS,
+         {"workclass": list(range(9))}, clip=True),
+)
 
 
 def truth(task: Task, data: pd.DataFrame) -> pd.DataFrame:
     """Exact SUM and AVG of the clamped values per group, over every group of the declared domain."""
-    low, high = task.bounds
+    low, high = task.truth_bounds or task.bounds
     clamped = data.assign(v=data[task.column].clip(low, high))
     if len(task.groups) == 1:
         index = pd.Index(task.categories[task.groups[0]], name=task.groups[0])
@@ -106,7 +118,10 @@ def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> tuple[list[pd.D
     """dpsql's releases and their 95 % intervals (``cursor.confidence_interval``), per trial."""
     schema = {
         "privacy_unit": None,
-        "columns": {**{g: {"categories": c} for g, c in task.categories.items()}, task.column: {"bounds": list(task.bounds)}},
+        "columns": {
+            **{g: {"categories": c} for g, c in task.categories.items()},
+            task.column: {"bounds": list(task.bounds), **({"clip": "auto"} if task.clip else {})},
+        },
     }
     released, intervals = [], []
     for rows, bands in released_runs(data, schema, task.sql(), trials, EPSILON):
@@ -232,11 +247,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--tumult-trials", type=int, default=10, help="Tumult's trials (each Spark query takes seconds)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tasks", nargs="*", default=[""], help="only the tasks whose names contain one of these words ('CUBE' for the CUBE rows)")
     args = parser.parse_args()
     peer_trial_counts = {peer: args.trials for peer in PEERS} | {"Tumult Analytics": args.tumult_trials}
     rng = np.random.default_rng(args.seed)
     rows = []
-    for task in TASKS:
+    for task in (t for t in (*TASKS, *CLIP_TASKS) if any(word in t.name for word in args.tasks)):
         data = task.frame()
         exact = truth(task, data)
         dpsql_released, dpsql_intervals = dpsql_trials(task, data, args.trials)
@@ -253,10 +269,26 @@ def main() -> None:
                 "sum_coverage_95": coverage(exact, dpsql_intervals, "sum") if name == "dpsql" else "",
                 "avg_coverage_95": coverage(exact, dpsql_intervals, "avg") if name == "dpsql" else "",
             })
-    rows += cube_rows(args.trials, rng)
+    if any(word in "PUMS_10k income by CUBE (sex, married)" for word in args.tasks):
+        rows += cube_rows(args.trials, rng)
     columns = ["task", "method", "groups", "trials", "epsilon", "sum_mae", "avg_mae", "avg_mae_vs_dpsql", "sum_coverage_95", "avg_coverage_95"]
     print_table(rows, columns, number_text)
     print(f"written to {write_csv('aggregates.csv', rows, columns)}")
+    print_clip_summary(rows)
+
+
+def print_clip_summary(rows: list[dict[str, object]]) -> None:
+    """clip: auto against the well-chosen bounds (dpsql) and against the peers given the same loose bounds."""
+    mae = {(r["task"], r["method"]): float(r["avg_mae"]) for r in rows}  # type: ignore[arg-type]
+    for chosen, loose in ((CLIP_TASKS[0], CLIP_TASKS[1]), (CLIP_TASKS[2], CLIP_TASKS[3])):
+        ours = mae.get((loose.name, "dpsql"))
+        if ours is None:
+            continue
+        line = f"{loose.name}: AVG MAE {ours:.4g} = {ours / mae[(chosen.name, 'dpsql')]:.2f}× dpsql's with {list(chosen.bounds)}"
+        for peer in PEERS:
+            if (loose.name, peer) in mae:
+                line += f"; {mae[(loose.name, peer)] / ours:.1f}× lower than {peer} with {list(loose.bounds)}"
+        print(line)
 
 
 if __name__ == "__main__":
