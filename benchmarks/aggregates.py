@@ -46,6 +46,7 @@ that hold the exact SUM and AVG (of the clamped values; AVG over groups with row
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -165,8 +166,8 @@ PEERS = {
 }
 
 
-def peer_trials(peer: str, task: Task, trials: int) -> list[pd.DataFrame] | None:
-    """A peer's releases from its own environment, or None with a printed note."""
+def peer_trials(peer: str, task: Task, trials: int, epsilon: float = EPSILON, sum_only: bool = False) -> list[pd.DataFrame] | None:
+    """A peer's releases from its own environment, or None with a printed note (``sum_only``: one SUM query)."""
     variable, script_name = PEERS[peer]
     python = os.environ.get(variable)
     if not python:
@@ -174,15 +175,15 @@ def peer_trials(peer: str, task: Task, trials: int) -> list[pd.DataFrame] | None
         return None
     request = {
         "data": str(DATA / task.file), "groups": list(task.groups), "column": task.column, "bounds": list(task.bounds),
-        "epsilon": EPSILON, "trials": trials, "categories": task.categories,
+        "epsilon": epsilon, "trials": trials, "categories": task.categories, "sum_only": sum_only,
     }
     script = HERE / "peers" / script_name
     done = subprocess.run([python, str(script)], input=json.dumps(request), capture_output=True, text=True, check=True)
     print(f"  {task.name}: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
     released = []
     for rows in json.loads(done.stdout):
-        frame = pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups))
-        released.append(frame)
+        frame = pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"])
+        released.append(frame.set_index(list(task.groups)) if task.groups else frame.set_index(pd.Index([()] * len(frame))))
     return released
 
 
@@ -242,12 +243,77 @@ def cube_rows(trials: int, rng: np.random.Generator) -> list[dict[str, object]]:
     ]
 
 
+CUBE_SUM = Task("PUMS_10k SUM(income) by CUBE (educ, sex)", "PUMS_10k.csv", ("educ", "sex"), "income", (0, 500_000),
+                {"educ": list(range(1, 17)), "sex": [0, 1]})
+CUBE_SUM_SETS = (("educ", "sex"), ("educ",), ("sex",), ())
+
+
+def _set_of(row: tuple[object, ...]) -> tuple[str, ...]:
+    """The grouping set of a CUBE row (a rolled-up column is NULL; the declared categories hold no NULL)."""
+    return tuple(g for g, value in zip(CUBE_SUM.groups, row) if value is not None)
+
+
+def cube_sum_rows(trials: int, peer_trial_counts: dict[str, int]) -> list[dict[str, object]]:
+    """``SUM(income) … GROUP BY CUBE (educ, sex)`` at ε = 1 as one dpsql statement, against each peer answering
+    every grouping set as its own SUM query at ε/4: the MAE per grouping set and over all 51 cells, and the
+    coverage of dpsql's 95 % intervals."""
+    task = CUBE_SUM
+    data = task.frame()
+    clamped = data.assign(v=data[task.column].clip(*task.bounds))
+    exact: dict[tuple[object, ...], float] = {}
+    for kept in CUBE_SUM_SETS:
+        grouped = clamped.groupby(list(kept)).v.sum() if kept else pd.Series({(): clamped.v.sum()})
+        for key, total in grouped.items():
+            values = dict(zip(kept, key if isinstance(key, tuple) else (key,)))
+            exact[tuple(values.get(g) for g in task.groups)] = float(total)
+    for kept in CUBE_SUM_SETS:  # declared cells without rows
+        for key in itertools.product(*(task.categories[g] for g in kept)):
+            exact.setdefault(tuple(dict(zip(kept, key)).get(g) for g in task.groups), 0.0)
+    schema = {"privacy_unit": None, "columns": {**{g: {"categories": c} for g, c in task.categories.items()}, task.column: {"bounds": list(task.bounds)}}}
+    sql = f"SELECT educ, sex, SUM({task.column}) FROM t GROUP BY CUBE (educ, sex)"
+    errors_by: dict[str, dict[tuple[str, ...], list[float]]] = {"dpsql": {s: [] for s in CUBE_SUM_SETS}}
+    covered = []
+    for rows, bands in released_runs(data, schema, sql, trials, EPSILON):
+        for (educ, sex, total), (_, _, band) in zip(rows, bands):
+            truth = exact[(educ, sex)]
+            errors_by["dpsql"][_set_of((educ, sex))].append(abs(total - truth))
+            covered.append(band[0] <= truth <= band[1])
+    for peer in PEERS:
+        found: dict[tuple[str, ...], list[float]] = {}
+        for kept in CUBE_SUM_SETS:
+            subset = Task(task.name, task.file, kept, task.column, task.bounds, {g: task.categories[g] for g in kept})
+            released = peer_trials(peer, subset, peer_trial_counts[peer], EPSILON / len(CUBE_SUM_SETS), sum_only=True)
+            if released is None:
+                break
+            found[kept] = [abs(float(total) - exact[tuple(dict(zip(kept, key if isinstance(key, tuple) else (key,))).get(g) for g in task.groups)])
+                           for frame in released for key, total in frame["sum"].items()]
+        else:
+            errors_by[peer] = found
+    rows_out = []
+    ours = {s: float(np.mean(e)) for s, e in errors_by["dpsql"].items()}
+    ours_all = float(np.mean(np.concatenate([e for e in errors_by["dpsql"].values()])))
+    for method, by_set in errors_by.items():
+        for kept in (*CUBE_SUM_SETS, None):
+            values = np.concatenate(list(by_set.values())) if kept is None else np.array(by_set[kept])
+            mae = float(np.mean(values))
+            reference = ours_all if kept is None else ours[kept]
+            rows_out.append({
+                "task": f"{task.name}: {'all 51 cells' if kept is None else '(' + ', '.join(kept) + ')'}",
+                "method": method if method == "dpsql" else f"{method}, each set at ε/4", "groups": 51 if kept is None else len(by_set[kept]) // (trials if method == "dpsql" else peer_trial_counts[method]),
+                "trials": trials if method == "dpsql" else peer_trial_counts[method], "epsilon": EPSILON, "sum_mae": mae, "avg_mae": "",
+                "avg_mae_vs_dpsql": "", "sum_mae_vs_dpsql": mae / reference,
+                "sum_coverage_95": float(np.mean(covered)) if method == "dpsql" and kept is None else "", "avg_coverage_95": "",
+            })
+    return rows_out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--tumult-trials", type=int, default=10, help="Tumult's trials (each Spark query takes seconds)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tasks", nargs="*", default=[""], help="only the tasks whose names contain one of these words ('CUBE' for the CUBE rows)")
+    parser.add_argument("--tasks", nargs="*", default=[""], help="only the tasks whose names contain one of these words")
+    parser.add_argument("--csv", default="aggregates.csv")
     args = parser.parse_args()
     peer_trial_counts = {peer: args.trials for peer in PEERS} | {"Tumult Analytics": args.tumult_trials}
     rng = np.random.default_rng(args.seed)
@@ -271,15 +337,20 @@ def main() -> None:
             })
     if any(word in "PUMS_10k income by CUBE (sex, married)" for word in args.tasks):
         rows += cube_rows(args.trials, rng)
-    columns = ["task", "method", "groups", "trials", "epsilon", "sum_mae", "avg_mae", "avg_mae_vs_dpsql", "sum_coverage_95", "avg_coverage_95"]
+    if any(word in CUBE_SUM.name for word in args.tasks):
+        rows += cube_sum_rows(args.trials, peer_trial_counts)
+    for row in rows:
+        row.setdefault("sum_mae_vs_dpsql", "")
+    columns = ["task", "method", "groups", "trials", "epsilon", "sum_mae", "avg_mae", "avg_mae_vs_dpsql", "sum_mae_vs_dpsql",
+               "sum_coverage_95", "avg_coverage_95"]
     print_table(rows, columns, number_text)
-    print(f"written to {write_csv('aggregates.csv', rows, columns)}")
+    print(f"written to {write_csv(args.csv, rows, columns)}")
     print_clip_summary(rows)
 
 
 def print_clip_summary(rows: list[dict[str, object]]) -> None:
     """clip: auto against the well-chosen bounds (dpsql) and against the peers given the same loose bounds."""
-    mae = {(r["task"], r["method"]): float(r["avg_mae"]) for r in rows}  # type: ignore[arg-type]
+    mae = {(r["task"], r["method"]): float(r["avg_mae"]) for r in rows if r["avg_mae"] != ""}  # type: ignore[arg-type]
     for chosen, loose in ((CLIP_TASKS[0], CLIP_TASKS[1]), (CLIP_TASKS[2], CLIP_TASKS[3])):
         ours = mae.get((loose.name, "dpsql"))
         if ours is None:

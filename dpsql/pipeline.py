@@ -173,7 +173,7 @@ def prepare(session: Session, request: Request) -> Prepared:
             f"COUNT(DISTINCT {batch.distinct.unit}) with the column {keyed!r}, which has no declared domain, is not supported: "
             f"declare {keyed!r}'s categories, range or bins, or count distinct units in a statement that does not use it"
         )
-    moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
+    moments = () if batch.encoding is None else (batch.encoding.cells_key,)  # kept measurements in these units only
     pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
     rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
     if request.cost is None and not request.explain:
@@ -199,19 +199,36 @@ def prepare(session: Session, request: Request) -> Prepared:
         # measures: L2 sensitivity √k (L1 is k whatever the strategy, so pure DP takes the planner's best)
         fresh = planner.identity_plan(batch.workload, privacy, contributions, distinct_cells=True)
     else:
-        fresh = session.plan(batch.workload, privacy, contributions)
+        fresh, balance = _planned(session, batch, privacy, contributions)
     paths = None if keyed is not None else session.memoised(
         "quantile paths", (inputs, privacy, contributions), lambda: quantile_paths.choose(batch, fresh, privacy, table.schema.contributions)
     )
     exponential = paths is not None and paths.exponential
     if exponential:  # the mechanisms need a read: the linear plan runs at its share, nothing answered from kept measurements
-        fresh = session.plan(batch.workload, paths.privacy(privacy), contributions)  # type: ignore[union-attr]
+        fresh, balance = _planned(session, batch, paths.privacy(privacy), contributions)  # type: ignore[union-attr]
     mechanisms = (paths.spent() if exponential else 0.0) + (clip.spent() if clip is not None else 0.0)  # type: ignore[union-attr]
     _check_spent(fresh.privacy, whole, mechanisms)
     reusable = request.cost is not None and not exponential and clip is None  # a clipped measurement is never kept
     decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, reusable)
     spent = cost if decision.plan is not None else _free(cost)
-    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached), paths, clip)
+    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached), paths, clip, balance)
+
+
+def _planned(session: Session, batch: CompiledBatch, privacy: planner.Privacy, contributions: int) -> tuple[planner.Plan, planner.Balance | None]:
+    """The batch's plan: for one statement of several grouping sets (CUBE, ROLLUP, GROUPING SETS) balanced so
+    that each set is at least as accurate as measured on its own share of the budget (``planner.plan_balanced``);
+    otherwise the least total error."""
+    assert batch.workload is not None
+    parts = []
+    if len(batch.statements) == 1:
+        compiled = batch.statements[0]
+        for branch, first in zip(compiled.branches, compiled.first_products):
+            if branch.workload is not None:
+                parts.append(tuple(range(first, first + len(branch.workload.products))))
+    if len(parts) < 2:
+        return session.plan(batch.workload, privacy, contributions), None
+    plan, balance = planner.plan_balanced(batch.workload, parts, privacy, lambda w, p: session.plan(w, p, contributions))
+    return plan, balance  # type: ignore[return-value]
 
 
 def _unit_cost(session: Session) -> Cost:

@@ -74,6 +74,7 @@ class Prepared:
     cached_keys: int | None = None  # size of the released key set the statement uses (not selecting)
     quantile_paths: QuantilePaths | None = None  # quantiled columns an exponential mechanism answers (dpsql.sql.quantile_paths)
     clip: AutomaticClip | None = None  # the aggregated column's private clip (``clip: auto``, dpsql.sql.clipping)
+    balance: planner.Balance | None = None  # grouping sets held to their own shares' accuracy (planner.plan_balanced)
 
     @property
     def plan(self) -> planner.Plan | None:

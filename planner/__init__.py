@@ -3,6 +3,7 @@
 This module is the planner's public API: ``dpsql`` imports from here (and from the ``planner.ldp``
 subpackage) only, never from the modules behind it (tests/test_architecture.py)."""
 
+from planner.balance import Balance, plan_balanced
 from planner.clipping import CLIP_SHARE, UpperClip
 from planner.domain import Domain
 from planner.privacy import Privacy
@@ -26,6 +27,7 @@ __all__ = [
     "AllRange",
     "CLIP_SHARE",
     "Answers",
+    "Balance",
     "Block",
     "BoundUnavailableError",
     "Domain",
@@ -60,6 +62,7 @@ __all__ = [
     "marginal_for",
     "nonnegative_fit",
     "plan",
+    "plan_balanced",
     "row_norms2",
     "row_norms2_over",
     "split",

@@ -61,6 +61,7 @@ class ValueEncoding:
     grid: int  # R
     moments: int  # 1: SUM/AVG; 2: also VARIANCE/STDDEV
     null_cell: bool  # the column may hold NULL: a last cell for NULL rows
+    sum_only: bool = False  # the statement asks SUM alone of the column: one query per group (module doc)
     clip_base: int = 0  # ``clip: auto``: values are read as indices on this many steps over [low, high] (0: no clip)
     clipped_rows: float = 0.0  # after a clip: the clipped rows the error bars assume, and ...
     clipped_excess: float = 0.0  # ... how far above the clip each lies, in clip widths (``dpsql.sql.clipping``)
@@ -84,8 +85,23 @@ class ValueEncoding:
         """``C``, ``U`` (and ``Q``)."""
         return self.moments + 1
 
+    @property
+    def cells_key(self) -> ValueEncoding:
+        """What the cells mean, whatever the block asks of them: kept measurements are filed under it."""
+        return dataclasses.replace(self, sum_only=False)
+
+    @property
+    def sum_scale(self) -> float:
+        """SUM alone: the block's one row is ``SUM/sum_scale`` in count units (``max(|lo|, |hi|)``, at least 1)."""
+        return max(abs(self.low), abs(self.high), 1e-300)
+
     def block(self) -> np.ndarray:
-        """The queries per group over the cells: ``C, U[, Q]`` then their pairwise sums."""
+        """The queries per group over the cells: ``C, U[, Q]`` then their pairwise sums; SUM alone: the SUM
+        itself, ``(lo·x_lo + hi·x_hi)/max(|lo|, |hi|)`` (in count units), the one query the plan then prices."""
+        if self.sum_only:
+            row = np.zeros((1, self.cells))
+            row[0, :2] = (self.low / self.sum_scale, self.high / self.sum_scale)
+            return row
         base = np.zeros((self.base_rows, self.cells))
         for k in range(self.base_rows):
             base[k, k : self.base_rows] = 1.0
@@ -160,6 +176,15 @@ class ValueEncoding:
         high = self.low + (self.high - self.low) * clip / self.clip_base
         return dataclasses.replace(self, high=high, clip_base=0, clipped_rows=rows, clipped_excess=excess)
 
+    def _released_sum(self, values: np.ndarray, variances: np.ndarray) -> tuple[list[float | None], list[float | None]]:
+        """SUM alone: each group's answer scaled back, its standard error with the clipping bias (no count is
+        measured on its own here, so a group's share of the clipped rows is taken as equal)."""
+        sums = np.asarray(values, dtype=float)[:, 0] * self.sum_scale
+        errors = np.sqrt(np.maximum(np.asarray(variances, dtype=float)[:, 0], 0.0)) * self.sum_scale
+        if self.clipped_rows:
+            errors = np.sqrt(errors**2 + (self.clipped_rows / len(sums) * self.clipped_excess * (self.high - self.low)) ** 2)
+        return [float(v) for v in sums], [float(e) for e in errors]
+
     def _clipping_bias(self, function: str, count: float, total: float) -> float:
         """The error bars' estimate of the clipping bias of one group's aggregate (``count`` its estimated rows,
         ``total`` those of every group of the branch): its share of the clipped rows, each ``clipped_excess``
@@ -179,6 +204,8 @@ class ValueEncoding:
         """Per group, the aggregate and its delta-method standard error from the block's answers in count
         units (``values``/``variances``: groups × block rows). Never fails: a group whose estimated count
         leaves the aggregate undefined gets None."""
+        if self.sum_only:  # the block is the SUM itself (in count units of sum_scale)
+            return self._released_sum(values, variances)
         b = self.base_rows
         estimates = values[:, :b]
         covariance = np.zeros((len(values), b, b))
@@ -260,6 +287,7 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
             "supported; aggregate one column per statement (COUNT(*) may accompany it)"
         )
     column, functions = next(iter(found.items()))
+    sum_only = functions == {"SUM"}
     domain = schema.column(column)
     bounds = domain.value_bounds
     if bounds is None:
@@ -272,10 +300,10 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
     null_cell = domain.nullable or not domain.is_known
     if domain.clip:  # the clip's width is decided after the read: the grid is always GRID steps of it
         whole = all(float(b).is_integer() for b in bounds) and high - low <= CLIP_BASE
-        return ValueEncoding(column, float(low), float(high), GRID, moments, null_cell, int(high - low) if whole else CLIP_BASE)
+        return ValueEncoding(column, float(low), float(high), GRID, moments, null_cell, sum_only, int(high - low) if whole else CLIP_BASE)
     integral = all(float(b).is_integer() for b in bounds) and high - low <= GRID
     grid = int(high - low) if integral else GRID
-    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell)
+    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell, sum_only)
 
 
 def resolve(name: str, table_columns: Sequence[str], table: str, clause: str) -> str:
