@@ -148,7 +148,7 @@ def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> tuple[list[Rele
 
 
 def dpsql_path(task: Task, data: pd.DataFrame) -> str:
-    """How dpsql answers the task (EXPLAIN's ``quantile path`` row: the exponential mechanism or the CDF)."""
+    """How dpsql answers the task (EXPLAIN's ``mechanism`` row: the exponential mechanism or the CDF)."""
     schema = {
         "privacy_unit": None,
         "columns": {task.group: {"categories": list(task.categories)}, task.column: {"range": [task.low, task.high]}},
@@ -157,8 +157,8 @@ def dpsql_path(task: Task, data: pd.DataFrame) -> str:
     connection.register("t", data, schema=schema)
     rows = connection.cursor().execute("EXPLAIN " + task.sql(), epsilon=EPSILON).fetchall()
     connection.close()
-    found = [r[3] for r in rows if r[0] == "quantile path"]
-    return found[0].split(";")[0] if found else "CDF path (no exponential candidate)"
+    found = [r[3] for r in rows if r[0] == "mechanism"]
+    return found[0].split(";")[0] if found else "CDF (no exponential candidate)"
 
 
 def histogram_trials(task: Task, data: pd.DataFrame, trials: int, rng: np.random.Generator, clip: bool) -> list[Release]:

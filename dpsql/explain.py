@@ -119,10 +119,9 @@ def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
             f"query RMSEs below are the CDF's, in rows ({_see('quantile')})",
         ))
     if prepared.clip is not None:
-        column, share, detail = prepared.clip.explain()
-        rows.append(ExplainRow("clip", column, share, f"share of the budget; {detail}"))
+        rows.append(ExplainRow("clip", *prepared.clip.explain(_see("clip"))))
     if prepared.quantile_paths is not None:
-        rows += [ExplainRow("quantile path", name, value, detail) for name, value, detail in prepared.quantile_paths.explain()]
+        rows += [ExplainRow("mechanism", *row) for row in prepared.quantile_paths.explain(_see("mechanism"))]
     cost_name = "epsilon" if prepared.cost.epsilon is not None else "rho"
     if request.cost is None:
         rows.append(ExplainRow("cost", "not given", None, f"shown for {cost_name} = 1: expected variances scale as 1/{'ε²' if cost_name == 'epsilon' else 'ρ'}"))
@@ -160,11 +159,7 @@ def _balance_rows(prepared: Prepared) -> list[ExplainRow]:
     rows = []
     for branch, ratio, factor in zip(sets, balance.ratios, balance.factors):
         label = "(" + ", ".join(branch.group_columns) + ")"
-        rows.append(ExplainRow(
-            "balance", label, ratio,
-            f"mean variance ÷ (0.9 × π/4 × that of the set planned alone at 1/{len(sets)} of the budget: at most 1 means a mean absolute "
-            f"error about 5 % below it); the plan weighs it ×{factor:.3g}",
-        ))
+        rows.append(ExplainRow("balance", label, ratio, f"against the set alone at 1/{len(sets)} of the budget; weighed ×{factor:.3g} ({_see('balance')})"))
     return rows
 
 
@@ -315,7 +310,7 @@ class Explanation:
         if outcome.plan is not None:
             rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
         if outcome.clip is not None:
-            rows.append(ExplainRow("clip", outcome.clip[0], outcome.clip[1], "released: SUM/AVG/VARIANCE/STDDEV clamped the values at it"))
+            rows.append(ExplainRow("clip", outcome.clip[0], outcome.clip[1], f"released: the values were clamped at it ({_see('clip')})"))
         text = render(rows + [GLOSSARY_ROW])
         return text if outcome.note is None else f"{text}\n{outcome.note}"
 

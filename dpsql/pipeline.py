@@ -198,7 +198,7 @@ def prepare(session: Session, request: Request) -> Prepared:
     if batch.distinct is not None and not privacy.is_laplace:
         # a unit's pairs lie in distinct cells of the group marginal, the one marginal the summed identity
         # measures: L2 sensitivity √k (L1 is k whatever the strategy, so pure DP takes the planner's best)
-        fresh = planner.identity_plan(batch.workload, privacy, contributions, distinct_cells=True)
+        fresh, balance = planner.identity_plan(batch.workload, privacy, contributions, distinct_cells=True), None
     else:
         fresh, balance = _planned(session, batch, privacy, contributions)
     paths = None if keyed is not None else session.memoised(

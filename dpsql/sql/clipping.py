@@ -55,16 +55,13 @@ class AutomaticClip:
     def value(self, clip: int) -> float:
         return self.encoding.clipped(clip, 0.0, 0.0).high
 
-    def explain(self) -> tuple[str, float, str]:
-        """(column, share of the budget, detail) for EXPLAIN."""
+    def explain(self, see: str) -> tuple[str, float, str]:
+        """(column, share of the budget, a short detail ending in ``see``) for EXPLAIN."""
         encoding = self.encoding
-        return (
-            encoding.column, self.share,
-            f"clip: auto within [{encoding.low:g}, {encoding.high:g}]: the upper clip is released first, by an "
-            f"{self.mechanism.describe()}, then the values are clamped to [{encoding.low:g}, clip] and gridded on {encoding.grid} steps "
-            f"of it; the error bars add an estimate of the clipping bias ({self.mechanism.rows_above} clipped rows, each "
-            f"{self.mechanism.relative_excess:g} of a clip width above it — an assumption, not a bound)",
-        )
+        budget = self.mechanism.privacy
+        spent = f"ε {budget.epsilon:.3g}" if budget.is_laplace else f"ρ {budget.rho:.3g}"
+        return (encoding.column, self.share,
+                f"share of the budget: a private upper clip in [{encoding.low:g}, {encoding.high:g}] at {spent}; bias estimate in the errors ({see})")
 
 
 def design(encoding: ValueEncoding | None, privacy: planner.Privacy, contributions: int) -> AutomaticClip | None:

@@ -91,24 +91,19 @@ class QuantilePaths:
                 chosen[(column.product, fraction)] = np.moveaxis(indicator, -1, position).reshape(-1)
         return chosen
 
-    def explain(self) -> list[tuple[str, float, str]]:
-        """(column, predicted mean rank error of the path taken, detail) per candidate column."""
+    def explain(self, see: str) -> list[tuple[str, float, str]]:
+        """(column, predicted mean rank error of the path taken, a short detail ending in ``see``) per candidate."""
         rows = []
         taken = {c.column: c for c in self.columns}
         for name, (exponential, cdf) in self.choice.predicted.items():
             column = taken.get(name)
             if column is not None:
                 mechanism = column.mechanism
-                budget = f"epsilon {mechanism.privacy.epsilon:.4g}" if mechanism.privacy.is_laplace else f"rho {mechanism.privacy.rho:.4g}"
-                detail = (
-                    f"exponential path: {mechanism.name} per group over {mechanism.cells} cells at {budget}; predicted mean "
-                    f"rank error {exponential:.3g} rows against {cdf:.3g} for the measured CDF; the CDF is still measured at the "
-                    f"linear plan's {self.choice.linear_share:.0%} share for each group's row count and the error bar's rank band"
-                )
-                rows.append((name, exponential, detail))
+                budget = f"ε {mechanism.privacy.epsilon:.3g}" if mechanism.privacy.is_laplace else f"ρ {mechanism.privacy.rho:.3g}"
+                detail = f"exponential: {mechanism.name} per group at {budget}; CDF path {cdf:.3g} rows, kept at {self.choice.linear_share:.0%} ({see})"
             else:
-                rows.append((name, cdf, f"CDF path: predicted mean rank error {cdf:.3g} rows against {exponential:.3g} for the "
-                                        "exponential family at the same budget"))
+                detail = f"CDF; the exponential family predicts {exponential:.3g} rows ({see})"
+            rows.append((name, exponential if column is not None else cdf, detail))
         return rows
 
 

@@ -35,19 +35,19 @@ def connection(frame: pd.DataFrame):  # noqa: ANN201
 
 def _paths(connection: dpsql.Connection, sql: str, **cost: float) -> list[tuple]:
     rows = connection.cursor().execute("EXPLAIN " + sql, **(cost or {"epsilon": 1.0})).fetchall()
-    return [r for r in rows if r[0] == "quantile path"]
+    return [r for r in rows if r[0] == "mechanism"]
 
 
 def test_a_median_per_group_goes_to_permute_and_flip_and_deciles_to_the_cdf(connection: dpsql.Connection) -> None:
     """From public facts only (EXPLAIN reads nothing): one median — the exponential path at 90 % of ε, the
     linear plan (the CDF for each group's count and the error bar) at the rest; nine deciles — the CDF."""
     (median,) = _paths(connection, "SELECT g, MEDIAN(v) FROM t GROUP BY g")
-    assert median[1] == "v" and "exponential path: permute-and-flip" in median[3] and "epsilon 0.9" in median[3]
+    assert median[1] == "v" and median[3].startswith("exponential: permute-and-flip per group at ε 0.9") and "#mechanism" in median[3]
     rows = connection.cursor().execute("EXPLAIN SELECT g, MEDIAN(v) FROM t GROUP BY g", epsilon=1.0).fetchall()
     assert [r for r in rows if r[0] == "strategy"][0][3].startswith("0.1-DP")
     deciles = ", ".join(f"QUANTILE_DISC(v, {k / 10})" for k in range(1, 10))
     (cdf,) = _paths(connection, f"SELECT g, {deciles} FROM t GROUP BY g")
-    assert cdf[3].startswith("CDF path")
+    assert cdf[3].startswith("CDF;")
     assert not _paths(connection, "SELECT g, MIN(v), MEDIAN(v) FROM t GROUP BY g")  # MIN reads the CDF's end
     assert connection.budget_spent().statements == 0
 
@@ -115,7 +115,7 @@ def test_under_zcdp_the_exponential_mechanism_spends_its_share_of_rho(frame: pd.
     conn = dpsql.connect(budget=dpsql.Budget(epsilon=100.0, delta=1e-6), noise="gaussian", reuse=False)
     conn.register("t", frame, schema=SCHEMA)
     (path,) = _paths(conn, "SELECT g, MEDIAN(v) FROM t GROUP BY g", rho=0.5)
-    assert "exponential mechanism per group" in path[3] and "rho 0.45" in path[3]
+    assert path[3].startswith("exponential: exponential mechanism per group at ρ 0.45")
     rows = conn.cursor().execute("SELECT g, MEDIAN(v) FROM t GROUP BY g", rho=0.5).fetchall()
     assert len(rows) == 4 and conn.budget_spent().rho == pytest.approx(0.5)
     conn.close()
@@ -124,7 +124,7 @@ def test_under_zcdp_the_exponential_mechanism_spends_its_share_of_rho(frame: pd.
 def test_a_column_in_several_grouping_sets_or_masked_by_a_where_stays_on_the_cdf(connection: dpsql.Connection) -> None:
     assert not _paths(connection, "SELECT g, MEDIAN(v) FROM t GROUP BY ROLLUP (g)")
     batch = connection.workload(["SELECT g, MEDIAN(v) FROM t WHERE v > 20 GROUP BY g", "SELECT COUNT(*) FROM t"], explain=True)
-    assert not [r for r in batch[0].fetchall() if r[0] == "quantile path" and "exponential" in r[3]]
+    assert not [r for r in batch[0].fetchall() if r[0] == "mechanism" and r[3].startswith("exponential")]
 
 
 def test_histograms_follow_the_product_rows(frame: pd.DataFrame) -> None:
@@ -136,7 +136,7 @@ def test_histograms_follow_the_product_rows(frame: pd.DataFrame) -> None:
     conn.register("t", data, schema=schema)
     with dpsql.testing.seeded(1):
         rows = conn.cursor().execute("SELECT h, g, QUANTILE_DISC(v, 0.5) FROM t GROUP BY h, g", epsilon=500.0).fetchall()
-    assert "exponential path" in _paths(conn, "SELECT h, g, QUANTILE_DISC(v, 0.5) FROM t GROUP BY h, g", epsilon=500.0)[0][3]
+    assert _paths(conn, "SELECT h, g, QUANTILE_DISC(v, 0.5) FROM t GROUP BY h, g", epsilon=500.0)[0][3].startswith("exponential:")
     for h, g, value in rows:
         values = np.sort(data.loc[(data.h == h) & (data.g == g), "v"].to_numpy())
         if values.size:
