@@ -178,7 +178,10 @@ def peer_trials(peer: str, task: Task, trials: int, epsilon: float = EPSILON, su
         "epsilon": epsilon, "trials": trials, "categories": task.categories, "sum_only": sum_only,
     }
     script = HERE / "peers" / script_name
-    done = subprocess.run([python, str(script)], input=json.dumps(request), capture_output=True, text=True, check=True)
+    done = subprocess.run([python, str(script)], input=json.dumps(request), capture_output=True, text=True)
+    if done.returncode != 0:  # e.g. SmartNoise refuses bounds whose noise scale it finds too large
+        print(f"  ({peer} refused {task.name}: {done.stderr.strip().splitlines()[-1][:200]})", file=sys.stderr)
+        return None
     print(f"  {task.name}: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
     released = []
     for rows in json.loads(done.stdout):
