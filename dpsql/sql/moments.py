@@ -117,18 +117,21 @@ class ValueEncoding:
         )
 
     # -- SQL ---------------------------------------------------------------------------------------------
-    def weights(self, value: exp.Expression) -> list[exp.Expression]:
-        """Per cell, the integer weight a row with ``value`` puts there (module doc)."""
+    def _step(self, value: exp.Expression, steps: int) -> exp.Expression:
+        """The value clamped to the bounds as the index of its nearest point (ties up: the same in every
+        engine) on ``steps`` steps of them; NULL for NULL."""
         low, high = float(self.low), float(self.high)
-        as_double = exp.cast(value.copy(), "DOUBLE")
-        clamped = exp.func("LEAST", exp.func("GREATEST", as_double, _number(low)), _number(high))
+        clamped = exp.func("LEAST", exp.func("GREATEST", exp.cast(value.copy(), "DOUBLE"), _number(low)), _number(high))
         offset = exp.Div(
-            this=exp.Mul(this=exp.paren(exp.Sub(this=clamped, expression=_number(low))), expression=exp.Literal.number(self.grid)),
+            this=exp.Mul(this=exp.paren(exp.Sub(this=clamped, expression=_number(low))), expression=exp.Literal.number(steps)),
             expression=_number(high - low),
         )
-        half_up = exp.Add(this=offset, expression=exp.Literal.number("0.5"))
-        step = exp.cast(exp.func("FLOOR", half_up), "BIGINT")  # nearest grid point, ties up: the same in every engine
-        j = exp.Case().when(value.copy().is_(exp.null()), exp.null()).else_(step)
+        step = exp.cast(exp.func("FLOOR", exp.Add(this=offset, expression=exp.Literal.number("0.5"))), "BIGINT")
+        return exp.Case().when(value.copy().is_(exp.null()), exp.null()).else_(step)
+
+    def weights(self, value: exp.Expression) -> list[exp.Expression]:
+        """Per cell, the integer weight a row with ``value`` puts there (module doc)."""
+        j = self._step(value, self.grid)
         grid = exp.Literal.number(self.grid)
 
         def rest() -> exp.Expression:
@@ -147,15 +150,7 @@ class ValueEncoding:
     def index(self, value: exp.Expression) -> exp.Expression:
         """The row's value clamped to the bounds as an index on the base grid (nearest point, ties up), NULL
         for NULL: ``clip: auto`` reads these and computes the moment cells of the chosen clip after the read."""
-        low, high = float(self.low), float(self.high)
-        as_double = exp.cast(value.copy(), "DOUBLE")
-        clamped = exp.func("LEAST", exp.func("GREATEST", as_double, _number(low)), _number(high))
-        offset = exp.Div(
-            this=exp.Mul(this=exp.paren(exp.Sub(this=clamped, expression=_number(low))), expression=exp.Literal.number(self.clip_base)),
-            expression=_number(high - low),
-        )
-        step = exp.cast(exp.func("FLOOR", exp.Add(this=offset, expression=exp.Literal.number("0.5"))), "BIGINT")
-        return exp.Case().when(value.copy().is_(exp.null()), exp.null()).else_(step)
+        return self._step(value, self.clip_base)
 
     def cell_weights(self, indices: np.ndarray, clip: int) -> np.ndarray:
         """Per row (its base-grid index, -1 for NULL), the integer weights over the cells for values clamped to
