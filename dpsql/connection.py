@@ -44,8 +44,10 @@ class Connection(errors.ExceptionsOnConnection):
         reuse: bool = True,
         non_negative: bool = False,
         selection_delta: float | None = None,
+        excluded_cells: str = "omit",
+        stderr_columns: bool = False,
     ) -> None:
-        settings = Settings(noise, default_epsilon, reuse, non_negative, selection_delta)
+        settings = Settings(noise, default_epsilon, reuse, non_negative, selection_delta, excluded_cells, stderr_columns)
         if budget is not None and not isinstance(budget, Budget):
             raise ProgrammingError("budget must be a dpsql.Budget(epsilon=..., delta=...)")
         if ledger is None and budget is None:
@@ -82,6 +84,20 @@ class Connection(errors.ExceptionsOnConnection):
     @selection_delta.setter
     def selection_delta(self, value: float | None) -> None:
         self._session.settings = dataclasses.replace(self._session.settings, selection_delta=value)
+
+    @property
+    def excluded_cells(self) -> str:
+        """``"omit"`` (default) or ``"zeros"``: whether GROUP BY cells the WHERE clause excludes are rows."""
+        return self._session.settings.excluded_cells
+
+    @property
+    def stderr_columns(self) -> bool:
+        """Whether every result carries ``<column>_stderr`` after each released column. Settable."""
+        return self._session.settings.stderr_columns
+
+    @stderr_columns.setter
+    def stderr_columns(self, value: bool) -> None:
+        self._session.settings = dataclasses.replace(self._session.settings, stderr_columns=value)
 
     # -- PEP 249 ------------------------------------------------------------------------------------
     def cursor(self) -> Cursor:
@@ -195,7 +211,8 @@ class Connection(errors.ExceptionsOnConnection):
         request = pipeline.batch_request(
             self._session, statements, parameters, weights, epsilon, rho, self._non_negative(non_negative), explain
         )
-        return pipeline.run(self._session, request)
+        results = pipeline.run(self._session, request)
+        return [r.with_error_columns() for r in results] if self.stderr_columns else results
 
     def _non_negative(self, asked: bool | None) -> bool:
         """A statement's ``non_negative=`` choice, the connection's default when not given."""
@@ -261,8 +278,7 @@ class ResultCursor(ResultFrames):
         return self._check_result().confidence_interval(level)
 
     def _frame_source(self) -> FrameSource:
-        result = self._check_result()
-        return FrameSource(result.description, result.rows, result.errors, result.explanation)
+        return self._check_result()._frame_source()
 
     def callproc(self, procname: str, parameters: Sequence[object] = ()) -> None:
         raise NotSupportedError("stored procedures are not supported")
@@ -338,6 +354,12 @@ class Cursor(ResultCursor):
         super()._check_open()
         self.connection._session.check_open()
 
+    def _released(self, result: ResultSet | None) -> None:
+        """The released result, with ``<column>_stderr`` columns when the connection asks for them."""
+        if result is not None and self.connection.stderr_columns:
+            result = result.with_error_columns()
+        super()._released(result)
+
     def execute(
         self,
         operation: str,
@@ -401,6 +423,8 @@ def connect(
     reuse: bool = True,
     non_negative: bool = False,
     selection_delta: float | None = None,
+    excluded_cells: str = "omit",
+    stderr_columns: bool = False,
 ) -> Connection:
     """Open a connection.
 
@@ -421,9 +445,14 @@ def connect(
     every query) instead of GLS ones, for statements that do not say ``non_negative=``; free post-
     processing, standard errors stay GLS's (see :mod:`dpsql.nonnegative`). ``selection_delta``: the δ
     one key selection (GROUP BY a column without declared domain) spends; default a tenth of the
-    budget's δ.
+    budget's δ. ``excluded_cells``: the GROUP BY cells a WHERE clause excludes (``WHERE state = 'CA' GROUP
+    BY state``: every other state) are known to be empty from the statement alone, so by default
+    (``"omit"``) they are not rows of the result; ``"zeros"`` keeps every cell of the declared domain,
+    those as exact zeros (COUNT and SUM 0 with error 0, other aggregates NULL). ``stderr_columns``
+    (default False): every result carries ``<column>_stderr`` right after each released column — for
+    tools that show only rows and columns (jupysql, pandas.read_sql); ``cursor.errors`` holds them anyway.
     """
     return Connection(
         database, backend=backend, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon, reuse=reuse,
-        non_negative=non_negative, selection_delta=selection_delta,
+        non_negative=non_negative, selection_delta=selection_delta, excluded_cells=excluded_cells, stderr_columns=stderr_columns,
     )

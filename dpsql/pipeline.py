@@ -156,8 +156,8 @@ def prepare(session: Session, request: Request) -> Prepared:
         cached = session.keys.get(table, keyed)
         domain = keys.placeholder_domain(keyed) if selecting else keys.keys_domain(keyed, cached)  # type: ignore[arg-type]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
-    inputs = (request.statements, request.weights, schema, tuple(table.column_types))
-    batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs))
+    inputs = (request.statements, request.weights, schema, tuple(table.column_types), session.settings.excluded_cells)
+    batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4]))
     if keyed is not None and batch.derived:
         raise NotSupportedError(
             f"GROUP BY {next(iter(batch.derived))[:60]!r}: a derived group column cannot be combined with the column "

@@ -1,10 +1,13 @@
 """Released answers → a statement's result set: every group cell, the grouping-set layout, ORDER BY / LIMIT.
 
 Counts are released as floats: the consistent (least-squares) estimates are not integers, and rounding
-them would break consistency across cells and subtotals. Each count carries its standard error; group-key
-columns carry None in the errors. Every cell of a grouping set's GROUP BY domain is a row (zeros
-included), except the hidden remainder cell of a released key set; GROUP BY cells that the WHERE clause
-makes unreachable are exact zeros. Branches (grouping sets) fill the statement's columns by their layout
+them would break consistency across cells and subtotals; every released number is snapped to the
+shortest decimal within a relative 10⁻⁹ (:func:`clean_number`: no float residue). Each count carries its
+standard error; group-key columns carry None in the errors. Every cell of a grouping set's GROUP BY domain
+is a row (noisy zeros included), except the hidden remainder cell of a released key set and the cells the
+WHERE clause excludes: those are known to be empty from the statement and the schema alone (public), so
+they are not presented as measurements — unless the connection keeps them (``excluded_cells="zeros"``),
+as exact zeros. Branches (grouping sets) fill the statement's columns by their layout
 (a rolled-up column is NULL, ``GROUPING()`` a constant). HAVING, ORDER BY, OFFSET and LIMIT apply to the
 released rows (post-processing, free of privacy cost; hidden aggregates they use are dropped last); the
 order is total over values of any types, NULLs last in both directions, so ordering can never fail. Without ORDER BY, rows come branch by branch, each in domain
@@ -19,11 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
+from typing import TypeVar
 
 import numpy as np
 
 from dpsql.errors import ProgrammingError
+from dpsql.frame_source import ERROR_SUFFIX, error_layout
 from dpsql.frames import FrameSource, ResultFrames
+from dpsql.schema import BinLabel
 from dpsql.sql.compile import CompiledQuery, ProductRows
 from dpsql.sql.grouping import Constant
 from dpsql.sql.having import holds
@@ -40,6 +46,40 @@ ChosenCells = Callable[[int, str, float], "np.ndarray | None"]
 """(product index in the branch, quantiled column, fraction) → indicators over the product's rows of the cells an
 exponential mechanism released (``dpsql.sql.quantile_paths``), or None where the CDF answers."""
 Interval = tuple[float, float] | tuple[datetime.date, datetime.date]  # a date quantile's interval is in dates
+T = TypeVar("T")
+
+
+SNAP = 1e-9
+"""Released numbers are snapped to the shortest decimal within this relative distance (far below any
+noise): no float residue (``1484.9999999999998`` is 1485) and at most 10 significant digits."""
+
+
+def clean_number(value: T, error: object = None) -> T:
+    """A released float as the decimal with the fewest significant digits within a relative :data:`SNAP`
+    of it — ``41675.00000000001`` is ``41675.0``, ``0.30000000000000004`` is ``0.3``, a noisy value keeps
+    its first 10 digits — and never farther than a hundredth of its ``error`` when it has one (a count of
+    10¹¹ rows keeps its units); ``-0.0`` as ``0.0``; anything else (a key, a label, a date, None, inf, NaN)
+    as it is. Post-processing of released values: free."""
+    if type(value) is not float or not math.isfinite(value) or value == 0.0:
+        return 0.0 if value == 0.0 else value  # type: ignore[return-value]
+    tolerance = SNAP * abs(value)
+    if type(error) is float and error > 0:
+        tolerance = min(tolerance, error / 100)
+    best, most = value, 17  # 17 significant digits: the float itself
+    for digits in range(10, 17):  # 10 digits are within 5·10⁻¹⁰ (unless the error is tighter)
+        rounded = float(f"{value:.{digits}g}")
+        if abs(rounded - value) <= tolerance:
+            best, most = rounded, digits
+            break
+    fewest, probe = 1, most - 1  # k digits within ⇒ k + 1 within: the fewest by bisection, probing most − 1 first
+    while fewest < most:
+        rounded = float(f"{value:.{probe}g}")
+        if abs(rounded - value) <= tolerance:
+            best, most = rounded, probe
+        else:
+            fewest = probe + 1
+        probe = (fewest + most) // 2
+    return best  # type: ignore[return-value]
 
 
 def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: float) -> list[tuple[Interval | None, ...]]:
@@ -53,12 +93,14 @@ def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: floa
 
 
 def _interval(value: object, half_width: float) -> Interval:
-    """``value ± half_width``; a date quantile's error is in days: whole days, rounded outwards, and the
-    interval ends at the calendar's ends."""
+    """``value ± half_width``; a bin (a quantile answered with a bin's label) is its midpoint; a date
+    quantile's error is in days: whole days, rounded outwards, and the interval ends at the calendar's ends."""
+    if isinstance(value, BinLabel):
+        value = (value.low + value.high) / 2
     if isinstance(value, datetime.date):
         step = datetime.timedelta(days=half_width if isinstance(value, datetime.datetime) else math.ceil(half_width))
         return (_shifted(value, -step), _shifted(value, step))
-    return (float(value) - half_width, float(value) + half_width)  # type: ignore[arg-type]
+    return (clean_number(float(value) - half_width), clean_number(float(value) + half_width))  # type: ignore[arg-type]
 
 
 def _shifted(day: datetime.date, step: datetime.timedelta) -> datetime.date:
@@ -79,6 +121,7 @@ class ResultSet(ResultFrames):
     rows: list[Row]
     errors: list[Row]
     explained_by: object = ""  # the explanation, or an object rendering it when read (``str()``)
+    errors_shown: bool = False  # the rows hold <column>_stderr columns (:meth:`with_error_columns`)
 
     @cached_property
     def explanation(self) -> str:
@@ -101,8 +144,23 @@ class ResultSet(ResultFrames):
     def explained(self, text: object) -> ResultSet:
         return replace(self, explained_by=text)
 
+    def with_error_columns(self) -> ResultSet:
+        """The result with ``<column>_stderr`` right after each column that carries an error in some row —
+        the columns ``df(errors=True)`` adds — for tools that show only rows and columns (jupysql,
+        ``pandas.read_sql``, a SQL client). The added columns carry no error of their own."""
+        layout = error_layout(self.description, self.errors)
+        if len(layout) == len(self.description):
+            return self
+        description = tuple(
+            (f"{self.description[i][0]}{ERROR_SUFFIX}", NUMBER, None, None, None, None, True) if is_error else self.description[i]
+            for i, is_error in layout
+        )
+        rows = [tuple(error[i] if is_error else row[i] for i, is_error in layout) for row, error in zip(self.rows, self.errors)]
+        errors = [tuple(None if is_error else error[i] for i, is_error in layout) for error in self.errors]
+        return replace(self, description=description, rows=rows, errors=errors, errors_shown=True)
+
     def _frame_source(self) -> FrameSource:
-        return FrameSource(self.description, self.rows, self.errors, self.explanation)
+        return FrameSource(self.description, self.rows, self.errors, self.explanation, self.errors_shown)
 
 
 def statement_result(
@@ -112,9 +170,11 @@ def statement_result(
     variances: Sequence[Sequence[np.ndarray]],
     ranks: Sequence[RankVariances | None] | None = None,
     chosen: Sequence[ChosenCells | None] | None = None,
+    keep_excluded: bool = False,
 ) -> ResultSet:
     """The result set of ``statement`` from each branch's compiled query and its products' answers (and,
-    per branch, the quantiles' rank variances when the plan gives them)."""
+    per branch, the quantiles' rank variances when the plan gives them). GROUP BY cells the WHERE clause
+    excludes are rows only with ``keep_excluded`` (module doc)."""
     rows: list[Row] = []
     errors: list[Row] = []
     branch_ranks = ranks if ranks is not None else [None] * len(compiled)
@@ -122,7 +182,7 @@ def statement_result(
     for branch, query, branch_values, branch_variances, rank, picked in zip(
         statement.branches, compiled, values, variances, branch_ranks, branch_chosen
     ):
-        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances, rank, picked)
+        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances, rank, keep_excluded, picked)
         for row, error in zip(branch_rows, branch_errors):
             output = tuple(s.value if isinstance(s, Constant) else row[s] for s in branch.layout)
             if branch.having is not None and not holds(branch.having, output):
@@ -136,13 +196,15 @@ def statement_result(
 
 def _branch_rows(
     compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], ranks: RankVariances | None = None,
+    keep_excluded: bool = False,
     chosen: ChosenCells | None = None,
 ) -> tuple[list[Row], list[Row]]:
-    """One row per shown GROUP BY cell (hidden remainder cells left out), in domain order."""
+    """One row per shown GROUP BY cell, in domain order: hidden remainder cells left out, and the cells the
+    WHERE clause excludes unless ``keep_excluded`` (they are known to be empty: not measurements)."""
     shape = compiled.group_shape
     cells = np.arange(compiled.group_cells)
     key_cells = np.unravel_index(cells, shape) if shape else ()
-    shown = np.ones(len(cells), dtype=bool)
+    shown = np.ones(len(cells), dtype=bool) if keep_excluded or not shape else ~compiled.structural_zeros.ravel()
     for position, column in enumerate(compiled.group_columns):
         hidden = compiled.group_domain(column).hidden_cells
         if hidden:
@@ -162,8 +224,8 @@ def _branch_rows(
             continue
         if isinstance(item, (Aggregate, Quantile)):
             released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs, ranks, chosen)
-            columns.append([released[i] for i in np.flatnonzero(shown)])
-            error_columns.append([errors[i] for i in np.flatnonzero(shown)])
+            columns.append([clean_number(released[i], errors[i]) for i in np.flatnonzero(shown)])
+            error_columns.append([clean_number(errors[i]) for i in np.flatnonzero(shown)])
             continue
         value = np.zeros(len(cells))
         variance = np.zeros(len(cells))
@@ -173,8 +235,9 @@ def _branch_rows(
             variance[flat] = variances[rows.index]
             zeros = compiled.structural_zeros.ravel()
             value[zeros], variance[zeros] = 0.0, 0.0
-        columns.append([float(v) for v in value[shown]])
-        error_columns.append([float(e) for e in np.sqrt(np.maximum(variance[shown], 0.0))])
+        error = np.sqrt(np.maximum(variance[shown], 0.0))
+        columns.append([clean_number(float(v), float(e)) for v, e in zip(value[shown], error)])
+        error_columns.append([clean_number(float(e)) for e in error])
     return list(zip(*columns)), list(zip(*error_columns))
 
 

@@ -30,6 +30,7 @@ from dpsql.sql.literals import ColumnType, canonical_schema
 from planner import MeasurementStore
 
 NOISE_FAMILIES = ("laplace", "gaussian")
+EXCLUDED_CELLS = ("omit", "zeros")
 PLAN_CACHE_SIZE = 64  # plans kept per session (least recently used evicted)
 MEMO_SIZE = 256  # results of Session.memoised kept per session
 _MISSING = object()
@@ -70,11 +71,15 @@ class Settings:
     reuse: bool = True
     non_negative: bool = False
     selection_delta: float | None = None
+    excluded_cells: str = "omit"  # GROUP BY cells the WHERE clause excludes: "omit" them, or show them as exact "zeros"
+    stderr_columns: bool = False  # every result carries <column>_stderr after each released column
 
     def __post_init__(self) -> None:
         if self.noise not in NOISE_FAMILIES:
             raise ProgrammingError(f"noise must be one of {NOISE_FAMILIES}, got {self.noise!r}")
-        for name in ("reuse", "non_negative"):
+        if self.excluded_cells not in EXCLUDED_CELLS:
+            raise ProgrammingError(f"excluded_cells must be one of {EXCLUDED_CELLS}, got {self.excluded_cells!r}")
+        for name in ("reuse", "non_negative", "stderr_columns"):
             if not isinstance(getattr(self, name), bool):
                 raise ProgrammingError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.default_epsilon is not None:

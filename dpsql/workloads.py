@@ -56,6 +56,7 @@ class CompiledBatch:
     own_products: tuple[Product, ...]  # each merged product as its branch compiled it (its row order)
     encoding: ValueEncoding | None = None  # the aggregated column's moment cells (``dpsql.sql.moments``)
     distinct: DistinctUnits | None = None  # COUNT(DISTINCT unit): (unit, group cell) pairs are counted, not rows
+    excluded_cells: str = "omit"  # GROUP BY cells the WHERE clause excludes: omitted from the rows, or exact "zeros"
 
     def with_encoding(self, encoding: ValueEncoding) -> CompiledBatch:
         """The batch whose answers read ``encoding`` (the same cells: a clip chosen after the read,
@@ -143,9 +144,12 @@ class CompiledBatch:
                 per_branch_variances.append(variances[first : first + count])
                 per_branch_ranks.append(None if variances_of is None else functools.partial(self._rank_variances, variances_of, first))
                 per_branch_chosen.append(None if not chosen else functools.partial(self._chosen_cells, chosen, first))
-            results.append(statement_result(
-                compiled.statement, compiled.branches, per_branch_values, per_branch_variances, per_branch_ranks, per_branch_chosen
-            ))
+            results.append(
+                statement_result(
+                    compiled.statement, compiled.branches, per_branch_values, per_branch_variances, per_branch_ranks,
+                    keep_excluded=self.excluded_cells == "zeros", chosen=per_branch_chosen,
+                )
+            )
         return results
 
     def _rank_variances(self, variances_of: Callable[[Product], np.ndarray | None], first: int, index: int, column: str, fraction: float) -> np.ndarray | None:
@@ -177,10 +181,12 @@ def compile_batch(
     table_columns: Sequence[str],
     masks_only: bool = False,
     row_limit: float = MAX_RELEASED_ROWS,
+    excluded_cells: str = "omit",
 ) -> CompiledBatch:
     """Compile every branch of every statement against ``schema`` and merge them (see the module doc).
     More than ``row_limit`` GROUP BY cells in all is refused; a batch recompiled over released keys after
-    the charge passes ``math.inf`` (nothing may fail there, and the keys' number is the data's)."""
+    the charge passes ``math.inf`` (nothing may fail there, and the keys' number is the data's).
+    ``excluded_cells`` says whether the results show the GROUP BY cells the WHERE clause excludes."""
     distinct = for_batch(statements, schema, table_columns)
     encoding = encoding_for([b.query for s in statements for b in s.branches], schema, table_columns)
     compiled, rows_left = [], row_limit
@@ -210,7 +216,7 @@ def compile_batch(
         merged_statements.append(CompiledStatement(statement, tuple(branches), tuple(firsts), weight))
     workload = Workload(domain, tuple(products)) if products else None
     row_filters = flat[0].row_filters if filters_in_sql and flat else ()
-    return CompiledBatch(tuple(merged_statements), workload, row_filters, tuple(own), encoding, distinct)
+    return CompiledBatch(tuple(merged_statements), workload, row_filters, tuple(own), encoding, distinct, excluded_cells)
 
 
 def _filter_key(cell_filter: CellFilter) -> tuple[object, ...]:

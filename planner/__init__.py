@@ -17,6 +17,7 @@ from planner.quantile_mechanisms import ExponentialQuantiles, QuantileChoice, Qu
 from planner.quantile_mechanisms import choose as choose_quantiles
 from planner.recovery import helmert_basis, nonnegative_fit
 from planner.select import BoundUnavailableError
+from planner.selected_intervals import selected_errors
 from planner.selection_split import SelectionSplit, split
 from planner.store import MeasurementStore
 from planner.strategies.base import Answers, Measurement
@@ -65,5 +66,6 @@ __all__ = [
     "plan_balanced",
     "row_norms2",
     "row_norms2_over",
+    "selected_errors",
     "split",
 ]

@@ -273,12 +273,14 @@ def _structural_zeros(
     filters: list[CellFilter], group: tuple[str, ...], columns: dict[str, ColumnDomain], derived: dict[str, DerivedAttribute]
 ) -> np.ndarray:
     """GROUP BY cells that no row passing the WHERE masks can fall in (a derived column's cells that no
-    allowed cell of its source maps to included)."""
+    allowed cell of its source maps to included; every cell when a mask over other columns passes no row).
+    The masks cover disjoint sets of columns, so a cell is reachable exactly when each mask allows it."""
     shape = tuple(columns[c].size for c in group)
     reachable = np.ones(shape, dtype=bool)
     for cell_filter in filters:
         keyed_axes = [i for i, c in enumerate(cell_filter.scope) if c in group]
         if not keyed_axes:
+            reachable &= bool(cell_filter.mask.any())
             continue
         other_axes = tuple(i for i in range(len(cell_filter.scope)) if i not in keyed_axes)
         allowed = cell_filter.mask.any(axis=other_axes) if other_axes else cell_filter.mask

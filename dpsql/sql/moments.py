@@ -2,9 +2,13 @@
 
 A statement (or batch) that aggregates a column ``v`` with bounds ``[lo, hi]`` adds one attribute to its
 domain, the column's *moment cells*. Each row's value is clamped to ``[lo, hi]`` and rounded to the
-public grid ``lo + j·(hi−lo)/R`` (``j = 0..R``; ``R = hi − lo`` when both bounds are integers at most
-:data:`GRID` apart, so integer data is exact, else ``R =`` :data:`GRID`; rounding is to the nearest grid
-point, ties up, so each value moves by at most ``(hi−lo)/(2R)``). With ``u = j/R``, a row then splits a weight of
+public grid ``lo + j·(hi−lo)/R`` (``j = 0..R``). The grid follows the values the column can hold, never the
+bounds' type alone (:func:`value_grid`): when the column's type puts its values on a lattice of spacing ``r``
+(``r = 1`` for an integer column or an integer ``range``, ``10^-s`` for ``DECIMAL(p, s)``), both bounds lie on
+it and they are at most :data:`GRID` steps apart, ``R = (hi − lo)/r`` and every value is a grid point
+(exact); otherwise — a DOUBLE column, whatever its bounds — ``R =`` :data:`GRID` and rounding is to the nearest
+grid point, ties up, so each value moves by at most ``(hi−lo)/(2R)`` (:attr:`ValueEncoding.rounding`, stated
+in EXPLAIN and added to every error bar). With ``u = j/R``, a row then splits a weight of
 ``scale`` integer units over the cells:
 
 * SUM and AVG only (``moments = 1``, ``scale = R``): ``(R − j, j)`` — ``x_lo += R(1 − u)``, ``x_hi += R·u``;
@@ -22,7 +26,7 @@ per row. Per group, the linear queries (in rows of the block) are ``C = Σ weigh
 sums of those rows, whose variances give the covariances (``Cov(a, b) = (Var(a+b) − Var a − Var b)/2``)
 the delta method needs. With ``w = hi − lo``: ``SUM = lo·C + w·U``, ``AVG = lo + w·U/C``,
 ``VAR_POP = w²(Q/C − (U/C)²)``, ``VAR_SAMP = w²(Q − U²/C)/(C − 1)``, ``STDDEV = √VAR`` — docs/math.md
-§12 gives the standard errors and the bias at small counts.
+§12 gives the standard errors, the bias at small counts and the rounding bound each error includes.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
+from statistics import NormalDist
 
 import numpy as np
 from sqlglot import exp
@@ -40,15 +46,12 @@ from dpsql.schema import Schema
 from dpsql.sql.parse import Aggregate, Query
 
 GRID = 4096
-"""Grid points (``R``) for bounds that are not integers at most this far apart."""
+"""Grid steps (``R``) for a column whose values are not on a lattice of at most this many steps between
+its bounds (a DOUBLE column, or bounds wider than this many steps of its resolution)."""
 CLIP_BASE = 1 << 22
 """``clip: auto``: values are read as indices on this many steps of the bounds (integer bounds closer: one per integer)."""
 SECOND_MOMENT = ("VAR_SAMP", "VAR_POP", "STDDEV_SAMP", "STDDEV_POP")
-CLAMPING_RULE = (
-    "each value is clamped to the column's bounds [lo, hi] and rounded to the nearest point (ties up) of the grid "
-    "lo + j·(hi−lo)/R (R = hi − lo for integer bounds at most 4096 apart, else 4096); NULLs are ignored by "
-    "SUM/AVG/VARIANCE/STDDEV and counted by COUNT(*); how many values were clamped is never released"
-)
+Z95 = NormalDist().inv_cdf(0.975)
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,18 @@ class ValueEncoding:
     grid: int  # R
     moments: int  # 1: SUM/AVG; 2: also VARIANCE/STDDEV
     null_cell: bool  # the column may hold NULL: a last cell for NULL rows
-    sum_only: bool = False  # the statement asks SUM alone of the column: one query per group (module doc)
+    exact: bool = True  # every value the column can hold is a grid point (module doc)
+    sum_only: bool = False  # the statement asks SUM alone of an exactly gridded column: one query per group (module doc)
     clip_base: int = 0  # ``clip: auto``: values are read as indices on this many steps over [low, high] (0: no clip)
     clipped_rows: float = 0.0  # after a clip: the clipped rows the error bars assume, and ...
     clipped_excess: float = 0.0  # ... how far above the clip each lies, in clip widths (``dpsql.sql.clipping``)
+    base_rounding: float = 0.0  # after a clip: the most the base grid moved a value before the clip's grid did
+
+    @property
+    def rounding(self) -> float:
+        """The most one value moves when rounded to the grid: 0 when exact, else ``(hi − lo)/(2R)`` (after a
+        clip, plus the base grid's)."""
+        return 0.0 if self.exact else (self.high - self.low) / (2 * self.grid) + self.base_rounding
 
     @property
     def attribute(self) -> str:
@@ -109,11 +120,12 @@ class ValueEncoding:
         return np.vstack([base, *pairs])
 
     def describe(self) -> str:
-        kind = "sums" if self.moments == 1 else "sums and sums of squares"
-        null = ", NULL in a cell of its own" if self.null_cell else ""
+        kind = "sums" if self.moments == 1 else "sums, squares"
+        null = " (one for NULL)" if self.null_cell else ""
+        rounding = "exact" if self.exact else f"each value within {self.rounding:.3g}, in every error"
         return (
-            f"{self.column}: {kind} over values clamped to [{self.low:g}, {self.high:g}] on a grid of {self.grid + 1} "
-            f"points, split over {self.cells} cells{null} ({self.scale} units of weight per row)"
+            f"{self.column}: {kind} of values clamped to [{self.low:g}, {self.high:g}] on {self.grid + 1} grid points ({rounding}); "
+            f"{self.cells} cells{null}, {self.scale} units per row"
         )
 
     # -- SQL ---------------------------------------------------------------------------------------------
@@ -196,10 +208,12 @@ class ValueEncoding:
 
     # -- answers -----------------------------------------------------------------------------------------
     def released(self, function: str, values: np.ndarray, variances: np.ndarray) -> tuple[list[float | None], list[float | None]]:
-        """Per group, the aggregate and its delta-method standard error from the block's answers in count
-        units (``values``/``variances``: groups × block rows). Never fails: a group whose estimated count
-        leaves the aggregate undefined gets None."""
-        if self.sum_only:  # the block is the SUM itself (in count units of sum_scale)
+        """Per group, the aggregate and its error from the block's answers in count units
+        (``values``/``variances``: groups × block rows): the delta-method standard error plus the most the
+        grid's rounding can move the aggregate (:meth:`rounding_bound`), so ``value ± z·error`` holds that
+        bias at any ``z ≥ 1``; after a clip, the estimated clipping bias in quadrature. Never fails: a group
+        whose estimated count leaves the aggregate undefined gets None."""
+        if self.sum_only:  # the block is the SUM itself (in count units of sum_scale); its grid is exact
             return self._released_sum(values, variances)
         b = self.base_rows
         estimates = values[:, :b]
@@ -224,11 +238,29 @@ class ValueEncoding:
             bias = self._clipping_bias(function.replace("STDDEV", "VAR"), float(estimate[0]), total)
             variance = float(max(gradient @ cov @ gradient, 0.0)) + bias**2
             error = math.sqrt(variance)
-            if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V)
-                error = error / (2 * value) if value > 0 else None  # type: ignore[assignment]
+            if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V); at 0 the band [0, √(z·se(V))] (z at 95 %), as a 95 % error
+                error = error / (2 * value) if value > 0 else math.sqrt(Z95 * error) / Z95
             out.append(float(value))
-            errors.append(error)
+            errors.append(error + self.rounding_bound(function, float(value), float(estimate[0])))
         return out, errors
+
+    def rounding_bound(self, function: str, value: float, count: float) -> float:
+        """The most rounding every value by at most ``δ`` (:attr:`rounding`) moves the aggregate of a group of
+        ``count`` values whose released aggregate is ``value``: SUM ``δ·C``, AVG ``δ``; the standard deviation
+        is a norm of the centred values, so it moves by at most ``δ`` (POP) or ``δ·√(C/(C − 1))`` (SAMP), and
+        the variance ``s²`` by at most ``δ′(2s + δ′)`` (docs/math.md §12)."""
+        step = self.rounding
+        if step == 0.0:
+            return 0.0
+        count = max(count, 0.0)
+        if function == "SUM":
+            return step * count
+        if function == "AVG":
+            return step
+        spread = step * math.sqrt(count / (count - 1)) if function.endswith("SAMP") and count > 1 else step
+        if function.startswith("STDDEV"):
+            return spread
+        return spread * (2 * math.sqrt(max(value, 0.0)) + spread)
 
 
 def _number(value: float) -> exp.Expression:
@@ -295,10 +327,25 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
     null_cell = domain.nullable or not domain.is_known
     if domain.clip:  # the clip's width is decided after the read: the grid is always GRID steps of it
         whole = all(float(b).is_integer() for b in bounds) and high - low <= CLIP_BASE
-        return ValueEncoding(column, float(low), float(high), GRID, moments, null_cell, sum_only, int(high - low) if whole else CLIP_BASE)
-    integral = all(float(b).is_integer() for b in bounds) and high - low <= GRID
-    grid = int(high - low) if integral else GRID
-    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell, sum_only)
+        base = int(high - low) if whole else CLIP_BASE
+        exact_base = whole and domain.value_resolution == 1
+        return ValueEncoding(column, float(low), float(high), GRID, moments, null_cell, exact=False, clip_base=base,
+                             base_rounding=0.0 if exact_base else (high - low) / (2 * base))
+    grid, exact = value_grid(low, high, domain.value_resolution)
+    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell, exact, sum_only=sum_only and exact)
+
+
+def value_grid(low: float, high: float, resolution: float | None) -> tuple[int, bool]:
+    """``(R, exact)``: ``R = (hi − lo)/r`` and exact when the column's values lie on a lattice of spacing
+    ``r`` (its type's resolution; None: any real value) on which both bounds lie, at most :data:`GRID` steps
+    apart; else ``(GRID, False)`` — a DOUBLE column gets the fine grid whatever its bounds."""
+    if resolution is not None:
+        step = Decimal(repr(float(resolution)))
+        first, last = Decimal(repr(float(low))) / step, Decimal(repr(float(high))) / step
+        steps = last - first
+        if first == first.to_integral_value() and last == last.to_integral_value() and 0 < steps <= GRID:
+            return int(steps), True
+    return GRID, False
 
 
 def resolve(name: str, table_columns: Sequence[str], table: str, clause: str) -> str:
