@@ -33,9 +33,10 @@ def test_a_cube_states_each_grouping_set_against_its_own_share(connection: dpsql
 
 
 def test_sum_alone_is_one_query_per_group(connection: dpsql.Connection) -> None:
-    """SUM alone: one released value per group, priced as such; with AVG the block asks C, U and C + U."""
-    (alone,) = _rows(connection, "SELECT sex, SUM(income) FROM adult GROUP BY sex", "query")
-    (with_avg,) = _rows(connection, "SELECT sex, SUM(income), AVG(income) FROM adult GROUP BY sex", "query")
+    """SUM alone on an exact grid: one released value per group, priced as such; with AVG the block asks C, U
+    and C + U (and on a rounded grid too: its rounding bound needs the count)."""
+    (alone,) = _rows(connection, "SELECT sex, SUM(age) FROM adult GROUP BY sex", "query")  # an exact grid
+    (with_avg,) = _rows(connection, "SELECT sex, SUM(age), AVG(age) FROM adult GROUP BY sex", "query")
     assert alone[3].startswith("2 released value(s)") and with_avg[3].startswith("6 released value(s)")
     encoding = ValueEncoding("v", -10.0, 30.0, 4096, 1, False, sum_only=True)
     np.testing.assert_allclose(encoding.block(), [[-10 / 30, 1.0]])
