@@ -26,11 +26,13 @@ text. The measurement is kept (``planner.store``), released keys are cached, and
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import math
 from collections.abc import Hashable, Iterable, Sequence
 
 import numpy as np
+from sqlglot import exp
 
 import planner
 from dpsql import keys, nonnegative, progress, selection, testing
@@ -38,13 +40,13 @@ from dpsql.accountant import Cost, check_number
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
 from dpsql.request import Decision, Prepared, Request
-from dpsql.result import ResultSet
+from dpsql.result import OutputColumn, ResultSet, output_columns
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
 from dpsql.sql import clipping, quantile_paths
-from dpsql.sql.parse import Count, predicate_columns
-from dpsql.sql.statement import Statement, bind_statement, parse_text
+from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
+from dpsql.sql.statement import ParsedText, Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import Answers, Measurement, Workload, marginal_for
 
@@ -64,7 +66,7 @@ def execute_request(
     if isinstance(operation, str) and (parameters is None or (isinstance(parameters, (list, tuple)) and not parameters)):
         explain, statements = _bound_text(operation)
     else:
-        parsed = parse_text(operation)
+        parsed = _parsed(operation) if isinstance(operation, str) else parse_text(operation)
         if parsed.explain and parameters and len(parsed.trees) > 1:
             raise ProgrammingError("EXPLAIN of several statements takes no parameters; inline the literals")
         explain, statements = parsed.explain, tuple(bind_statement(tree, parameters, text) for tree, text in zip(parsed.trees, parsed.texts))
@@ -78,6 +80,12 @@ def _bound_text(text: str) -> tuple[bool, tuple[Statement, ...]]:
     a text run again skips sqlglot. Texts that fail raise each time (exceptions are not cached)."""
     parsed = parse_text(text)
     return parsed.explain, tuple(bind_statement(tree, None, sql) for tree, sql in zip(parsed.trees, parsed.texts))
+
+
+@functools.lru_cache(maxsize=BOUND_TEXT_CACHE_SIZE)
+def _parsed(text: str) -> ParsedText:
+    """A text with parameters, parsed once (binding works on a copy of the trees)."""
+    return parse_text(text)
 
 
 def many_request(
@@ -323,6 +331,77 @@ def _decision(
     plan = session.plan(Workload(workload.domain, tuple(workload.products[i] for i in measured)), privacy, contributions)
     _check_spent(plan.privacy, privacy)
     return Decision(plan, measured, kept, fresh, variances, count)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Describe: what a statement returns and takes, without a read or a charge (the server's Describe).
+# ---------------------------------------------------------------------------------------------------
+
+EXPLAIN_COLUMNS = (
+    OutputColumn("section", "text", False, False),
+    OutputColumn("name", "text", False, False),
+    OutputColumn("value", "float", True, False),
+    OutputColumn("detail", "text", True, False),
+)
+_EXAMPLES = {"integer": 0, "float": 0.0, "text": "", "boolean": False, "date": datetime.date(2000, 1, 1), "timestamp": datetime.datetime(2000, 1, 1)}
+
+
+def describe(session: Session, request: Request) -> tuple[OutputColumn, ...]:
+    """:func:`prepare`, then the result's columns: every check runs, nothing is read or charged."""
+    return layout(prepare(session, request))
+
+
+def layout(prepared: Prepared) -> tuple[OutputColumn, ...]:
+    """The columns :func:`release` returns for ``prepared`` (of its first statement: executemany's runs share them)."""
+    if prepared.request.explain:
+        return EXPLAIN_COLUMNS
+    first = prepared.batch.statements[0]
+    return output_columns(first.statement, first.branches, prepared.table.column_types)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """A ``?`` of a statement: the kind of value it takes (``OutputColumn.kind``'s names) and an example
+    value of that kind which its column's declared domain holds (a statement described before it is
+    bound is prepared with the examples: its columns do not depend on the values)."""
+
+    kind: str
+    example: object
+
+
+def table_of(operation: str) -> str | None:
+    """The (lower-case) name of the table ``operation`` reads first, None when it names none or does not parse."""
+    try:
+        named = _parsed(operation).trees[0].find(exp.Table)
+    except Error:
+        return None
+    return None if named is None else named.name.lower()
+
+
+def parameters(session: Session, operation: str) -> tuple[Parameter, ...]:
+    """Each ``?`` of ``operation`` (text order), typed by what it is compared with (``sql.parse.placeholder_targets``):
+    a column's values, an integer (LIMIT, OFFSET), a number (an aggregate), else text."""
+    parsed = _parsed(operation)
+    tree = parsed.trees[0]
+    named = tree.find(exp.Table)
+    table = session.tables.get(named.name.lower()) if named is not None else None
+    found = []
+    for target in placeholder_targets(tree):
+        if target == LIMIT_TARGET:
+            found.append(Parameter("integer", 1))
+            continue
+        if target == AGGREGATE_TARGET:
+            found.append(Parameter("float", 0.0))
+            continue
+        column = None if table is None or target is None else table.resolve(target)
+        if column is None:
+            found.append(Parameter("text", ""))
+            continue
+        kind = table.column_types[column].kind  # type: ignore[union-attr]
+        domain = table.schema.column(column) if column in table.schema.column_names else None  # type: ignore[union-attr]
+        declared = domain is not None and domain.is_known and bool(domain.values)
+        found.append(Parameter(kind, domain.values[0] if declared else _EXAMPLES[kind]))  # type: ignore[union-attr]
+    return tuple(found)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
@@ -32,6 +32,7 @@ from dpsql.frames import FrameSource, ResultFrames
 from dpsql.schema import BinLabel
 from dpsql.sql.compile import CompiledQuery, ProductRows
 from dpsql.sql.grouping import Constant
+from dpsql.sql.literals import ColumnType
 from dpsql.sql.having import holds
 from dpsql.sql import quantiles
 from dpsql.sql.parse import Aggregate, GroupKey, Quantile
@@ -295,38 +296,80 @@ def _aggregate_column(
     return released, errors
 
 
-def _type_code(labels: Sequence[object]) -> object:
-    present = [v for v in labels if v is not None]
-    if present and all(isinstance(v, (datetime.date, datetime.datetime)) for v in present):
-        return DATETIME
-    if all(isinstance(v, (int, float)) for v in present):
-        return NUMBER
-    return STRING
+@dataclass(frozen=True)
+class OutputColumn:
+    """One column of a statement's result, known before anything is read: its name, the kind of its
+    values (``integer``, ``float``, ``text``, ``boolean``, ``date`` or ``timestamp``), whether it can be
+    NULL, and whether its values are released measurements carrying a standard error (not group keys
+    or ``GROUPING()`` constants)."""
+
+    name: str
+    kind: str
+    null_ok: bool
+    measured: bool
+
+    @property
+    def type_code(self) -> object:
+        """The PEP 249 type object of :attr:`kind`."""
+        return STRING if self.kind == "text" else DATETIME if self.kind in ("date", "timestamp") else NUMBER
 
 
-def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tuple[tuple[object, ...], ...]:
-    """PEP 249 ``description``: (name, type_code, display_size, internal_size, precision, scale, null_ok)."""
+def _value_kind(labels: Sequence[object], column_type: ColumnType | None) -> str:
+    """The kind of a column's values: from its declared (or released) values, else from its engine type
+    (a column whose keys are still to be selected), else ``float``."""
+    present = [v for v in labels if v is not None and isinstance(v, (bool, int, float, str, datetime.date))]
+    if present:
+        if all(isinstance(v, datetime.datetime) for v in present):
+            return "timestamp"
+        if all(isinstance(v, datetime.date) for v in present):
+            return "date" if not any(isinstance(v, datetime.datetime) for v in present) else "timestamp"
+        if all(isinstance(v, bool) for v in present):
+            return "boolean"
+        if all(isinstance(v, int) for v in present):
+            return "integer"
+        if all(isinstance(v, (int, float)) for v in present):
+            return "float"
+        return "text"
+    if column_type is None:
+        return "float" if not labels else "text"
+    return column_type.kind
+
+
+def output_columns(
+    statement: Statement, compiled: Sequence[CompiledQuery], column_types: Mapping[str, ColumnType] | None = None
+) -> tuple[OutputColumn, ...]:
+    """The result's columns from the compiled branches alone (``pipeline.describe``: nothing read).
+    ``column_types`` (the table's) type a column whose keys are not selected yet."""
+    types = column_types or {}
     described = []
     for position, name in enumerate(statement.names):
-        type_code: object = NUMBER
-        null_ok = False
+        kind, null_ok, measured = None, False, False
         for branch, query in zip(statement.branches, compiled):
             slot = branch.layout[position]
-            if isinstance(slot, Constant):
+            if isinstance(slot, Constant):  # a rolled-up column's NULL, or a GROUPING() mask
                 null_ok |= slot.value is None
                 continue
             item = query.query.select[slot]
             if isinstance(item, GroupKey):
                 column = query.group_domain(item.column)
-                type_code = _type_code(column.labels()[: column.value_cells])
+                kind = _value_kind(column.labels()[: column.value_cells], types.get(item.column))
                 null_ok |= column.nullable
             elif isinstance(item, Quantile):  # NULL for a group without rows; DISC, MIN, MAX show the column's values
                 column = query.columns[item.column]
-                if item.function != "PERCENTILE_CONT":
-                    type_code = _type_code(column.labels()[: column.value_cells])
-                null_ok = True
-        described.append((name, type_code, None, None, None, None, null_ok))
+                kind = "float" if item.function == "PERCENTILE_CONT" else _value_kind(column.labels()[: column.value_cells], types.get(item.column))
+                null_ok, measured = True, True
+            else:
+                kind, measured = "float", True
+                null_ok |= isinstance(item, Aggregate) and item.function != "SUM"
+        if kind is None:  # constants in every branch: GROUPING()
+            kind = "integer"
+        described.append(OutputColumn(name, kind, null_ok, measured))
     return tuple(described)
+
+
+def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tuple[tuple[object, ...], ...]:
+    """PEP 249 ``description``: (name, type_code, display_size, internal_size, precision, scale, null_ok)."""
+    return tuple((c.name, c.type_code, None, None, None, None, c.null_ok) for c in output_columns(statement, compiled))
 
 
 def _sort_value(value: object) -> tuple[int, object]:

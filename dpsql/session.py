@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
@@ -101,7 +102,7 @@ class Session:
         self.store = MeasurementStore()
         self.keys = ReleasedKeys()
         self.bounded = BoundedTables(backend)
-        self._plans: OrderedDict[Hashable, planner.Plan] = OrderedDict()
+        self.plans = PlanCache()
         self._memo: OrderedDict[Hashable, object] = OrderedDict()
         self.closed = False
         if settings.noise == "gaussian" and ledger.budget.delta == 0:
@@ -198,7 +199,7 @@ class Session:
     def plan(self, workload: planner.Workload, privacy: planner.Privacy, contributions: int) -> planner.Plan:
         """``planner.plan``, memoised (a plan depends only on public inputs), with planner errors as dpsql's."""
         key = (workload, privacy, contributions)
-        cached = self._plans.pop(key, None)
+        cached = self.plans.get(key)
         if cached is None:
             try:
                 cached = planner.plan(workload, privacy, contributions=contributions, progress=progress.bar("planning", unit="family", delay=2.0))
@@ -206,9 +207,7 @@ class Session:
                 raise NotSupportedError(f"the statement's workload is too large to plan: {error}") from error
             except (ValueError, TypeError, ArithmeticError) as error:
                 raise ProgrammingError(f"cannot plan the statement: {error}") from error
-        self._plans[key] = cached
-        while len(self._plans) > PLAN_CACHE_SIZE:
-            self._plans.popitem(last=False)
+            self.plans.put(key, cached)
         return cached
 
     def memoised(self, kind: str, inputs: object, compute: Callable[[], T]) -> T:
@@ -227,6 +226,30 @@ class Session:
         while len(self._memo) > MEMO_SIZE:
             self._memo.popitem(last=False)
         return found  # type: ignore[return-value]
+
+
+class PlanCache:
+    """Plans by (workload, privacy, contributions), least recently used evicted; safe to share between
+    sessions on several threads (``dpsql serve`` gives all connections of one analyst one cache): a plan
+    is a pure function of public inputs."""
+
+    def __init__(self, size: int = PLAN_CACHE_SIZE) -> None:
+        self.size = size
+        self._plans: OrderedDict[Hashable, planner.Plan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> planner.Plan | None:
+        with self._lock:
+            found = self._plans.pop(key, None)
+            if found is not None:
+                self._plans[key] = found
+            return found
+
+    def put(self, key: Hashable, plan: planner.Plan) -> None:
+        with self._lock:
+            self._plans[key] = plan
+            while len(self._plans) > self.size:
+                self._plans.popitem(last=False)
 
 
 def _frozen(value: object) -> Hashable:

@@ -104,6 +104,20 @@ class ColumnType:
         return self._is(exp.DataType.TEMPORAL_TYPES)
 
     @property
+    def kind(self) -> str:
+        """What its values are, as a result column or a parameter shows them: ``boolean``, ``integer``,
+        ``float``, ``date``, ``timestamp`` or ``text``."""
+        if self.is_boolean:
+            return "boolean"
+        if self.is_integer:
+            return "integer"
+        if self.is_numeric:
+            return "float"
+        if self.is_date:
+            return "date"
+        return "timestamp" if self.is_temporal else "text"
+
+    @property
     def can_hold_keys(self) -> bool:
         """Whether a column of this type can be grouped by without a declared domain (keys selected)."""
         return self.is_numeric or self.is_text or self.is_boolean or self.is_temporal

@@ -262,6 +262,41 @@ def bind_parameters(statement: exp.Expression, parameters: Sequence[object] | No
         placeholder.replace(_literal_node(value))
 
 
+LIMIT_TARGET = "LIMIT"  # a placeholder bound to LIMIT or OFFSET: an integer
+AGGREGATE_TARGET = "aggregate"  # a placeholder compared with an aggregate (HAVING): a number
+_TARGET_COMPARISONS = (*_COMPARISONS, exp.Like, exp.ILike, exp.Is)
+
+
+def placeholder_targets(statement: exp.Expression) -> tuple[str | None, ...]:
+    """For each ``?`` of ``statement`` (text order), what it is bound to: the name of the column it is
+    compared with (``=``, ``<>``, ``<``, ``IN``, ``BETWEEN``, ``LIKE``), :data:`LIMIT_TARGET`,
+    :data:`AGGREGATE_TARGET`, or None (anything else). Its type follows: a driver that describes a
+    statement before binding it is told the column's type, and text it sends is read as that type."""
+    placeholders = sorted((n for n in statement.walk() if isinstance(n, exp.Placeholder)), key=_text_position)
+    return tuple(_target(p) for p in placeholders)
+
+
+def _target(placeholder: exp.Expression) -> str | None:
+    node, parent = placeholder, placeholder.parent
+    while isinstance(parent, (exp.Paren, exp.Cast, exp.Neg)):
+        node, parent = parent, parent.parent
+    if isinstance(parent, (exp.Limit, exp.Offset, exp.Fetch)):
+        return LIMIT_TARGET
+    if isinstance(parent, (exp.In, exp.Between)) and node is not parent.this:
+        other: exp.Expression | None = parent.this
+    elif isinstance(parent, _TARGET_COMPARISONS):
+        other = parent.expression if node is parent.this else parent.this
+    else:
+        return None
+    while isinstance(other, exp.Paren):
+        other = other.this
+    if isinstance(other, exp.Column):
+        return other.name
+    if isinstance(other, (exp.AggFunc, exp.Count)):
+        return AGGREGATE_TARGET
+    return None
+
+
 def _literal_node(value: object) -> exp.Expression:
     """A parameter as a SQL literal: numpy scalars as their Python values, ``Decimal`` as a number,
     ``date``/``datetime``/``time`` as their ISO-8601 text (compare with categories written that way)."""
