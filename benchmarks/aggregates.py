@@ -46,6 +46,7 @@ that hold the exact SUM and AVG (of the clamped values; AVG over groups with row
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -74,6 +75,8 @@ class Task:
     column: str
     bounds: tuple[int, int]
     categories: dict[str, list[int]]
+    clip: bool = False  # ``clip: auto`` within the bounds (dpsql; peers get the bounds as they are)
+    truth_bounds: tuple[int, int] | None = None  # what the exact answers clamp to (default: the bounds)
 
     def frame(self) -> pd.DataFrame:
         return read_table(DATA / self.file, [*self.groups, self.column])
@@ -88,11 +91,21 @@ TASKS = (
     Task("PUMS_10k income by sex × married", "PUMS_10k.csv", ("sex", "married"), "income", (0, 500_000), {"sex": [0, 1], "married": [0, 1]}),
     Task("Adult hours-per-week by workclass", "adult.csv", ("workclass",), "hours_per_week", (0, 98), {"workclass": list(range(9))}),
 )
+LOOSE_INCOME = (0, 10_000_000)  # what a user unsure of the data declares (every PUMS_10k income lies below 713,001)
+LOOSE_HOURS = (0, 1000)
+CLIP_TASKS = (  # against the exact unclipped answers: the well-chosen bounds, then loose bounds with and without clip: auto
+    Task("PUMS_10k income by sex, [0, 500000]", "PUMS_10k.csv", ("sex",), "income", (0, 500_000), {"sex": [0, 1]}, truth_bounds=LOOSE_INCOME),
+    Task("PUMS_10k income by sex, [0, 10000000] clip: auto", "PUMS_10k.csv", ("sex",), "income", LOOSE_INCOME, {"sex": [0, 1]}, clip=True),
+    Task("Adult hours-per-week by workclass, [0, 98]", "adult.csv", ("workclass",), "hours_per_week", (0, 98), {"workclass": list(range(9))},
+         truth_bounds=LOOSE_HOURS),
+    Task("Adult hours-per-week by workclass, [0, 1000] clip: auto", "adult.csv", ("workclass",), "hours_per_week", LOOSE_HOURS,
+         {"workclass": list(range(9))}, clip=True),
+)
 
 
 def truth(task: Task, data: pd.DataFrame) -> pd.DataFrame:
     """Exact SUM and AVG of the clamped values per group, over every group of the declared domain."""
-    low, high = task.bounds
+    low, high = task.truth_bounds or task.bounds
     clamped = data.assign(v=data[task.column].clip(low, high))
     if len(task.groups) == 1:
         index = pd.Index(task.categories[task.groups[0]], name=task.groups[0])
@@ -106,7 +119,10 @@ def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> tuple[list[pd.D
     """dpsql's releases and their 95 % intervals (``cursor.confidence_interval``), per trial."""
     schema = {
         "privacy_unit": None,
-        "columns": {**{g: {"categories": c} for g, c in task.categories.items()}, task.column: {"bounds": list(task.bounds)}},
+        "columns": {
+            **{g: {"categories": c} for g, c in task.categories.items()},
+            task.column: {"bounds": list(task.bounds), **({"clip": "auto"} if task.clip else {})},
+        },
     }
     released, intervals = [], []
     for rows, bands in released_runs(data, schema, task.sql(), trials, EPSILON):
@@ -150,8 +166,8 @@ PEERS = {
 }
 
 
-def peer_trials(peer: str, task: Task, trials: int) -> list[pd.DataFrame] | None:
-    """A peer's releases from its own environment, or None with a printed note."""
+def peer_trials(peer: str, task: Task, trials: int, epsilon: float = EPSILON, sum_only: bool = False) -> list[pd.DataFrame] | None:
+    """A peer's releases from its own environment, or None with a printed note (``sum_only``: one SUM query)."""
     variable, script_name = PEERS[peer]
     python = os.environ.get(variable)
     if not python:
@@ -159,15 +175,18 @@ def peer_trials(peer: str, task: Task, trials: int) -> list[pd.DataFrame] | None
         return None
     request = {
         "data": str(DATA / task.file), "groups": list(task.groups), "column": task.column, "bounds": list(task.bounds),
-        "epsilon": EPSILON, "trials": trials, "categories": task.categories,
+        "epsilon": epsilon, "trials": trials, "categories": task.categories, "sum_only": sum_only,
     }
     script = HERE / "peers" / script_name
-    done = subprocess.run([python, str(script)], input=json.dumps(request), capture_output=True, text=True, check=True)
+    done = subprocess.run([python, str(script)], input=json.dumps(request), capture_output=True, text=True)
+    if done.returncode != 0:  # e.g. SmartNoise refuses bounds whose noise scale it finds too large
+        print(f"  ({peer} refused {task.name}: {done.stderr.strip().splitlines()[-1][:200]})", file=sys.stderr)
+        return None
     print(f"  {task.name}: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
     released = []
     for rows in json.loads(done.stdout):
-        frame = pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"]).set_index(list(task.groups))
-        released.append(frame)
+        frame = pd.DataFrame(rows, columns=[*task.groups, "sum", "avg"])
+        released.append(frame.set_index(list(task.groups)) if task.groups else frame.set_index(pd.Index([()] * len(frame))))
     return released
 
 
@@ -227,16 +246,82 @@ def cube_rows(trials: int, rng: np.random.Generator) -> list[dict[str, object]]:
     ]
 
 
+CUBE_SUM = Task("PUMS_10k SUM(income) by CUBE (educ, sex)", "PUMS_10k.csv", ("educ", "sex"), "income", (0, 500_000),
+                {"educ": list(range(1, 17)), "sex": [0, 1]})
+CUBE_SUM_SETS = (("educ", "sex"), ("educ",), ("sex",), ())
+
+
+def _set_of(row: tuple[object, ...]) -> tuple[str, ...]:
+    """The grouping set of a CUBE row (a rolled-up column is NULL; the declared categories hold no NULL)."""
+    return tuple(g for g, value in zip(CUBE_SUM.groups, row) if value is not None)
+
+
+def cube_sum_rows(trials: int, peer_trial_counts: dict[str, int]) -> list[dict[str, object]]:
+    """``SUM(income) … GROUP BY CUBE (educ, sex)`` at ε = 1 as one dpsql statement, against each peer answering
+    every grouping set as its own SUM query at ε/4: the MAE per grouping set and over all 51 cells, and the
+    coverage of dpsql's 95 % intervals."""
+    task = CUBE_SUM
+    data = task.frame()
+    clamped = data.assign(v=data[task.column].clip(*task.bounds))
+    exact: dict[tuple[object, ...], float] = {}
+    for kept in CUBE_SUM_SETS:
+        grouped = clamped.groupby(list(kept)).v.sum() if kept else pd.Series({(): clamped.v.sum()})
+        for key, total in grouped.items():
+            values = dict(zip(kept, key if isinstance(key, tuple) else (key,)))
+            exact[tuple(values.get(g) for g in task.groups)] = float(total)
+    for kept in CUBE_SUM_SETS:  # declared cells without rows
+        for key in itertools.product(*(task.categories[g] for g in kept)):
+            exact.setdefault(tuple(dict(zip(kept, key)).get(g) for g in task.groups), 0.0)
+    schema = {"privacy_unit": None, "columns": {**{g: {"categories": c} for g, c in task.categories.items()}, task.column: {"bounds": list(task.bounds)}}}
+    sql = f"SELECT educ, sex, SUM({task.column}) FROM t GROUP BY CUBE (educ, sex)"
+    errors_by: dict[str, dict[tuple[str, ...], list[float]]] = {"dpsql": {s: [] for s in CUBE_SUM_SETS}}
+    covered = []
+    for rows, bands in released_runs(data, schema, sql, trials, EPSILON):
+        for (educ, sex, total), (_, _, band) in zip(rows, bands):
+            truth = exact[(educ, sex)]
+            errors_by["dpsql"][_set_of((educ, sex))].append(abs(total - truth))
+            covered.append(band[0] <= truth <= band[1])
+    for peer in PEERS:
+        found: dict[tuple[str, ...], list[float]] = {}
+        for kept in CUBE_SUM_SETS:
+            subset = Task(task.name, task.file, kept, task.column, task.bounds, {g: task.categories[g] for g in kept})
+            released = peer_trials(peer, subset, peer_trial_counts[peer], EPSILON / len(CUBE_SUM_SETS), sum_only=True)
+            if released is None:
+                break
+            found[kept] = [abs(float(total) - exact[tuple(dict(zip(kept, key if isinstance(key, tuple) else (key,))).get(g) for g in task.groups)])
+                           for frame in released for key, total in frame["sum"].items()]
+        else:
+            errors_by[peer] = found
+    rows_out = []
+    ours = {s: float(np.mean(e)) for s, e in errors_by["dpsql"].items()}
+    ours_all = float(np.mean(np.concatenate([e for e in errors_by["dpsql"].values()])))
+    for method, by_set in errors_by.items():
+        for kept in (*CUBE_SUM_SETS, None):
+            values = np.concatenate(list(by_set.values())) if kept is None else np.array(by_set[kept])
+            mae = float(np.mean(values))
+            reference = ours_all if kept is None else ours[kept]
+            rows_out.append({
+                "task": f"{task.name}: {'all 51 cells' if kept is None else '(' + ', '.join(kept) + ')'}",
+                "method": method if method == "dpsql" else f"{method}, each set at ε/4", "groups": 51 if kept is None else len(by_set[kept]) // (trials if method == "dpsql" else peer_trial_counts[method]),
+                "trials": trials if method == "dpsql" else peer_trial_counts[method], "epsilon": EPSILON, "sum_mae": mae, "avg_mae": "",
+                "avg_mae_vs_dpsql": "", "sum_mae_vs_dpsql": mae / reference,
+                "sum_coverage_95": float(np.mean(covered)) if method == "dpsql" and kept is None else "", "avg_coverage_95": "",
+            })
+    return rows_out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--tumult-trials", type=int, default=10, help="Tumult's trials (each Spark query takes seconds)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tasks", nargs="*", default=[""], help="only the tasks whose names contain one of these words")
+    parser.add_argument("--csv", default="aggregates.csv")
     args = parser.parse_args()
     peer_trial_counts = {peer: args.trials for peer in PEERS} | {"Tumult Analytics": args.tumult_trials}
     rng = np.random.default_rng(args.seed)
     rows = []
-    for task in TASKS:
+    for task in (t for t in (*TASKS, *CLIP_TASKS) if any(word in t.name for word in args.tasks)):
         data = task.frame()
         exact = truth(task, data)
         dpsql_released, dpsql_intervals = dpsql_trials(task, data, args.trials)
@@ -253,10 +338,31 @@ def main() -> None:
                 "sum_coverage_95": coverage(exact, dpsql_intervals, "sum") if name == "dpsql" else "",
                 "avg_coverage_95": coverage(exact, dpsql_intervals, "avg") if name == "dpsql" else "",
             })
-    rows += cube_rows(args.trials, rng)
-    columns = ["task", "method", "groups", "trials", "epsilon", "sum_mae", "avg_mae", "avg_mae_vs_dpsql", "sum_coverage_95", "avg_coverage_95"]
+    if any(word in "PUMS_10k income by CUBE (sex, married)" for word in args.tasks):
+        rows += cube_rows(args.trials, rng)
+    if any(word in CUBE_SUM.name for word in args.tasks):
+        rows += cube_sum_rows(args.trials, peer_trial_counts)
+    for row in rows:
+        row.setdefault("sum_mae_vs_dpsql", "")
+    columns = ["task", "method", "groups", "trials", "epsilon", "sum_mae", "avg_mae", "avg_mae_vs_dpsql", "sum_mae_vs_dpsql",
+               "sum_coverage_95", "avg_coverage_95"]
     print_table(rows, columns, number_text)
-    print(f"written to {write_csv('aggregates.csv', rows, columns)}")
+    print(f"written to {write_csv(args.csv, rows, columns)}")
+    print_clip_summary(rows)
+
+
+def print_clip_summary(rows: list[dict[str, object]]) -> None:
+    """clip: auto against the well-chosen bounds (dpsql) and against the peers given the same loose bounds."""
+    mae = {(r["task"], r["method"]): float(r["avg_mae"]) for r in rows if r["avg_mae"] != ""}  # type: ignore[arg-type]
+    for chosen, loose in ((CLIP_TASKS[0], CLIP_TASKS[1]), (CLIP_TASKS[2], CLIP_TASKS[3])):
+        ours = mae.get((loose.name, "dpsql"))
+        if ours is None:
+            continue
+        line = f"{loose.name}: AVG MAE {ours:.4g} = {ours / mae[(chosen.name, 'dpsql')]:.2f}× dpsql's with {list(chosen.bounds)}"
+        for peer in PEERS:
+            if (loose.name, peer) in mae:
+                line += f"; {mae[(loose.name, peer)] / ours:.1f}× lower than {peer} with {list(loose.bounds)}"
+        print(line)
 
 
 if __name__ == "__main__":

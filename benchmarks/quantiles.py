@@ -1,18 +1,21 @@
-"""Deciles and medians by group at ε = 1: dpsql's one measured CDF per group against its peers (issue 14 part 3).
+"""Quantiles by group at ε = 1: dpsql's statement (a measured CDF per group, or an exponential mechanism) against its peers.
 
 Tasks (one row per privacy unit; the ranked column's domain is an integer range declared from public
 metadata, never from the data; group keys public, every declared category):
 
 * PUMS_10k age deciles (0.1 … 0.9) by educ (16 groups), and the median of age by educ: age declared as the
   range [0, 100] (the bounds of smartnoise-sdk's ``PUMS_large.yaml``), educ as the categories 1..16;
+* PUMS_10k age percentiles 10/50/90 and all 99 percentiles by sex (2 groups of about 5,000 rows);
 * Adult hours-per-week deciles and median by workclass (9 groups): the column holds codes, declared as
   the range [0, 98] (``adult-domain.json``: 99 values), workclass as 0..8.
 
 Methods, each releasing every fraction of every group at a total ε = 1 (pure DP, add/remove one row):
 
 * dpsql: ``SELECT g, QUANTILE_CONT(v, 0.1) AS p10, …, QUANTILE_CONT(v, 0.9) AS p90 FROM t GROUP BY g`` (and
-  ``MEDIAN(v)``) — one statement, one Identity ⊗ Prefix product planned by the planner, each group's CDF
-  projected onto monotone non-negative CDFs and inverted;
+  ``MEDIAN(v)``) — one statement; the planner chooses before the read (the version column shows which,
+  from EXPLAIN's ``mechanism`` row): one Identity ⊗ Prefix product (each group's CDF projected onto
+  monotone non-negative CDFs and inverted), or permute-and-flip per group at 90 % of ε with the CDF at 10 %
+  for the counts and the error bars (``dpsql.sql.quantile_paths``);
 * identity histogram (the naive approach): one histogram of the column per group with Laplace noise at ε,
   its CDF from the cells with negative ones set to 0 ("clipped"), or projected as dpsql projects its own
   ("projected"), inverted with dpsql's rule — against dpsql, they show what the planner's strategy buys;
@@ -45,21 +48,18 @@ on Adult's large groups, where dpsql's answers are exact to within 0.0002 in ``t
 exact PERCENTILE_CONT.
 
 Measured (``results/quantiles.csv``, 100 trials, Tumult 10; OpenDP 0.16.0, Tumult Analytics 0.21.0 on
-tmlt.core 0.19.1 and PySpark 3.5.9): PUMS age deciles — rank error 0.0187 (dpsql) vs 0.0450 (OpenDP) and
-0.0474 (Tumult), 2.4× lower (tie-aware 0.0078 vs 0.0356, 4.6×; the exact answer's 0.0095). Adult deciles —
-tie-aware 0.038 vs 0.084 (OpenDP) and 0.135 (Tumult, whose answers are never exactly a data value, so its
-tie-aware error is its rank error), 2.2× lower than the best peer. In plain rank error, 0.148 vs 0.135
-(Tumult) / 0.156 (OpenDP): the ties dominate that metric, and the exact answer itself scores 0.120, more than
-half of any peer's, so no method can be 2× lower there. The seven large groups are answered almost exactly;
-the groups of 21 and 10 rows dominate every mean. Medians (one quantile at the full ε): the peers'
-exponential mechanism over 99–101 candidates beats the CDF — PUMS 0.019 (dpsql) vs 0.0064 (Tumult) / 0.0125
-(OpenDP). Why: the planner prices the whole CDF (every prefix of 101 cells, per group, pure DP: its
-p-identity + ridge plan is 3.2× the SVD bound, a rank standard error of 3.4–6.6 rows), which is what any
-number of quantiles needs and what one median does not; an exponential mechanism spends all of ε on one
-rank. Coverage of dpsql's 95 % intervals: 98.2–99.9 %, above nominal because many rows share each value
-(docs/math.md §13; 96.6 % on the test's less tied data). Against the naive histogram, the strategy's gain is
-1.16× in rank error on PUMS deciles (1.63× tie-aware); on Adult the two are level (0.038), the small groups'
-error being the projection's to win, not the strategy's.
+tmlt.core 0.19.1 and PySpark 3.5.9; at f109ecf), tie-aware rank error: the medians go to permute-and-flip —
+PUMS 0.0003 against 0.0005 (OpenDP, 1.5×) and 0.0062 (Tumult); Adult 0.026 against 0.027 (OpenDP) and 0.131
+(Tumult): its groups of 21 and 10 rows dominate every mean and no method ranks them well. The other tasks stay
+on the CDF — PUMS deciles 0.0077 against 0.035 (OpenDP, 4.5×) and 0.043 (Tumult); 10/50/90 by sex 0.0001
+against 0.0006 (OpenDP, 7.3×); 99 percentiles by sex 0.0001 against 0.022 (OpenDP); Adult deciles 0.041
+against 0.083 (OpenDP, 2.0×) and 0.14 (Tumult, whose answers are never exactly a data value, so its tie-aware
+error is its rank error). In plain rank error the ties dominate Adult: the exact answer itself scores 0.120 on
+its deciles. Coverage of dpsql's 95 % intervals: 98.0–99.9 % on the CDF path (many rows share each value:
+docs/math.md §13; 96.6 % on the test's less tied data), 99.1–100 % on the exponential path (its band comes from
+a CDF measured at a tenth of ε: conservative). Against the naive histogram, the strategy's gain is 1.5× on PUMS
+deciles (tie-aware); on Adult deciles the two are level, the small groups' error being the projection's to win,
+not the strategy's.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/quantiles.py [--trials 100] [--tumult-trials 10] [--csv quantiles.csv]
     # peers, each in its own environment (never dpsql dependencies):
@@ -93,6 +93,7 @@ HERE = Path(__file__).resolve().parent
 DATA = Path(os.environ.get("DPSQL_BENCH_DATA", HERE.parent.parent / "shared" / "data"))  # the repository sits beside shared/
 EPSILON = 1.0
 DECILES = tuple(round(0.1 * k, 1) for k in range(1, 10))
+MAX_TUMULT_QUERIES = 9  # Tumult answers one quantile per Spark query (seconds each): the 99-percentile task skips it
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,13 @@ class Task:
 
 PUMS = dict(file="PUMS_10k.csv", group="educ", categories=tuple(range(1, 17)), column="age", low=0, high=100)
 ADULT = dict(file="adult.csv", group="workclass", categories=tuple(range(9)), column="hours_per_week", low=0, high=98)
+PUMS_BY_SEX = dict(PUMS, group="sex", categories=(0, 1))
+PERCENTILES = tuple(round(0.01 * k, 2) for k in range(1, 100))
 TASKS = (
     Task("PUMS_10k age deciles by educ", fractions=DECILES, **PUMS),  # type: ignore[arg-type]
     Task("PUMS_10k age median by educ", fractions=(0.5,), **PUMS),  # type: ignore[arg-type]
+    Task("PUMS_10k age 10/50/90 by sex", fractions=(0.1, 0.5, 0.9), **PUMS_BY_SEX),  # type: ignore[arg-type]
+    Task("PUMS_10k age 99 percentiles by sex", fractions=PERCENTILES, **PUMS_BY_SEX),  # type: ignore[arg-type]
     Task("Adult hours-per-week deciles by workclass", fractions=DECILES, **ADULT),  # type: ignore[arg-type]
     Task("Adult hours-per-week median by workclass", fractions=(0.5,), **ADULT),  # type: ignore[arg-type]
 )
@@ -140,6 +145,20 @@ def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> tuple[list[Rele
         released.append({int(key): list(values) for key, *values in rows})
         intervals.append({int(key): list(band) for (key, *_), (_, *band) in zip(rows, bands)})
     return released, intervals
+
+
+def dpsql_path(task: Task, data: pd.DataFrame) -> str:
+    """How dpsql answers the task (EXPLAIN's ``mechanism`` row: the exponential mechanism or the CDF)."""
+    schema = {
+        "privacy_unit": None,
+        "columns": {task.group: {"categories": list(task.categories)}, task.column: {"range": [task.low, task.high]}},
+    }
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON))
+    connection.register("t", data, schema=schema)
+    rows = connection.cursor().execute("EXPLAIN " + task.sql(), epsilon=EPSILON).fetchall()
+    connection.close()
+    found = [r[3] for r in rows if r[0] == "mechanism"]
+    return found[0].split(";")[0] if found else "CDF (no exponential candidate)"
 
 
 def histogram_trials(task: Task, data: pd.DataFrame, trials: int, rng: np.random.Generator, clip: bool) -> list[Release]:
@@ -238,19 +257,23 @@ def main() -> None:
     parser.add_argument("--tumult-trials", type=int, default=10, help="Tumult's Spark queries take seconds each")
     parser.add_argument("--seed", type=int, default=0, help="for the in-script baselines only (dpsql's noise is from OS entropy)")
     parser.add_argument("--csv", default="quantiles.csv")
+    parser.add_argument("--tasks", nargs="*", default=[""], help="only the tasks whose names contain one of these words")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     rows = []
-    for task in TASKS:
+    for task in (t for t in TASKS if any(word in t.name for word in args.tasks)):
         data = task.frame()
         dpsql_released, dpsql_intervals = dpsql_trials(task, data, args.trials)
         methods: dict[str, tuple[list[Release], str]] = {
             "exact answer (floor)": ([exact_release(task, data)], "-"),
-            "dpsql": (dpsql_released, f"dpsql {dpsql.__version__}"),
+            "dpsql": (dpsql_released, f"dpsql {dpsql.__version__}: {dpsql_path(task, data)}"),
             "identity histogram, clipped": (histogram_trials(task, data, args.trials, rng, clip=True), "-"),
             "identity histogram, projected": (histogram_trials(task, data, args.trials, rng, clip=False), "-"),
         }
         for peer in PEERS:
+            if peer == "Tumult Analytics" and len(task.fractions) > MAX_TUMULT_QUERIES:
+                print(f"  (Tumult skipped for {task.name}: {len(task.fractions)} Spark queries per trial)", file=sys.stderr)
+                continue
             got = peer_trials(peer, task, args.tumult_trials if peer == "Tumult Analytics" else args.trials)
             if got is not None:
                 methods[peer] = got

@@ -77,6 +77,7 @@ class Outcome:
     released: int | None = None
     plan: planner.Plan | None = None
     note: str | None = None
+    clip: tuple[str, float] | None = None  # ``clip: auto``: the column and the clip released
 
 
 _HOW = {
@@ -136,6 +137,10 @@ def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
             f"one cumulative count (CDF) per group over the {domain.size} cells of {column!r}, shared by its quantiles; "
             f"query RMSEs below are the CDF's, in rows ({_see('quantile')})",
         ))
+    if prepared.clip is not None:
+        rows.append(ExplainRow("clip", *prepared.clip.explain(_see("clip"))))
+    if prepared.quantile_paths is not None:
+        rows += [ExplainRow("mechanism", *row) for row in prepared.quantile_paths.explain(_see("mechanism"))]
     cost_name = "epsilon" if prepared.cost.epsilon is not None else "rho"
     if request.cost is None:
         rows.append(ExplainRow("cost", "not given", None, f"shown for {cost_name} = 1: expected variances scale as 1/{'ε²' if cost_name == 'epsilon' else 'ρ'}"))
@@ -156,9 +161,25 @@ def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
         kept = f"; {len(decision.kept)} of {len(batch.workload.products)} products answered from kept measurements" if decision.kept else ""
         rows.append(ExplainRow("cost", cost_name, float(value), f"charged once when executed{kept}"))
         rows += plan_rows(decision.plan)
+        rows += _balance_rows(prepared)
     rows += _query_rows(prepared)
     if decision.plan is not None:
         rows += error_rows(decision.plan)
+    return rows
+
+
+def _balance_rows(prepared: Prepared) -> list[ExplainRow]:
+    """Per grouping set of a balanced plan: its mean variance over 0.9·π/4 of its own plan's at its share of the
+    budget (at most 1: more accurate than measured alone), and the weight the plan gave it."""
+    balance = prepared.balance
+    if balance is None:
+        return []
+    branches = prepared.batch.statements[0].branches
+    sets = [b for b in branches if b.workload is not None]
+    rows = []
+    for branch, ratio, factor in zip(sets, balance.ratios, balance.factors):
+        label = "(" + ", ".join(branch.group_columns) + ")"
+        rows.append(ExplainRow("balance", label, ratio, f"against the set alone at 1/{len(sets)} of the budget; weighed ×{factor:.3g} ({_see('balance')})"))
     return rows
 
 
@@ -308,6 +329,8 @@ class Explanation:
             rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {self.prepared.keyed!r}, newly selected and cached on the connection"))
         if outcome.plan is not None:
             rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
+        if outcome.clip is not None:
+            rows.append(ExplainRow("clip", outcome.clip[0], outcome.clip[1], f"released: the values were clamped at it ({_see('clip')})"))
         text = render(rows + _shell_rows(self.prepared) + [GLOSSARY_ROW])
         return text if outcome.note is None else f"{text}\n{outcome.note}"
 

@@ -48,6 +48,7 @@ from dpsql.result import OutputColumn, ResultSet, output_columns
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
+from dpsql.sql import clipping, quantile_paths
 from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
 from dpsql.sql.settings import COST_SETTINGS, SettingCommand, TextCost
 from dpsql.sql.split import Bound, bind
@@ -307,7 +308,7 @@ def _compile(session: Session, draft: Draft) -> Draft:
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
     inputs = (request.statements, request.weights, schema, tuple(table.column_types), session.settings.excluded_cells)
     batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4]))
-    moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
+    moments = () if batch.encoding is None else (batch.encoding.cells_key,)  # kept measurements in these units only
     pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
     rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
     return dataclasses.replace(draft, batch=batch, compiled_from=inputs, rows=rows)
@@ -378,19 +379,47 @@ def _plan(session: Session, draft: Draft) -> Draft:
     """The plan at the requested cost, and what kept measurements already answer at least as accurately."""
     table, batch, cost, request = draft.table, draft.batch, draft.cost, draft.request
     assert table is not None and batch is not None and batch.workload is not None and cost is not None
-    privacy = privacy_of(cost)
+    whole = privacy_of(cost)
+    clip = None if draft.keyed is not None else clipping.design(batch.encoding, whole, table.schema.contributions)
+    privacy = whole if clip is None else whole.scaled(1 - clip.share)  # the clip first, then the rest
     contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
     if batch.distinct is not None and not privacy.is_laplace:
         # a unit's pairs lie in distinct cells of the group marginal, the one marginal the summed identity
         # measures: L2 sensitivity √k (L1 is k whatever the strategy, so pure DP takes the planner's best)
-        fresh = planner.identity_plan(batch.workload, privacy, contributions, distinct_cells=True)
+        fresh, balance = planner.identity_plan(batch.workload, privacy, contributions, distinct_cells=True), None
     else:
-        fresh = session.plan(batch.workload, privacy, contributions)
-    _check_spent(fresh.privacy, privacy)
-    decision = _decision(session, batch.workload, fresh, draft.rows, privacy, contributions, request.cost is not None)
+        fresh, balance = _planned(session, batch, privacy, contributions)
+    paths = None if draft.keyed is not None else session.memoised(
+        "quantile paths", (draft.compiled_from, privacy, contributions), lambda: quantile_paths.choose(batch, fresh, privacy, table.schema.contributions)
+    )
+    exponential = paths is not None and paths.exponential
+    if exponential:  # the mechanisms need a read: the linear plan runs at its share, nothing answered from kept measurements
+        fresh, balance = _planned(session, batch, paths.privacy(privacy), contributions)  # type: ignore[union-attr]
+    mechanisms = (paths.spent() if exponential else 0.0) + (clip.spent() if clip is not None else 0.0)  # type: ignore[union-attr]
+    _check_spent(fresh.privacy, whole, mechanisms)
+    reusable = request.cost is not None and not exponential and clip is None  # a clipped measurement is never kept
+    decision = _decision(session, batch.workload, fresh, draft.rows, privacy, contributions, reusable)
     spent = cost if decision.plan is not None else _free(cost)
     cached = None if draft.cached is None else len(draft.cached)
-    return dataclasses.replace(draft, prepared=Prepared(request, table, batch, draft.rows, privacy, draft.keyed, None, decision, spent, cached))
+    prepared = Prepared(request, table, batch, draft.rows, privacy, draft.keyed, None, decision, spent, cached, paths, clip, balance)
+    return dataclasses.replace(draft, prepared=prepared)
+
+
+def _planned(session: Session, batch: CompiledBatch, privacy: planner.Privacy, contributions: int) -> tuple[planner.Plan, planner.Balance | None]:
+    """The batch's plan: for one statement of several grouping sets (CUBE, ROLLUP, GROUPING SETS) balanced so
+    that each set is at least as accurate as measured on its own share of the budget (``planner.plan_balanced``);
+    otherwise the least total error."""
+    assert batch.workload is not None
+    parts = []
+    if len(batch.statements) == 1:
+        compiled = batch.statements[0]
+        for branch, first in zip(compiled.branches, compiled.first_products):
+            if branch.workload is not None:
+                parts.append(tuple(range(first, first + len(branch.workload.products))))
+    if len(parts) < 2:
+        return session.plan(batch.workload, privacy, contributions), None
+    plan, balance = planner.plan_balanced(batch.workload, parts, privacy, lambda w, p: session.plan(w, p, contributions))
+    return plan, balance  # type: ignore[return-value]
 
 
 def _shells(session: Session, draft: Draft) -> Draft:
@@ -508,8 +537,12 @@ def _keyed_column(session: Session, table: Table, statements: Sequence[Statement
     return column, selecting
 
 
-def _check_spent(spent: planner.Privacy, requested: planner.Privacy) -> None:
-    if abs(spent.as_zcdp() - requested.as_zcdp()) > 1e-9 * requested.as_zcdp() or spent.family != requested.family:
+def _check_spent(spent: planner.Privacy, requested: planner.Privacy, mechanisms: float = 0.0) -> None:
+    """The plan (and the exponential mechanisms beside it, ``mechanisms`` in the family's unit: ε or ρ) spend
+    exactly what was asked."""
+    budget = (lambda p: p.epsilon) if requested.is_laplace else (lambda p: p.rho)
+    total = budget(spent) + mechanisms if spent.family == requested.family else math.inf
+    if abs(total - budget(requested)) > 1e-9 * budget(requested):
         raise InternalError(f"the plan spends {spent}, not the requested {requested}; refusing to run it")
 
 
@@ -702,7 +735,8 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
     else:
         keyed = None
         assert prepared.decision.plan is not None
-        marginals = batch.read_marginals(prepared.decision.plan.required_marginals())
+        paths = prepared.quantile_paths.marginals() if prepared.quantile_paths is not None else ()
+        marginals = batch.read_marginals(prepared.decision.plan.required_marginals() + paths)
     attributes = [a for a in batch.read_attributes(domain.attributes) if a in columns]  # not an aggregated column's moment cells
     ordered = {name: columns[name] for name in (*attributes, *(c for c in columns if c not in attributes))}
     kept = session.bounded.relation(table)
@@ -734,6 +768,9 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
         report = Outcome("measured", released=outcome.released, plan=outcome.plan, note=note)
         return _with_explanation(session, prepared, outcome.batch.results(answers.values, answers.variances), report)
     plan, measured, kept = decision.plan, decision.measured, decision.kept
+    rng = testing.random_source()
+    clip: int | None = None
+    arrays: dict[tuple[str, ...], np.ndarray] = {}
     if prepared.keyed is not None:  # a released key set: the column's cells come from key bounding
         assert batch.workload is not None
         released = session.keys.get(prepared.table, prepared.keyed)
@@ -741,12 +778,20 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
         full = np.moveaxis(keys.table_over_keys(aggregation.key_histogram(result), released), 0, batch.workload.domain.attributes.index(prepared.keyed))
         required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
     else:
-        required = batch.folded(plan.required_marginals(), aggregation.marginal_arrays(result))  # type: ignore[union-attr]
+        clip = None if prepared.clip is None else prepared.clip.release(aggregation, result, rng, testing.noise_enabled())
+        arrays = aggregation.marginal_arrays(result, clip)
+        if prepared.clip is not None and clip is not None:  # the answers read the chosen clip's cells
+            batch = batch.with_encoding(prepared.clip.clipped(clip))
+        required = batch.folded(plan.required_marginals(), arrays)  # type: ignore[union-attr]
     assert plan is not None and batch.workload is not None
-    measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
+    measurement = plan.measure(required, rng=rng, noise=testing.noise_enabled())
+    chosen = None
+    paths = prepared.quantile_paths
+    if paths is not None and paths.exponential and testing.noise_enabled():  # noise off: the exact CDF answers
+        chosen = paths.release(batch, batch.folded(paths.marginals(), arrays), rng)
     fresh = plan.answer(measurement)
     found = {index: (fresh.values[i], fresh.variances[i]) for i, index in enumerate(measured)}
-    estimates = plan.kept_estimates(measurement) if session.settings.reuse else None
+    estimates = plan.kept_estimates(measurement) if session.settings.reuse and prepared.clip is None else None
     earlier = session.store.measurement_count(prepared.rows)
     if estimates is not None:
         session.store.record(prepared.rows, estimates)
@@ -758,9 +803,10 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     gls = Answers(tuple(found[i][0] for i in everything), tuple(found[i][1] for i in everything))
     answers, note = _finished(session, prepared, gls, plan, measurement, from_store=len(from_store) == len(everything), batch=batch)
     combined = bool(kept) or (estimates is not None and earlier > 0 and bool(from_store))
-    outcome = Outcome("combined" if combined else "measured", note=note)
+    released_clip = None if prepared.clip is None or clip is None else (prepared.clip.encoding.column, prepared.clip.value(clip))
+    outcome = Outcome("combined" if combined else "measured", note=note, clip=released_clip)
     variances_of = plan.variances_of if not from_store else None  # the plan's covariances hold for its own answers only
-    return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, variances_of), outcome)
+    return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, variances_of, chosen), outcome)
 
 
 def _zero_results(batch: CompiledBatch) -> list[ResultSet]:

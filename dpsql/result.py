@@ -44,6 +44,9 @@ Row = tuple[object, ...]
 RankVariances = Callable[[int, str, float], "np.ndarray | None"]
 """(product index in the branch, quantiled column, fraction) → ``Var(F(k) − q·N)`` of the product's rows from
 the plan (``quantiles.rank_block``), or None where the plan does not offer it."""
+ChosenCells = Callable[[int, str, float], "np.ndarray | None"]
+"""(product index in the branch, quantiled column, fraction) → indicators over the product's rows of the cells an
+exponential mechanism released (``dpsql.sql.quantile_paths``), or None where the CDF answers."""
 Interval = tuple[float, float] | tuple[datetime.date, datetime.date]  # a date quantile's interval is in dates
 T = TypeVar("T")
 
@@ -168,6 +171,7 @@ def statement_result(
     values: Sequence[Sequence[np.ndarray]],
     variances: Sequence[Sequence[np.ndarray]],
     ranks: Sequence[RankVariances | None] | None = None,
+    chosen: Sequence[ChosenCells | None] | None = None,
     keep_excluded: bool = False,
 ) -> ResultSet:
     """The result set of ``statement`` from each branch's compiled query and its products' answers (and,
@@ -176,8 +180,11 @@ def statement_result(
     rows: list[Row] = []
     errors: list[Row] = []
     branch_ranks = ranks if ranks is not None else [None] * len(compiled)
-    for branch, query, branch_values, branch_variances, rank in zip(statement.branches, compiled, values, variances, branch_ranks):
-        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances, rank, keep_excluded)
+    branch_chosen = chosen if chosen is not None else [None] * len(compiled)
+    for branch, query, branch_values, branch_variances, rank, picked in zip(
+        statement.branches, compiled, values, variances, branch_ranks, branch_chosen
+    ):
+        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances, rank, keep_excluded, picked)
         for row, error in zip(branch_rows, branch_errors):
             output = tuple(s.value if isinstance(s, Constant) else row[s] for s in branch.layout)
             if branch.having is not None and not holds(branch.having, output):
@@ -192,6 +199,7 @@ def statement_result(
 def _branch_rows(
     compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], ranks: RankVariances | None = None,
     keep_excluded: bool = False,
+    chosen: ChosenCells | None = None,
 ) -> tuple[list[Row], list[Row]]:
     """One row per shown GROUP BY cell, in domain order: hidden remainder cells left out, and the cells the
     WHERE clause excludes unless ``keep_excluded`` (they are known to be empty: not measurements)."""
@@ -217,7 +225,7 @@ def _branch_rows(
             error_columns.append([None] * int(shown.sum()))
             continue
         if isinstance(item, (Aggregate, Quantile)):
-            released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs, ranks)
+            released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs, ranks, chosen)
             columns.append([clean_number(released[i], errors[i]) for i in np.flatnonzero(shown)])
             error_columns.append([clean_number(errors[i]) for i in np.flatnonzero(shown)])
             continue
@@ -243,6 +251,7 @@ def _aggregate_column(
     variances: Sequence[np.ndarray],
     cdfs: dict[str, np.ndarray],
     ranks: RankVariances | None = None,
+    chosen: ChosenCells | None = None,
 ) -> tuple[list[object], list[float | None]]:
     """Per GROUP BY cell, an aggregate or a quantile and its error from its block (the moment cells,
     ``dpsql.sql.moments``, or the column's CDF, ``dpsql.sql.quantiles``): the block's factor is the last of
@@ -258,6 +267,7 @@ def _aggregate_column(
     block_values = np.zeros((cells, width))
     block_variances = np.zeros((cells, width))
     rank_variances = None
+    picked = None
     if rows is not None:
         keys = rows.keys[::width]
         flat = np.ravel_multi_index(tuple(keys.T), compiled.group_shape) if compiled.group_shape else np.zeros(len(keys), dtype=int)
@@ -267,12 +277,17 @@ def _aggregate_column(
         if ranked is not None:
             rank_variances = np.zeros((cells, width))
             rank_variances[flat] = np.asarray(ranked).reshape(-1, width) / compiled.scale**2
+        indicators = chosen(rows.index, item.column, item.fraction) if chosen is not None and isinstance(item, Quantile) else None
+        if indicators is not None:
+            marked = np.zeros((cells, width))
+            marked[flat] = np.asarray(indicators).reshape(-1, width)
+            picked = np.argmax(marked, axis=1)
     if isinstance(item, Quantile):
         domain = compiled.columns[item.column]
         if item.column not in cdfs:
             value_cells = domain.value_cells
             cdfs[item.column] = quantiles.monotone(block_values[:, :value_cells], block_variances[:, :value_cells])
-        released, errors = quantiles.released(item, domain, cdfs[item.column], block_variances, rank_variances)
+        released, errors = quantiles.released(item, domain, cdfs[item.column], block_variances, rank_variances, picked)
     else:
         assert encoding is not None
         released, errors = encoding.released(item.function, block_values, block_variances)

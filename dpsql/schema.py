@@ -93,7 +93,7 @@ class BinLabel(str):
 
     def __reduce__(self) -> tuple[type[BinLabel], tuple[float, float]]:
         return (BinLabel, (self.low, self.high))
-_COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds"}
+_COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds", "clip"}
 _SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
 _SHOWN = reprlib.Repr()  # what an error message shows of a declared value: bounded, whatever its depth
 _SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 24, 24, 8, 80, 60
@@ -126,6 +126,7 @@ class ColumnDomain:
     nullable: bool = False
     bounds: tuple[float, float] | None = None  # what SUM/AVG/VARIANCE/STDDEV clamp to
     resolution: float | None = None  # the spacing the engine type puts values on (1: integers, 10^-s: DECIMAL(p, s)); None: none known
+    clip: bool = False  # ``clip: auto``: SUM/AVG/VARIANCE/STDDEV clamp at a private clip within the bounds
 
     @property
     def value_resolution(self) -> float | None:
@@ -368,10 +369,11 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
     nullable = canonical_value(spec.get("nullable", False))
     if not isinstance(nullable, bool):
         raise ProgrammingError(f"column {name!r}: nullable must be true or false, got {_shown(nullable)}")
+    clip = _clip(name, canonical_value(spec.get("clip")), bounds is not None or "range" in spec)
     if not kinds and bounds is not None:
         if nullable:
             raise ProgrammingError(f"column {name!r}: nullable applies to a declared domain; a column with bounds only keeps its NULLs")
-        return ColumnDomain(name, "unknown", bounds=bounds)
+        return ColumnDomain(name, "unknown", bounds=bounds, clip=clip)
     if len(kinds) != 1:
         raise ProgrammingError(f"column {name!r}: declare exactly one of categories, range, bins (got {kinds})")
     kind = kinds[0]
@@ -384,7 +386,18 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
         values = _range_bounds(name, values)
     else:
         _check_bins(name, values)
-    return ColumnDomain(name, kind, values, nullable, bounds)
+    return ColumnDomain(name, kind, values, nullable, bounds, clip=clip)
+
+
+def _clip(name: str, raw: object, bounded: bool) -> bool:
+    """``clip: auto`` (SUM/AVG/VARIANCE/STDDEV clamp at a private clip within the bounds), or absent."""
+    if raw is None:
+        return False
+    if raw != "auto":
+        raise ProgrammingError(f"column {name!r}: clip must be 'auto' (a private clip within the bounds), got {raw!r}")
+    if not bounded:
+        raise ProgrammingError(f"column {name!r}: clip: auto chooses a clip within bounds; declare them, e.g. bounds: [0, 10000000]")
+    return True
 
 
 def _value_bounds(name: str, raw: object) -> tuple[float, float]:

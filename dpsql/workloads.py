@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -58,6 +58,15 @@ class CompiledBatch:
     encoding: ValueEncoding | None = None  # the aggregated column's moment cells (``dpsql.sql.moments``)
     distinct: DistinctUnits | None = None  # COUNT(DISTINCT unit): (unit, group cell) pairs are counted, not rows
     excluded_cells: str = "omit"  # GROUP BY cells the WHERE clause excludes: omitted from the rows, or exact "zeros"
+
+    def with_encoding(self, encoding: ValueEncoding) -> CompiledBatch:
+        """The batch whose answers read ``encoding`` (the same cells: a clip chosen after the read,
+        ``dpsql.sql.clipping``)."""
+        statements = tuple(
+            dataclasses.replace(s, branches=tuple(dataclasses.replace(b, encoding=encoding) if b.encoding is not None else b for b in s.branches))
+            for s in self.statements
+        )
+        return dataclasses.replace(self, statements=statements, encoding=encoding)
 
     @functools.cached_property
     def measures(self) -> bool:
@@ -122,25 +131,29 @@ class CompiledBatch:
         return folded
 
     def results(
-        self, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], variances_of: Callable[[Product], np.ndarray | None] | None = None
+        self, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], variances_of: Callable[[Product], np.ndarray | None] | None = None,
+        chosen: Mapping[tuple[int, float], np.ndarray] | None = None,
     ) -> list[ResultSet]:
         """Each statement's result set from per-product answers of the merged workload (empty sequences
         when the workload is None). ``variances_of`` (the plan's, when every product was answered by it)
-        prices the quantiles' rank errors (``quantiles.rank_block``)."""
+        prices the quantiles' rank errors (``quantiles.rank_block``); ``chosen`` holds, per (merged CDF product,
+        fraction), the cells an exponential mechanism released, as indicators over the product's rows
+        (``dpsql.sql.quantile_paths``)."""
         values = [_rows_in_order_of(v, own, merged) for v, own, merged in zip(values, self.own_products, self._merged())]
         variances = [_rows_in_order_of(v, own, merged) for v, own, merged in zip(variances, self.own_products, self._merged())]
         results = []
         for compiled in self.statements:
-            per_branch_values, per_branch_variances, per_branch_ranks = [], [], []
+            per_branch_values, per_branch_variances, per_branch_ranks, per_branch_chosen = [], [], [], []
             for branch, first in zip(compiled.branches, compiled.first_products):
                 count = 0 if branch.workload is None else len(branch.workload.products)
                 per_branch_values.append(values[first : first + count])
                 per_branch_variances.append(variances[first : first + count])
                 per_branch_ranks.append(None if variances_of is None else functools.partial(self._rank_variances, variances_of, first))
+                per_branch_chosen.append(None if not chosen else functools.partial(self._chosen_cells, chosen, first))
             results.append(
                 statement_result(
                     compiled.statement, compiled.branches, per_branch_values, per_branch_variances, per_branch_ranks,
-                    keep_excluded=self.excluded_cells == "zeros",
+                    keep_excluded=self.excluded_cells == "zeros", chosen=per_branch_chosen,
                 )
             )
         return results
@@ -156,6 +169,12 @@ class CompiledBatch:
         )
         found = variances_of(swapped)
         return None if found is None else _rows_in_order_of(found, own, merged)
+
+    def _chosen_cells(self, chosen: Mapping[tuple[int, float], np.ndarray], first: int, index: int, column: str, fraction: float) -> np.ndarray | None:
+        """The indicator rows of a branch's quantile product (its ``index``-th) marking the released cells, in
+        the branch's row order (None: the CDF answers this quantile)."""
+        found = chosen.get((first + index, fraction))
+        return None if found is None else _rows_in_order_of(found, self.own_products[first + index], self._merged()[first + index])
 
     def _merged(self) -> tuple[Product, ...]:
         return () if self.workload is None else self.workload.products

@@ -3,6 +3,8 @@
 This module is the planner's public API: ``dpsql`` imports from here (and from the ``planner.ldp``
 subpackage) only, never from the modules behind it (tests/test_architecture.py)."""
 
+from planner.balance import Balance, plan_balanced
+from planner.clipping import CLIP_SHARE, UpperClip
 from planner.domain import Domain
 from planner.privacy import Privacy
 from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predicate, Prefix, Product, Total, Workload, marginal_for
@@ -11,6 +13,8 @@ from planner.keyed_release import KeyedRelease
 from planner.keyed_release import design as design_keyed_release
 from planner.noise import NoiseParameterError
 from planner.partition import PartitionSelection, PartitionSelectionImpossibleError
+from planner.quantile_mechanisms import ExponentialQuantiles, QuantileChoice, QuantileColumn
+from planner.quantile_mechanisms import choose as choose_quantiles
 from planner.select import BoundUnavailableError
 from planner.selected_intervals import selected_variances
 from planner.selection_split import SelectionSplit, split
@@ -19,11 +23,14 @@ from planner.strategies.base import Answers, Measurement
 
 __all__ = [
     "AllRange",
+    "CLIP_SHARE",
     "Answers",
+    "Balance",
     "Block",
     "BoundUnavailableError",
     "Domain",
     "Explicit",
+    "ExponentialQuantiles",
     "Factor",
     "Identity",
     "KeyedRelease",
@@ -37,13 +44,18 @@ __all__ = [
     "Prefix",
     "Privacy",
     "Product",
+    "QuantileChoice",
+    "QuantileColumn",
     "SelectionSplit",
     "Total",
+    "UpperClip",
     "Workload",
     "design_keyed_release",
+    "choose_quantiles",
     "identity_plan",
     "marginal_for",
     "plan",
+    "plan_balanced",
     "selected_variances",
     "split",
 ]

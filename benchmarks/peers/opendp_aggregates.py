@@ -22,6 +22,7 @@ from shared_table import read_table  # beside this script: on sys.path when it r
 def main() -> None:
     request = json.load(sys.stdin)
     groups, column = request["groups"], request["column"]
+    sum_only = request.get("sum_only", False)  # one SUM query (a grouping set of a CUBE answered on its own)
     low, high = request["bounds"]
     data = read_table(request["data"], [*groups, column])
     frame = pl.LazyFrame(data).with_columns(pl.col(column).cast(pl.Int64))
@@ -36,11 +37,17 @@ def main() -> None:
             split_evenly_over=1,
             margins=[margin],
         )
-        query = context.query().group_by(groups).agg(pl.col(column).fill_null(0).dp.sum((low, high)).alias("s"), dp.len(signed=False).alias("n"))
+        total_expression = pl.col(column).fill_null(0).dp.sum((low, high)).alias("s")
+        expressions = [total_expression] if sum_only else [total_expression, dp.len(signed=False).alias("n")]
+        query = context.query().group_by(groups).agg(*expressions) if groups else context.query().select(*expressions)
         released = query.release().collect()
         rows = []
         for row in released.iter_rows(named=True):
-            count, total = row["n"], float(row["s"])
+            total = float(row["s"])
+            if sum_only:
+                rows.append([*(int(row[g]) for g in groups), total, None])
+                continue
+            count = row["n"]
             average = min(max(total / count, low), high) if count > 0 else (low + high) / 2
             rows.append([*(int(row[g]) for g in groups), total, average])
         trials.append(rows)

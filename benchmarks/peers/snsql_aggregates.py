@@ -30,14 +30,16 @@ def main() -> None:
     table[column] = {"type": "int", "lower": low, "upper": high}
     metadata = {"": {"bench": {"t": table}}}
     keys = ", ".join(groups)
-    query = f"SELECT {keys}, SUM({column}) AS s, AVG({column}) AS a FROM bench.t GROUP BY {keys}"
+    sum_only = request.get("sum_only", False)  # one SUM query (a grouping set of a CUBE answered on its own)
+    items = f"SUM({column}) AS s" if sum_only else f"SUM({column}) AS s, AVG({column}) AS a"
+    query = f"SELECT {keys + ', ' if keys else ''}{items} FROM bench.t" + (f" GROUP BY {keys}" if keys else "")
     unit = snsql.from_df(data, privacy=Privacy(epsilon=1.0, delta=1e-6), metadata=metadata)
     cost, _ = unit.get_privacy_cost(query)
     reader = snsql.from_df(data, privacy=Privacy(epsilon=request["epsilon"] / cost, delta=1e-6), metadata=metadata)
     trials = []
     for _ in range(request["trials"]):
         released = reader.execute_df(query)
-        trials.append([[*(int(row[g]) for g in groups), float(row["s"]), float(row["a"])] for _, row in released.iterrows()])
+        trials.append([[*(int(row[g]) for g in groups), float(row["s"]), None if sum_only else float(row["a"])] for _, row in released.iterrows()])
     print(json.dumps(trials))
     print(f"smartnoise-sql {version('smartnoise-sql')}, per-column epsilon {request['epsilon'] / cost:g} (cost at 1: {cost:g})", file=sys.stderr)
 

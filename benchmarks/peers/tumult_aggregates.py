@@ -31,13 +31,12 @@ def main() -> None:
     spark = local_spark()
     frame = request_frame(spark, request)
     session = Session.from_dataframe(privacy_budget=PureDPBudget(epsilon * trials), source_id="t", dataframe=frame, protected_change=AddOneRow())
-    keys = KeySet.from_dict({g: [int(v) for v in request["categories"][g]] for g in groups})
-    grouped = QueryBuilder("t").groupby(keys)
-    queries = {
-        "sum": grouped.sum(column=column, low=low, high=high, name="s"),
-        "avg": grouped.average(column=column, low=low, high=high, name="a"),
-    }
-    half = PureDPBudget(epsilon / 2)
+    sum_only = request.get("sum_only", False)  # one SUM query at ε (a grouping set of a CUBE answered on its own)
+    grouped = QueryBuilder("t").groupby(KeySet.from_dict({g: [int(v) for v in request["categories"][g]] for g in groups})) if groups else QueryBuilder("t")
+    queries = {"sum": grouped.sum(column=column, low=low, high=high, name="s")}
+    if not sum_only:
+        queries["avg"] = grouped.average(column=column, low=low, high=high, name="a")
+    half = PureDPBudget(epsilon / len(queries))
     released = []
     for _ in range(trials):
         rows: dict[tuple[int, ...], dict[str, float]] = {}
@@ -45,9 +44,9 @@ def main() -> None:
             for row in session.evaluate(query, half).collect():
                 values = row.asDict()
                 rows.setdefault(tuple(int(values[g]) for g in groups), {}).update({k: float(values[k]) for k in ("s", "a") if k in values})
-        released.append([[*key, values["s"], values["a"]] for key, values in rows.items()])
+        released.append([[*key, values["s"], values.get("a")] for key, values in rows.items()])
     print(json.dumps(released))
-    print(f"tmlt.analytics {version('tmlt.analytics')}, tmlt.core {version('tmlt.core')}, pyspark {version('pyspark')}; sum and average at ε/2 each", file=sys.stderr)
+    print(f"tmlt.analytics {version('tmlt.analytics')}, tmlt.core {version('tmlt.core')}, pyspark {version('pyspark')}; {'a sum at ε' if sum_only else 'sum and average at ε/2 each'}", file=sys.stderr)
     spark.stop()
 
 

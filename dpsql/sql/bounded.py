@@ -75,6 +75,7 @@ from dpsql.sql.literals import ColumnType, python_value, sql_literal
 from dpsql.sql.moments import ValueEncoding
 
 COUNT_NAME = "n"
+VALUE_INDEX_NAME = "value_index"
 GROUPING_NAME = "grouping_id"
 UNIT_NAME = "unit"
 UNITS_NAME = "units"
@@ -136,8 +137,14 @@ class BoundedAggregation:
 
     @property
     def weight_names(self) -> tuple[str, ...]:
-        """The result columns of the moment-cell weights (none without an aggregated column)."""
-        return () if self.value is None else tuple(f"w{k}" for k in range(self.value.cells))
+        """The result columns of the moment-cell weights (none without an aggregated column, or with
+        ``clip: auto``, whose weights follow the clip chosen after the read)."""
+        return () if self.value is None or self.value.clip_base else tuple(f"w{k}" for k in range(self.value.cells))
+
+    @property
+    def value_index(self) -> str | None:
+        """``clip: auto``: the result column of the values' base-grid index, a column of every grouping set."""
+        return VALUE_INDEX_NAME if self.value is not None and self.value.clip_base else None
 
     @cached_property
     def sql_marginals(self) -> tuple[tuple[str, ...], ...]:
@@ -199,7 +206,9 @@ class BoundedAggregation:
         if self._carries_unit:
             identity = [exp.column(c, quoted=True) for c in self.row_columns] or [exp.Literal.number(0)]
             projections.append(exp.alias_(exp.func("HASH", *identity), ROW_KEY_NAME))
-        if self.value is not None:
+        if self.value_index is not None:
+            projections.append(exp.alias_(self.value.index(exp.column(self.value.column, quoted=True)), self.value_index))  # type: ignore[union-attr]
+        elif self.value is not None:
             weights = self.value.weights(exp.column(self.value.column, quoted=True))
             projections += [exp.alias_(w, name) for w, name in zip(weights, self.weight_names)]
         cells = exp.select(*(projections or [_one()])).from_(self._source())  # SELECT needs a column
@@ -283,6 +292,8 @@ class BoundedAggregation:
         the unit and row identity when key bounding needs them."""
         counted: list[exp.Expression] = [exp.column(self.alias(c)) for c in self.counted_columns]
         counted += [exp.column(name) for name in self.weight_names]
+        if self.value_index is not None:
+            counted.append(exp.column(self.value_index))
         if self._carries_unit:
             counted += [exp.column(UNIT_NAME), exp.column(ROW_KEY_NAME)]
         elif self.distinct is not None:
@@ -329,15 +340,17 @@ class BoundedAggregation:
         if self.keyed is not None:
             return self._keyed_aggregate(kept)
         counted = [exp.column(self.alias(c)) for c in self.counted_columns]
-        query = exp.select(*counted).from_(kept.subquery("bounded"))
+        every = [exp.column(self.value_index)] if self.value_index is not None else []  # in every grouping set
+        query = exp.select(*counted, *(c.copy() for c in every)).from_(kept.subquery("bounded"))
         sums = [exp.alias_(_exact_sum(exp.column(name)), name) for name in self.weight_names]
         if len(self.sql_marginals) > 1 and counted:
             query = query.select(exp.alias_(exp.func("GROUPING", *counted), GROUPING_NAME))
-            sets = [exp.Tuple(expressions=[exp.column(self.alias(c)) for c in m]) for m in self.sql_marginals]
+            sets = [exp.Tuple(expressions=[exp.column(self.alias(c)) for c in m] + [c.copy() for c in every]) for m in self.sql_marginals]
             query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME), *sums)
             return query.group_by(exp.GroupingSets(expressions=sets))
         query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME), *sums)
-        return query.group_by(*counted) if counted else query
+        grouped = counted + every
+        return query.group_by(*grouped) if grouped else query
 
     def _keyed_aggregate(self, kept: exp.Query) -> exp.Select:
         """Counts per (raw key, ``key_kept``, other cells); with ``count_units`` also the distinct units of
@@ -364,11 +377,33 @@ class BoundedAggregation:
         counted = self.counted_columns
         return sum(1 << (len(counted) - 1 - i) for i, c in enumerate(counted) if c not in marginal)
 
-    def marginal_arrays(self, result: Mapping[str, np.ndarray]) -> dict[tuple[str, ...], np.ndarray]:
+    def value_histogram(self, result: Mapping[str, np.ndarray]) -> np.ndarray:
+        """``clip: auto``: the rows per base-grid index of the aggregated column (NULLs left out), over every
+        row the statement counts (one grouping set's rows: each row is in each set once)."""
+        assert self.value is not None and self.value_index is not None
+        counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64)
+        index = np.asarray(np.ma.filled(result[self.value_index], -1), dtype=np.int64)
+        chosen = index >= 0
+        if len(self.sql_marginals) > 1 and self.counted_columns:
+            ids = np.asarray(np.ma.filled(result[GROUPING_NAME], -1))
+            chosen &= ids == self.grouping_id(tuple(c for c in self.sql_marginals[0] if c in self.columns))
+        for column in (c for c in self.sql_marginals[0] if c in self.columns) if self.sql_marginals else ():
+            chosen &= self._cells_of(column, result[self.alias(column)])[1]
+        histogram = np.zeros(self.value.clip_base + 1, dtype=np.int64)
+        np.add.at(histogram, np.minimum(index[chosen], self.value.clip_base), counts[chosen])
+        return histogram
+
+    def marginal_arrays(self, result: Mapping[str, np.ndarray], clip: int | None = None) -> dict[tuple[str, ...], np.ndarray]:
         """Dense count arrays (shape = domain sizes, in the marginal's order) from the statement's result.
-        Result rows holding a value outside its column's domain (see ``_tested_elsewhere``) are dropped."""
+        Result rows holding a value outside its column's domain (see ``_tested_elsewhere``) are dropped.
+        With ``clip: auto``, ``clip`` is the chosen clip's base-grid index: the moment cells are computed here."""
         counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64)
         weights = [np.asarray(np.ma.filled(result[name], 0), dtype=np.int64) for name in self.weight_names]
+        if self.value_index is not None:
+            assert self.value is not None and clip is not None
+            index = np.asarray(np.ma.filled(result[self.value_index], -1), dtype=np.int64)
+            per_row = self.value.cell_weights(index, clip)
+            weights = [counts * per_row[:, cell] for cell in range(self.value.cells)]
         if self.value is not None:  # every row is worth its total weight in every marginal
             counts = counts * self.value.scale
         grouped = len(self.sql_marginals) > 1 and bool(self.counted_columns)

@@ -31,6 +31,7 @@ the delta method needs. With ``w = hi − lo``: ``SUM = lo·C + w·U``, ``AVG = 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ from dpsql.sql.parse import Aggregate, Count, Query
 GRID = 4096
 """Grid steps (``R``) for a column whose values are not on a lattice of at most this many steps between
 its bounds (a DOUBLE column, or bounds wider than this many steps of its resolution)."""
+CLIP_BASE = 1 << 22
+"""``clip: auto``: values are read as indices on this many steps of the bounds (integer bounds closer: one per integer)."""
 SECOND_MOMENT = ("VAR_SAMP", "VAR_POP", "STDDEV_SAMP", "STDDEV_POP")
 Z95 = NormalDist().inv_cdf(0.975)
 
@@ -62,11 +65,17 @@ class ValueEncoding:
     moments: int  # 1: SUM/AVG; 2: also VARIANCE/STDDEV
     null_cell: bool  # the column may hold NULL: a last cell for NULL rows
     exact: bool = True  # every value the column can hold is a grid point (module doc)
+    sum_only: bool = False  # the statement asks SUM alone of an exactly gridded column: one query per group (module doc)
+    clip_base: int = 0  # ``clip: auto``: values are read as indices on this many steps over [low, high] (0: no clip)
+    clipped_rows: float = 0.0  # after a clip: the clipped rows the error bars assume, and ...
+    clipped_excess: float = 0.0  # ... how far above the clip each lies, in clip widths (``dpsql.sql.clipping``)
+    base_rounding: float = 0.0  # after a clip: the most the base grid moved a value before the clip's grid did
 
     @property
     def rounding(self) -> float:
-        """The most one value moves when rounded to the grid: 0 when exact, else ``(hi − lo)/(2R)``."""
-        return 0.0 if self.exact else (self.high - self.low) / (2 * self.grid)
+        """The most one value moves when rounded to the grid: 0 when exact, else ``(hi − lo)/(2R)`` (after a
+        clip, plus the base grid's)."""
+        return 0.0 if self.exact else (self.high - self.low) / (2 * self.grid) + self.base_rounding
 
     @property
     def attribute(self) -> str:
@@ -87,8 +96,23 @@ class ValueEncoding:
         """``C``, ``U`` (and ``Q``)."""
         return self.moments + 1
 
+    @property
+    def cells_key(self) -> ValueEncoding:
+        """What the cells mean, whatever the block asks of them: kept measurements are filed under it."""
+        return dataclasses.replace(self, sum_only=False)
+
+    @property
+    def sum_scale(self) -> float:
+        """SUM alone: the block's one row is ``SUM/sum_scale`` in count units (``max(|lo|, |hi|)``, at least 1)."""
+        return max(abs(self.low), abs(self.high), 1e-300)
+
     def block(self) -> np.ndarray:
-        """The queries per group over the cells: ``C, U[, Q]`` then their pairwise sums."""
+        """The queries per group over the cells: ``C, U[, Q]`` then their pairwise sums; SUM alone: the SUM
+        itself, ``(lo·x_lo + hi·x_hi)/max(|lo|, |hi|)`` (in count units), the one query the plan then prices."""
+        if self.sum_only:
+            row = np.zeros((1, self.cells))
+            row[0, :2] = (self.low / self.sum_scale, self.high / self.sum_scale)
+            return row
         base = np.zeros((self.base_rows, self.cells))
         for k in range(self.base_rows):
             base[k, k : self.base_rows] = 1.0
@@ -105,18 +129,21 @@ class ValueEncoding:
         )
 
     # -- SQL ---------------------------------------------------------------------------------------------
-    def weights(self, value: exp.Expression) -> list[exp.Expression]:
-        """Per cell, the integer weight a row with ``value`` puts there (module doc)."""
+    def _step(self, value: exp.Expression, steps: int) -> exp.Expression:
+        """The value clamped to the bounds as the index of its nearest point (ties up: the same in every
+        engine) on ``steps`` steps of them; NULL for NULL."""
         low, high = float(self.low), float(self.high)
-        as_double = exp.cast(value.copy(), "DOUBLE")
-        clamped = exp.func("LEAST", exp.func("GREATEST", as_double, _number(low)), _number(high))
+        clamped = exp.func("LEAST", exp.func("GREATEST", exp.cast(value.copy(), "DOUBLE"), _number(low)), _number(high))
         offset = exp.Div(
-            this=exp.Mul(this=exp.paren(exp.Sub(this=clamped, expression=_number(low))), expression=exp.Literal.number(self.grid)),
+            this=exp.Mul(this=exp.paren(exp.Sub(this=clamped, expression=_number(low))), expression=exp.Literal.number(steps)),
             expression=_number(high - low),
         )
-        half_up = exp.Add(this=offset, expression=exp.Literal.number("0.5"))
-        step = exp.cast(exp.func("FLOOR", half_up), "BIGINT")  # nearest grid point, ties up: the same in every engine
-        j = exp.Case().when(value.copy().is_(exp.null()), exp.null()).else_(step)
+        step = exp.cast(exp.func("FLOOR", exp.Add(this=offset, expression=exp.Literal.number("0.5"))), "BIGINT")
+        return exp.Case().when(value.copy().is_(exp.null()), exp.null()).else_(step)
+
+    def weights(self, value: exp.Expression) -> list[exp.Expression]:
+        """Per cell, the integer weight a row with ``value`` puts there (module doc)."""
+        j = self._step(value, self.grid)
         grid = exp.Literal.number(self.grid)
 
         def rest() -> exp.Expression:
@@ -131,12 +158,63 @@ class ValueEncoding:
             weights.append(exp.Case().when(value.copy().is_(exp.null()), exp.Literal.number(self.scale)).else_(exp.Literal.number(0)))
         return weights
 
+    # -- clip: auto (``dpsql.sql.clipping``) ------------------------------------------------------------
+    def index(self, value: exp.Expression) -> exp.Expression:
+        """The row's value clamped to the bounds as an index on the base grid (nearest point, ties up), NULL
+        for NULL: ``clip: auto`` reads these and computes the moment cells of the chosen clip after the read."""
+        return self._step(value, self.clip_base)
+
+    def cell_weights(self, indices: np.ndarray, clip: int) -> np.ndarray:
+        """Per row (its base-grid index, -1 for NULL), the integer weights over the cells for values clamped to
+        the base-grid point ``clip`` (≥ 1) and gridded on ``grid`` steps of ``[low, clip]`` (nearest, ties up)."""
+        index = np.asarray(indices, dtype=np.int64)
+        null = index < 0
+        j = (2 * self.grid * np.minimum(np.maximum(index, 0), clip) + clip) // (2 * clip)
+        rest = self.grid - j
+        parts = [rest, j] if self.moments == 1 else [self.grid * rest, j * rest, j * j]
+        weights = np.stack([np.where(null, 0, p) for p in parts], axis=-1)
+        if self.null_cell:
+            weights = np.concatenate([weights, np.where(null, self.scale, 0)[..., None]], axis=-1)
+        return weights
+
+    def clipped(self, clip: int, rows: float, excess: float) -> ValueEncoding:
+        """The encoding whose answers read the cells of the clip ``clip`` (a base-grid index): ``high`` there;
+        its error bars add the bias of ``rows`` clipped rows each ``excess`` clip widths above it."""
+        high = self.low + (self.high - self.low) * clip / self.clip_base
+        return dataclasses.replace(self, high=high, clip_base=0, clipped_rows=rows, clipped_excess=excess)
+
+    def _released_sum(self, values: np.ndarray, variances: np.ndarray) -> tuple[list[float | None], list[float | None]]:
+        """SUM alone: each group's answer scaled back, its standard error with the clipping bias (no count is
+        measured on its own here, so a group's share of the clipped rows is taken as equal)."""
+        sums = np.asarray(values, dtype=float)[:, 0] * self.sum_scale
+        errors = np.sqrt(np.maximum(np.asarray(variances, dtype=float)[:, 0], 0.0)) * self.sum_scale
+        if self.clipped_rows:
+            errors = np.sqrt(errors**2 + (self.clipped_rows / len(sums) * self.clipped_excess * (self.high - self.low)) ** 2)
+        return [float(v) for v in sums], [float(e) for e in errors]
+
+    def _clipping_bias(self, function: str, count: float, total: float) -> float:
+        """The error bars' estimate of the clipping bias of one group's aggregate (``count`` its estimated rows,
+        ``total`` those of every group of the branch): its share of the clipped rows, each ``clipped_excess``
+        widths above the clip — for SUM ``rows·excess·w``, AVG that per row, the variances the excess of squares."""
+        if not self.clipped_rows or total <= 0:
+            return 0.0
+        width, share = self.high - self.low, max(count, 0.0) / total
+        if function == "SUM":
+            return self.clipped_rows * share * self.clipped_excess * width
+        per_row = self.clipped_rows / total
+        if function == "AVG":
+            return per_row * self.clipped_excess * width
+        return per_row * ((1 + self.clipped_excess) ** 2 - 1) * width**2
+
     # -- answers -----------------------------------------------------------------------------------------
     def released(self, function: str, values: np.ndarray, variances: np.ndarray) -> tuple[list[float | None], list[float | None]]:
         """Per group, the aggregate and its error from the block's answers in count units
         (``values``/``variances``: groups × block rows): the delta-method standard error plus the most the
         grid's rounding can move the aggregate (:meth:`rounding_bound`), so ``value ± z·error`` holds that
-        bias at any ``z ≥ 1``. Never fails: a group whose estimated count leaves the aggregate undefined gets None."""
+        bias at any ``z ≥ 1``; after a clip, the estimated clipping bias in quadrature. Never fails: a group
+        whose estimated count leaves the aggregate undefined gets None."""
+        if self.sum_only:  # the block is the SUM itself (in count units of sum_scale); its grid is exact
+            return self._released_sum(values, variances)
         b = self.base_rows
         estimates = values[:, :b]
         covariance = np.zeros((len(values), b, b))
@@ -150,6 +228,8 @@ class ValueEncoding:
                 pair += 1
         out: list[float | None] = []
         errors: list[float | None] = []
+        with np.errstate(all="ignore"):
+            total = float(np.sum(np.maximum(estimates[:, 0], 0.0)))
         for estimate, cov in zip(estimates, covariance):
             with np.errstate(all="ignore"):  # float arithmetic on any estimate: overflow gives inf, never an error
                 value, gradient, root = _function(function, estimate.astype(np.float64), self.low, self.high)
@@ -157,7 +237,9 @@ class ValueEncoding:
                     out.append(None)
                     errors.append(None)
                     continue
-                error = math.sqrt(max(float(np.nan_to_num(gradient @ cov @ gradient, nan=np.inf)), 0.0))
+                bias = self._clipping_bias(function.replace("STDDEV", "VAR"), float(estimate[0]), total)
+                variance = max(float(np.nan_to_num(gradient @ cov @ gradient, nan=np.inf)), 0.0) + bias**2
+                error = math.sqrt(variance)
                 if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V); at 0 the band [0, √(z·se(V))] (z at 95 %), as a 95 % error
                     error = float(error / (2 * value)) if value > 0 else math.sqrt(Z95 * error) / Z95
             out.append(float(value))
@@ -242,6 +324,7 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
             "supported; aggregate one column per statement (COUNT(*) may accompany it)"
         )
     column, functions = next(iter(found.items()))
+    sum_only = functions == {"SUM"}
     domain = schema.column(column)
     if len(given) > 1:
         raise NotSupportedError(
@@ -260,10 +343,16 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
             f"±2^53 ({MAX_VALUE_BOUND:.3g}), where sums of bounded values lose exactness and can overflow; declare "
             f"{column}: {{bounds: [lo, hi]}} within that, e.g. in larger units"
         )
-    grid, exact = value_grid(low, high, domain.value_resolution)
     moments = 2 if functions & set(SECOND_MOMENT) else 1
     null_cell = domain.nullable or not domain.is_known
-    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell, exact)
+    if domain.clip:  # the clip's width is decided after the read: the grid is always GRID steps of it
+        whole = all(float(b).is_integer() for b in bounds) and high - low <= CLIP_BASE
+        base = int(high - low) if whole else CLIP_BASE
+        exact_base = whole and domain.value_resolution == 1
+        return ValueEncoding(column, float(low), float(high), GRID, moments, null_cell, exact=False, clip_base=base,
+                             base_rounding=0.0 if exact_base else (high - low) / (2 * base))
+    grid, exact = value_grid(low, high, domain.value_resolution)
+    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell, exact, sum_only=sum_only and exact)
 
 
 def value_grid(low: float, high: float, resolution: float | None) -> tuple[int, bool]:

@@ -107,11 +107,14 @@ def monotone(values: np.ndarray, variances: np.ndarray) -> np.ndarray:
 
 
 def released(
-    item: Quantile, domain: ColumnDomain, values: np.ndarray, variances: np.ndarray, rank_variances: np.ndarray | None = None
+    item: Quantile, domain: ColumnDomain, values: np.ndarray, variances: np.ndarray, rank_variances: np.ndarray | None = None,
+    chosen: np.ndarray | None = None,
 ) -> tuple[list[object], list[float | None]]:
     """Per group (rows of ``values``/``variances``: the projected CDF over the column's value cells, from
     ``monotone``, and the least-squares CDF's variances; ``rank_variances``: ``Var(F(k) − q·N)`` per cell from
     the plan, ``rank_block``, when it can give them), the quantile and its error in value units (module doc).
+    ``chosen`` (a ``range`` column answered by an exponential mechanism, ``dpsql.sql.quantile_paths``) gives
+    each group's answer cell instead of the CDF's; the error then covers the CDF's rank band and that answer.
     Never fails."""
     out: list[object] = []
     errors: list[float | None] = []
@@ -119,12 +122,17 @@ def released(
     ranks = None if rank_variances is None else np.asarray(rank_variances, dtype=float)[:, :cells]
     for row, (cdf, variance) in enumerate(zip(np.asarray(values, dtype=float)[:, :cells], np.asarray(variances, dtype=float)[:, :cells])):
         total = int(round(float(cdf[-1]))) if math.isfinite(cdf[-1]) else 0
+        if total <= 0 and chosen is not None:  # the mechanism answered; the noisy count bounds nothing
+            value = _chosen_value(item, domain, int(chosen[row]))
+            out.append(value)
+            errors.append((_number(domain, domain.value_cells - 1) - _number(domain, 0)) / BAND * (1 + ENDPOINT_SLACK))
+            continue
         if total <= 0:
             out.append(None)
             errors.append(None)
             continue
         rank = _target_rank(item, total)
-        value = _value_at(item, domain, cdf, rank, total)
+        value = _value_at(item, domain, cdf, rank, total) if chosen is None else _chosen_value(item, domain, int(chosen[row]))
         cell = _cell_at(cdf, math.ceil(rank - TOLERANCE))
         if ranks is not None:
             rank_variance = float(ranks[row, cell])
@@ -138,6 +146,12 @@ def released(
         out.append(value)
         errors.append(max(high - center, center - low) / BAND * (1 + ENDPOINT_SLACK))
     return out, errors
+
+
+def _chosen_value(item: Quantile, domain: ColumnDomain, cell: int) -> object:
+    """A ``range`` cell as the quantile's answer: its value (a float for PERCENTILE_CONT, as the CDF path gives)."""
+    cell = min(max(cell, 0), domain.value_cells - 1)
+    return float(_number(domain, cell)) if item.function == "PERCENTILE_CONT" else domain.labels()[cell]
 
 
 def _resolution_of(domain: ColumnDomain, cell: int, value: object) -> tuple[float, float]:

@@ -85,7 +85,9 @@ def test_rolled_up_keys_stay_integers_with_nulls(adult_connection: dpsql.Connect
     results = adult_connection.workload(["SELECT race, COUNT(*) AS n FROM adult GROUP BY ROLLUP (race)"], epsilon=0.5)
     frame = results[0].df(errors=True)
     assert str(frame["race"].dtype) == "Int64" and frame["race"].isna().sum() == 1
-    assert frame["n"].iloc[-1] == pytest.approx(frame["n"].iloc[:-1].sum(), abs=1e-6)  # consistent subtotal
+    # consistent subtotal, up to each released value's 10 significant digits (dpsql.result.clean_number): the
+    # balanced plan measures the total too, so the cells are not whole numbers
+    assert frame["n"].iloc[-1] == pytest.approx(frame["n"].iloc[:-1].sum(), rel=1e-8)
     assert results[0].arrow().schema.field("race").type == pa.int64()
     assert results[0].pl()["race"].null_count() == 1
 

@@ -6,9 +6,12 @@ coverage, and refusals before anything is read."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import duckdb
 import numpy as np
@@ -20,9 +23,19 @@ import dpsql.testing
 from dpsql import local
 from conftest import ADULT_SCHEMA, make_adult
 from dpsql.schema import ColumnDomain
-from dpsql.sql import quantiles
+from dpsql.sql import quantile_paths, quantiles
 from dpsql.sql.parse import Quantile
 from planner import Explicit, Prefix
+
+
+
+@contextlib.contextmanager
+def cdf_path() -> Iterator[None]:
+    """Every quantile from its measured CDF (the planner may give some to an exponential mechanism, which
+    ``tests/dpsql/test_quantile_paths.py`` tests): these tests are about the CDF."""
+    with mock.patch.object(quantile_paths, "choose", lambda *args, **kwargs: None):
+        yield
+
 
 CORPUS = sorted((Path(__file__).resolve().parents[2] / "grammar" / "accepted" / "quantiles").glob("*.sql"))
 
@@ -236,7 +249,7 @@ def _rank_errors(frame: pd.DataFrame, trials: int, variant: str) -> np.ndarray:
     try:
         for seed in range(trials):
             connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e6))
-            with dpsql.testing.seeded(seed):
+            with dpsql.testing.seeded(seed), cdf_path():
                 connection.register("t", frame, schema=schema)
                 sql = "SELECT g, QUANTILE_DISC(v, 0.1), QUANTILE_DISC(v, 0.5) FROM t GROUP BY g"
                 rows = connection.cursor().execute(sql, epsilon=0.5).fetchall()
@@ -292,7 +305,7 @@ def test_quantile_intervals_cover_at_the_nominal_rate() -> None:
     covered = []
     for seed in range(40):
         connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e6))
-        with dpsql.testing.seeded(seed):
+        with dpsql.testing.seeded(seed), cdf_path():
             connection.register("t", frame, schema=schema)
             cursor = connection.cursor().execute("SELECT g, QUANTILE_CONT(v, 0.1), QUANTILE_CONT(v, 0.9) FROM t GROUP BY g", epsilon=1.0)
         for (g, *_), (_, *intervals) in zip(cursor.fetchall(), cursor.confidence_interval(0.95)):
@@ -339,9 +352,9 @@ def test_the_plan_prices_each_quantile_rank_error_with_its_covariance(connection
     seen = []
     original = quantiles.released
 
-    def spy(item, domain, values, variances, rank_variances=None):  # type: ignore[no-untyped-def]
+    def spy(item, domain, values, variances, rank_variances=None, chosen=None):  # type: ignore[no-untyped-def]
         seen.append((item.fraction, np.asarray(variances)[:, : domain.value_cells], rank_variances))
-        return original(item, domain, values, variances, rank_variances)
+        return original(item, domain, values, variances, rank_variances, chosen)
 
     quantiles.released = spy  # type: ignore[assignment]
     try:
@@ -362,9 +375,9 @@ def test_a_where_folded_into_the_cdf_is_folded_into_its_rank_error(connection: d
     seen = []
     original = quantiles.released
 
-    def spy(item, domain, values, variances, rank_variances=None):  # type: ignore[no-untyped-def]
+    def spy(item, domain, values, variances, rank_variances=None, chosen=None):  # type: ignore[no-untyped-def]
         seen.append((item, domain, rank_variances))
-        return original(item, domain, values, variances, rank_variances)
+        return original(item, domain, values, variances, rank_variances, chosen)
 
     batch = ["SELECT sex, MEDIAN(age) FROM adult WHERE age > 40 AND age <= 75 GROUP BY sex", "SELECT race, MIN(age) FROM adult GROUP BY race"]
     quantiles.released = spy  # type: ignore[assignment]

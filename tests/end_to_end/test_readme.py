@@ -146,7 +146,8 @@ def test_python_and_ipython_blocks_run_in_order_like_notebook_cells(tour: Path, 
             assert block["error"] is None, f"{block['name']} failed: {block['error']}\n{done.stderr[-3000:]}"
     assert done.returncode == 0 and len(ran) >= 8
     # the tour's charges (3 × 0.1: derived columns and HAVING; 0.05: VAR by SET dpsql.epsilon; 0.05: jupysql's hinted
-    # statement, on a connection of its own), re-use free
+    # statement, on a connection of its own), re-use free (the (sex, race) and (race) counts at 0.1 from the 3-way CUBE at 1, whose
+    # balanced plan holds each set to its own 1/8 share)
     assert last["spent"] == pytest.approx(0.5 + 1.0 + 0.5 + 3 * 0.1 + 0.05 + 0.2 + 0.1 + 0.1 + 0.05)
 
 
