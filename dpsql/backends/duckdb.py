@@ -84,6 +84,20 @@ class DuckDBBackend:
         except duckdb.Error as error:
             raise OperationalError(f"the backend failed to drop a temporary table: {error}") from error
 
+    def create_shared(self, name: str, query: str) -> None:
+        """Keep the result of ``query`` as the table ``name`` of the database, seen by every connection to
+        it (the cursors of one DuckDB database; ``dpsql serve``'s sessions), until :meth:`drop_shared`."""
+        try:
+            self.connection.execute(f"CREATE TABLE {_quote(name)} AS {query}")
+        except duckdb.Error as error:
+            raise OperationalError(f"the backend failed to keep a shared table: {error}") from error
+
+    def drop_shared(self, name: str) -> None:
+        try:
+            self.connection.execute(f"DROP TABLE IF EXISTS main.{_quote(name)}")
+        except duckdb.Error as error:
+            raise OperationalError(f"the backend failed to drop a shared table: {error}") from error
+
     def progress(self) -> float | None:
         """How far the running statement is (0..1), or None when DuckDB cannot tell; for a progress bar."""
         done = self.connection.query_progress()
