@@ -100,14 +100,27 @@ def _number(node: exp.Expression) -> float | None:
 
 
 def holds(condition: Condition, row: tuple[object, ...]) -> bool:
-    """Whether a released row satisfies the condition (its aggregates are never NULL)."""
+    """Whether a released row satisfies the condition: as in SQL, a NULL aggregate (a MIN, MAX or quantile of a
+    group with no measured rows) makes a comparison unknown, and a row is kept only when the whole condition is
+    true; the test never fails on a released value."""
+    return _truth(condition, row) is True
+
+
+def _truth(condition: Condition, row: tuple[object, ...]) -> bool | None:
+    """The condition's SQL truth value on ``row``: True, False or None (unknown)."""
     if isinstance(condition, AllOf):
-        return all(holds(part, row) for part in condition.parts)
+        parts = [_truth(part, row) for part in condition.parts]
+        return False if False in parts else None if None in parts else True
     if isinstance(condition, AnyOf):
-        return any(holds(part, row) for part in condition.parts)
+        parts = [_truth(part, row) for part in condition.parts]
+        return True if True in parts else None if None in parts else False
     if isinstance(condition, Negation):
-        return not holds(condition.part, row)
-    value = float(row[condition.position])  # type: ignore[arg-type]
+        inner = _truth(condition.part, row)
+        return None if inner is None else not inner
+    found = row[condition.position]
+    if found is None:
+        return None
+    value = float(found)  # type: ignore[arg-type]
     operator, bound = condition.operator, condition.value
     if operator == "=":
         return value == bound
