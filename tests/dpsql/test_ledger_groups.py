@@ -15,28 +15,9 @@ import pytest
 import dpsql
 from dpsql import ledger_registry
 from dpsql.accountant import Budget, Cost, Ledger
+from concurrency_helpers import at_once
 
 CALLERS = 16
-
-
-def at_once(count: int, charge: Callable[[int], object]) -> list[object]:
-    """``charge(i)`` on ``count`` threads started together; each one's return value or exception."""
-    outcomes: list[object] = [None] * count
-    barrier = threading.Barrier(count)
-
-    def run(index: int) -> None:
-        barrier.wait()
-        try:
-            outcomes[index] = charge(index)
-        except dpsql.Error as error:
-            outcomes[index] = error
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return outcomes
 
 
 def slow_first_commit(ledger: Ledger, entered: list[int]) -> list[str]:
@@ -70,7 +51,7 @@ def test_charges_made_at_once_share_commits(tmp_path: Path) -> None:
         entered.append(index)
         return ledger.charge(Cost.pure(0.125), f"SELECT {index}")
 
-    numbers = at_once(CALLERS, charge)
+    numbers = at_once(CALLERS, charge, dpsql.Error)
     assert sorted(numbers) == list(range(1, CALLERS + 1))  # type: ignore[type-var]
     assert len(commits) <= 3  # the first caller's, then the queue's (one more if a thread was slow to queue)
     ledger.close()
@@ -86,7 +67,7 @@ def test_a_group_spends_exactly_the_budget_never_more(tmp_path: Path) -> None:
     of it in the group, so exactly 32 are recorded and 32 refused (BudgetExceededError), as without groups."""
     path = tmp_path / "race.ledger"
     ledger = Ledger(path, Budget(1.0))
-    outcomes = at_once(64, lambda index: ledger.charge(Cost.pure(2.0**-5), f"SELECT {index}"))
+    outcomes = at_once(64, lambda index: ledger.charge(Cost.pure(2.0**-5), f"SELECT {index}"), dpsql.Error)
     assert sum(isinstance(o, int) for o in outcomes) == 32
     assert sum(isinstance(o, dpsql.BudgetExceededError) for o in outcomes) == 32
     assert ledger.spent().epsilon == 1.0 and ledger.remaining().epsilon == 0.0
@@ -105,7 +86,7 @@ def returned_before_durable(path: Path, charge: Callable[[int], int]) -> list[in
                 early.append(number)
         return number
 
-    at_once(CALLERS, checked)
+    at_once(CALLERS, checked, dpsql.Error)
     return early
 
 
@@ -141,7 +122,7 @@ def test_a_failed_group_fails_every_caller_and_records_nothing(tmp_path: Path, m
     old = path.read_bytes()
     ledger.charge(Cost.pure(0.125), "SELECT 1")
     path.write_bytes(old)
-    outcomes = at_once(8, lambda index: ledger.charge(Cost.pure(0.125), f"SELECT {index}"))
+    outcomes = at_once(8, lambda index: ledger.charge(Cost.pure(0.125), f"SELECT {index}"), dpsql.Error)
     assert all(isinstance(o, dpsql.IntegrityError) and "older copy" in str(o) for o in outcomes)
     assert len({id(o) for o in outcomes}) == 8  # an exception of its own for each caller's thread
     assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM charges").fetchone() == (1,)

@@ -22,6 +22,7 @@ from dpsql import bounded_tables
 from dpsql.accountant import Ledger
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.serve import Server
+from concurrency_helpers import at_once
 from serve_helpers import ANALYSTS, dsn, exact, running, write_config
 
 COUNT_BY_SEX = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex"
@@ -50,25 +51,6 @@ async def described(server: Server, user: str) -> list[str]:
         await connection.close()
 
 
-def at_once(count: int, work: Callable[[int], object]) -> list[object]:
-    outcomes: list[object] = [None] * count
-    barrier = threading.Barrier(count)
-
-    def run(index: int) -> None:
-        barrier.wait()
-        try:
-            outcomes[index] = work(index)
-        except psycopg.Error as error:
-            outcomes[index] = error.sqlstate
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return outcomes
-
-
 def test_the_bounded_rows_are_computed_once_per_server_by_a_charged_read(
     tmp_path: Path, adult_schema: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -92,7 +74,7 @@ def test_the_bounded_rows_are_computed_once_per_server_by_a_charged_read(
                 assert raised.value.sqlstate == code, number
         assert computed == [] and kept_relations(server) == []
         with dpsql.testing.noise_disabled():
-            answers = at_once(len(users), lambda index: connections[index].execute(f"{COUNT_BY_SEX} /* dpsql: epsilon=0.25 */").fetchall())
+            answers = at_once(len(users), lambda index: connections[index].execute(f"{COUNT_BY_SEX} /* dpsql: epsilon=0.25 */").fetchall(), psycopg.Error)
         assert computed == ["rows"] and len(kept_relations(server)) == 1
         truth = exact(frame, "SELECT sex, COUNT(*) FROM adult GROUP BY sex")
         assert all(sorted(rows) == sorted((sex, float(n)) for sex, n in truth) for rows in answers)  # type: ignore[arg-type]
@@ -171,7 +153,9 @@ def test_racing_statements_spend_exactly_the_budget_and_read_only_after_their_ch
             monkeypatch.setattr(Ledger, "charge", lambda self, cost, text: threading.Timer(0.3, charge, (self, cost, text)).start() or 0)
         else:
             monkeypatch.setattr(Ledger, "charge", lambda self, cost, text: charging.add(id(self)) or charge(self, cost, text))
-        outcomes = at_once(clients, lambda index: connections[index].execute(f"SELECT COUNT(*) FROM adult WHERE age > {17 + index}").fetchall())
+        outcomes = [o.sqlstate if isinstance(o, psycopg.Error) else o for o in at_once(
+            clients, lambda index: connections[index].execute(f"SELECT COUNT(*) FROM adult WHERE age > {17 + index}").fetchall(), psycopg.Error
+        )]
         for connection in connections:
             connection.close()
         if broken:
