@@ -14,10 +14,14 @@ one thread each) against the server, beside 16 threads each with its own in-proc
 16, 64 and 128 clients (each a psycopg connection on a thread of its own, connected before the clock
 starts) each send fresh small statements (the four above in turn, a new parameter each time), one
 after the other; the table gives statements per second over the whole run, each statement's latency
-(p50, p99) and the server process's resident memory after the run (and its peak). The server runs in
-its own process, as deployed. Machine load matters (2 cores shared): note ``uptime`` beside the figures.
+(p50, p99), how many of the statements were charged (the others were answered from kept measurements,
+free) and the server process's resident memory after the run (and its peak). The server runs in its own
+process, as deployed. Machine load matters (2 cores shared): note ``uptime`` beside the figures.
+``--baseline DIR`` also serves the same table from another dpsql source tree (e.g. ``git worktree add
+/tmp/dpsql-main main``), in a process of its own, and runs each load level on both servers one after the
+other, so both tables see the same machine.
 
-    python benchmarks/serve.py [--persons 20000] [--repeats 30] [--statements-per-client 25] [--load-only]
+    python benchmarks/serve.py [--persons 20000] [--repeats 30] [--statements-per-client 25] [--load-only] [--baseline DIR]
 
 Prints a table and writes benchmarks/results/serve.csv.
 """
@@ -34,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -46,11 +50,11 @@ from dpsql import demo
 from dpsql.serve import hash_password
 from results_io import print_table, write_csv
 
-STATEMENTS = (  # (name, dpsql text with ?, PostgreSQL text with %s, parameter of repetition i)
+STATEMENTS = (  # (name, dpsql text with ?, parameter of repetition i: always inside the column's domain [17, 90])
     ("GROUP BY sex", "SELECT sex, COUNT(*) AS n FROM census WHERE wave >= ? GROUP BY sex", lambda i: 2019 + i % 4),
-    ("sex x race, WHERE age", "SELECT sex, race, COUNT(*) AS n FROM census WHERE age > ? GROUP BY sex, race", lambda i: 20 + i),
-    ("CUBE (education, sex)", "SELECT education, sex, COUNT(*) AS n FROM census WHERE age > ? GROUP BY CUBE (education, sex)", lambda i: 20 + i),
-    ("COUNT, age range", "SELECT COUNT(*) AS n FROM census WHERE age BETWEEN ? AND 65", lambda i: 18 + i),
+    ("sex x race, WHERE age", "SELECT sex, race, COUNT(*) AS n FROM census WHERE age > ? GROUP BY sex, race", lambda i: 20 + i % 60),
+    ("CUBE (education, sex)", "SELECT education, sex, COUNT(*) AS n FROM census WHERE age > ? GROUP BY CUBE (education, sex)", lambda i: 20 + i % 60),
+    ("COUNT, age range", "SELECT COUNT(*) AS n FROM census WHERE age BETWEEN ? AND 65", lambda i: 18 + i % 40),
 )
 EPSILON = 0.01
 BUDGET = dpsql.Budget(epsilon=1e6, delta=1e-6)
@@ -58,9 +62,10 @@ PASSWORD = "benchmark"
 
 
 @contextmanager
-def served(columns: dict[str, object]) -> Iterator[tuple[str, int, int]]:
+def served(columns: dict[str, object], source: str | None = None) -> Iterator[tuple[str, int, int]]:
     """``dpsql serve`` in its own process (as deployed: no interpreter shared with the clients) on the
-    same table, written to Parquet, its ledger a file (charges fsynced as deployed); yields (host, port, pid)."""
+    same table, written to Parquet, its ledger a file (charges fsynced as deployed); yields (host, port, pid).
+    ``source``: a dpsql source tree to serve from instead of this one."""
     with tempfile.TemporaryDirectory() as directory:
         folder = Path(directory)
         pd.DataFrame(columns).to_parquet(folder / "census.parquet")
@@ -73,7 +78,7 @@ def served(columns: dict[str, object]) -> Iterator[tuple[str, int, int]]:
         (folder / "server.yaml").write_text(yaml.safe_dump(config))
         process = subprocess.Popen(
             [sys.executable, "-m", "dpsql.cli", "serve", "--config", str(folder / "server.yaml"), "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(([source] if source else []) + sys.path)}, cwd=source or None,
         )
         try:
             banner = process.stdout.readline()  # type: ignore[union-attr]
@@ -171,23 +176,34 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-def load_rows(host: str, port: int, pid: int) -> list[dict[str, object]]:
-    rows = []
-    for clients, per_client in LOAD_LEVELS:
-        connections = [psycopg.connect(f"host={host} port={port} user=bench password={PASSWORD} dbname=dpsql", autocommit=True)
-                       for _ in range(clients)]
-        runners = [lambda sql, parameters, c=c: c.execute(sql.replace("?", "%s"), parameters).fetchall() for c in connections]
-        elapsed, latencies, failures = timed_clients(runners, per_client, first=1000)
-        for connection in connections:
-            connection.close()
-        ordered = sorted(latencies)
-        rss, peak = rss_mib(pid)
-        rows.append({
-            "clients": clients, "statements": len(latencies), "failed": len(failures), "statements_per_s": len(latencies) / elapsed,
-            "p50_ms": 1000 * ordered[len(ordered) // 2], "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
-            "rss_mib": rss, "peak_rss_mib": peak,
-        })
-    return rows
+def spent_epsilon(host: str, port: int) -> float:
+    with psycopg.connect(f"host={host} port={port} user=bench password={PASSWORD} dbname=dpsql", autocommit=True) as connection:
+        return BUDGET.epsilon - connection.execute("SHOW dpsql.budget").fetchone()[0]  # type: ignore[index]
+
+
+def load_row(host: str, port: int, pid: int, clients: int, per_client: int) -> dict[str, object]:
+    """``clients`` connections each running ``per_client`` fresh statements: one row of the load table."""
+    connections = [psycopg.connect(f"host={host} port={port} user=bench password={PASSWORD} dbname=dpsql", autocommit=True)
+                   for _ in range(clients)]
+    runners = [lambda sql, parameters, c=c: c.execute(sql.replace("?", "%s"), parameters).fetchall() for c in connections]
+    spent = spent_epsilon(host, port)
+    elapsed, latencies, failures = timed_clients(runners, per_client, first=1000)
+    for connection in connections:
+        connection.close()
+    ordered = sorted(latencies)
+    rss, peak = rss_mib(pid)
+    return {
+        "clients": clients, "statements": len(latencies), "charged": round((spent_epsilon(host, port) - spent) / EPSILON),
+        "failed": len(failures), "statements_per_s": len(latencies) / elapsed,
+        "p50_ms": 1000 * ordered[len(ordered) // 2], "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        "rss_mib": rss, "peak_rss_mib": peak, "load": os.getloadavg()[0],
+    }
+
+
+def load_rows(servers: dict[str, tuple[str, int, int]]) -> list[dict[str, object]]:
+    """Each load level on each server in turn (``servers``: label → (host, port, pid))."""
+    return [{"server": label, **load_row(*address, clients, per_client)}
+            for clients, per_client in LOAD_LEVELS for label, address in servers.items()]
 
 
 def main() -> None:
@@ -196,12 +212,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--statements-per-client", type=int, default=25)
     parser.add_argument("--load-only", action="store_true", help="only the 16/64/128-client load table")
+    parser.add_argument("--baseline", metavar="DIR", help="also load a server run from this dpsql source tree, level by level")
     arguments = parser.parse_args()
     columns = demo.generate_census(arguments.persons, seed=0)
     print(f"machine load (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
     if arguments.load_only:
-        with served(columns) as (host, port, pid):
-            load = load_rows(host, port, pid)
+        with ExitStack() as stack:
+            servers = {}
+            if arguments.baseline:
+                servers[f"baseline {Path(arguments.baseline).name}"] = stack.enter_context(served(columns, str(Path(arguments.baseline).resolve())))
+            servers["this tree"] = stack.enter_context(served(columns))
+            load = load_rows(servers)
         print_load(load)
         return
     with served(columns) as (host, port, pid):
@@ -222,7 +243,7 @@ def main() -> None:
                 rows.append({"statement": f"throughput, {clients} client(s), {label}", "in_process_ms": "", "served_ms": "",
                              "wire_ms": "", "wire_p90_ms": "", "first_in_process_ms": "", "first_served_ms": "",
                              "statements_per_s": rate})
-        load = load_rows(host, port, pid)
+        load = load_rows({"this tree": (host, port, pid)})
     columns_out = ["statement", "in_process_ms", "served_ms", "wire_ms", "wire_p90_ms", "first_in_process_ms", "first_served_ms", "statements_per_s"]
     for row in rows:
         row.setdefault("statements_per_s", "")
@@ -235,8 +256,9 @@ def main() -> None:
 
 
 def print_load(load: list[dict[str, object]]) -> None:
-    columns = ["clients", "statements", "failed", "statements_per_s", "p50_ms", "p99_ms", "rss_mib", "peak_rss_mib"]
-    print(f"\nload: fresh small statements (epsilon = {EPSILON} each), every client on a connection of its own, {os.getloadavg()[0]:.2f} load after")
+    columns = ["server", "clients", "statements", "charged", "failed", "statements_per_s", "p50_ms", "p99_ms", "rss_mib", "peak_rss_mib", "load"]
+    print(f"\nload: fresh small statements (epsilon = {EPSILON} each), every client on a connection of its own; "
+          "load: the 1-minute load average after each level")
     print_table(load, columns, lambda v: f"{v:.1f}" if isinstance(v, float) else str(v))
     print(f"wrote {write_csv('serve_load.csv', load, columns)}")
 

@@ -14,13 +14,18 @@ Spending is accounted two ways and the smaller (ε, δ) is reported (MATH.md §1
 
 Sums are exact (:class:`Totals`: rationals, in any order); only the final conversion is floating point.
 
-The ledger is a SQLite file (its format: :mod:`dpsql.ledger_format`). A charge is one
-``BEGIN IMMEDIATE`` transaction that reads the running totals (one row), refuses the charge if it
-would exceed the budget, inserts it, chained to the history, and updates the totals; the commit is
-fsynced (``synchronous=FULL``) before the caller may release anything, and then the ledger's
-checkpoint in its directory's registry (:mod:`dpsql.ledger_registry`) moves forward. So two threads or
-processes sharing a ledger serialize their charges and can never overspend together, and a check, a
-charge or opening the ledger costs the same after ten charges or a million. Opening a ledger checks
+The ledger is a SQLite file (its format: :mod:`dpsql.ledger_format`). Charges are recorded in
+``BEGIN IMMEDIATE`` transactions that read the running totals (one row), refuse each charge that would
+exceed the budget beside those before it, insert the others, each chained to the history, and update the
+totals; the commit is fsynced (``synchronous=FULL``) before any caller may release anything, and then the
+ledger's checkpoint in its directory's registry (:mod:`dpsql.ledger_registry`) moves forward. Threads
+charging one :class:`Ledger` object at once commit in groups: while one transaction commits, the charges
+that arrive wait, and the next transaction records all of them under one fsync (a server's analyst with
+eight statements at once pays one fsync for the eight, not eight in a row); each charge is checked against
+the totals plus the charges ahead of it in its group, and its caller returns only once the group is
+durable — a crash at any moment loses whole groups whose callers have released nothing. Separate objects
+and processes sharing a file serialize their transactions in SQLite. So no two charges can overspend
+together, and a check, a charge or opening the ledger costs the same after ten charges or a million. Opening a ledger checks
 the digest of its totals and its last charge (:meth:`Ledger.verify_history` checks every charge), and
 refuses a ledger whose totals or last charge were altered, whose file is empty, whose tables are gone,
 whose file was deleted, or which does not continue its registered checkpoint (an older copy put back,
@@ -50,7 +55,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpsql import ledger_format, ledger_registry
-from dpsql.errors import BudgetExceededError, IntegrityError, OperationalError, ProgrammingError
+from dpsql.errors import BudgetExceededError, Error, IntegrityError, OperationalError, ProgrammingError
 from dpsql.ledger_registry import Checkpoint, Registry
 
 TOLERANCE = 1e-12  # floating slack when comparing spent and budgeted ε
@@ -310,6 +315,17 @@ class _State:
     digest: str
 
 
+@dataclass(eq=False)
+class _Pending:
+    """A charge waiting for the commit of its group: its outcome, set when that commit is durable."""
+
+    cost: Cost
+    fields: tuple[object, ...]  # the charge's row, in the order of ledger_format.CHARGE_COLUMNS
+    number: int | None = None
+    error: Error | None = None
+    done: bool = False
+
+
 class Ledger:
     """Durable record of the charges against one budget (SQLite; ``path=None`` keeps it in memory).
 
@@ -323,7 +339,10 @@ class Ledger:
         if budget is not None and not isinstance(budget, Budget):
             raise ProgrammingError("budget must be a dpsql.Budget(epsilon=..., delta=...)")
         self.path = None if path is None else str(path)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the database connection: one transaction at a time
+        self._group = threading.Condition()  # charges waiting for a commit, and whether one is under way
+        self._waiting: list[_Pending] = []
+        self._committing = False
         self._registry: Registry | None = None
         self._name = ""
         self._db: sqlite3.Connection | None = None
@@ -713,31 +732,78 @@ class Ledger:
 
     def charge(self, cost: Cost, statement: str) -> int:
         """Atomically check and record ``cost``; durable (fsynced) when this returns, and recorded in the
-        registry. Refused (nothing recorded) if the file has fallen behind its registered checkpoint
-        since it was opened. Returns the charge id, the ledger's new sequence number."""
+        registry. Refused (nothing recorded) if it does not fit beside every charge committed before it or
+        in its group, or if the file has fallen behind its registered checkpoint since it was opened.
+        Returns the charge id, the ledger's new sequence number.
+
+        Charges made at once on this object from several threads commit in groups (module doc): the caller
+        that finds no group committing commits every charge waiting, in one transaction; the others wait
+        for it, and each returns only after the commit that holds its own charge."""
         epsilon = None if cost.epsilon is None else float(cost.epsilon)
         stored = Cost(cost.mechanism, float(cost.rho), epsilon, float(cost.approximate_epsilon), float(cost.delta))
-        fields = (_now(), stored.mechanism, stored.epsilon, stored.rho, stored.approximate_epsilon, stored.delta, str(statement))
-        with self._lock:
+        with self._group:
+            pending = _Pending(stored, (_now(), stored.mechanism, stored.epsilon, stored.rho, stored.approximate_epsilon, stored.delta, str(statement)))
+            self._waiting.append(pending)
+            while self._committing and not pending.done:
+                self._group.wait()
+            leads = not pending.done
+            if leads:
+                group, self._waiting, self._committing = self._waiting, [], True
+        if leads:
             try:
-                with self._transaction():
-                    state = self._read_state()
-                    self._check_registered(state)
-                    refusal = self._refusal(state.totals, stored)
-                    if refusal is not None:
-                        raise refusal
-                    link = ledger_format.chained(state.head, fields)
-                    cursor = self._database.execute(
-                        f"INSERT INTO charges ({ledger_format.CHARGE_COLUMNS}, chain) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (*fields, link),
-                    )
-                    number = int(cursor.lastrowid)  # type: ignore[arg-type]
-                    after = self._write_state(state.totals.plus(stored), link, number)
-            except sqlite3.Error as error:
-                raise OperationalError(f"cannot write the budget ledger: {error}") from error
-            if self._registry is not None:
-                self._registry.record(self._name, self._checkpoint(after))
-            return number
+                self._commit_group(group)
+            finally:
+                with self._group:
+                    for member in group:  # an interrupted leader leaves no member waiting for ever
+                        if not member.done:
+                            member.error = member.error or OperationalError("the budget ledger's commit was interrupted; the statement may have been charged")
+                            member.done = True
+                    self._committing = False
+                    self._group.notify_all()
+        if pending.error is not None:
+            raise pending.error
+        assert pending.number is not None
+        return pending.number
+
+    def _commit_group(self, group: list[_Pending]) -> None:
+        """Record every charge of ``group`` that fits, in order, in one transaction (one fsync); then move the
+        registry's checkpoint to the group's last charge. Each member learns its charge id or its refusal
+        only then; when the transaction or the registry fails, every member gets the error."""
+        accepted: list[tuple[_Pending, int]] = []
+        try:
+            with self._lock:
+                try:
+                    with self._transaction():
+                        state = self._read_state()
+                        self._check_registered(state)
+                        totals, head, number = state.totals, state.head, state.last_charge
+                        for member in group:
+                            member.error = self._refusal(totals, member.cost)
+                            if member.error is not None:
+                                continue
+                            head = ledger_format.chained(head, member.fields)
+                            cursor = self._database.execute(
+                                f"INSERT INTO charges ({ledger_format.CHARGE_COLUMNS}, chain) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                (*member.fields, head),
+                            )
+                            number = int(cursor.lastrowid)  # type: ignore[arg-type]
+                            totals = totals.plus(member.cost)
+                            accepted.append((member, number))
+                        after = self._write_state(totals, head, number) if accepted else None
+                except sqlite3.Error as error:
+                    raise OperationalError(f"cannot write the budget ledger: {error}") from error
+                if after is not None and self._registry is not None:
+                    self._registry.record(self._name, self._checkpoint(after))
+        except Error as error:
+            with self._group:
+                for member in group:
+                    member.error, member.done = type(error)(*error.args), True  # one exception object per caller's thread
+            return
+        with self._group:
+            for member, number in accepted:
+                member.number = number
+            for member in group:
+                member.done = True
 
     def _checkpoint(self, state: _State) -> Checkpoint:
         return Checkpoint(self.ledger_id, self._created_at, ledger_format.FORMAT_VERSION, state.last_charge, state.head, state.digest)

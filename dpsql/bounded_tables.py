@@ -22,11 +22,20 @@ the same rows and answers, at the cost of bounding in every statement.
 The kept relation is visible to this connection's own backend session (as the registered data already
 is to anyone holding it: see the README's privacy model); its name is random. It is a snapshot: rows
 added to the source after the first read are not counted until the table is registered again.
+
+**Shared by a server's sessions.** The registrations of one database can be shared by many sessions
+(:class:`dpsql.session.Registrations`; ``dpsql serve`` shares its DuckDB database's): then the tables are
+registered once, every session reads the same registration (the same salt), and the kept relation is one
+table of the database that every connection to it sees (``create_shared``), not one temporary table per
+session. The first charged read of *any* session computes it, under a lock that later reads of the table
+wait on, so it is computed once per table and server; a failed computation leaves nothing and the next
+charged read, of whichever session, tries again. Only its owner (the server) drops it.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
 from typing import TYPE_CHECKING
 
 from dpsql.errors import OperationalError
@@ -40,13 +49,17 @@ PROBE_QUERY = "SELECT 1 AS one"
 
 
 class BoundedTables:
-    """The kept bounded rows of a connection's registered tables (module doc)."""
+    """The kept bounded rows of the registered tables of one connection, or — ``shared`` — of one database
+    whose sessions share its registrations (module doc). Safe to use from several threads."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, shared: bool = False) -> None:
         self._backend = backend
+        self._shared = shared
+        self._create, self._drop = ("create_shared", "drop_shared") if shared else ("create_temporary", "drop_temporary")
         self._can_keep: bool | None = None  # found out by the first registration with a privacy unit
         self._names: dict[Table, str] = {}  # relation name of each table whose rows are (to be) kept
         self._created: set[str] = set()
+        self._lock = threading.Lock()  # held while a relation is computed: concurrent first reads wait for it
 
     def register(self, table: Table, previous: Table | None) -> None:
         """A table was registered (replacing ``previous``): drop what was kept for the old one, and name
@@ -54,30 +67,34 @@ class BoundedTables:
         if previous is not None:
             self.forget(previous)
         if table.schema.privacy_unit is not None and self._keeps_relations():
-            self._names[table] = f"__dpsql_bounded_{secrets.token_hex(8)}"
+            with self._lock:
+                self._names[table] = f"__dpsql_bounded_{secrets.token_hex(8)}"
 
     def relation(self, table: Table) -> str | None:
         """Where ``table``'s bounded rows are kept (created by :meth:`ensure`), or None: inline them."""
-        return self._names.get(table)
+        with self._lock:
+            return self._names.get(table)
 
     def ensure(self, table: Table) -> None:
         """Compute and keep ``table``'s bounded rows unless they are kept already. Reads private rows:
         call it only inside a charged statement's read."""
-        name = self._names.get(table)
-        if name is None or name in self._created:
-            return
-        query = bounded_rows(
-            table.relation, table.declared_columns(), table.column_types, table.schema.privacy_unit,  # type: ignore[arg-type]
-            table.schema.max_rows_per_unit, table.salt, tuple(table.column_types),
-        )
-        self._backend.create_temporary(name, query.sql(dialect=self._backend.dialect))  # type: ignore[attr-defined]
-        self._created.add(name)
+        with self._lock:
+            name = self._names.get(table)
+            if name is None or name in self._created:
+                return
+            query = bounded_rows(
+                table.relation, table.declared_columns(), table.column_types, table.schema.privacy_unit,  # type: ignore[arg-type]
+                table.schema.max_rows_per_unit, table.salt, tuple(table.column_types),
+            )
+            getattr(self._backend, self._create)(name, query.sql(dialect=self._backend.dialect))
+            self._created.add(name)
 
     def forget(self, table: Table) -> None:
-        name = self._names.pop(table, None)
-        if name is not None and name in self._created:
-            self._created.discard(name)
-            self._backend.drop_temporary(name)  # type: ignore[attr-defined]
+        with self._lock:
+            name = self._names.pop(table, None)
+            if name is not None and name in self._created:
+                self._created.discard(name)
+                getattr(self._backend, self._drop)(name)
 
     def close(self) -> None:
         """Drop every kept relation (best effort: the backend may already be gone)."""
@@ -91,12 +108,12 @@ class BoundedTables:
         """Whether the backend can keep a relation: it has the methods and a probe that reads no table works."""
         if self._can_keep is None:
             backend = self._backend
-            self._can_keep = callable(getattr(backend, "create_temporary", None)) and callable(getattr(backend, "drop_temporary", None))
+            self._can_keep = callable(getattr(backend, self._create, None)) and callable(getattr(backend, self._drop, None))
             if self._can_keep:
                 probe = f"__dpsql_probe_{secrets.token_hex(8)}"
                 try:
-                    backend.create_temporary(probe, PROBE_QUERY)  # type: ignore[attr-defined]
-                    backend.drop_temporary(probe)  # type: ignore[attr-defined]
+                    getattr(backend, self._create)(probe, PROBE_QUERY)
+                    getattr(backend, self._drop)(probe)
                 except OperationalError:
                     self._can_keep = False
         return self._can_keep

@@ -93,60 +93,29 @@ class Settings:
             raise ProgrammingError(f"selection_delta must be a number in [0, 1) or None, got {delta!r}")
 
 
-class Session:
-    """Tables (and their kept bounded rows), backend, ledger, kept measurements, released keys and cached
-    plans of one connection."""
+def check_name(name: object) -> None:
+    """A table's name: an identifier, optionally qualified by a schema (and a catalog)."""
+    if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")) or name.count(".") > 2:
+        raise ProgrammingError(
+            f"table name must be an identifier, optionally qualified (schema.table, catalog.schema.table), got {name!r}"
+        )
 
-    def __init__(self, backend: Backend, ledger: Ledger, settings: Settings) -> None:
+
+class Registrations:
+    """The tables registered on one database — checked schemas, salts — and their kept bounded rows
+    (:mod:`dpsql.bounded_tables`). A connection has its own. ``shared``: the sessions of ``dpsql serve`` on
+    its DuckDB database share one, registered once at start-up, so every session reads the same registration
+    of a table (its salt, its one kept relation, computed by the first charged read of any of them)."""
+
+    def __init__(self, backend: Backend, shared: bool = False) -> None:
         self.backend = backend
-        self.ledger = ledger
-        self.settings = settings
+        self.shared = shared
         self.tables: dict[str, Table] = {}
-        self.store = MeasurementStore()
-        self.keys = ReleasedKeys()
-        self.said = TextCost(where="SET dpsql")  # the connection's ``SET dpsql.*`` settings (``dpsql.sql.settings``)
-        self.bounded = BoundedTables(backend)
-        self.public = PublicEngine()  # public tables and the shells over released rows (``dpsql.post_processing``)
-        self.plans = PlanCache()
-        self._memo: OrderedDict[Hashable, object] = OrderedDict()
-        self.closed = False
-        if settings.noise == "gaussian" and ledger.budget.delta == 0:
-            raise ProgrammingError("noise='gaussian' needs a budget with delta > 0, e.g. Budget(epsilon=1.0, delta=1e-6)")
+        self.bounded = BoundedTables(backend, shared=shared)
 
-    @property
-    def budget(self) -> Budget:
-        return self.ledger.budget
-
-    def check_open(self) -> None:
-        if self.closed:
-            raise InterfaceError("the connection is closed")
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.bounded.close()
-            self.public.close()
-            self.backend.close()
-            self.ledger.close()
-
-    # -- tables ------------------------------------------------------------------------------------------
-    def register(self, name: str, source: object, schema: object, public: bool = False) -> None:
-        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read); or, with
-        ``public``, copy a public table into the engine of shells (its rows are not protected)."""
-        self.check_open()
-        if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")) or name.count(".") > 2:
-            raise ProgrammingError(
-                f"table name must be an identifier, optionally qualified (schema.table, catalog.schema.table), got {name!r}"
-            )
-        if public:
-            if schema is not None:
-                raise ProgrammingError(f"register({name!r}, ..., public=True) takes no schema: a public table's rows are not protected")
-            if name.lower() in self.tables:
-                raise ProgrammingError(f"{name!r} is a registered private table; give the public table another name")
-            self.public.register(name, source)
-            return
-        if name.lower() in self.public.tables:
-            raise ProgrammingError(f"{name!r} is a registered public table; give the private table another name")
+    def register(self, name: str, source: object, schema: object) -> Table:
+        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read)."""
+        check_name(name)
         if schema is None:
             raise ProgrammingError(f"register({name!r}, ...) needs schema=: a dict, YAML or JSON (see dpsql.schema)")
         parsed = Schema.load(schema)  # type: ignore[arg-type]
@@ -161,7 +130,7 @@ class Session:
         table = Table(name, relation, checked, types, testing.bounding_salt())
         self.bounded.register(table, self.tables.get(name.lower()))
         self.tables[name.lower()] = table
-        self.store.forget(lambda rows: rows[0] == name.lower())
+        return table
 
     def _relation_for(self, name: str, source: object) -> str:
         if source is None:
@@ -182,6 +151,84 @@ class Session:
                 f"the schema of {name!r} names column(s) {missing} that the data does not have; its columns in {engine} "
                 f"are {list(types)}"
             )
+
+    def close(self) -> None:
+        self.bounded.close()
+
+
+class Session:
+    """Tables (and their kept bounded rows), backend, ledger, kept measurements, released keys and cached
+    plans of one connection.
+
+    ``registrations``: the tables this session reads, shared with other sessions of the same database
+    (default: its own, on ``backend``); ``owns_ledger``: whether closing the session closes the ledger
+    (``dpsql serve`` gives all connections of an analyst one ledger, so their charges commit in groups)."""
+
+    def __init__(
+        self, backend: Backend, ledger: Ledger, settings: Settings, registrations: Registrations | None = None, owns_ledger: bool = True
+    ) -> None:
+        self.backend = backend
+        self.ledger = ledger
+        self.settings = settings
+        self.registrations = Registrations(backend) if registrations is None else registrations
+        self._owned = (registrations is None, owns_ledger)
+        self.store = MeasurementStore()
+        self.keys = ReleasedKeys()
+        self.said = TextCost(where="SET dpsql")  # the connection's ``SET dpsql.*`` settings (``dpsql.sql.settings``)
+        self.public = PublicEngine()  # public tables and the shells over released rows (``dpsql.post_processing``)
+        self.plans = PlanCache()
+        self._memo: OrderedDict[Hashable, object] = OrderedDict()
+        self.closed = False
+        if settings.noise == "gaussian" and ledger.budget.delta == 0:
+            raise ProgrammingError("noise='gaussian' needs a budget with delta > 0, e.g. Budget(epsilon=1.0, delta=1e-6)")
+
+    @property
+    def budget(self) -> Budget:
+        return self.ledger.budget
+
+    @property
+    def tables(self) -> dict[str, Table]:
+        return self.registrations.tables
+
+    @property
+    def bounded(self) -> BoundedTables:
+        return self.registrations.bounded
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise InterfaceError("the connection is closed")
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            owns_registrations, owns_ledger = self._owned
+            if owns_registrations:
+                self.registrations.close()
+            self.public.close()
+            self.backend.close()
+            if owns_ledger:
+                self.ledger.close()
+
+    # -- tables ------------------------------------------------------------------------------------------
+    def register(self, name: str, source: object, schema: object, public: bool = False) -> None:
+        """Register a private table of this session's own (:meth:`Registrations.register`: what was kept for an
+        earlier registration of the name no longer answers anything); or, with ``public``, copy a public table
+        into the engine of shells (its rows are not protected)."""
+        self.check_open()
+        check_name(name)
+        if public:
+            if schema is not None:
+                raise ProgrammingError(f"register({name!r}, ..., public=True) takes no schema: a public table's rows are not protected")
+            if name.lower() in self.tables:
+                raise ProgrammingError(f"{name!r} is a registered private table; give the public table another name")
+            self.public.register(name, source)
+            return
+        if name.lower() in self.public.tables:
+            raise ProgrammingError(f"{name!r} is a registered public table; give the private table another name")
+        if self.registrations.shared:
+            raise ProgrammingError("this session reads tables registered for every session of its server; register them there")
+        self.registrations.register(name, source, schema)
+        self.store.forget(lambda rows: rows[0] == name.lower())
 
     def public_names(self) -> frozenset[str]:
         """The registered public tables' names, lower case (statements read them in their shells)."""

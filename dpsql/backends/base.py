@@ -6,7 +6,9 @@ reads only the table's metadata (column names and types), never its rows.
 
 A backend may also keep a query's result for the connection's lifetime (``create_temporary`` and
 ``drop_temporary``: a temporary table, or a cached view); dpsql keeps each table's bounded rows there
-(:mod:`dpsql.bounded_tables`). A backend without them gets the bounding inlined in every statement.
+(:mod:`dpsql.bounded_tables`). A backend without them gets the bounding inlined in every statement. One
+whose database has many connections may also keep a result every connection sees (``create_shared`` and
+``drop_shared``: DuckDB), for sessions that share one registration of the tables (``dpsql serve``).
 """
 
 from __future__ import annotations
@@ -41,4 +43,17 @@ class TemporaryTables(Protocol):
 
     def drop_temporary(self, name: str) -> None:
         """Drop the relation ``name`` made by ``create_temporary`` (nothing when there is none)."""
+        ...
+
+
+class SharedTables(Protocol):
+    """What a backend offers whose kept results every connection to its database sees (optional)."""
+
+    def create_shared(self, name: str, query: str) -> None:
+        """Keep the result of ``query`` as the relation ``name``, visible to every connection to the database,
+        until ``drop_shared``."""
+        ...
+
+    def drop_shared(self, name: str) -> None:
+        """Drop the relation ``name`` made by ``create_shared`` (nothing when there is none)."""
         ...

@@ -73,16 +73,24 @@ class DuckDBBackend:
         return name
 
     def create_temporary(self, name: str, query: str) -> None:
-        try:
-            self.connection.execute(f"CREATE TEMPORARY TABLE {_quote(name)} AS {query}")
-        except duckdb.Error as error:
-            raise OperationalError(f"the backend failed to keep a temporary table: {error}") from error
+        self._keep(f"CREATE TEMPORARY TABLE {_quote(name)} AS {query}", "keep a temporary table")
 
     def drop_temporary(self, name: str) -> None:
+        self._keep(f"DROP TABLE IF EXISTS temp.{_quote(name)}", "drop a temporary table")
+
+    def create_shared(self, name: str, query: str) -> None:
+        """Keep the result of ``query`` as the table ``name`` of the database, seen by every connection to
+        it (the cursors of one DuckDB database; ``dpsql serve``'s sessions), until :meth:`drop_shared`."""
+        self._keep(f"CREATE TABLE {_quote(name)} AS {query}", "keep a shared table")
+
+    def drop_shared(self, name: str) -> None:
+        self._keep(f"DROP TABLE IF EXISTS main.{_quote(name)}", "drop a shared table")
+
+    def _keep(self, statement: str, action: str) -> None:
         try:
-            self.connection.execute(f"DROP TABLE IF EXISTS temp.{_quote(name)}")
+            self.connection.execute(statement)
         except duckdb.Error as error:
-            raise OperationalError(f"the backend failed to drop a temporary table: {error}") from error
+            raise OperationalError(f"the backend failed to {action}: {error}") from error
 
     def progress(self) -> float | None:
         """How far the running statement is (0..1), or None when DuckDB cannot tell; for a progress bar."""

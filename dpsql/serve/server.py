@@ -33,6 +33,7 @@ from pg_mimic.stream import ConnectionClosed, PgStream
 from pg_mimic.types import unpack_int32
 
 import dpsql
+from dpsql.accountant import Ledger
 from dpsql.serve.config import Analyst, ServeConfig
 from dpsql.serve.passwords import MECHANISM, ScramExchange, decoy_verifier
 from dpsql.serve.catalog import Catalog
@@ -74,8 +75,9 @@ class Service:
         self.draining = False
         self._slots: dict[str, asyncio.Semaphore] = {}
         self.plans: dict[str, PlanCache] = {name: PlanCache() for name in self.analysts}  # one cache per analyst
+        self._ledgers: dict[str, Ledger] = {}  # by ledger name: one per analyst, or per group
         try:
-            self._check_ledgers()
+            self._open_ledgers()
         except BaseException:
             self.close()
             raise
@@ -90,16 +92,26 @@ class Service:
             found = self._slots[analyst] = asyncio.Semaphore(self.config.limits.statements_per_analyst)
         return found
 
-    def _check_ledgers(self) -> None:
-        """Open every ledger once (constant time each): a ledger created with another budget, or one that does
-        not continue what the ledger directory's registry recorded after its last charge — an older copy put
-        back, another ledger in its place, a downgraded file (:mod:`dpsql.ledger_registry`) — is refused at
-        start-up, not at login. Each session's open and each charge check the registry again."""
+    def _open_ledgers(self) -> None:
+        """Open every ledger once (constant time each), for the server's lifetime: a ledger created with
+        another budget, or one that does not continue what the ledger directory's registry recorded after its
+        last charge — an older copy put back, another ledger in its place, a downgraded file
+        (:mod:`dpsql.ledger_registry`) — is refused at start-up. Every connection of an analyst (or of a
+        group's analysts) charges the one open ledger, so their charges commit in groups; each login and each
+        charge check the registry again."""
         for analyst in {a.ledger: a for a in self.analysts.values()}.values():
-            dpsql.connect(budget=analyst.budget, ledger=self.ledger_path(analyst)).close()
+            self._ledgers[analyst.ledger] = Ledger(self.ledger_path(analyst), analyst.budget)
+
+    def ledger(self, analyst: Analyst) -> Ledger:
+        """The analyst's open ledger, after checking (constant time) that its file is still the ledger the
+        registry knows — as opening it at login did: a file put back or replaced meanwhile is refused here."""
+        Ledger(self.ledger_path(analyst), analyst.budget).close()
+        return self._ledgers[analyst.ledger]
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
+        for ledger in self._ledgers.values():
+            ledger.close()
         self.tables.close()
         self.catalog.close()
         if self._temporary is not None:

@@ -131,7 +131,7 @@ class AnalystSession:
         loop = asyncio.get_running_loop()
         try:
             engines = await loop.run_in_executor(
-                service.executor, service.tables.open, analyst, service.ledger_path(analyst), service.plans[analyst.name]
+                service.executor, lambda: service.tables.open(analyst, service.ledger(analyst), service.plans[analyst.name])
             )
         except Exception as error:  # noqa: BLE001 - the client gets its SQLSTATE
             raise as_pg_error(error) from None
@@ -231,7 +231,7 @@ class AnalystSession:
         match = _matched(_SHOW, statement, "SHOW", "SHOW name")
         name = match.group("name").lower()
         if name == "dpsql.budget":
-            return Computed(statement, _BUDGET_COLUMNS, self, lambda: [_budget_row(self.engines.data[0][0].budget_remaining())], "SHOW")
+            return Computed(statement, _BUDGET_COLUMNS, self, lambda: [_budget_row(self.engines.ledger.remaining())], "SHOW")
         if name.startswith("dpsql."):
             setting = self._setting_name(name[6:])
             default = {"epsilon": self.analyst.default_epsilon, "non_negative": "off", STDERR_SETTING: "off"}.get(setting)
@@ -389,12 +389,12 @@ class AnalystSession:
         """The dpsql session holding the table ``text`` reads (the first when the text names none it holds)."""
         data = self.engines.data
         if len(data) == 1:
-            return data[0][0]._session
+            return data[0][0]
         table = pipeline.table_of(text)
-        for connection, names in data:
+        for session, names in data:
             if table in names:
-                return connection._session
-        return data[0][0]._session
+                return session
+        return data[0][0]
 
     async def close(self) -> None:
         if self._previous is not None and not self._previous.done():

@@ -8,13 +8,14 @@ BudgetExceededError        53Z01     dpsql's code (class 53, insufficient resour
 NotSupportedError          0A000     feature_not_supported: valid SQL outside dpsql's grammar
 ProgrammingError           42601     syntax_error: bad SQL, unknown table/column, bad ε/ρ
 DataError                  22000     data_exception: a value outside a column's declared domain
-IntegrityError             55000     the ledger's stored budget differs from the configuration
+IntegrityError             55000     the ledger file is not the one the server recorded
 OperationalError           58000     system_error: the backend or the ledger failed
 InternalError, any other   XX000     internal_error
 =========================  ========  ==========================================================
 
-Backend and ledger failures may carry the backend's own text, which can quote row values: the client
-gets a fixed message and an incident number, the server's log gets the full error.
+Backend and ledger failures may carry the backend's own text, which can quote row values, and a ledger
+refusal names the server's files and an operator's remedy: the client gets a fixed one-line message and
+an incident number, the server's log gets the full error.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ _CODES: tuple[tuple[type[BaseException], str], ...] = (
     (dpsql.NotSupportedError, "0A000"),
     (dpsql.ProgrammingError, "42601"),
     (dpsql.DataError, "22000"),
-    (dpsql.IntegrityError, "55000"),
 )
-_WITHHELD = {
-    dpsql.OperationalError: ("58000", "the data backend or the budget ledger failed"),
+_CHARGED = " If the statement had read data it was charged; SHOW dpsql.budget tells what is left"
+_WITHHELD = {  # kind: (SQLSTATE, what the client is told, what follows the incident number)
+    dpsql.IntegrityError: ("55000", "the budget ledger was refused: its file is not the ledger the server recorded", ""),
+    dpsql.OperationalError: ("58000", "the data backend or the budget ledger failed", _CHARGED),
 }
 
 
@@ -52,14 +54,10 @@ def as_pg_error(error: BaseException) -> PgError:
     for kind, code in _CODES:
         if isinstance(error, kind):
             return PgError(code, str(error))
-    code, summary = next(
-        ((code, summary) for kind, (code, summary) in _WITHHELD.items() if isinstance(error, kind)),
-        (INTERNAL_ERROR, "the server failed to answer the statement"),
+    code, summary, tail = next(
+        (told for kind, told in _WITHHELD.items() if isinstance(error, kind)),
+        (INTERNAL_ERROR, "the server failed to answer the statement", _CHARGED),
     )
     incident = secrets.token_hex(4)
     log.error("incident %s: %s: %s", incident, type(error).__name__, error, exc_info=error)
-    return PgError(
-        code,
-        f"{summary} (incident {incident}; the server log has the details). If the statement had read data it "
-        "was charged; SHOW dpsql.budget tells what is left",
-    )
+    return PgError(code, f"{summary} (incident {incident}; the server log has the details).{tail}")

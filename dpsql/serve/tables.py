@@ -1,10 +1,15 @@
-"""The served tables, opened once per server, and the dpsql connections a session gets on them.
+"""The served tables, opened and registered once per server, and the dpsql sessions a client connection gets.
 
-Data files and in-memory frames are loaded into one DuckDB database of the server's; a DuckDB
-database file is opened read-only; a PostgreSQL table stays in PostgreSQL. Each session opens, per
-such place, a dpsql connection on the analyst's ledger (DuckDB sessions share the loaded tables
-through cursors of one database). Nothing here reads a row: only table and column names and their
-SQL types, which is what the catalog answers are made of.
+Data files and in-memory frames are loaded into one DuckDB database of the server's; a DuckDB database
+file is attached to it read-only (its table seen through a view of the served name); a PostgreSQL table
+stays in PostgreSQL. The tables in the server's DuckDB database are registered once, at start-up, and
+every session reads that one registration (:class:`dpsql.session.Registrations`, shared): the same salt,
+and one kept relation of bounded rows per table, computed by the first charged read of any session
+(:mod:`dpsql.bounded_tables`) — a session costs a cursor, not a copy of the table's bounded rows. A
+PostgreSQL table is registered by each session on its own connection (PostgreSQL's temporary tables are
+per connection; the kept rows live in PostgreSQL, not in the server). Every session of an analyst charges
+the analyst's one ledger object (``Service.ledger``), so their charges commit in groups. Nothing here reads
+a row: only table and column names and their SQL types, which is what the catalog answers are made of.
 
 What a statement returns (the protocol's Describe) follows from the schema alone: the session asks
 the pipeline (``pipeline.describe``), which prepares the statement without reading or charging.
@@ -19,9 +24,12 @@ from typing import TYPE_CHECKING
 import duckdb
 
 import dpsql
+from dpsql.accountant import Ledger
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends.factory import open_backend
 from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.serve.catalog import CatalogColumn, CatalogTable, domain_comment, type_oid
-from dpsql.session import PlanCache
+from dpsql.session import PlanCache, Registrations, Session, Settings
 
 if TYPE_CHECKING:
     from dpsql.serve.config import Analyst, TableConfig
@@ -55,44 +63,69 @@ class ServedTable:
     relation: str  # its name in the database that holds it
     schema: dpsql.Schema
     column_types: dict[str, str]  # engine types, in column order
-    place: tuple[str, str]  # ("server", "") | ("duckdb", path) | ("postgresql", url): where it lives
+    place: tuple[str, str]  # ("server", "") | ("postgresql", url): where it lives
+
+
+SERVER = ("server", "")
 
 
 class Tables:
-    """Every served table, opened once; ``connect(analyst, ledger)`` gives a session its connections."""
+    """Every served table, opened and (in the server's DuckDB database) registered once; ``open(analyst,
+    ledger)`` gives a session its dpsql sessions."""
 
     def __init__(self, configs: tuple[TableConfig, ...]) -> None:
         self._server_db = duckdb.connect()
-        self._duckdb_files: dict[str, duckdb.DuckDBPyConnection] = {}
+        self._attached: dict[str, str] = {}  # DuckDB file → its name in the server's database
+        self._registrar: DuckDBBackend | None = None  # on a cursor of its own: registers, and keeps the bounded rows
+        self.shared: Registrations | None = None
         try:
             self.tables = tuple(self._open(config) for config in configs)
+            self.places = tuple(dict.fromkeys(t.place for t in self.tables))
+            self._register_shared()
         except BaseException:
             self.close()
             raise
-        self.places = tuple(dict.fromkeys(t.place for t in self.tables))
 
     def _open(self, config: TableConfig) -> ServedTable:
         schema = dpsql.Schema.load(config.schema)  # type: ignore[arg-type]
-        kind = config.kind
-        if kind == "postgresql":
+        if config.kind == "postgresql":
             place = ("postgresql", str(config.source))
             return ServedTable(config.name, config.relation, schema, _postgres_columns(str(config.source), config.relation), place)
-        if kind == "duckdb":
-            path = str(config.source)
-            if path not in self._duckdb_files:
-                try:
-                    self._duckdb_files[path] = duckdb.connect(path, read_only=True)
-                except duckdb.Error as error:
-                    raise ProgrammingError(f"tables.{config.name}: cannot open the DuckDB database {path!r}: {error}") from error
-            database, place, relation = self._duckdb_files[path], ("duckdb", path), config.relation
+        if config.kind == "duckdb":
+            self._view(config)
         else:
-            database, place, relation = self._server_db, ("server", ""), config.name
             self._load(config)
         try:
-            rows = database.execute(f"DESCRIBE {_quote(relation)}").fetchall()
+            rows = self._server_db.execute(f"DESCRIBE {_quote(config.name)}").fetchall()
         except duckdb.Error as error:
-            raise ProgrammingError(f"tables.{config.name}: no table {relation!r} in its database: {error}") from error
-        return ServedTable(config.name, relation, schema, {str(r[0]): str(r[1]) for r in rows}, place)
+            raise ProgrammingError(f"tables.{config.name}: no table {config.relation!r} in its database: {error}") from error
+        return ServedTable(config.name, config.name, schema, {str(r[0]): str(r[1]) for r in rows}, SERVER)
+
+    def _view(self, config: TableConfig) -> None:
+        """A DuckDB file's table as a view of the served name, the file attached read-only (once)."""
+        path = str(config.source)
+        if path not in self._attached:
+            alias = f"__dpsql_file_{len(self._attached)}"
+            try:
+                self._server_db.execute(f"ATTACH '{path.replace(chr(39), chr(39) * 2)}' AS {_quote(alias)} (READ_ONLY)")
+            except duckdb.Error as error:
+                raise ProgrammingError(f"tables.{config.name}: cannot open the DuckDB database {path!r}: {error}") from error
+            self._attached[path] = alias
+        source = f"{_quote(self._attached[path])}.main.{_quote(config.relation)}"
+        try:
+            self._server_db.execute(f"CREATE VIEW {_quote(config.name)} AS SELECT * FROM {source}")
+        except duckdb.Error as error:
+            raise ProgrammingError(f"tables.{config.name}: no table {config.relation!r} in its database: {error}") from error
+
+    def _register_shared(self) -> None:
+        """Register the tables of the server's DuckDB database once, for every session (module doc)."""
+        served = [t for t in self.tables if t.place == SERVER]
+        if not served:
+            return
+        self._registrar = DuckDBBackend(self._server_db.cursor())
+        self.shared = Registrations(self._registrar, shared=True)
+        for table in served:
+            self.shared.register(table.name, None, table.schema)
 
     def _load(self, config: TableConfig) -> None:
         target = _quote(config.name)
@@ -125,43 +158,44 @@ class Tables:
             for t in self.tables
         )
 
-    def open(self, analyst: Analyst, ledger: str | None, plans: PlanCache | None = None) -> Engines:
-        """A session's connections: one per place the tables live, on the analyst's ledger, planning
-        through ``plans`` (the analyst's cache, shared by all their connections); closed together by
-        :meth:`Engines.close`."""
-        engines = Engines()
+    def open(self, analyst: Analyst, ledger: Ledger, plans: PlanCache | None = None) -> Engines:
+        """A session's dpsql sessions: one per place the tables live, charging the analyst's ledger (shared
+        with the analyst's other connections, never closed here), planning through ``plans`` (the analyst's
+        cache, shared too); closed together by :meth:`Engines.close`."""
+        engines = Engines(ledger)
+        settings = Settings(analyst.noise, analyst.default_epsilon)
         try:
             for place in self.places:
                 here = [t for t in self.tables if t.place == place]
-                connection = self._connection(place, analyst, ledger, engines)
+                if place == SERVER:
+                    session = Session(DuckDBBackend(engines.cursor(self._server_db)), ledger, settings, self.shared, owns_ledger=False)
+                else:
+                    session = Session(open_backend(place[1]), ledger, settings, owns_ledger=False)
+                    for table in here:
+                        session.register(table.name, None if table.relation == table.name else table.relation, table.schema)
                 if plans is not None:
-                    connection._session.plans = plans
-                engines.data.append((connection, frozenset(t.name.lower() for t in here)))
-                for table in here:
-                    connection.register(table.name, None if table.relation == table.name else table.relation, schema=table.schema)
+                    session.plans = plans
+                engines.data.append((session, frozenset(t.name.lower() for t in here)))
         except BaseException:
             engines.close()
             raise
         return engines
 
-    def _connection(self, place: tuple[str, str], analyst: Analyst, ledger: str | None, engines: Engines) -> dpsql.Connection:
-        kind, where = place
-        options = {"budget": analyst.budget, "ledger": ledger, "noise": analyst.noise, "default_epsilon": analyst.default_epsilon}
-        if kind == "postgresql":
-            return dpsql.connect(backend=where, **options)  # type: ignore[arg-type]
-        database = self._server_db if kind == "server" else self._duckdb_files[where]
-        return dpsql.connect(database=engines.cursor(database), **options)  # type: ignore[arg-type]
-
     def close(self) -> None:
-        for database in (self._server_db, *self._duckdb_files.values()):
-            database.close()
+        if self.shared is not None:
+            self.shared.close()  # drops the kept relations
+        if self._registrar is not None:
+            self._registrar.close()
+            self._registrar.connection.close()
+        self._server_db.close()
 
 
 class Engines:
-    """One session's dpsql connections, each with the names of its tables."""
+    """One client connection's dpsql sessions, each with the names of its tables, and the ledger they charge."""
 
-    def __init__(self) -> None:
-        self.data: list[tuple[dpsql.Connection, frozenset[str]]] = []
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.data: list[tuple[Session, frozenset[str]]] = []
         self._cursors: list[duckdb.DuckDBPyConnection] = []  # dpsql does not close connections it was given
 
     def cursor(self, database: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
@@ -170,8 +204,8 @@ class Engines:
         return cursor
 
     def close(self) -> None:
-        for connection, _ in self.data:
-            connection.close()
+        for session, _ in self.data:
+            session.close()
         for cursor in self._cursors:
             cursor.close()
 

@@ -226,7 +226,8 @@ def test_a_crash_mid_charge_leaves_an_openable_ledger(tmp_path: Path) -> None:
 
 def test_serve_refuses_an_analyst_ledger_restored_from_an_older_copy(tmp_path: Path, adult_schema: dict[str, object]) -> None:
     """The server's ledger directory keeps the registry: a copy of alice's ledger from before her last
-    statement, put back while the server runs, is refused at her next login (FATAL, with the reason) and at start-up."""
+    statement, put back while the server runs, is refused at her next login (FATAL, one line: the reason, with the
+server's paths, goes to the server's log) and at start-up (with the reason)."""
     import psycopg
     from conftest import make_adult
     from serve_helpers import dsn, running, write_config
@@ -240,7 +241,7 @@ def test_serve_refuses_an_analyst_ledger_restored_from_an_older_copy(tmp_path: P
         with psycopg.connect(dsn(server, "alice"), autocommit=True) as connection:
             connection.execute("SELECT COUNT(*) FROM adult").fetchall()
         ledger.write_bytes(backup)
-        with pytest.raises(psycopg.OperationalError, match="FATAL: .* the file is an older copy"):
+        with pytest.raises(psycopg.OperationalError, match="FATAL: .* the budget ledger was refused"):
             psycopg.connect(dsn(server, "alice"), autocommit=True)
         with psycopg.connect(dsn(server, "bob"), autocommit=True) as connection:  # other ledgers are unaffected
             assert connection.execute("SHOW dpsql.budget").fetchone()[0] == 3.0  # type: ignore[index]

@@ -390,3 +390,18 @@ def test_a_where_folded_into_the_cdf_is_folded_into_its_rank_error(connection: d
     low = [cell for cell, age in enumerate(domain.labels()) if age <= 40]
     assert len(low) > 5 and np.allclose(ranks[:, low], ranks[:, low[:1]]) and np.all(ranks[:, low] > 0)
     assert not np.allclose(ranks[:, low[-1] + 10], ranks[:, low[0]])
+
+
+def test_having_on_a_quantile_that_is_null_drops_the_group_as_sql_does() -> None:
+    """A group with no rows has a NULL MAX; HAVING on it is unknown, so the group is not returned (also
+    under NOT) — the old comparison raised after the charge (TypeError on the NULL) for such a group."""
+    frame = make_adult(persons=200, seed=4)
+    frame = frame[frame["race"] != 4]
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=100.0, delta=1e-6))
+    connection.register("adult", frame, schema=ADULT_SCHEMA)
+    with dpsql.testing.noise_disabled():
+        for condition, expected in (("MAX(age) > 0", {0, 1, 2, 3}), ("NOT MAX(age) > 1000", {0, 1, 2, 3}),
+                                    ("MAX(age) > 0 OR COUNT(*) >= 0", {0, 1, 2, 3, 4})):
+            cursor = connection.cursor()
+            cursor.execute(f"SELECT race, MAX(age) AS oldest, COUNT(*) AS n FROM adult GROUP BY race HAVING {condition}", epsilon=1.0)
+            assert {row[0] for row in cursor.fetchall()} == expected, condition

@@ -4,6 +4,7 @@ malformed protocol messages leave the server serving, SIGTERM shuts ``dpsql serv
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import re
@@ -18,11 +19,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import psycopg
 import pytest
 
 from dpsql.serve import Server
-from serve_helpers import dsn, running, write_config
+from serve_helpers import ANALYSTS, dsn, running, write_config
 
 STATEMENT_EPSILON = 2.0**-6  # exact in binary: 192 statements spend bob's budget of 3.0 exactly
 BUDGET_STATEMENTS = 192
@@ -208,3 +210,35 @@ def test_sigterm_shuts_the_demo_server_down_gracefully() -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_refused_ledger_tells_the_analyst_one_line_and_the_operator_the_rest(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older copy of bob's ledger put back under the running server: his next charge and his next login
+    are refused with 55000 in one line that names neither the server's files nor the operator's remedy
+    (the old server sent the ledger's path, the registry's path and a sqlite3 command to the analyst);
+    the server's log has them, under the incident number the analyst was given."""
+    path = Path(server.config.ledgers) / "bob.ledger"  # type: ignore[arg-type]
+    statements = [f"SELECT sex, COUNT(*) FROM adult GROUP BY sex, {column} /* dpsql: epsilon=0.125 */" for column in ("race", "age", "job")]
+    with psycopg.connect(dsn(server, "bob"), autocommit=True) as connection:
+        connection.execute(statements[0]).fetchall()
+        old = path.read_bytes()
+        connection.execute(statements[1]).fetchall()
+        assert len(charges(server, "bob")) == 2
+        path.write_bytes(old)
+        refusals = []
+        with pytest.raises(psycopg.Error) as charged:
+            connection.execute(statements[2]).fetchall()
+        refusals.append(charged.value)
+    with pytest.raises(asyncpg.PostgresError) as login:  # psycopg gives no SQLSTATE for a refused login
+        host, port = server.address  # type: ignore[misc]
+        asyncio.run(asyncpg.connect(host=host, port=port, user="bob", password=ANALYSTS["bob"][0], database="dpsql"))
+    refusals.append(login.value)
+    for refusal in refusals:
+        message = str(refusal).strip()
+        assert "\n" not in message and refusal.sqlstate == "55000", message
+        assert str(path.parent) not in message and "sqlite3" not in message and ".dpsql-ledgers" not in message, message
+        assert re.search(r"incident ([0-9a-f]{8})", message), message
+        incident = re.search(r"incident ([0-9a-f]{8})", message).group(1)  # type: ignore[union-attr]
+        assert any(incident in record.getMessage() and "sqlite3" in record.getMessage() for record in caplog.records), incident
