@@ -43,12 +43,13 @@ from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
 from dpsql.sql.parse import Count, predicate_columns
-from dpsql.sql.statement import Statement, bind_statement, parse_text
+from dpsql.sql.statement import ParsedText, Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import Answers, Measurement, Workload, marginal_for
 
 RELATIVE_TOLERANCE = 1e-9  # kept variances this close to a fresh plan's count as equally accurate
 BOUND_TEXT_CACHE_SIZE = 256  # texts without parameters kept parsed and bound (process-wide)
+BOUND_BATCH_CACHE_SIZE = 16  # batches of such texts kept parsed and bound (process-wide)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -115,13 +116,24 @@ def batch_request(
         parameters = [None] * count
     if isinstance(parameters, (str, bytes)) or not isinstance(parameters, Sequence) or len(parameters) != count:
         raise ProgrammingError(f"parameters= needs one parameter sequence (or None) per statement ({count})")
-    bound = []
-    for sql, params in zip(statements, parameters):
-        parsed = parse_text(sql)
-        if parsed.explain:
-            raise ProgrammingError("a workload's statements are SELECTs; pass explain=True to explain the batch")
-        bound.append(bind_statement(parsed.trees[0], params, parsed.texts[0]))
-    return Request(tuple(bound), _weights(weights, count), session.cost(epsilon, rho), non_negative, explain)
+    if all(isinstance(sql, str) for sql in statements) and all(p is None or (isinstance(p, (list, tuple)) and not p) for p in parameters):
+        bound = _bound_batch(tuple(statements))  # type: ignore[arg-type]
+    else:
+        bound = tuple(_bound_member(parse_text(sql), params) for sql, params in zip(statements, parameters))
+    return Request(bound, _weights(weights, count), session.cost(epsilon, rho), non_negative, explain)
+
+
+@functools.lru_cache(maxsize=BOUND_BATCH_CACHE_SIZE)
+def _bound_batch(texts: tuple[str, ...]) -> tuple[Statement, ...]:
+    """A batch of texts without parameters, parsed and bound (as :func:`_bound_text`, for a whole batch:
+    a repeated workload of hundreds of statements skips sqlglot)."""
+    return tuple(_bound_member(parse_text(text), None) for text in texts)
+
+
+def _bound_member(parsed: ParsedText, parameters: object) -> Statement:
+    if parsed.explain:
+        raise ProgrammingError("a workload's statements are SELECTs; pass explain=True to explain the batch")
+    return bind_statement(parsed.trees[0], parameters, parsed.texts[0])  # type: ignore[arg-type]
 
 
 def _weights(weights: object, count: int) -> tuple[float, ...]:
@@ -331,7 +343,7 @@ def _read(session: Session, table: Table, aggregation: BoundedAggregation) -> di
     """The one read of private rows: the table's bounded rows are kept first if they are not yet
     (``dpsql.bounded_tables``), then the aggregation runs. The engine's message is withheld: it may
     quote row values."""
-    sql = session.memoised("sql", aggregation, lambda: aggregation.statement().sql(dialect=session.backend.dialect))
+    sql = session.memoised("sql", aggregation, lambda: aggregation.statement().sql(dialect=session.backend.dialect, copy=False))
 
     def read() -> dict[str, np.ndarray]:
         session.bounded.ensure(table)

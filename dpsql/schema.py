@@ -166,6 +166,15 @@ class ColumnDomain:
             declared = ()
         return declared + ((None,) if self.nullable else ()) + ((REMAINDER,) if self.kind == "keys" else ())
 
+    @cached_property
+    def cell_of_value(self) -> dict[object, int]:
+        """Declared value → its cell (not for bins, whose cells are intervals): a WHERE literal's cell by
+        lookup, so an IN list of k values costs O(k), not O(k · cells)."""
+        index: dict[object, int] = {}
+        for cell, label in enumerate(self._labels[: self.value_cells]):
+            index.setdefault(label, cell)
+        return index
+
     def describe(self) -> str:
         null = ", nullable" if self.nullable else ""
         if self.kind == "categories":

@@ -77,6 +77,8 @@ KEY_RANK_NAME = "key_in_unit"
 ROW_KEY_NAME = "row_key"  # HASH of every column of a row: its identity in the salted order
 ROW_IN_KEY_NAME = "row_in_key"
 BOUNDED_NAME = "bounded_rows"  # the subquery of bounded rows, when they are not materialised
+GROUPING_ARGUMENTS = 31  # columns per GROUPING() call: PostgreSQL takes fewer than 32, DuckDB fewer than 64
+MIN_BETWEEN_RUN = 3  # a range mask's runs of at least this many cells become BETWEEN, shorter ones an IN list
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,7 @@ class BoundedAggregation:
         tests += [self._filter(f) for f in self.row_filters]
         kept: exp.Query = exp.select(*self._counted_references()).from_(cells.subquery("cells"))
         if tests:
-            kept = kept.where(exp.and_(*tests))  # type: ignore[attr-defined]
+            kept = kept.where(exp.and_(*tests, copy=False), copy=False)  # type: ignore[attr-defined]
         if self.keyed is not None:
             kept = self._key_bounded(kept)
         if self.distinct is not None:  # the kept (unit, group cell) pairs take the rows' place
@@ -238,13 +240,16 @@ class BoundedAggregation:
         selected = np.flatnonzero(mask[: column.value_cells])
         if column.kind == "categories" and len(selected):
             tests.append(exp.In(this=reference.copy(), expressions=[sql_literal(column.values[i]) for i in selected]))
-        elif len(selected):
+        elif len(selected):  # runs of a range: BETWEEN, and the short ones' values in one IN list
             low = column.values[0]
             runs = np.split(selected, np.flatnonzero(np.diff(selected) > 1) + 1)
-            for run in runs:
+            single = [sql_literal(range_value(low, int(i))) for run in runs if len(run) < MIN_BETWEEN_RUN for i in run]
+            if single:
+                tests.append(exp.In(this=reference.copy(), expressions=single))
+            for run in (r for r in runs if len(r) >= MIN_BETWEEN_RUN):
                 bounds = {"low": sql_literal(range_value(low, int(run[0]))), "high": sql_literal(range_value(low, int(run[-1])))}
                 tests.append(exp.Between(this=reference.copy(), **bounds))
-        return exp.paren(exp.or_(*tests)) if len(tests) > 1 else tests[0]
+        return exp.paren(exp.or_(*tests, copy=False)) if len(tests) > 1 else tests[0]
 
     def _cell_filter(self, cell_filter: CellFilter) -> exp.Expression:
         """``flat cell number over the filter's scope IN (cells where the mask holds)`` (or NOT IN the others)."""
@@ -280,7 +285,7 @@ class BoundedAggregation:
         others = [exp.column(self.alias(c)) for c in self.counted_columns if c != self.keyed.name]
         if self.privacy_unit is None:
             flagged = [key.copy(), exp.alias_(exp.Literal.number(1), KEPT_NAME), *others]
-            return exp.select(*flagged).from_(bounded.subquery("bounded"))
+            return exp.select(*flagged).from_(bounded.subquery("bounded", copy=False))
         unit = exp.column(UNIT_NAME)
         key_rank = exp.Window(
             this=exp.DenseRank(),
@@ -297,7 +302,7 @@ class BoundedAggregation:
         ranked = exp.select(
             key.copy(), unit.copy(), *(o.copy() for o in others),
             exp.alias_(key_rank, KEY_RANK_NAME), exp.alias_(row_in_key, ROW_IN_KEY_NAME),
-        ).from_(bounded.subquery("bounded"))
+        ).from_(bounded.subquery("bounded", copy=False))
         within = exp.and_(
             exp.column(KEY_RANK_NAME) <= exp.Literal.number(self.keyed.max_groups_per_unit),
             exp.column(ROW_IN_KEY_NAME) <= exp.Literal.number(self.keyed.max_rows_per_group),
@@ -312,15 +317,18 @@ class BoundedAggregation:
         if self.keyed is not None:
             return self._keyed_aggregate(kept)
         counted = [exp.column(self.alias(c)) for c in self.counted_columns]
-        query = exp.select(*counted).from_(kept.subquery("bounded"))
-        sums = [exp.alias_(exp.Sum(this=exp.column(name)), name) for name in self.weight_names]
-        if len(self.sql_marginals) > 1 and counted:
-            query = query.select(exp.alias_(exp.func("GROUPING", *counted), GROUPING_NAME))
+        outputs: list[exp.Expression] = [c.copy() for c in counted]
+        grouped = len(self.sql_marginals) > 1 and bool(counted)
+        if grouped:  # which grouping set a row belongs to: GROUPING() over chunks of columns (engine limits)
+            for name, chunk in zip(self.grouping_names, self._grouping_chunks):
+                outputs.append(exp.alias_(exp.func("GROUPING", *(exp.column(self.alias(c)) for c in chunk)), name))
+        outputs.append(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
+        outputs += [exp.alias_(exp.Sum(this=exp.column(name)), name) for name in self.weight_names]
+        query = exp.select(*outputs).from_(kept.subquery("bounded", copy=False), copy=False)
+        if grouped:
             sets = [exp.Tuple(expressions=[exp.column(self.alias(c)) for c in m]) for m in self.sql_marginals]
-            query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME), *sums)
-            return query.group_by(exp.GroupingSets(expressions=sets))
-        query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME), *sums)
-        return query.group_by(*counted) if counted else query
+            return query.group_by(exp.GroupingSets(expressions=sets), copy=False)
+        return query.group_by(*counted, copy=False) if counted else query
 
     def _keyed_aggregate(self, kept: exp.Query) -> exp.Select:
         """Counts per (raw key, ``key_kept``, other cells); with ``count_units`` also the distinct units of
@@ -328,7 +336,7 @@ class BoundedAggregation:
         assert self.keyed is not None
         key_columns = [exp.column(self.alias(self.keyed.name)), exp.column(KEPT_NAME)]
         others = [exp.column(self.alias(c)) for c in self.counted_columns if c != self.keyed.name]
-        query = exp.select(*key_columns, *others).from_(kept.subquery("key_bounded"))
+        query = exp.select(*key_columns, *others).from_(kept.subquery("key_bounded", copy=False))
         query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
         if not self.keyed.count_units:
             return query.group_by(*(c.copy() for c in key_columns + others))
@@ -340,11 +348,23 @@ class BoundedAggregation:
         sets = [exp.Tuple(expressions=[c.copy() for c in key_columns + others]), exp.Tuple(expressions=[c.copy() for c in key_columns])]
         return query.group_by(exp.GroupingSets(expressions=sets))
 
-    # -- reading the result ----------------------------------------------------------------------------
-    def grouping_id(self, marginal: tuple[str, ...]) -> int:
-        """The ``GROUPING(...)`` value of the rows belonging to ``marginal``."""
+    @cached_property
+    def _grouping_chunks(self) -> tuple[tuple[str, ...], ...]:
+        """The counted columns in chunks of at most :data:`GROUPING_ARGUMENTS`, one ``GROUPING()`` each."""
         counted = self.counted_columns
-        return sum(1 << (len(counted) - 1 - i) for i, c in enumerate(counted) if c not in marginal)
+        return tuple(counted[i : i + GROUPING_ARGUMENTS] for i in range(0, len(counted), GROUPING_ARGUMENTS))
+
+    @property
+    def grouping_names(self) -> tuple[str, ...]:
+        """The result columns of the ``GROUPING()`` chunks: ``grouping_id``, ``grouping_id_1``, …"""
+        return tuple(GROUPING_NAME if i == 0 else f"{GROUPING_NAME}_{i}" for i in range(len(self._grouping_chunks)))
+
+    # -- reading the result ----------------------------------------------------------------------------
+    def grouping_id(self, marginal: tuple[str, ...]) -> tuple[int, ...]:
+        """The ``GROUPING(...)`` values (one per chunk of columns) of the rows belonging to ``marginal``."""
+        return tuple(
+            sum(1 << (len(chunk) - 1 - i) for i, c in enumerate(chunk) if c not in marginal) for chunk in self._grouping_chunks
+        )
 
     def marginal_arrays(self, result: Mapping[str, np.ndarray]) -> dict[tuple[str, ...], np.ndarray]:
         """Dense count arrays (shape = domain sizes, in the marginal's order) from the statement's result.
@@ -353,31 +373,45 @@ class BoundedAggregation:
         weights = [np.asarray(np.ma.filled(result[name], 0), dtype=np.int64) for name in self.weight_names]
         if self.value is not None:  # every row is worth its total weight in every marginal
             counts = counts * self.value.scale
-        grouped = len(self.sql_marginals) > 1 and bool(self.counted_columns)
-        ids = np.asarray(np.ma.filled(result[GROUPING_NAME], -1)) if grouped else None
+        rows_of = self._rows_by_set(result, len(counts))
         cells = {c: self._cells_of(c, result[self.alias(c)]) for c in self.counted_columns}
         arrays = {}
         for marginal in self.marginals:
             plain = tuple(c for c in marginal if c in self.columns)
-            chosen = np.ones(len(counts), dtype=bool) if ids is None else ids == self.grouping_id(plain)
+            rows = rows_of.get(plain, np.zeros(0, dtype=np.int64))
             for column in plain:
-                chosen &= cells[column][1]
+                rows = rows[cells[column][1][rows]]
             if not marginal:
-                arrays[marginal] = np.array(counts[chosen].sum(), dtype=np.int64)
+                arrays[marginal] = np.array(counts[rows].sum(), dtype=np.int64)
                 continue
-            index = tuple(cells[c][0][chosen] for c in plain)
+            index = tuple(cells[c][0][rows] for c in plain)
             shape = tuple(self.columns[c].size for c in plain)
             if len(plain) == len(marginal):
                 table = np.zeros(shape, dtype=np.int64)
-                np.add.at(table, index, counts[chosen])
+                np.add.at(table, index, counts[rows])
             else:  # the moment cells: the weight sums, placed at the attribute's position in the marginal
                 assert self.value is not None
                 table = np.zeros((*shape, self.value.cells), dtype=np.int64)
                 for cell, weight in enumerate(weights):
-                    np.add.at(table, (*index, np.full(int(chosen.sum()), cell)), weight[chosen])
+                    np.add.at(table, (*index, np.full(len(rows), cell)), weight[rows])
                 table = np.moveaxis(table, -1, marginal.index(self.value.attribute))
             arrays[marginal] = table
         return arrays
+
+    def _rows_by_set(self, result: Mapping[str, np.ndarray], count: int) -> dict[tuple[str, ...], np.ndarray]:
+        """The result rows of each grouping set, by its ``GROUPING()`` values: one sort of the rows, not one
+        scan of them per grouping set (a batch may have thousands)."""
+        everything = np.arange(count, dtype=np.int64)
+        if not (len(self.sql_marginals) > 1 and self.counted_columns):
+            return {m: everything for m in self.sql_marginals}
+        ids = np.stack([np.asarray(np.ma.filled(result[name], -1), dtype=np.int64) for name in self.grouping_names], axis=1)
+        found, inverse = np.unique(ids.reshape(count, -1), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        order = np.argsort(inverse, kind="stable")
+        starts = np.searchsorted(inverse[order], np.arange(len(found) + 1))
+        by_id = {tuple(int(v) for v in key): order[starts[i] : starts[i + 1]] for i, key in enumerate(found)}
+        empty = np.zeros(0, dtype=np.int64)
+        return {m: by_id.get(self.grouping_id(m), empty) for m in self.sql_marginals}
 
     def key_histogram(self, result: Mapping[str, np.ndarray]) -> KeyHistogram:
         """The keyed aggregation's result by raw key (the class docstring of :class:`KeyHistogram`).

@@ -76,8 +76,8 @@ def in_domain(reference: exp.Expression, column: ColumnDomain, column_type: Colu
     else:
         test = in_range(reference, column, column_type)
     if column.nullable:
-        test = exp.or_(exp.paren(test), reference.copy().is_(exp.null()))
-    return exp.paren(test)
+        test = exp.or_(exp.paren(test, copy=False), reference.copy().is_(exp.null()), copy=False)
+    return exp.paren(test, copy=False)  # (no copies: a domain of 10⁶ categories is one long IN list)
 
 
 def bounded_rows(
@@ -100,7 +100,7 @@ def bounded_rows(
     candidates = (
         exp.select(*(r.copy() for r in references), exp.alias_(exp.func("HASH", *identity), ROW_KEY_NAME))
         .from_(exp.Table(this=exp.to_identifier(table, quoted=True)))
-        .where(exp.and_(*tests))
+        .where(exp.and_(*tests, copy=False), copy=False)
     )
     bound = exp.Literal.number(max_rows_per_unit)
     over_bound = (

@@ -519,18 +519,79 @@ def _row_keys(
 
 
 def _truth(predicate: Predicate, scope: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
-    if isinstance(predicate, And):
-        return np.minimum.reduce([_truth(p, scope, columns) for p in predicate.operands])
-    if isinstance(predicate, Or):
-        return np.maximum.reduce([_truth(p, scope, columns) for p in predicate.operands])
+    if isinstance(predicate, (And, Or)):
+        return _junction_truth(predicate, scope, columns)
     if isinstance(predicate, Not):
         return TRUE - _truth(predicate.operand, scope, columns)
     column = columns[predicate.column]
-    values = _atom_truth(predicate, column)
+    return _broadcast(_atom_truth(predicate, column), column, scope, columns)
+
+
+def _broadcast(values: np.ndarray, column: ColumnDomain, scope: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
+    """A truth vector over one column's cells as a (read-only) array over ``scope``."""
     shape = [1] * len(scope)
     shape[scope.index(column.name)] = column.size
-    full_shape = tuple(columns[c].size for c in scope)
-    return np.broadcast_to(values.reshape(shape), full_shape)
+    return np.broadcast_to(values.reshape(shape), tuple(columns[c].size for c in scope))
+
+
+def _junction_truth(predicate: And | Or, scope: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
+    """AND (minimum) or OR (maximum) of the operands, folded one at a time (the memory of one mask, not of
+    all). Atoms on one column are combined over that column's cells first, and the ``=``/``IN`` atoms of an
+    OR (``<>`` of an AND) by one lookup of all their literals: an OR chain of k values over n cells costs
+    O(k + n), not O(k·n) — or O(k · the whole scope)."""
+    combine = np.minimum if isinstance(predicate, And) else np.maximum
+    atoms: dict[str, list[Predicate]] = {}
+    parts: list[np.ndarray] = []
+    for operand in predicate.operands:
+        if isinstance(operand, (Comparison, InList, Between, IsNull)):
+            atoms.setdefault(operand.column, []).append(operand)
+        else:
+            parts.append(_truth(operand, scope, columns))
+    for name, group in atoms.items():
+        column = columns[name]
+        merges = [_lookup_merges(a, column, isinstance(predicate, Or)) for a in group]
+        merged = [a for a, m in zip(group, merges) if m]
+        rest = [_atom_truth(a, column) for a, m in zip(group, merges) if not m]
+        if merged:
+            rest.append(_merged_lookup_truth(merged, column, isinstance(predicate, Or)))
+        vector = rest[0].copy()
+        for other in rest[1:]:
+            combine(vector, other, out=vector)
+        parts.append(_broadcast(vector, column, scope, columns))
+    truth = np.array(parts[0])
+    for part in parts[1:]:
+        combine(truth, part, out=truth)
+    return truth
+
+
+def _lookup_merges(atom: Predicate, column: ColumnDomain, disjunction: bool) -> bool:
+    """``=``/``IN`` under OR and ``<>`` under AND on a column of listed values: merged into one lookup."""
+    if column.kind == "bins":
+        return False
+    if disjunction:
+        return isinstance(atom, InList) or (isinstance(atom, Comparison) and atom.operator == "=")
+    return isinstance(atom, Comparison) and atom.operator == "<>"
+
+
+def _merged_lookup_truth(atoms: list[Predicate], column: ColumnDomain, disjunction: bool) -> np.ndarray:
+    """The OR of ``=``/``IN`` atoms (or the AND of ``<>`` atoms) on one column, as :func:`_atom_truth` gives
+    each and the junction combines them: value cells TRUE/FALSE, the NULL and remainder cells UNKNOWN."""
+    listed = np.zeros(column.value_cells, dtype=bool)
+    for atom in atoms:
+        listed |= _listed_cells(atom, column)
+    truth = np.full(column.size, UNKNOWN, dtype=np.int8)
+    truth[: column.value_cells] = np.where(listed if disjunction else ~listed, TRUE, FALSE)
+    return truth
+
+
+def _listed_cells(atom: InList | Comparison, column: ColumnDomain) -> np.ndarray:
+    """The cells an ``=``/``<>``/``IN`` atom names (each literal checked to lie in the domain)."""
+    literals = atom.values if isinstance(atom, InList) else (atom.value,)
+    clause = f"WHERE {column.name} IN" if isinstance(atom, InList) else f"WHERE {column.name} {atom.operator}"
+    index = column.cell_of_value
+    listed = np.zeros(column.value_cells, dtype=bool)
+    listed[[index[_checked_literal(v, column, clause, True)] for v in literals]] = True
+    return listed
 
 
 def _atom_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
@@ -553,22 +614,25 @@ def _atom_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
     if column.kind == "bins":
         truth[: column.value_cells] = _bin_truth(atom, column)
     else:
-        cells = column.labels()[: column.value_cells]
-        truth[: column.value_cells] = [TRUE if _holds(atom, cell, column) else FALSE for cell in cells]
+        truth[: column.value_cells] = np.where(_value_truth(atom, column), TRUE, FALSE)
     return truth
 
 
-def _holds(atom: Predicate, cell: object, column: ColumnDomain) -> bool:
+def _value_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
+    """Whether ``atom`` holds for each declared value of ``column`` (not bins). Each literal is checked
+    once; ``=`` and ``IN`` find their cells by lookup, so an IN list of k values over n cells costs
+    O(n + k), not O(n·k)."""
+    cells = column.labels()[: column.value_cells]
+    if isinstance(atom, InList) or (isinstance(atom, Comparison) and atom.operator in ("=", "<>")):
+        listed = _listed_cells(atom, column)
+        return ~listed if isinstance(atom, Comparison) and atom.operator == "<>" else listed
     if isinstance(atom, Comparison):
-        value = _checked_literal(atom.value, column, f"WHERE {column.name} {atom.operator}", atom.operator in ("=", "<>"))
-        return _compare(cell, atom.operator, value)
-    if isinstance(atom, InList):
-        values = [_checked_literal(v, column, f"WHERE {column.name} IN", True) for v in atom.values]
-        return any(cell == v for v in values)
+        value = _checked_literal(atom.value, column, f"WHERE {column.name} {atom.operator}", False)
+        return np.fromiter((_compare(cell, atom.operator, value) for cell in cells), dtype=bool, count=len(cells))
     assert isinstance(atom, Between)
     low = _checked_literal(atom.low, column, f"WHERE {column.name} BETWEEN", False)
     high = _checked_literal(atom.high, column, f"WHERE {column.name} BETWEEN", False)
-    return low <= cell <= high  # type: ignore[operator]
+    return np.fromiter((low <= cell <= high for cell in cells), dtype=bool, count=len(cells))  # type: ignore[operator]
 
 
 def _compare(cell: object, operator: str, value: object) -> bool:
@@ -595,7 +659,7 @@ def _checked_literal(value: object, column: ColumnDomain, clause: str, must_be_i
         raise DataError(
             f"{clause} {value!r}: the literal's type does not match the domain of {column.name!r} ({column.describe()})"
         )
-    if must_be_in_domain and coerced not in declared:
+    if must_be_in_domain and coerced not in (column.cell_of_value if column.kind != "bins" else declared):
         released = "is not among the released keys" if column.kind == "keys" else "is outside the declared domain"
         raise DataError(
             f"{clause} {value!r}: the value {released} of {column.name!r} ({column.describe()}); "
