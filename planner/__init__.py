@@ -5,7 +5,7 @@ subpackage) only, never from the modules behind it (tests/test_architecture.py).
 
 from planner.domain import Domain
 from planner.privacy import Privacy
-from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predicate, Prefix, Product, Total, Workload, marginal_for
+from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predicate, Prefix, Product, ShiftedPrefix, Total, Workload, marginal_for
 from planner.plan import Plan, identity_plan, plan
 from planner.keyed_release import KeyedRelease
 from planner.keyed_release import design as design_keyed_release
@@ -41,6 +41,7 @@ __all__ = [
     "Privacy",
     "Product",
     "SelectionSplit",
+    "ShiftedPrefix",
     "Total",
     "Workload",
     "design_keyed_release",

@@ -40,6 +40,8 @@ from planner.recovery import (
 from planner.workload import Product, Workload
 
 MASS_TOLERANCE = 1e-12  # recovery mass below this fraction of a product's largest counts as none
+MAX_BASIS_SIZE = 4096  # a product reading a larger attribute is never answered here (its Helmert basis is n × n;
+# the strategies that keep estimates measure attributes of at most 2048 cells anyway)
 RELEVANT_CACHE_SIZE = 4096  # products whose relevant subsets are kept (a pure function of the product)
 ANSWERED_CELLS = 1 << 22  # GLS answers kept per rows key between measurements (values; variances beside)
 
@@ -153,7 +155,9 @@ class MeasurementStore:
         if kept is None:
             return (False,) * len(workload.products)
         return tuple(
-            self._compatible(kept, p) and all(_canonical(t)[0] in kept.coefficients for t in relevant_subsets(p))
+            self._compatible(kept, p)
+            and all(workload.domain.size_of(a) <= MAX_BASIS_SIZE for a in p.attributes)
+            and all(_canonical(t)[0] in kept.coefficients for t in relevant_subsets(p))
             for p in workload.products
         )
 

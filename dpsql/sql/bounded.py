@@ -78,6 +78,7 @@ ROW_KEY_NAME = "row_key"  # HASH of every column of a row: its identity in the s
 ROW_IN_KEY_NAME = "row_in_key"
 BOUNDED_NAME = "bounded_rows"  # the subquery of bounded rows, when they are not materialised
 GROUPING_ARGUMENTS = 31  # columns per GROUPING() call: PostgreSQL takes fewer than 32, DuckDB fewer than 64
+FLAT_BINS = 16  # bins columns with more bins find a row's bin by binary search in SQL
 MIN_BETWEEN_RUN = 3  # a range mask's runs of at least this many cells become BETWEEN, shorter ones an IN list
 
 
@@ -489,10 +490,10 @@ class BoundedAggregation:
         reference = exp.column(name, quoted=True)
         case = exp.Case()
         if column.nullable:
-            case = case.when(reference.is_(exp.null()), exp.Literal.number(column.null_cell))
+            case = case.when(reference.is_(exp.null()), exp.Literal.number(column.null_cell), copy=False)
         if column.kind == "categories":
             for index, value in enumerate(column.values):
-                case = case.when(exp.EQ(this=reference.copy(), expression=sql_literal(value)), exp.Literal.number(index))
+                case = case.when(exp.EQ(this=reference.copy(), expression=sql_literal(value)), exp.Literal.number(index), copy=False)
         elif column.kind == "range":
             low = column.values[0]
             inside = exp.Case().when(in_range(reference.copy(), column, self.column_types[name]), reference.copy())
@@ -500,13 +501,29 @@ class BoundedAggregation:
                 offset: exp.Expression = exp.DateDiff(this=inside, expression=sql_literal(low), unit=exp.var("DAY"))
             else:
                 offset = exp.Sub(this=exp.cast(inside, "BIGINT"), expression=sql_literal(low))
-            case = case.when(in_range(reference.copy(), column, self.column_types[name]), offset)
+            case = case.when(in_range(reference.copy(), column, self.column_types[name]), offset, copy=False)
         else:
             edges = column.values
-            case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(edges[0])), exp.null())
-            for index, upper in enumerate(edges[1:]):
-                case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(upper)), exp.Literal.number(index))
+            case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(edges[0])), exp.null(), copy=False)
+            if len(edges) - 1 <= FLAT_BINS:
+                for index, upper in enumerate(edges[1:]):
+                    case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(upper)), exp.Literal.number(index), copy=False)
+            else:  # many bins: a binary search, log2(bins) comparisons per row instead of one per bin
+                below_last = exp.LT(this=reference.copy(), expression=sql_literal(edges[-1]))
+                case = case.when(below_last, _bin_search(reference, edges, 0, len(edges) - 1), copy=False)
         return case
+
+
+def _bin_search(reference: exp.Expression, edges: tuple[object, ...], low: int, high: int) -> exp.Expression:
+    """The cell number of a value known to lie in ``[edges[low], edges[high])``: nested ``CASE``s halving
+    the bins."""
+    if high - low == 1:
+        return exp.Literal.number(low)
+    middle = (low + high) // 2
+    below = exp.LT(this=reference.copy(), expression=sql_literal(edges[middle]))
+    return exp.Case().when(below, _bin_search(reference, edges, low, middle), copy=False).else_(
+        _bin_search(reference, edges, middle, high), copy=False
+    )
 
 
 def _key_order(key: object) -> tuple[bool, str, object]:
