@@ -35,6 +35,7 @@ import numpy as np
 import planner
 from dpsql import keys, nonnegative, progress, selection, testing
 from dpsql.accountant import Cost, check_number
+from dpsql.backends.dialects import engine_name
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
 from dpsql.request import Decision, Prepared, Request
@@ -42,6 +43,7 @@ from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
+from dpsql.sql.compile import MAX_RELEASED_CELLS, too_many_cells
 from dpsql.sql.parse import Count, predicate_columns
 from dpsql.sql.statement import ParsedText, Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
@@ -49,6 +51,7 @@ from planner import Answers, Measurement, Workload, marginal_for
 
 RELATIVE_TOLERANCE = 1e-9  # kept variances this close to a fresh plan's count as equally accurate
 BOUND_TEXT_CACHE_SIZE = 256  # texts without parameters kept parsed and bound (process-wide)
+MAX_READ_CELLS = 1 << 26  # cells of the marginals one statement or batch reads (≈ 0.5 GB per int64 copy)
 BOUND_BATCH_CACHE_SIZE = 16  # batches of such texts kept parsed and bound (process-wide)
 
 
@@ -211,8 +214,31 @@ def prepare(session: Session, request: Request) -> Prepared:
         fresh = session.plan(batch.workload, privacy, contributions)
     _check_spent(fresh.privacy, privacy)
     decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, request.cost is not None)
+    if decision.plan is not None:
+        _check_feasible(session, batch, decision.plan)
     spent = cost if decision.plan is not None else _free(cost)
     return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached))
+
+
+def _check_feasible(session: Session, batch: CompiledBatch, plan: planner.Plan) -> None:
+    """Refuse, before anything is charged, a statement whose read or release cannot be carried out on any
+    data: more cells than memory allows (decided from the domains), or more grouping columns than the
+    engine's ``GROUPING SETS`` take. Public facts only: the plan, the domains and the backend."""
+    assert batch.workload is not None
+    domain = batch.workload.domain
+    read = batch.read_marginals(plan.required_marginals())
+    read_cells = sum(math.prod(batch.columns[a].size if a in batch.columns else domain.size_of(a) for a in m) for m in read)
+    released = sum(p.rows for p in batch.workload.products)
+    for what, cells, limit in (("read", read_cells, MAX_READ_CELLS), ("release", released, MAX_RELEASED_CELLS)):
+        if cells > limit:
+            raise NotSupportedError(too_many_cells(what, cells, limit))
+    grouped = {a for m in read if len(read) > 1 for a in m if a in batch.columns}
+    limit = getattr(session.backend, "max_grouping_columns", None)
+    if limit is not None and len(grouped) > limit:
+        raise NotSupportedError(
+            f"the batch groups by {len(grouped)} columns in one pass, and {engine_name(session.backend.dialect)} takes at "
+            f"most {limit} in GROUPING SETS: split it into batches over at most {limit} columns each"
+        )
 
 
 def _unit_cost(session: Session) -> Cost:

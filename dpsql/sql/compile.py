@@ -69,6 +69,7 @@ from planner import Domain, Explicit, Factor, Identity, Product, Workload
 from planner import Predicate as PredicateBlock
 
 MAX_PREDICATE_CELLS = 1 << 20  # largest joint domain a coupled WHERE component may span
+MAX_RELEASED_CELLS = 1 << 26  # answers one statement or batch may release (decided before anything is read)
 
 FALSE, UNKNOWN, TRUE = 0, 1, 2  # Kleene truth values (SQL three-valued logic)
 
@@ -461,7 +462,16 @@ def _product(
             factors.append(Factor((name,), Identity(columns[name].size)))
             key_maps.append({name: np.arange(columns[name].size)})
     product = Product(domain, tuple(factors))
+    if product.rows > MAX_RELEASED_CELLS:
+        raise NotSupportedError(too_many_cells("release", product.rows, MAX_RELEASED_CELLS))
     return product, _row_keys(product, factors, key_maps, group)
+
+
+def too_many_cells(what: str, cells: int, limit: int) -> str:
+    return (
+        f"the statement would {what} {cells:,} cells (at most {limit:,} fit in memory): group by fewer or coarser "
+        "columns, declare coarser bins, or split the batch"
+    )
 
 
 def _masked_cdf(cdf: Factor, filters: list[CellFilter]) -> tuple[Factor, list[CellFilter]]:

@@ -138,3 +138,34 @@ def test_a_repeated_batch_is_neither_parsed_nor_answered_again(adult_connection:
     second = adult_connection.workload(statements, epsilon=1.0)
     assert parsed == [] and answered == []
     assert [r.rows for r in second] == [r.rows for r in first]
+
+
+def test_what_cannot_fit_is_refused_before_the_charge() -> None:
+    """Decided in prepare from the domains alone: a release of more cells than fit in memory (three
+    ranges of 2¹⁰ values: 2³⁰ cells) is refused with nothing charged, never failed after the read."""
+    database = duckdb.connect()
+    database.execute("CREATE TABLE t AS SELECT i % 1024 AS a, i % 1000 AS b, i % 999 AS c FROM range(100) t(i)")
+    connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1.0))
+    span = {"range": [0, 1023]}
+    connection.register("t", None, schema={"privacy_unit": None, "columns": {"a": span, "b": span, "c": span}})
+    with pytest.raises(dpsql.NotSupportedError, match="would release 1,073,741,824 cells"):
+        connection.cursor().execute("SELECT a, b, c, COUNT(*) FROM t GROUP BY a, b, c", epsilon=0.5)
+    assert connection.budget_remaining().epsilon == pytest.approx(1.0)
+
+
+def test_an_engine_s_grouping_sets_limit_is_refused_before_the_charge() -> None:
+    """An engine that takes at most k columns in GROUPING SETS (Spark: 64) gets a batch over more columns
+    refused in prepare, nothing charged (it used to fail in the engine after the charge)."""
+
+    class Limited(RecordingBackend):
+        max_grouping_columns = 3
+
+    backend = Limited(duckdb.connect())
+    backend.connection.execute("CREATE TABLE t AS SELECT i % 2 AS a, i % 3 AS b, i % 5 AS c, i % 7 AS d FROM range(100) t(i)")
+    connection = dpsql.connect(backend, budget=dpsql.Budget(epsilon=1.0))
+    connection.register("t", None, schema={"privacy_unit": None, "columns": {c: {"range": [0, 6]} for c in "abcd"}})
+    statements = ["SELECT a, b, COUNT(*) FROM t GROUP BY a, b", "SELECT c, d, COUNT(*) FROM t GROUP BY c, d"]
+    with pytest.raises(dpsql.NotSupportedError, match="groups by 4 columns in one pass.*at most 3"):
+        connection.workload(statements, epsilon=0.5)
+    assert connection.budget_remaining().epsilon == pytest.approx(1.0) and backend.statements == []
+    connection.workload(statements[:1], epsilon=0.5)  # within the limit: runs
