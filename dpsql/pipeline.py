@@ -372,7 +372,8 @@ def _read(session: Session, table: Table, aggregation: BoundedAggregation) -> di
     sql = session.memoised("sql", aggregation, lambda: aggregation.statement().sql(dialect=session.backend.dialect, copy=False))
 
     def read() -> dict[str, np.ndarray]:
-        session.bounded.ensure(table)
+        if aggregation.bounded:  # it reads the kept bounded rows: computed by this read if not yet
+            session.bounded.ensure(table)
         return session.backend.run(sql)
 
     try:
