@@ -57,8 +57,8 @@ def family_of(name: str) -> str:
 
 
 def planned_ratio(row: Row, privacy: Privacy) -> float:
-    """The planner's choice: its expected error over the SVD bound."""
-    return plan(row.workload(), privacy).ratio
+    """The planner's choice: its expected error over the SVD bound (continuous noise, the papers' yardstick)."""
+    return plan(row.workload(), privacy).svd_ratio
 
 
 def measure_row(row: Row, privacy: Privacy) -> dict[str, object]:

@@ -104,9 +104,9 @@ def rows() -> list[dict[str, object]]:
             after_answer, answered = answer_seconds(after, data)
             result.append({
                 "workload": name, "privacy": label,
-                "before": before.strategy_name, "before ratio": before.ratio or "",
+                "before": before.strategy_name, "before ratio": before.svd_ratio or "",
                 "before plan s": before_plan, "before answer s": before_answer,
-                "after": after.strategy_name, "after ratio": after.ratio or "",
+                "after": after.strategy_name, "after ratio": after.svd_ratio or "",
                 "after plan s": after_plan, "after answer s": after_answer, "answered": answered,
             })
     return result

@@ -144,9 +144,14 @@ def _print_rows(cursor: dpsql.Cursor, output_format: str) -> None:
     else:
         cells = [[_cell(v) for v in record] for record in records]
         widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
-        print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+        numeric = [all(isinstance(r[i], (int, float)) for r in records if r[i] is not None) for i in range(len(header))]
+
+        def line(texts: list[str]) -> str:  # numbers right-aligned, text left-aligned, as psql does
+            return "  ".join(t.rjust(w) if n else t.ljust(w) for t, w, n in zip(texts, widths, numeric)).rstrip()
+
+        print(line(header))
         for record in cells:
-            print("  ".join(v.rjust(w) for v, w in zip(record, widths)))
+            print(line(record))
 
 
 def _cell(value: object) -> str:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from dpsql import errors, pipeline
 from dpsql.accountant import Budget, Charge, Ledger, Remaining, Spent
@@ -109,6 +110,26 @@ class Connection(errors.ExceptionsOnConnection):
     def closed(self) -> bool:
         return self._session.closed
 
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<dpsql.Connection (closed)>"
+        tables = ", ".join(self._session.tables) or "none registered"
+        budget, left = self.budget, self._session.ledger.remaining()
+        delta = f", delta={budget.delta:g}" if budget.delta else ""
+        ledger = self._session.ledger.path or "in memory"
+        return (f"<dpsql.Connection tables: {tables}; budget epsilon={budget.epsilon:g}{delta} ({left.epsilon:g} left); "
+                f"ledger: {ledger}; {self.noise} noise>")
+
+    # -- DuckDB-style shortcuts ---------------------------------------------------------------------
+    def execute(self, operation: str, parameters: Sequence[object] | None = None, **cost: Any) -> Cursor:
+        """``connection.cursor().execute(...)``, as DuckDB's ``connection.execute``: a new cursor holding
+        the result (``.fetchall()``, ``.df()``, ``.errors``, …). Takes and costs what :meth:`Cursor.execute`
+        does (``epsilon=``, ``rho=``, ``non_negative=``)."""
+        return self.cursor().execute(operation, parameters, **cost)
+
+    sql = execute
+    """DuckDB's other name for it: ``connection.sql("SELECT …", epsilon=0.5).df()``."""
+
     # -- dpsql extensions ---------------------------------------------------------------------------
     def register(self, name: str, source: object = None, schema: object = None) -> None:
         """Make a table queryable under ``name`` with its privacy ``schema``.
@@ -196,8 +217,11 @@ class ResultCursor(ResultFrames):
         self._result: ResultSet | None = None
         self._position = 0
 
+    def _is_closed(self) -> bool:
+        return self._closed
+
     def _check_open(self) -> None:
-        if self._closed:
+        if self._is_closed():
             raise InterfaceError("the cursor is closed")
 
     def _released(self, result: ResultSet | None) -> None:
@@ -285,6 +309,14 @@ class ResultCursor(ResultFrames):
         self._closed = True
         self._result = None
 
+    def __repr__(self) -> str:
+        name = f"dpsql.{type(self).__name__}"
+        if self._is_closed():
+            return f"<{name} (closed)>"
+        if self._result is None:
+            return f"<{name} (no result yet: call execute())>"
+        return f"<{name} {self._result.summary()}, {self._position} fetched>"
+
     def __enter__(self) -> ResultCursor:
         return self
 
@@ -298,6 +330,9 @@ class Cursor(ResultCursor):
     def __init__(self, connection: Connection) -> None:
         super().__init__()
         self.connection = connection
+
+    def _is_closed(self) -> bool:
+        return self._closed or self.connection.closed
 
     def _check_open(self) -> None:
         super()._check_open()
@@ -327,7 +362,7 @@ class Cursor(ResultCursor):
     def executemany(
         self,
         operation: str,
-        seq_of_parameters: Sequence[Sequence[object]],
+        seq_of_parameters: Iterable[Sequence[object]],
         *,
         epsilon: float | None = None,
         rho: float | None = None,
@@ -335,7 +370,8 @@ class Cursor(ResultCursor):
     ) -> Cursor:
         """Run the statement once per parameter set — planned, read and charged as ONE batch costing the
         sum of the per-run costs (each run at ``epsilon``/``rho``); the rows of all runs are concatenated.
-        Nothing is read or charged if the batch does not fit in the budget."""
+        ``seq_of_parameters`` may be any iterable (a list, a generator). Nothing is read or charged if the
+        batch does not fit in the budget."""
         self._check_open()
         self._released(None)
         session = self.connection._session

@@ -15,8 +15,9 @@ selection   the primitive, midpoint, …   its parameters                   (sta
 strategy    the chosen strategy          None                             privacy spec and contributions
 group       a group of measured rows     its budget (ε_g or ρ_g)          rows and per-row noise variance
 query       statement.grouping set       largest expected RMSE            rows and RMSE range
-error       expected total squared error / SVD lower bound / ratio to the SVD bound
+error       expected total squared error / lower bound / ratio to the lower bound (docs/math.md §7)
 candidate   a strategy considered        its expected total squared error its groups and rows
+glossary    ``docs/glossary.md``         None                             (last) where every term is explained
 =========== ============================ ================================ =====================================
 
 After a statement ran, ``cursor.explanation`` adds what happened: ``answered`` (free from kept
@@ -34,13 +35,14 @@ import numpy as np
 import planner
 from dpsql.request import Prepared
 from dpsql.result import ResultSet
-from dpsql.schema import OUT_OF_DOMAIN_RULE, ColumnDomain
-from dpsql.sql.moments import CLAMPING_RULE
+from dpsql.schema import ColumnDomain
 from dpsql.sql.parse import Quantile
-from dpsql.sql.quantiles import QUANTILE_RULE
 from dpsql.types import NUMBER, STRING
 from dpsql.workloads import CompiledBatch
-from planner import BoundUnavailableError, row_norms2_over
+from planner import row_norms2_over
+
+GLOSSARY = "docs/glossary.md"
+"""Where every section and term EXPLAIN prints is explained (a path in the repository)."""
 
 DESCRIPTION = (
     ("section", STRING, None, None, None, None, False),
@@ -59,6 +61,9 @@ class ExplainRow:
 
     def as_tuple(self) -> tuple[object, ...]:
         return (self.section, self.name, self.value, self.detail)
+
+
+GLOSSARY_ROW = ExplainRow("glossary", GLOSSARY, None, "what every section and term above means")
 
 
 @dataclass(frozen=True)
@@ -82,33 +87,35 @@ _HOW = {
 
 
 def explain_rows(prepared: Prepared) -> list[ExplainRow]:
-    """The rows of the module docstring for a prepared request (reads no data, charges nothing)."""
+    """The rows of the module docstring for a prepared request (reads no data, charges nothing), ending
+    with the glossary's address."""
+    return _plan_rows(prepared) + [GLOSSARY_ROW]
+
+
+def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
     request, batch, decision = prepared.request, prepared.batch, prepared.decision
     rows = [ExplainRow("statement", str(i + 1), w, s.sql) for i, (s, w) in enumerate(zip(request.statements, request.weights))]
     for name, column in batch.columns.items():
         rows.append(ExplainRow("column", name, None, column.describe()))
     for name, derived in batch.derived.items():
-        detail = (f"derived from {derived.source!r}: {derived.map.domain.size} cell(s), a public map of its declared cells; "
-                  f"counts read per {derived.source!r} cell and summed into these before the noise")
+        detail = (f"derived from {derived.source!r}: {derived.map.domain.size} cell(s), counts per {derived.source!r} cell "
+                  f"summed into them before the noise ({_see('derived-column')})")
         rows.append(ExplainRow("column", name, None, detail))
     schema = prepared.table.schema
     unit = f"at most {schema.max_rows_per_unit} random row(s) per {schema.privacy_unit!r}" if schema.privacy_unit else "one row = one unit"
-    rows.append(ExplainRow("bounding", "rows per unit", float(schema.contributions), f"{unit}; values outside the domain: {OUT_OF_DOMAIN_RULE}"))
+    rows.append(ExplainRow("bounding", "rows per unit", float(schema.contributions), f"{unit}; rows outside the declared domains are dropped first ({_see('rows-per-unit')})"))
     if batch.distinct is not None:
         rows.append(ExplainRow("bounding", "groups per unit", float(batch.distinct.contributions), batch.distinct.describe()))
     if batch.encoding is not None:
         rows.append(ExplainRow(
             "aggregate", batch.encoding.column, float(batch.encoding.scale),
-            f"{batch.encoding.describe()}; {CLAMPING_RULE}. The plan counts weight units ({schema.contributions} row(s) × "
-            f"{batch.encoding.scale} per unit); query RMSEs below are in rows, per cell of C, U = Σ(v−lo)/(hi−lo)"
-            f"{', Q = Σ((v−lo)/(hi−lo))²' if batch.encoding.moments == 2 else ''} and their pairwise sums (docs/math.md §12)",
+            f"{batch.encoding.describe()}; RMSEs in rows ({_see('aggregate')})",
         ))
     for column, domain in _quantiled(batch).items():
         rows.append(ExplainRow(
             "quantile", column, float(domain.size),
-            f"one cumulative count (CDF) per cell of {column!r} per group, shared by every quantile of it, projected "
-            f"onto non-decreasing, non-negative CDFs (weighted isotonic fit, never clipped cell by cell) and inverted: {QUANTILE_RULE}. The query RMSE below is the CDF's standard error in rows; a released error is "
-            "in value units: the values within 1.96 rank standard errors of the target rank, their spread ÷ (2 × 1.96) (docs/math.md §13)",
+            f"one cumulative count (CDF) per group over the {domain.size} cells of {column!r}, shared by its quantiles; "
+            f"query RMSEs below are the CDF's, in rows ({_see('quantile')})",
         ))
     cost_name = "epsilon" if prepared.cost.epsilon is not None else "rho"
     if request.cost is None:
@@ -135,6 +142,10 @@ def explain_rows(prepared: Prepared) -> list[ExplainRow]:
     return rows
 
 
+def _see(anchor: str) -> str:
+    return f"{GLOSSARY}#{anchor}"
+
+
 def _quantiled(batch: CompiledBatch) -> dict[str, ColumnDomain]:
     """The columns the batch's quantiles rank, with their domains."""
     return {
@@ -147,19 +158,18 @@ def plan_rows(plan: planner.Plan) -> list[ExplainRow]:
     rows = [ExplainRow("strategy", plan.strategy_name, None, f"{plan.privacy}, {plan.contributions} row(s) per privacy unit")]
     budget_name = "epsilon" if plan.privacy.is_laplace else "rho"
     for group in plan.group_budgets():
-        rows.append(ExplainRow("group", group.name, float(group.budget), f"{group.rows} row(s), {budget_name} share, noise variance {group.noise_variance:.6g}"))
+        rows.append(ExplainRow("group", group.name, float(group.budget), f"its share of {budget_name} for {group.rows} measured row(s); noise variance {group.noise_variance:.6g}"))
     return rows
 
 
 def error_rows(plan: planner.Plan) -> list[ExplainRow]:
     rows = [ExplainRow("error", "expected total squared error", plan.expected_error(), "of the measured products, weights applied")]
-    try:
-        bound = plan.svd_bound()
-    except BoundUnavailableError as error:
-        rows.append(ExplainRow("error", "svd lower bound", None, str(error)))
+    noise = "discrete Laplace" if plan.privacy.is_laplace else "discrete Gaussian"
+    if plan.ratio is None:
+        rows.append(ExplainRow("error", "lower bound", None, f"not available: {plan.bound_unavailable or 'the bound is 0'}"))
     else:
-        rows.append(ExplainRow("error", "svd lower bound", bound, "no strategy can have less expected total squared error"))
-        rows.append(ExplainRow("error", "ratio to svd bound", plan.ratio, "expected error / SVD bound"))
+        rows.append(ExplainRow("error", "lower bound", plan.lower_bound(), f"no strategy with {noise} noise has less ({_see('lower-bound')})"))
+        rows.append(ExplainRow("error", "ratio to lower bound", plan.ratio, "expected error / lower bound: 1 is optimal"))
     for summary in sorted(plan.candidates, key=lambda s: s.expected_error):
         rows.append(ExplainRow("candidate", summary.name, summary.expected_error, summary.detail))
     return rows
@@ -233,7 +243,7 @@ def _thresholded_rows(prepared: Prepared) -> list[ExplainRow]:
         ExplainRow("selection", "midpoint", float(rule.threshold), "a key whose rows reach about this many is released with probability 1/2"),
         ExplainRow("split", "key share", rule.key_share, f"the rest ({1 - rule.key_share:.0%}) for the queries over all keys; least objective {rule.objective:.4g} on the grid"),
         ExplainRow("strategy", "per-key cells", None, f"{rule.key_privacy}, {rule.sensitivity} row(s) per privacy unit over a key's cells"),
-        ExplainRow("group", "cells of every present key", float(key_budget), f"{rule.cells} row(s) per key, {budget} share, noise variance {rule.cell_variance:.6g}"),
+        ExplainRow("group", "cells of every present key", float(key_budget), f"its share of {budget} for {rule.cells} measured row(s) per key; noise variance {rule.cell_variance:.6g}"),
         ExplainRow("keys", "considered", None, "withheld: the number of keys in the data is private"),
     ]
     plan = chosen.totals_plan  # type: ignore[attr-defined]
@@ -272,20 +282,21 @@ class Explanation:
 
     def __str__(self) -> str:
         outcome = self.outcome
-        rows = explain_rows(self.prepared)
+        rows = _plan_rows(self.prepared)
         rows.append(ExplainRow("answered", outcome.how, None, _HOW[outcome.how]))
         if outcome.released is not None:
             rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {self.prepared.keyed!r}, newly selected and cached on the connection"))
         if outcome.plan is not None:
             rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
-        text = render(rows)
+        text = render(rows + [GLOSSARY_ROW])
         return text if outcome.note is None else f"{text}\n{outcome.note}"
 
 
 def render(rows: list[ExplainRow]) -> str:
+    """One line per row: ``section: name = value — detail``."""
     lines = []
     for row in rows:
         value = "" if row.value is None else f" = {row.value:.6g}"
-        detail = "" if not row.detail else f" ({row.detail})"
+        detail = "" if not row.detail else f" — {row.detail}"
         lines.append(f"{row.section}: {row.name}{value}{detail}")
     return "\n".join(lines)

@@ -6,6 +6,7 @@
     cursor.df()                  # pandas (also fetchdf()); df(errors=True) adds n_stderr after n
     cursor.arrow()               # pyarrow.Table (also fetch_arrow_table())
     cursor.pl()                  # polars.DataFrame
+    cursor.fetchnumpy()          # {column: numpy array}
 
 Like DuckDB's, these take the rows not fetched yet (a cursor advances; a batch result set has no
 position). A released column gets its standard error in ``<column>_stderr`` right after it when
@@ -78,6 +79,20 @@ class ResultFrames:
             raise ProgrammingError(f"polars needs distinct column names; rename {repeated} with AS in the SELECT list")
         return polars.DataFrame({name: polars.Series(name, values, strict=False) for name, values in columns})
 
+    # -- numpy ----------------------------------------------------------------------------------------
+    def fetchnumpy(self, errors: bool = False) -> dict[str, Any]:
+        """The rows not fetched yet as numpy arrays by column name, as DuckDB's ``fetchnumpy``: integers as
+        int64, numbers as float64, anything else as objects; a column with NULLs (keys rolled up by CUBE)
+        is a masked array. ``errors=True`` adds ``<column>_stderr``."""
+        import numpy  # a core dependency, imported on first use like the engine
+
+        columns = self._unfetched(errors)
+        names = [name for name, _ in columns]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ProgrammingError(f"fetchnumpy() needs distinct column names; rename {repeated} with AS in the SELECT list")
+        return {name: _numpy_array(numpy, values) for name, values in columns}
+
     # -- notebooks ------------------------------------------------------------------------------------
     def _repr_html_(self) -> str:
         """Jupyter's rich display: values ± standard errors, then the cost and strategy in one line.
@@ -96,6 +111,20 @@ def _pandas_series(pandas: ModuleType, values: list[object]) -> Any:
     if None in values and present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
         return pandas.array(values, dtype="Int64")
     return values
+
+
+def _numpy_array(numpy: ModuleType, values: list[object]) -> Any:
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        kind: object = numpy.int64
+    elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        kind = numpy.float64
+    else:
+        kind = object
+    missing = [v is None for v in values]
+    filled = [0 if v is None and kind is not object else v for v in values]
+    array = numpy.array(filled, dtype=kind)
+    return numpy.ma.masked_array(array, mask=missing) if any(missing) else array
 
 
 def _arrow_array(pyarrow: ModuleType, values: list[object]) -> Any:

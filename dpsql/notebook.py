@@ -104,9 +104,20 @@ def _row_label(row: Sequence[object], keys: Sequence[int]) -> str:
     return ", ".join(escape(row[k]) if row[k] is not None else "(all)" for k in keys) or "(total)"
 
 
+MAX_BARS = 30
+"""Up to this many rows a plot draws bars; beyond, points with their intervals (a line and a band over one
+numeric key column), so a chart of 85 ages stays as wide as a page."""
+MAX_WIDTH = 12.0  # inches: no figure grows wider
+PANEL_HEIGHT = 2.8  # inches per released column
+
+
 def plot_result(source: FrameSource, level: float = 0.95, ax: Any = None) -> Any:
-    """Bars of the released values with ``level`` confidence intervals (value ± z·stderr), one group
-    of bars per row labelled by its key columns, one colour per released column."""
+    """The released values with their ``level`` confidence intervals (value ± z·stderr), one panel per
+    released column — each column keeps its own unit on its own axis (hours beside ages would not share
+    one) — over the rows, labelled by their key columns. Up to :data:`MAX_BARS` rows as bars; more as
+    points with intervals: a line and a band over a single numeric key (ages, hours), else one row per
+    line with its label. Returns the Axes, or a list of Axes (one per released column) when there are
+    several; ``ax`` may give them likewise."""
     z = interval_half_width(level)
     pyplot = optional_module("matplotlib.pyplot", "plot()")
     names = [str(d[0]) for d in source.description]
@@ -114,22 +125,56 @@ def plot_result(source: FrameSource, level: float = 0.95, ax: Any = None) -> Any
     if not released:
         raise ProgrammingError("plot(): the result has no released values with standard errors to plot")
     keys = [c for c in range(len(names)) if c not in released]
-    if ax is None:
-        _, ax = pyplot.subplots(figsize=(max(4.0, 0.45 * len(source.rows) * len(released) + 1.5), 3.5))
-    width = 0.8 / len(released)
-    positions = range(len(source.rows))
-    for offset, column in enumerate(released):
+    count = len(source.rows)
+    numeric_key = len(keys) == 1 and count > 0 and all(_is_number(row[keys[0]]) for row in source.rows)
+    layout = "bars" if count <= MAX_BARS else "line" if numeric_key else "points"
+    axes = _panels(pyplot, ax, len(released), layout, count)
+    labels = [_row_label(row, keys) for row in source.rows]
+    for axis, column in zip(axes, released):
         values = [math.nan if row[column] is None else float(row[column]) for row in source.rows]  # type: ignore[arg-type]
         spreads = [0.0 if e[column] is None else z * float(e[column]) for e in source.errors]  # type: ignore[arg-type]
-        ax.bar([p + (offset - (len(released) - 1) / 2) * width for p in positions], values, width, yerr=spreads, capsize=3, label=names[column])
-    ax.set_xticks(list(positions), [_row_label(row, keys) for row in source.rows], rotation=45 if len(source.rows) > 6 else 0, ha="right" if len(source.rows) > 6 else "center")
-    ax.axhline(0, color="black", linewidth=0.5)
-    ax.set_xlabel(", ".join(names[k] for k in keys))
-    ax.set_ylabel(f"released value ({level:.0%} interval)")
-    if len(released) > 1:
-        ax.legend()
-    ax.figure.tight_layout()
-    return ax
+        if layout == "bars":
+            axis.bar(range(count), values, 0.8, yerr=spreads, capsize=3)
+            many = count > 6
+            axis.set_xticks(list(range(count)), labels, rotation=45 if many else 0, ha="right" if many else "center")
+            axis.axhline(0, color="black", linewidth=0.5)
+        elif layout == "line":
+            x = [float(row[keys[0]]) for row in source.rows]  # type: ignore[arg-type]
+            axis.plot(x, values, marker=".", linewidth=1)
+            axis.fill_between(x, [v - s for v, s in zip(values, spreads)], [v + s for v, s in zip(values, spreads)], alpha=0.3, linewidth=0)
+        else:
+            axis.errorbar(values, range(count), xerr=spreads, fmt="o", markersize=3, capsize=2)
+            axis.set_yticks(list(range(count)), labels, fontsize=7)
+            axis.invert_yaxis()
+        value_label = f"{names[column]} ({level:.0%} interval)"
+        (axis.set_xlabel if layout == "points" else axis.set_ylabel)(value_label)
+    key_label = ", ".join(names[k] for k in keys)
+    if layout == "points":
+        axes[0].set_ylabel(key_label)
+    else:
+        axes[-1].set_xlabel(key_label)
+    axes[0].figure.tight_layout()
+    return axes[0] if len(axes) == 1 else axes
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _panels(pyplot: Any, ax: Any, panels: int, layout: str, rows: int) -> list[Any]:
+    """The Axes to draw on: the caller's (one per released column), or a new figure sized for the rows."""
+    if ax is not None:
+        given = list(ax) if isinstance(ax, (list, tuple)) else [ax]
+        if len(given) != panels:
+            raise ProgrammingError(f"plot(ax=…) needs {panels} Axes, one per released column, got {len(given)}")
+        return given
+    if layout == "points":  # rows down the page, one panel per column side by side
+        height = min(max(3.5, 0.16 * rows + 1.0), 24.0)
+        _, drawn = pyplot.subplots(1, panels, figsize=(min(MAX_WIDTH, 4.5 * panels + 1.5), height), sharey=True, squeeze=False)
+    else:
+        width = min(MAX_WIDTH, max(4.0, 0.4 * rows + 1.5)) if layout == "bars" else 8.0
+        _, drawn = pyplot.subplots(panels, 1, figsize=(width, PANEL_HEIGHT * panels + 0.6), sharex=True, squeeze=False)
+    return list(drawn.ravel())
 
 
 def _field(record: object, name: str) -> Any:
@@ -161,11 +206,16 @@ def spent_over_time(records: Iterable[object], budget: Budget) -> list[tuple[dat
     return [(when, statement, spent_of([c for _, _, c in charges[: i + 1]], budget).epsilon) for i, (when, statement, _) in enumerate(charges)]
 
 
-def plot_budget(records: Iterable[object], budget: Budget, ax: Any = None, label_width: int = 40) -> Any:
+def plot_budget(records: object, budget: Budget | None = None, ax: Any = None, label_width: int = 40) -> Any:
     """The ε spent over time, one step per charge labelled by its statement, with the budget's ε as a
-    line. ``records``: the ledger's history (see :func:`_charge`). Returns the matplotlib Axes."""
+    line. ``records``: a connection (``plot_budget(conn)``: its ledger's history and budget), or a history
+    (``conn.budget_history()``, or records as in :func:`_charge`) with its ``budget``. Returns the Axes."""
+    if budget is None and callable(getattr(records, "budget_history", None)):
+        records, budget = records.budget_history(), records.budget  # type: ignore[attr-defined]
+    if not isinstance(budget, Budget):
+        raise ProgrammingError("plot_budget() needs a connection, plot_budget(conn), or a history and its budget, plot_budget(records, budget)")
     pyplot = optional_module("matplotlib.pyplot", "plot_budget()")
-    steps = spent_over_time(records, budget)
+    steps = spent_over_time(records, budget)  # type: ignore[arg-type]
     if ax is None:
         _, ax = pyplot.subplots(figsize=(8, 3.5))
     if steps:

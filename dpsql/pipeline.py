@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -88,8 +88,9 @@ def many_request(
 ) -> Request:
     """``cursor.executemany``: the statement once per parameter set, planned, read and charged as ONE
     batch whose cost is the sum of the per-statement costs."""
-    if isinstance(seq_of_parameters, (str, bytes)) or not isinstance(seq_of_parameters, Sequence):
-        raise ProgrammingError("executemany() needs a sequence of parameter sequences, one per run")
+    if isinstance(seq_of_parameters, (str, bytes)) or not isinstance(seq_of_parameters, Iterable):
+        raise ProgrammingError("executemany() needs an iterable of parameter sequences, one per run")
+    seq_of_parameters = tuple(seq_of_parameters)  # a generator is read once, here, before anything is charged
     if not seq_of_parameters:
         raise ProgrammingError("executemany() needs at least one parameter sequence")
     parsed = parse_text(operation)

@@ -66,7 +66,7 @@ def _shifted(day: datetime.date, step: datetime.timedelta) -> datetime.date:
         return end.replace(tzinfo=day.tzinfo) if isinstance(day, datetime.datetime) and isinstance(end, datetime.datetime) else end
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ResultSet(ResultFrames):
     """One statement's released rows, their standard errors (aligned, None in key columns), the PEP 249
     description, and how it was answered (``explanation``); DuckDB-style frames of them through
@@ -84,6 +84,13 @@ class ResultSet(ResultFrames):
 
     def fetchall(self) -> list[Row]:
         return list(self.rows)
+
+    def summary(self) -> str:
+        """``10 row(s) of (sex, race, n)``: what a repr shows instead of every row."""
+        return f"{len(self.rows)} row(s) of ({', '.join(str(d[0]) for d in self.description)})"
+
+    def __repr__(self) -> str:
+        return f"<dpsql.ResultSet {self.summary()}>"
 
     def confidence_interval(self, level: float = 0.95) -> list[tuple[Interval | None, ...]]:
         return confidence_intervals(self.rows, self.errors, level)

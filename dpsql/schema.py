@@ -21,7 +21,9 @@ A schema is loaded from YAML, JSON or a dict of the same shape::
 domain) is what SUM, AVG, VARIANCE and STDDEV clamp the column's values to (``dpsql.sql.moments``); an
 integer ``range`` serves as bounds when none are declared. Bounds never drop a row.
 
-Domains come from the schema only, never from the data. At ``register()`` every declared value is cast
+Values may be written with numpy or pandas scalars (a schema built from a DataFrame): they are turned
+into plain Python values first (``dpsql.schema_values``). Domains come from the schema only, never from
+the data. At ``register()`` every declared value is cast
 to the column's type in the engine (``dpsql.sql.literals``): a value that does not cast is refused,
 naming the column, and the cast values are the ones compared with the data. The rule for values the
 domain does not cover is :data:`OUT_OF_DOMAIN_RULE`: a row whose value in a column with a declared
@@ -36,6 +38,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -45,6 +48,7 @@ from typing import Literal
 import yaml
 
 from dpsql.errors import ProgrammingError
+from dpsql.schema_values import canonical_value, canonical_values
 
 OUT_OF_DOMAIN_RULE = (
     "rows with a NULL (in a column not declared nullable) or a value outside the declared domain, in any "
@@ -72,6 +76,12 @@ class _RemainderCell:
 REMAINDER = _RemainderCell()
 _COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds"}
 _SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
+_SHOWN = reprlib.Repr()  # what an error message shows of a declared value: bounded, whatever its depth
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 24, 24, 8, 80, 60
+
+
+def _shown(value: object) -> str:
+    return _SHOWN.repr(list(value) if isinstance(value, tuple) else value)
 
 
 @dataclass(frozen=True)
@@ -269,12 +279,12 @@ class Schema:
             raise ProgrammingError(
                 f"unknown schema key(s) {sorted(map(str, unexpected))}; allowed: {sorted(_SCHEMA_KEYS)}"
             )
-        unit = document.get("privacy_unit")
+        unit = canonical_value(document.get("privacy_unit"))
         if unit is not None and (not isinstance(unit, str) or not unit):
-            raise ProgrammingError(f"privacy_unit must be a column name or null, got {unit!r}")
-        bound = document.get("max_rows_per_unit", 1)
+            raise ProgrammingError(f"privacy_unit must be a column name or null, got {_shown(unit)}")
+        bound = canonical_value(document.get("max_rows_per_unit", 1))
         if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
-            raise ProgrammingError(f"max_rows_per_unit must be a positive integer, got {bound!r}")
+            raise ProgrammingError(f"max_rows_per_unit must be a positive integer, got {_shown(bound)}")
         if unit is None and bound != 1:
             raise ProgrammingError(
                 "max_rows_per_unit must be 1 when privacy_unit is null (one row = one unit); "
@@ -282,10 +292,10 @@ class Schema:
             )
         key_bounds = {}
         for key in ("max_groups_per_unit", "max_rows_per_group"):
-            value = document.get(key, 1 if key == "max_groups_per_unit" else None)
+            value = canonical_value(document.get(key, 1 if key == "max_groups_per_unit" else None))
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ProgrammingError(
-                    f"{key} must be a positive integer (at least 1), got {value!r}; it bounds what one unit "
+                    f"{key} must be a positive integer (at least 1), got {_shown(value)}; it bounds what one unit "
                     "contributes to a GROUP BY on a column with no declared domain"
                     + (" and the groups COUNT(DISTINCT unit) counts it in" if key == "max_groups_per_unit" else "")
                 )
@@ -317,6 +327,8 @@ def _parse_text(text: str, json_only: bool, origin: str) -> object:
         return json.loads(text) if json_only else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
         raise ProgrammingError(f"cannot parse {origin}: {error}") from error
+    except RecursionError:
+        raise ProgrammingError(f"cannot parse {origin}: it nests too deeply for a schema (a schema is at most four levels deep)") from None
 
 
 def _column_from_spec(name: str, spec: object) -> ColumnDomain:
@@ -324,18 +336,18 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
         return ColumnDomain(name, "unknown")
     if not isinstance(spec, Mapping):
         raise ProgrammingError(
-            f"column {name!r}: a domain is 'unknown' or a mapping with one of categories, range, bins (and/or bounds); got {spec!r}"
+            f"column {name!r}: a domain is 'unknown' or a mapping with one of categories, range, bins (and/or bounds); got {_shown(spec)}"
         )
     unexpected = set(spec) - _COLUMN_KEYS
     if unexpected:
         raise ProgrammingError(
             f"column {name!r}: unknown key(s) {sorted(map(str, unexpected))}; allowed: {sorted(_COLUMN_KEYS)}"
         )
-    bounds = _value_bounds(name, spec["bounds"]) if "bounds" in spec else None
+    bounds = _value_bounds(name, canonical_values(spec["bounds"])) if "bounds" in spec else None
     kinds = [k for k in ("categories", "range", "bins") if k in spec]
-    nullable = spec.get("nullable", False)
+    nullable = canonical_value(spec.get("nullable", False))
     if not isinstance(nullable, bool):
-        raise ProgrammingError(f"column {name!r}: nullable must be true or false, got {nullable!r}")
+        raise ProgrammingError(f"column {name!r}: nullable must be true or false, got {_shown(nullable)}")
     if not kinds and bounds is not None:
         if nullable:
             raise ProgrammingError(f"column {name!r}: nullable applies to a declared domain; a column with bounds only keeps its NULLs")
@@ -343,10 +355,9 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
     if len(kinds) != 1:
         raise ProgrammingError(f"column {name!r}: declare exactly one of categories, range, bins (got {kinds})")
     kind = kinds[0]
-    raw = spec[kind]
-    if not isinstance(raw, (list, tuple)):
-        raise ProgrammingError(f"column {name!r}: {kind} must be a list, got {raw!r}")
-    values = tuple(raw)
+    values = canonical_values(spec[kind])
+    if not isinstance(values, tuple):
+        raise ProgrammingError(f"column {name!r}: {kind} must be a list, got {_shown(values)}")
     if kind == "categories":
         _check_categories(name, values)
     elif kind == "range":
@@ -359,7 +370,7 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
 def _value_bounds(name: str, raw: object) -> tuple[float, float]:
     """``bounds: [lo, hi]``: two finite numbers with ``lo < hi``."""
     if not isinstance(raw, (list, tuple)) or len(raw) != 2 or not all(_finite_number(v) for v in raw):
-        raise ProgrammingError(f"column {name!r}: bounds must be [lo, hi] with two finite numbers, got {raw!r}")
+        raise ProgrammingError(f"column {name!r}: bounds must be [lo, hi] with two finite numbers, got {_shown(raw)}")
     low, high = raw
     if not low < high:
         raise ProgrammingError(f"column {name!r}: bounds [lo, hi] need lo < hi, got {list(raw)}")
@@ -372,11 +383,11 @@ def _check_categories(name: str, values: tuple[object, ...]) -> None:
     for value in values:
         if value is None or not isinstance(value, (str, int, float, bool, datetime.date)):
             raise ProgrammingError(
-                f"column {name!r}: category {value!r} is not a string, number, boolean or date "
+                f"column {name!r}: category {_shown(value)} is not a string, number, boolean or date "
                 "(declare nullable: true for NULL)"
             )
         if isinstance(value, float) and not math.isfinite(value):
-            raise ProgrammingError(f"column {name!r}: category {value!r} is not a finite number")
+            raise ProgrammingError(f"column {name!r}: category {_shown(value)} is not a finite number")
     kinds = {type(v) if not isinstance(v, (int, float)) or isinstance(v, bool) else float for v in values}
     if len(kinds) > 1:
         raise ProgrammingError(f"column {name!r}: categories mix types {sorted(k.__name__ for k in kinds)}")
@@ -390,7 +401,7 @@ def _range_bounds(name: str, values: tuple[object, ...]) -> tuple[object, ...]:
     dates = tuple(_as_date(v) for v in values)
     if len(values) != 2 or not (integers or all(d is not None for d in dates)):
         raise ProgrammingError(
-            f"column {name!r}: range must be [lo, hi] with two integers or two dates (YYYY-MM-DD), got {list(values)}"
+            f"column {name!r}: range must be [lo, hi] with two integers or two dates (YYYY-MM-DD), got {_shown(values)}"
         )
     bounds = values if integers else dates
     if integers and any(abs(v) > INT64_LIMIT for v in values):  # type: ignore[arg-type]
@@ -430,6 +441,6 @@ def _finite_number(value: object) -> bool:
 def _check_bins(name: str, values: tuple[object, ...]) -> None:
     numeric = all(_finite_number(v) for v in values)
     if len(values) < 2 or not numeric:
-        raise ProgrammingError(f"column {name!r}: bins must be at least two finite numeric edges, got {list(values)}")
+        raise ProgrammingError(f"column {name!r}: bins must be at least two finite numeric edges, got {_shown(values)}")
     if any(a >= b for a, b in zip(values, values[1:])):  # type: ignore[operator]
         raise ProgrammingError(f"column {name!r}: bin edges must be strictly increasing, got {list(values)}")

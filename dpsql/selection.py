@@ -230,7 +230,7 @@ def recompiled(prepared: Prepared, released: tuple[object, ...]) -> CompiledBatc
     schema = prepared.table.schema
     schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != column) + (keys.keys_domain(column, released),))
     request = prepared.request
-    return compile_batch(request.statements, request.weights, schema, tuple(prepared.table.column_types))
+    return compile_batch(request.statements, request.weights, schema, tuple(prepared.table.column_types), row_limit=math.inf)
 
 
 def _full_table(histogram: KeyHistogram, domain: object, workload_domain: Domain, column: str) -> np.ndarray:

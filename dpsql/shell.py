@@ -5,7 +5,7 @@
     $ dpsql shell --data adult.csv --schema adult.yaml --budget-epsilon 2 --epsilon 0.25
     dpsql> SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex;
     sex        n  n_stderr
-      F  1234.00      5.66
+    F    1234.00      5.66
     ...
     -- spent epsilon = 0.25; budget left: epsilon = 1.75 of 2
 
@@ -99,7 +99,10 @@ class Shell:
         cursor = self.connection.cursor()
         try:
             cursor.execute(sql, epsilon=self.epsilon)
-            self.print_rows(cursor, "table")
+            if _is_explain(cursor):
+                self.say(cursor.explanation)  # one line per row: section: name = value (detail)
+            else:
+                self.print_rows(cursor, "table")
         except dpsql.Error as error:
             self.say(f"dpsql: {type(error).__name__}: {error}")
         self.say(self.budget_line(before))
@@ -110,6 +113,12 @@ class Shell:
         total = self.connection.budget.epsilon
         head = "" if before is None else f"spent epsilon = {spent.epsilon - before.epsilon:.6g}; "
         return f"-- {head}budget left: epsilon = {left.epsilon:.6g} of {total:g} ({spent.statements} charge(s))"
+
+
+def _is_explain(cursor: dpsql.Cursor) -> bool:
+    from dpsql.explain import DESCRIPTION  # loaded with the engine by the statement that just ran
+
+    return tuple(cursor.description or ()) == DESCRIPTION
 
 
 def run_lines(shell: Shell, lines: Iterable[str]) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from dpsql.result import ResultSet, statement_result
 from dpsql.schema import ColumnDomain, Schema
-from dpsql.sql.compile import CellFilter, CompiledQuery, DerivedAttribute, compile_query, statement_counts
+from dpsql.sql.compile import MAX_RELEASED_ROWS, CellFilter, CompiledQuery, DerivedAttribute, compile_query, released_rows, statement_counts
 from dpsql.sql.distinct_units import DistinctUnits, for_batch
 from dpsql.sql.moments import ValueEncoding, encoding_for
 from dpsql.sql.quantiles import rank_block
@@ -155,11 +155,20 @@ def compile_batch(
     schema: Schema,
     table_columns: Sequence[str],
     masks_only: bool = False,
+    row_limit: float = MAX_RELEASED_ROWS,
 ) -> CompiledBatch:
-    """Compile every branch of every statement against ``schema`` and merge them (see the module doc)."""
+    """Compile every branch of every statement against ``schema`` and merge them (see the module doc).
+    More than ``row_limit`` GROUP BY cells in all is refused; a batch recompiled over released keys after
+    the charge passes ``math.inf`` (nothing may fail there, and the keys' number is the data's)."""
     distinct = for_batch(statements, schema, table_columns)
     encoding = encoding_for([b.query for s in statements for b in s.branches], schema, table_columns)
-    compiled = [[compile_query(branch.query, schema, table_columns, encoding) for branch in s.branches] for s in statements]
+    compiled, rows_left = [], row_limit
+    for statement in statements:
+        branches = []
+        for branch in statement.branches:
+            branches.append(compile_query(branch.query, schema, table_columns, encoding, rows_left))
+            rows_left -= released_rows(branches[-1])
+        compiled.append(branches)
     flat = [c for branches in compiled for c in branches]
     keyed = {name for c in flat for name, column in c.columns.items() if column.kind == "keys"}
     shared = {tuple(sorted(_filter_key(f) for f in c.row_filters)) for c in flat}

@@ -49,7 +49,7 @@ def run(output: Path) -> dict[str, Path]:
     cursor.execute("EXPLAIN " + STATEMENTS[0][0], epsilon=STATEMENTS[0][1])
     saved["explain.html"] = output / "explain.html"
     saved["explain.html"].write_text(cursor._repr_html_(), encoding="utf-8")
-    axes = notebook.plot_budget(connection.budget_history(), connection.budget)
+    axes = notebook.plot_budget(connection)
     axes.figure.savefig(saved.setdefault("budget.png", output / "budget.png"), dpi=110)
     print(f"budget left: epsilon = {connection.budget_remaining():.3g}; saved {', '.join(str(p) for p in saved.values())}")
     connection.close()

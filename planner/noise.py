@@ -250,22 +250,24 @@ def gaussian_sigma2_used(sigma2: ArrayLike) -> float | NDArray[np.float64]:
     return _like(sigma2, _dyadic_value(_gaussian_sigma2s(sigma2)))
 
 
-def discrete_laplace_variance(scale: ArrayLike) -> float | NDArray[np.float64]:
-    """Exact variance 2e^(-1/b)/(1-e^(-1/b))² of the discrete Laplace actually sampled (b rounded up)."""
-    used = np.asarray(laplace_scale_used(scale))
+def discrete_laplace_variance(scale: ArrayLike, as_sampled: bool = True) -> float | NDArray[np.float64]:
+    """Exact variance 2e^(-1/b)/(1-e^(-1/b))² of the discrete Laplace actually sampled (b rounded up), or
+    with ``as_sampled=False`` at b itself (a lower bound: rounding up and raising only add variance)."""
+    used = np.asarray(laplace_scale_used(scale) if as_sampled else _checked(scale, "discrete Laplace scale", MAX_LAPLACE_SCALE))
     decay = np.exp(-1.0 / used)
     return _like(scale, 2.0 * decay / np.expm1(-1.0 / used) ** 2)
 
 
-def discrete_gaussian_variance(sigma2: ArrayLike) -> float | NDArray[np.float64]:
-    """Exact variance (≤ σ²) of the discrete Gaussian actually sampled (σ² rounded up).
+def discrete_gaussian_variance(sigma2: ArrayLike, as_sampled: bool = True) -> float | NDArray[np.float64]:
+    """Exact variance (≤ σ²) of the discrete Gaussian actually sampled (σ² rounded up), or with
+    ``as_sampled=False`` at σ² itself (a lower bound: the variance grows with σ²).
 
     For σ² ≤ 1 the pmf is summed directly; above, the Poisson-summation dual of the same series,
     Var = σ² - 8π²σ⁴ Σ_{k≥1} k² e^(-2π²σ²k²) / (1 + 2 Σ_{k≥1} e^(-2π²σ²k²)),
     which converges in a few terms.
     Both sums run until their terms underflow.
     """
-    used = np.asarray(gaussian_sigma2_used(sigma2))
+    used = np.asarray(gaussian_sigma2_used(sigma2) if as_sampled else _checked(sigma2, "discrete Gaussian sigma2", MAX_GAUSSIAN_SIGMA2))
     return _like(sigma2, np.vectorize(_gaussian_variance, otypes=[np.float64])(used))
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from planner.budget import Sensitivity
 from planner.privacy import Privacy
 from planner.strategies import direct
-from planner.select import BoundUnavailableError, all_candidates, choose, svd_bound
+from planner.select import BoundUnavailableError, all_candidates, choose, least_row_variance, singular_value_sum
 from planner.store import CoefficientEstimate
 from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
 from planner.strategies.residual import CoefficientCandidate, NonNegativityReport, nonnegative_answer
@@ -82,27 +82,52 @@ class Plan:
 
     @functools.cached_property
     @one_blas_thread
-    def _svd_bound(self) -> float | BoundUnavailableError:
+    def _singular_term(self) -> float | BoundUnavailableError:
+        """``(Σσ)²/n`` of the workload (docs/math.md §7), or why it is unavailable."""
         try:
-            return svd_bound(self.workload, self.privacy, self.contributions, self.distinct_cells)
+            return singular_value_sum(self.workload) ** 2 / self.workload.domain.size
         except BoundUnavailableError as error:
             return error
 
+    def _bound(self, discrete: bool) -> float:
+        term = self._singular_term
+        if isinstance(term, BoundUnavailableError):
+            raise term
+        return term * least_row_variance(self.privacy, self.contributions, self.distinct_cells, discrete=discrete)
+
     def svd_bound(self) -> float:
-        """MATH.md §7 for the same privacy spec; raises :class:`BoundUnavailableError` when it cannot be
+        """Li & Miklau's SVD bound for *continuous* noise (docs/math.md §7), the papers' yardstick; the
+        discrete noise dpsql adds can go below it. Raises :class:`BoundUnavailableError` when it cannot be
         computed without a large dense matrix."""
-        bound = self._svd_bound
-        if isinstance(bound, BoundUnavailableError):
-            raise bound
-        return bound
+        return self._bound(discrete=False)
+
+    def lower_bound(self) -> float:
+        """The least expected total squared error of any strategy with integer rows and the planner's
+        discrete noise (docs/math.md §7): no plan goes below it. Raises like :meth:`svd_bound`."""
+        return self._bound(discrete=True)
 
     @property
     def ratio(self) -> float | None:
-        """``expected_error / svd_bound``, or None when the bound is unavailable."""
-        bound = self._svd_bound
-        if isinstance(bound, BoundUnavailableError) or bound == 0:
+        """``expected_error / lower_bound`` (at least 1), or None when the bound is unavailable or 0."""
+        return self._ratio(discrete=True)
+
+    @property
+    def svd_ratio(self) -> float | None:
+        """``expected_error / svd_bound``: the papers' yardstick (continuous noise), comparable with HDMM's
+        published ratios; discrete noise can take it below 1. None when the bound is unavailable or 0."""
+        return self._ratio(discrete=False)
+
+    def _ratio(self, discrete: bool) -> float | None:
+        if isinstance(self._singular_term, BoundUnavailableError):
             return None
-        return self.expected_error() / bound
+        bound = self._bound(discrete)
+        return self.expected_error() / bound if bound > 0 else None
+
+    @property
+    def bound_unavailable(self) -> str | None:
+        """Why no lower bound is given, or None."""
+        term = self._singular_term
+        return str(term) if isinstance(term, BoundUnavailableError) else None
 
     # -- running it --------------------------------------------------------------------------------
     def required_marginals(self) -> tuple[tuple[str, ...], ...]:
@@ -134,8 +159,8 @@ class Plan:
         lines = [f"strategy: {self.strategy_name} under {self.privacy}, {self.contributions} row(s) per unit"]
         error = self.expected_error()
         ratio = self.ratio
-        bound_text = f"{self.svd_bound():.6g} (ratio {ratio:.3f})" if ratio is not None else f"unavailable ({self._svd_bound})"
-        lines.append(f"expected total squared error: {error:.6g}; SVD lower bound: {bound_text}")
+        bound_text = f"{self.lower_bound():.6g} (ratio {ratio:.3f})" if ratio is not None else f"unavailable ({self.bound_unavailable or 'zero'})"
+        lines.append(f"expected total squared error: {error:.6g}; lower bound for this noise: {bound_text}")
         lines.append("budgets per group:")
         budget_name = "ε" if self.privacy.is_laplace else "ρ"
         for group in self.group_budgets():

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner import caches
+from planner import caches, noise
 from planner.budget import Sensitivity
 from planner.domain import Domain
 from planner.noise import NoiseParameterError
@@ -456,14 +456,35 @@ def _class_table(classes: ProductClasses) -> tuple[list[ClassKey], np.ndarray, n
 
 
 def svd_bound(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> float:
-    """MATH.md §7: the least total squared error any strategy can reach under this privacy spec
-    (``2k²(Σσ)²/(nε²)`` for Laplace, ``k²(Σσ)²/(2ρn)`` for zCDP; ``k`` instead of ``k²`` for zCDP when a
-    unit's rows are in distinct cells)."""
+    """docs/math.md §7: Li & Miklau's SVD bound for *continuous* noise, ``(Σσ)²/n`` times the variance
+    of the least noise one row can get (``2k²/ε²`` Laplace, ``k²/(2ρ)`` zCDP, ``k`` for ``k²`` under
+    zCDP when a unit's rows are in distinct cells) — the yardstick of the papers (HDMM's ratios). The
+    planner's discrete noise has less variance than the continuous one, so a plan can go below it: what
+    no plan can go below is :func:`lower_bound`."""
+    return singular_value_sum(workload) ** 2 / workload.domain.size * least_row_variance(privacy, contributions, distinct_cells)
+
+
+def lower_bound(workload: Workload, privacy: Privacy, contributions: int = 1, distinct_cells: bool = False) -> float:
+    """docs/math.md §7: the least expected total squared error of any strategy with integer rows measured
+    with the planner's discrete noise (independent discrete Laplace or Gaussian per group, or discrete
+    ridge pairs), ``(Σσ)²/n`` times the *discrete* variance of the least noise one row can get."""
+    return singular_value_sum(workload) ** 2 / workload.domain.size * least_row_variance(privacy, contributions, distinct_cells, discrete=True)
+
+
+def least_row_variance(privacy: Privacy, contributions: int = 1, distinct_cells: bool = False, discrete: bool = False) -> float:
+    """The noise variance of a row of magnitude 1 given the whole budget (no row of an integer strategy
+    can get less): continuous (``2b²``, ``σ²``) or that of the discrete law at that parameter — at least
+    the sampler's smallest, to which it raises every smaller one (``planner.noise``)."""
     sensitivity = Sensitivity(contributions, distinct_cells)
-    total = singular_value_sum(workload) ** 2 / workload.domain.size
     if privacy.is_laplace:
-        return 2 * sensitivity.rows**2 * total / privacy.epsilon**2
-    return sensitivity.gaussian_sigma2(1.0, privacy.rho, True) * total
+        scale = sensitivity.laplace_scale(1.0, privacy.epsilon)
+        if not discrete:
+            return 2.0 * scale**2
+        return float(noise.discrete_laplace_variance(max(scale, noise.MIN_LAPLACE_SCALE), as_sampled=False))
+    sigma2 = sensitivity.gaussian_sigma2(1.0, privacy.rho, True)
+    if not discrete:
+        return sigma2
+    return float(noise.discrete_gaussian_variance(max(sigma2, noise.MIN_GAUSSIAN_SIGMA2), as_sampled=False))
 
 
 caches.register(_attribute_spectrum.cache_clear)

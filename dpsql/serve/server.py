@@ -73,7 +73,10 @@ class Service:
         return str(self.ledgers / f"{analyst.ledger}.ledger")
 
     def _check_ledgers(self) -> None:
-        """Open every ledger once: a ledger created with another budget is refused at start-up, not at login."""
+        """Open every ledger once (constant time each): a ledger created with another budget, or one that does
+        not continue what the ledger directory's registry recorded after its last charge — an older copy put
+        back, another ledger in its place, a downgraded file (:mod:`dpsql.ledger_registry`) — is refused at
+        start-up, not at login. Each session's open and each charge check the registry again."""
         for analyst in {a.ledger: a for a in self.analysts.values()}.values():
             dpsql.connect(budget=analyst.budget, ledger=self.ledger_path(analyst)).close()
 

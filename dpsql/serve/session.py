@@ -33,6 +33,7 @@ from pg_mimic.stream import ConnectionClosed
 from sqlglot import exp
 
 import dpsql
+from dpsql.explain import DESCRIPTION as EXPLAIN_DESCRIPTION
 from dpsql.serve.sqlstate import INVALID_PARAMETER_VALUE, as_pg_error
 from dpsql.serve.sqltext import SETTINGS, cost_comment, has_parameters, inline_parameters, placeholders_to_qmark, tables_named
 
@@ -147,7 +148,7 @@ class AnalystSession(Session):
 
     def _describe_now(self, sql: str, parameters: Sequence[object] | None) -> list[ResultColumn]:
         cursor = self._execute(self.engines.replica, sql, parameters)
-        return result_columns(cursor.description, cursor.fetchall())
+        return result_columns(*served(cursor))
 
     async def run(self, sql: str, parameters: Sequence[object] | None, columns: list[ResultColumn]) -> list[tuple[object, ...]]:
         """The released rows, typed as ``columns`` (the replica's description of the same statement)."""
@@ -158,7 +159,7 @@ class AnalystSession(Session):
         connection = engines.data[0][0] if len(engines.data) == 1 else engines.for_tables(tables_named(sql))
         cursor = self._execute(connection, sql, parameters)
         # released and charged: from here on nothing may fail
-        return [tuple(_typed(value, column.oid) for value, column in zip(row, columns)) for row in cursor.fetchall()]
+        return [tuple(_typed(value, column.oid) for value, column in zip(row, columns)) for row in served(cursor)[1]]
 
     def remaining(self) -> dpsql.Remaining:
         return self.engines.data[0][0].budget_remaining()
@@ -243,6 +244,18 @@ class DpsqlPortal(Portal):
 async def _iterate(rows: list[tuple[object, ...]]) -> Any:
     for row in rows:
         yield row
+
+
+QUERY_PLAN = (("QUERY PLAN", dpsql.STRING, None, None, None, None, False),)
+
+
+def served(cursor: dpsql.Cursor) -> tuple[Sequence[Sequence[object]], list[tuple[object, ...]]]:
+    """The description and rows a client gets: the cursor's, but an EXPLAIN is one text column ``QUERY
+    PLAN`` of lines ``section: name = value — detail``, as PostgreSQL's own EXPLAIN, so psql shows it
+    line by line instead of a four-column table as wide as its longest detail."""
+    if tuple(cursor.description or ()) == EXPLAIN_DESCRIPTION:
+        return QUERY_PLAN, [(line,) for line in cursor.explanation.splitlines()]
+    return cursor.description or (), cursor.fetchall()
 
 
 def result_columns(description: Sequence[Sequence[object]] | None, rows: Sequence[Sequence[object]]) -> list[ResultColumn]:

@@ -47,6 +47,8 @@ _WITHHELD = {
 
 def as_pg_error(error: BaseException) -> PgError:
     """The PostgreSQL error a client sees for ``error`` (logged server-side when its text is withheld)."""
+    if isinstance(error, PgError):  # already what the client sees
+        return error
     for kind, code in _CODES:
         if isinstance(error, kind):
             return PgError(code, str(error))

@@ -69,7 +69,10 @@ from planner import Domain, Explicit, Factor, Identity, Product, Workload
 from planner import Predicate as PredicateBlock
 
 MAX_PREDICATE_CELLS = 1 << 20  # largest joint domain a coupled WHERE component may span
-MAX_RELEASED_CELLS = 1 << 26  # answers one statement or batch may release (decided before anything is read)
+MAX_RELEASED_CELLS = 1 << 26  # answers (product rows: CDF cells included) one statement or batch may release
+MAX_RELEASED_ROWS = 1 << 22
+"""Most GROUP BY cells one statement or batch may release, over all its grouping sets: every cell is a
+returned row, built in memory (an 11-column CUBE of Adult would be 6.4·10¹¹ rows)."""
 
 FALSE, UNKNOWN, TRUE = 0, 1, 2  # Kleene truth values (SQL three-valued logic)
 
@@ -158,15 +161,19 @@ class CompiledQuery:
         return "\n".join(lines)
 
 
-def compile_query(query: Query, schema: Schema, table_columns: Sequence[str], encoding: ValueEncoding | None = None) -> CompiledQuery:
+def compile_query(
+    query: Query, schema: Schema, table_columns: Sequence[str], encoding: ValueEncoding | None = None, rows_left: float = MAX_RELEASED_ROWS
+) -> CompiledQuery:
     """Compile a checked query against the schema and the table's actual column names; ``encoding`` is
-    the moment cells of the batch's aggregated column (``dpsql.sql.moments.encoding_for``)."""
+    the moment cells of the batch's aggregated column (``dpsql.sql.moments.encoding_for``); ``rows_left``
+    the GROUP BY cells the batch may still release (:data:`MAX_RELEASED_ROWS`)."""
     resolver = _Resolver(query, schema, table_columns)
     query = resolver.resolved_query()
     columns = resolver.columns
     derived = _derived_attributes(query, columns)
     cells = {**columns, **{name: d.map.domain for name, d in derived.items()}}  # every attribute's domain
     group = query.group_by
+    _check_released_rows(group, cells, rows_left)
     ranked = tuple(dict.fromkeys(i.column for i in query.select if isinstance(i, Quantile)))  # after the GROUP BY columns
     counted = [c for c in columns if c not in group and c not in ranked and _counts_nulls(c, query, columns)]
     where_only = [c for c in columns if c not in group and c not in counted and c not in ranked and _in_where(c, query)]
@@ -430,6 +437,22 @@ def _cell_filters(domain: Domain, columns: dict[str, ColumnDomain], conjuncts: l
             mask &= _truth(conjunct, scope, columns) == TRUE
         filters.append(CellFilter(scope, mask))
     return filters
+
+
+def released_rows(query: CompiledQuery) -> int:
+    """The GROUP BY cells (returned rows) of a compiled query."""
+    return math.prod(query.domain.shape(query.group_columns))
+
+
+def _check_released_rows(group: tuple[str, ...], cells: dict[str, ColumnDomain], rows_left: float) -> None:
+    """Refuse, from the declared domains alone, a grouping set with more cells than may be released."""
+    rows = math.prod(cells[name].size for name in group)
+    if rows > rows_left:
+        alone = rows_left == MAX_RELEASED_ROWS
+        raise NotSupportedError(
+            f"GROUP BY ({', '.join(group)}) has {rows:,} cells{'' if alone else ' beside the other grouping sets'}: "
+            f"dpsql returns at most {MAX_RELEASED_ROWS:,} rows per statement or batch; group by fewer or coarser columns"
+        )
 
 
 def _product(

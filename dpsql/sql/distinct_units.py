@@ -75,10 +75,9 @@ class DistinctUnits:
         """What EXPLAIN says about the bound and the sensitivity."""
         over = "(" + ", ".join(self.group) + ")" if self.group else "the total"
         return (
-            f"COUNT(DISTINCT {self.unit}): each unit counted in at most {self.contributions} group cell(s) of {over} "
-            f"(max_groups_per_unit = {self.max_groups_per_unit}, chosen by the salted order; also at most "
-            f"max_rows_per_unit and the number of cells): L1 sensitivity {self.contributions}, "
-            f"L2 sensitivity √{self.contributions} = {math.sqrt(self.contributions):.4g}"
+            f"each {self.unit} in at most {self.contributions} cell(s) of {over}: "
+            f"L1 sensitivity {self.contributions}, L2 sensitivity √{self.contributions} = {math.sqrt(self.contributions):.4g} "
+            "(docs/glossary.md#groups-per-unit)"
         )
 
     def key(self) -> tuple[object, ...]:

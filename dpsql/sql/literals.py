@@ -11,10 +11,19 @@ reads no table — so that:
 * the domain keeps the engine's value (a ``date``, a ``bool``, the string ``'0'`` for a VARCHAR column
   declared ``[0, 1]``), which is exactly what the engine returns for the data: rows are matched to cells
   by equality with it, and released rows show it, like the engine's own ``GROUP BY``;
-* a cast that changes a number (1.5 on an INTEGER column) is refused rather than silently rounded.
+* a cast that changes a number (1.5 on an INTEGER column) is refused rather than silently rounded;
+* a fractional category on a floating-point column (FLOAT, DOUBLE, REAL) is refused, with bins to
+  declare instead: data computed in floating point rarely equals a decimal exactly (``0.1 + 0.2`` is not
+  the double ``0.3``), so its rows would be dropped from every answer without a word.
 
-:func:`sql_literal` renders such a value as a literal the column compares with; :func:`python_value`
-turns what a backend returns (numpy scalars, ``datetime64``) into the same Python values.
+The other values a statement's SQL holds — a ``range``'s ends, ``bins`` edges, ``bounds`` — are
+rendered as literals and run through the engine at ``register()`` too (:func:`check_literals`), each
+compared with a NULL of its column's type, and refused if the engine rejects one or reads it as another
+number. So no declared value can make a statement fail after its rows were read.
+
+The schema's values are plain Python values by then (:mod:`dpsql.schema_values`); :func:`sql_literal`
+renders one as a literal the column compares with; :func:`python_value` turns what a backend returns
+(numpy scalars, ``datetime64``) into the same Python values.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import dataclasses
 import datetime
 import decimal
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from sqlglot import exp
@@ -61,6 +70,11 @@ class ColumnType:
         return self._is(exp.DataType.NUMERIC_TYPES)
 
     @property
+    def is_floating(self) -> bool:
+        """An approximate numeric type (FLOAT, DOUBLE, REAL): equality with a decimal is not dependable."""
+        return self._is((exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE))
+
+    @property
     def is_text(self) -> bool:
         return self._is(exp.DataType.TEXT_TYPES)
 
@@ -82,6 +96,9 @@ class ColumnType:
         return self.is_numeric or self.is_text or self.is_boolean or self.is_temporal
 
 
+_DOUBLE = ColumnType.of("DOUBLE", "duckdb")
+
+
 def python_value(value: object, column_type: ColumnType | None = None) -> object:
     """A value a backend returned, as the Python value the domain holds (NULL and NaN as None)."""
     if isinstance(value, np.datetime64):
@@ -99,10 +116,10 @@ def python_value(value: object, column_type: ColumnType | None = None) -> object
 
 def sql_literal(value: object) -> exp.Expression:
     """A domain value (as :func:`canonical_schema` left it) as a SQL literal its column compares with."""
-    if isinstance(value, bool):
-        return exp.Boolean(this=value)
-    if isinstance(value, (int, float)):
-        node = exp.Literal.number(repr(abs(value)) if isinstance(value, float) else abs(value))
+    if isinstance(value, (bool, np.bool_)):
+        return exp.Boolean(this=bool(value))
+    if isinstance(value, (int, float, np.number)):  # rendered from the plain value, never a subclass's repr
+        node = exp.Literal.number(float.__repr__(abs(float(value))) if isinstance(value, (float, np.floating)) else int(abs(value)))
         return exp.Neg(this=node) if value < 0 else node
     if isinstance(value, datetime.datetime):
         return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), exp.DataType.build("TIMESTAMP"))
@@ -128,7 +145,7 @@ def _lossless(declared: object, cast: object) -> bool:
 
 def canonical_column(column: ColumnDomain, column_type: ColumnType, table: str, run: Run, dialect: str) -> ColumnDomain:
     """``column`` with its categories cast to ``column_type`` in the engine; its range and bins checked."""
-    where = f"column {column.name!r} of {table!r} has type {column_type.name}"
+    where = _where(column, column_type, table)
     if column.kind == "bins":
         if not column_type.is_numeric:
             raise ProgrammingError(f"{where}, but its bins need numbers (a numeric column)")
@@ -141,6 +158,7 @@ def canonical_column(column: ColumnDomain, column_type: ColumnType, table: str, 
         return column
     if column.kind != "categories":
         return column
+    _refuse_fractional_categories(column, column_type, where)
     if column_type.data_type is None:
         raise ProgrammingError(f"{where}, which dpsql cannot read; declare no domain for it or cast it in a view")
     if _casts_to_itself(column.values, column_type.data_type):
@@ -192,8 +210,80 @@ def _cast_in_engine(column: ColumnDomain, data_type: exp.DataType, where: str, r
     return values
 
 
+def _refuse_fractional_categories(column: ColumnDomain, column_type: ColumnType, where: str) -> None:
+    """Fractional categories on a floating-point column are refused (module doc), with bins around them."""
+    fractional = [v for v in column.values if isinstance(v, float) and not v.is_integer()]
+    if not column_type.is_floating or not fractional:
+        return
+    values = sorted(decimal.Decimal(repr(float(v))) for v in column.values)  # type: ignore[arg-type]  # decimal: no float residue
+    gaps = [b - a for a, b in zip(values, values[1:])] or [decimal.Decimal(1)]
+    edges = [values[0] - gaps[0] / 2, *((a + b) / 2 for a, b in zip(values, values[1:])), values[-1] + gaps[-1] / 2]
+    raise ProgrammingError(
+        f"{where}; its category {fractional[0]!r} is not a whole number, and floating-point data rarely equals a fraction "
+        f"exactly (0.1 + 0.2 is not 0.3), so its rows would be dropped without a word: declare bins around the values instead "
+        f"(bins: [{', '.join(format(edge.normalize(), 'f') for edge in edges)}]), or categories on a DECIMAL or text column"
+    )
+
+
+def _compared(column: ColumnDomain, column_type: ColumnType) -> list[tuple[object, ColumnType]]:
+    """The values a statement's SQL renders as literals for ``column``'s range ends, bin edges and bounds
+    (and their width), each with the type it is compared with (bounds: DOUBLE, as the clamp compares them)."""
+    compared = [(value, column_type) for value in column.values] if column.kind in ("range", "bins") else []
+    if column.bounds is not None:
+        low, high = (float(bound) for bound in column.bounds)
+        compared += [(low, _DOUBLE), (high, _DOUBLE), (high - low, _DOUBLE)]  # the clamp's ends and the grid's width
+    return [] if column_type.data_type is None else compared
+
+
+def check_literals(columns: Sequence[ColumnDomain], column_types: Mapping[str, ColumnType], table: str, run: Run, dialect: str) -> None:
+    """Run every literal of :func:`_compared` through the engine in one constant query, compared with a
+    NULL of its type; refuse the column whose value the engine rejects or reads as another number."""
+    for column in columns:
+        if column.bounds is not None and not math.isfinite(float(column.bounds[1]) - float(column.bounds[0])):
+            raise ProgrammingError(
+                f"column {column.name!r} of {table!r}: bounds {list(column.bounds)} are too far apart for a double "
+                "(hi - lo overflows); declare narrower bounds"
+            )
+    checked = [(c, _compared(c, column_types[c.name])) for c in columns if c.name in column_types]
+    checked = [(column, compared) for column, compared in checked if compared]
+    if not checked:
+        return
+    selected = []
+    for number, (_, compared) in enumerate(checked):
+        for index, (value, kind) in enumerate(compared):
+            literal = sql_literal(value)
+            null = exp.cast(exp.null(), kind.data_type.copy())  # type: ignore[union-attr]
+            selected += [exp.alias_(literal.copy(), f"v{number}_{index}"), exp.alias_(exp.LT(this=null, expression=literal), f"c{number}_{index}")]
+    try:
+        returned = run(exp.select(*selected).sql(dialect=dialect))
+    except DatabaseError as error:  # the engine's message quotes the literals only: public
+        if len(checked) > 1:  # which column: each on its own
+            for column, _ in checked:
+                check_literals([column], column_types, table, run, dialect)
+        reason = str(error.__cause__ or error).strip().splitlines()[0]
+        column, compared = checked[0]
+        shown = [value for value, _ in compared]
+        raise ProgrammingError(
+            f"{_where(column, column_types[column.name], table)}; the engine cannot compare it with its declared values "
+            f"{shown if len(shown) <= 8 else [*shown[:8], '...']} ({reason})"
+        ) from None
+    for number, (column, compared) in enumerate(checked):
+        for index, (value, kind) in enumerate(compared):
+            read = python_value(np.ravel(returned[f"v{number}_{index}"])[0], kind)
+            if not _lossless(value, read) or (isinstance(value, (int, float)) and not isinstance(read, (int, float))):
+                raise ProgrammingError(
+                    f"{_where(column, column_types[column.name], table)}; the engine reads its declared value {value!r} as "
+                    f"{read!r}: declare values it reads exactly"
+                )
+
+
+def _where(column: ColumnDomain, column_type: ColumnType, table: str) -> str:
+    return f"column {column.name!r} of {table!r} has type {column_type.name}"
+
+
 def canonical_schema(schema: Schema, column_types: Mapping[str, ColumnType], table: str, run: Run, dialect: str) -> Schema:
-    """The schema with every declared domain checked against, and cast to, its column's engine type."""
+    """The schema with every declared domain checked against, and cast to, its column's engine type, and
+    every literal its SQL renders checked by the engine."""
     for column in schema.columns:
         if column.bounds is not None and column.name in column_types and not column_types[column.name].is_numeric:
             raise ProgrammingError(
@@ -203,4 +293,5 @@ def canonical_schema(schema: Schema, column_types: Mapping[str, ColumnType], tab
         canonical_column(c, column_types[c.name], table, run, dialect) if c.is_known and c.name in column_types else c
         for c in schema.columns
     )
+    check_literals(columns, column_types, table, run, dialect)
     return dataclasses.replace(schema, columns=columns)

@@ -146,7 +146,7 @@ def test_explain_describes_the_encoding_and_charges_nothing(connection: dpsql.Co
     assert connection.budget_remaining() == before
     aggregate = [r for r in rows if r[0] == "aggregate"]
     assert aggregate == [aggregate[0]] and aggregate[0][1] == "tip" and aggregate[0][2] == 50.0
-    assert "clamped to [0, 50]" in aggregate[0][3] and "never released" in aggregate[0][3]
+    assert "clamped to [0, 50]" in aggregate[0][3] and "docs/glossary.md#aggregate" in aggregate[0][3]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -581,3 +581,41 @@ def test_duckdb_prepares_each_aggregation_once_and_answers_what_the_table_holds_
     database.execute("PREPARE mine AS SELECT 1")
     connection.close()
     assert prepared_names(database) == ["mine"]
+
+
+# -- schema values written with numpy ------------------------------------------------------------------------
+
+NUMPY_ADULT_SCHEMA = {
+    "privacy_unit": np.str_("person_id"),
+    "max_rows_per_unit": np.int64(3),
+    "columns": {
+        "sex": {"categories": np.array(["F", "M"])},
+        "race": {"categories": list(np.arange(5, dtype=np.int32))},
+        "age": {"range": [np.int64(17), np.int64(90)], "bounds": [np.float32(17), np.float64(90)]},
+        "income": {"bins": list(np.array([0, 10000, 50000, 100000, 1000000], dtype=np.float64))},
+    },
+}
+
+
+def test_every_engine_answers_a_numpy_schema_like_the_python_one(engine: tuple[str, object]) -> None:
+    """A schema built with numpy values answers like the same schema in plain Python (np.float64 bins
+    were rendered into the SQL as ``np.float64(0.0)``, and np.int64 categories refused)."""
+    python_schema = {
+        "privacy_unit": "person_id",
+        "max_rows_per_unit": 3,
+        "columns": {column: {key: _plain(value) for key, value in spec.items()} for column, spec in NUMPY_ADULT_SCHEMA["columns"].items()},  # type: ignore[attr-defined]
+    }
+    sql = "SELECT income, race, COUNT(*), SUM(age) FROM adult WHERE sex = 'F' GROUP BY income, race"
+    answers = []
+    for schema in (NUMPY_ADULT_SCHEMA, python_schema):
+        connection = open_connection(engine[1], "adult", schema)
+        with dpsql.testing.noise_disabled():
+            answers.append([tuple(round(v, 6) if isinstance(v, float) else v for v in row) for row in connection.cursor().execute(sql, epsilon=1.0).fetchall()])
+        connection.close()
+    assert answers[0] == answers[1] and len(answers[0]) == 20
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_plain(v) for v in value]
+    return value.item() if isinstance(value, np.generic) else value

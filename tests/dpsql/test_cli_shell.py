@@ -98,10 +98,13 @@ def test_shell_reads_statements_from_stdin(files: dict[str, str], monkeypatch: p
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "-- each statement now costs epsilon = 0.25"
-    assert lines[1].split() == ["sex", "n", "n_stderr"] and lines[2].split()[:2] == ["F", "3.00"] and lines[3].split()[:2] == ["M", "1.00"]
+    assert lines[1] == "sex     n  n_stderr" and lines[2].startswith("F    3.00  ") and lines[3].startswith("M    1.00  ")  # text left, numbers right
     assert lines[4] == "-- spent epsilon = 0.25; budget left: epsilon = 0.75 of 1 (1 charge(s))"
     explain_end = lines.index("-- spent epsilon = 0; budget left: epsilon = 0.75 of 1 (1 charge(s))")
-    assert lines[5].split()[:2] == ["section", "name"] and explain_end > 6  # EXPLAIN rows, nothing spent
+    explained = lines[5:explain_end]  # EXPLAIN as one line per row, nothing spent: no padded, wrapped table
+    assert explained[0].startswith("statement: 1 = 1 — SELECT") and explained[-1].startswith("glossary: docs/glossary.md")
+    assert "bounding: rows per unit = 2 — at most 2 random row(s) per 'pid'; rows outside the declared domains are dropped first" in out
+    assert all(len(line) < 160 and "  " not in line for line in explained), explained
     error = lines[explain_end + 1]
     assert error.startswith("dpsql: ProgrammingError: FROM: unknown table 'nowhere'") and lines[explain_end + 2].startswith("-- spent epsilon = 0;")
     assert "dpsql: .epsilon needs a positive number, got '-1'" in lines
@@ -163,6 +166,14 @@ def test_demo_write_produces_the_tour_files(tmp_path: Path, capsys: pytest.Captu
     connection = dpsql.connect(budget=dpsql.Budget(1.0))
     connection.register("adult", str(tmp_path / "tour" / "adult.csv"), schema=tmp_path / "tour" / "adult.yaml")
     assert list(connection.tables()["adult"].column_types) == list(demo.ADULT_SIZES)
+    # the schema says what the codes mean, in the generated file as in examples/adult.yaml (one text)
+    written = (tmp_path / "tour" / "adult.yaml").read_text(encoding="utf-8")
+    assert (ROOT / "examples" / "adult.yaml").read_text(encoding="utf-8") == demo.adult_schema_text() and written.endswith(demo.adult_schema_text())
+    assert "  # age in years - 16: codes 1-74 are 17-90 years" in written and "  # 0 = female, 1 = male\n  sex: {categories: [0, 1]}" in written
+    lines = written.splitlines()
+    for column in demo.ADULT_SIZES:  # every column's line follows the note on its codes
+        line = next(i for i, text in enumerate(lines) if text.startswith(f"  {column}:"))
+        assert lines[line - 1] == f"  # {demo.ADULT_COLUMN_NOTES[column]}"
 
 
 def test_the_adult_like_data_is_seeded_and_stays_in_its_domains() -> None:

@@ -139,3 +139,22 @@ def test_lopsided_weights_with_reuse() -> None:
     opened = connection()
     results = opened.workload([BY_SEX, BY_AGE], epsilon=1.0, weights=[1, 1e5])
     assert [row[0] for row in results[0].rows] == ["F", "M"] and not math.isnan(results[0].rows[0][1])
+
+
+def test_a_cube_with_more_cells_than_can_be_returned_is_refused_in_prepare() -> None:
+    """Before: numpy's MemoryError (an 11-column CUBE of Adult asked for 51.3 TiB building its row keys in
+    dpsql/sql/compile.py). Refused from the declared domains, before anything is read or charged; a batch
+    whose grouping sets together exceed the limit too."""
+    columns = {f"c{i}": {"categories": list(range(40))} for i in range(8)}
+    schema = {"columns": columns | {"a": {"range": [1, 2048]}, "b": {"range": [1, 1100]}}}
+    frame = pd.DataFrame({name: [0, 1] for name in columns} | {"a": [1, 2], "b": [1, 2]})
+    opened = dpsql.connect(budget=dpsql.Budget(epsilon=1.0))
+    opened.register("t", frame, schema=schema)
+    names = ", ".join(columns)
+    for explain in ("", "EXPLAIN "):
+        with pytest.raises(dpsql.NotSupportedError, match=r"GROUP BY \(c0, c1, .*, c7\) has 6,553,600,000,000 cells: dpsql returns "
+                           r"at most 4,194,304 rows per statement or batch; group by fewer or coarser columns"):
+            opened.cursor().execute(f"{explain}SELECT {names}, COUNT(*) FROM t GROUP BY CUBE ({names})", epsilon=0.5)
+    with pytest.raises(dpsql.NotSupportedError, match=r"GROUP BY \(b, a\) has 2,252,800 cells beside the other grouping sets"):
+        opened.workload(["SELECT a, b, COUNT(*) FROM t GROUP BY a, b", "SELECT b, a, COUNT(*) FROM t GROUP BY b, a"], epsilon=0.5)
+    assert opened.budget_spent().statements == 0

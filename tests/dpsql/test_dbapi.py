@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -198,3 +199,49 @@ def test_type_objects_and_constructors() -> None:
     assert isinstance(dpsql.TimeFromTicks(0), datetime.time)
     assert isinstance(dpsql.TimestampFromTicks(0), datetime.datetime)
     assert dpsql.DATETIME == "DATE" and dpsql.BINARY == "BLOB" and dpsql.ROWID == "ROWID"
+
+
+# -- DuckDB-style shortcuts and reprs --------------------------------------------------------------------
+
+
+def test_connection_execute_and_sql_return_a_cursor_like_duckdb(connection: dpsql.Connection) -> None:
+    with dpsql.testing.noise_disabled():
+        cursor = connection.execute("SELECT sex, COUNT(*) AS n FROM t WHERE age > ? GROUP BY sex", (20,), epsilon=0.5)
+        assert isinstance(cursor, dpsql.Cursor) and rounded(cursor.fetchall()) == [("F", 1.0), ("M", 1.0)]
+        frame = connection.sql(BY_AGE, epsilon=0.5).df()
+    assert list(frame.columns) == ["age", "n"] and frame["n"].round(9).tolist() == [3.0, 1.0, 1.0]
+    assert connection.budget_spent().statements == 2
+
+
+def test_fetchnumpy_gives_arrays_by_column_with_nulls_masked(connection: dpsql.Connection) -> None:
+    with dpsql.testing.noise_disabled():
+        cursor = connection.execute("SELECT sex, age, COUNT(*) AS n FROM t GROUP BY ROLLUP (sex, age)", epsilon=0.5)
+    cursor.fetchone()  # like DuckDB's, it takes the rows not fetched yet
+    arrays = cursor.fetchnumpy(errors=True)
+    assert list(arrays) == ["sex", "age", "n", "n_stderr"]
+    assert arrays["sex"].dtype == object and arrays["sex"].tolist()[-1] is None
+    assert arrays["age"].dtype == np.int64 and np.ma.is_masked(arrays["age"]) and arrays["age"].mask.tolist() == [False] * 5 + [True] * 3
+    assert arrays["n"].dtype == np.float64 and np.round(arrays["n"], 9).tolist()[-1] == 5.0 and (arrays["n_stderr"] > 0).all()
+    with pytest.raises(dpsql.ProgrammingError, match="distinct column names"):
+        connection.execute("SELECT COUNT(*), COUNT(*) FROM t", epsilon=0.5).fetchnumpy()
+
+
+def test_reprs_say_what_a_connection_and_a_cursor_hold(connection: dpsql.Connection) -> None:
+    assert repr(connection) == "<dpsql.Connection tables: t; budget epsilon=100 (100 left); ledger: in memory; laplace noise>"
+    cursor = connection.cursor()
+    assert repr(cursor) == "<dpsql.Cursor (no result yet: call execute())>"
+    cursor.execute(BY_AGE, epsilon=0.5)
+    cursor.fetchone()
+    assert repr(cursor) == "<dpsql.Cursor 3 row(s) of (age, n), 1 fetched>"
+    assert repr(connection.workload([BY_AGE], epsilon=0.5)[0]) == "<dpsql.ResultSet 3 row(s) of (age, n)>"
+    assert "(99.5 left)" in repr(connection)  # the batch was answered from the kept measurement, free
+    connection.close()
+    assert repr(connection) == "<dpsql.Connection (closed)>" and repr(cursor) == "<dpsql.Cursor (closed)>"
+
+
+def test_executemany_takes_any_iterable_of_parameters(connection: dpsql.Connection) -> None:
+    with dpsql.testing.noise_disabled():
+        cursor = connection.cursor().executemany("SELECT COUNT(*) AS n FROM t WHERE sex = ?", ((s,) for s in "FM"), epsilon=0.5)
+    assert rounded(cursor.fetchall()) == [(3.0,), (2.0,)]
+    with pytest.raises(dpsql.ProgrammingError, match="at least one parameter sequence"):
+        connection.cursor().executemany("SELECT COUNT(*) FROM t WHERE sex = ?", iter(()), epsilon=0.5)

@@ -63,7 +63,7 @@ def test_null_and_out_of_domain_rows_are_dropped_in_every_declared_column() -> N
     assert _exact(connection, "SELECT income, COUNT(*) FROM t GROUP BY income") == [("[0, 100)", 1.0), ("[100, 1000)", 1.0)]
     assert _exact(connection, "SELECT COUNT(*) FROM t WHERE wage >= 100") == [(1.0,)]
     explanation = connection.cursor().execute("SELECT COUNT(*) FROM t WHERE sex = 'F'", epsilon=0.1).explanation
-    assert "dropped before contribution bounding" in explanation
+    assert "rows outside the declared domains are dropped first (docs/glossary.md#rows-per-unit)" in explanation
 
 
 # -- contribution bounding ---------------------------------------------------------------------------------

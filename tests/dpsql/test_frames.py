@@ -176,7 +176,7 @@ def test_html_shows_values_with_errors_and_the_cost_and_strategy(adult_connectio
     shown = cursor._repr_html_()  # shows every row, fetched or not
     assert shown.count("<tr>") == 1 + 10
     assert f"{rows[0][2]:.1f} <span style='color:#888'>± {errors[0][2]:.4g}</span>" in shown
-    assert "strategy: identity (0.5-DP (Laplace)" in shown and "10 row(s)" in shown
+    assert "strategy: identity — 0.5-DP (Laplace)" in shown and "10 row(s)" in shown
     batch = adult_connection.cursor().execute("SELECT sex, COUNT(*) FROM adult GROUP BY CUBE (sex)", epsilon=0.25)
     assert "cost: epsilon = 0.25" in batch._repr_html_()
 
@@ -198,20 +198,54 @@ def test_explain_html_is_grouped_by_section(adult_connection: dpsql.Connection) 
     assert "nothing was read or charged" in shown and adult_connection.budget_spent().statements == 0
 
 
-def test_plot_draws_each_value_with_its_confidence_interval(adult_connection: dpsql.Connection) -> None:
-    cursor = adult_connection.cursor().execute("SELECT sex, COUNT(*) AS n, COUNT(job) AS jobs FROM adult GROUP BY sex", epsilon=0.5)
+def test_plot_draws_each_value_with_its_confidence_interval_one_axis_per_column(adult_connection: dpsql.Connection) -> None:
+    """Each released column gets its own panel and axis (a count and an average do not share a unit)."""
+    cursor = adult_connection.cursor().execute("SELECT sex, COUNT(*) AS n, AVG(age) AS mean_age FROM adult GROUP BY sex", epsilon=0.5)
     rows, errors = cursor.fetchall(), cursor.errors
-    ax = cursor.plot(level=0.9)
+    axes = cursor.plot(level=0.9)
     z = NormalDist().inv_cdf(0.95)
-    bars = [c for c in ax.containers if isinstance(c, matplotlib.container.BarContainer)]
-    assert len(bars) == 2  # one series per released column
-    for series, column in zip(bars, (1, 2)):
-        assert [p.get_height() for p in series.patches] == pytest.approx([r[column] for r in rows])
-        segments = series.errorbar.lines[2][0].get_segments()
+    assert len(axes) == 2 and [a.get_ylabel() for a in axes] == ["n (90% interval)", "mean_age (90% interval)"]
+    for ax, column in zip(axes, (1, 2)):
+        (bars,) = [c for c in ax.containers if isinstance(c, matplotlib.container.BarContainer)]
+        assert [p.get_height() for p in bars.patches] == pytest.approx([r[column] for r in rows])
+        segments = bars.errorbar.lines[2][0].get_segments()
         assert [s[1][1] - s[0][1] for s in segments] == pytest.approx([2 * z * e[column] for e in errors])
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["F", "M"]
+    assert [t.get_text() for t in axes[-1].get_xticklabels()] == ["F", "M"] and axes[-1].get_xlabel() == "sex"
+    one = adult_connection.cursor().execute("SELECT race, COUNT(*) AS n FROM adult GROUP BY race", epsilon=0.5).plot()
+    assert one.get_ylabel() == "n (95% interval)"  # one released column: one Axes
     with pytest.raises(dpsql.ProgrammingError, match="confidence level"):
         cursor.plot(level=1.5)
+    with pytest.raises(dpsql.ProgrammingError, match="needs 2 Axes, one per released column"):
+        cursor.plot(ax=one)
+
+
+def test_a_plot_of_many_cells_stays_page_sized(adult_connection: dpsql.Connection) -> None:
+    """74 ages were 74 bars on a figure 35 inches (4,000 px) wide; now a line with its band, 8 inches; many
+    categorical rows are points with intervals, one row per line, down the page."""
+    by_age = adult_connection.cursor().execute("SELECT age, COUNT(*) AS n FROM adult GROUP BY age", epsilon=0.5)
+    rows, errors = by_age.fetchall(), by_age.errors
+    ax = by_age.plot()
+    width, height = ax.figure.get_size_inches()
+    assert width <= 12 and height <= 6 and not ax.containers
+    (line,) = ax.lines
+    assert list(line.get_xdata()) == [r[0] for r in rows] and list(line.get_ydata()) == pytest.approx([r[1] for r in rows])
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    z = NormalDist().inv_cdf(0.975)
+    assert band.max() == pytest.approx(max(r[1] + z * e[1] for r, e in zip(rows, errors)))
+    cells = adult_connection.cursor().execute("SELECT job, sex, race, COUNT(*) AS n FROM adult GROUP BY job, sex, race", epsilon=0.5)
+    ax = cells.plot()
+    width, height = ax.figure.get_size_inches()
+    assert cells.rowcount == 50 and width <= 12 and len(ax.get_yticklabels()) == 50 and ax.get_xlabel() == "n (95% interval)"
+
+
+def test_plot_budget_takes_the_connection(adult_connection: dpsql.Connection) -> None:
+    """The README wrote plot_budget(conn): it raised TypeError (two arguments were required)."""
+    for epsilon in (0.25, 0.5):
+        adult_connection.cursor().execute("SELECT sex, COUNT(*) FROM adult WHERE age > ? GROUP BY sex", (int(epsilon * 100),), epsilon=epsilon)
+    ax = notebook.plot_budget(adult_connection)
+    assert list(ax.lines[0].get_ydata()) == pytest.approx([0.25, 0.75]) and ax.lines[1].get_ydata()[0] == pytest.approx(1000.0)
+    with pytest.raises(dpsql.ProgrammingError, match=r"plot_budget\(conn\)"):
+        notebook.plot_budget(adult_connection.budget_history())
 
 
 def test_plot_of_a_result_without_errors_is_refused(adult_connection: dpsql.Connection) -> None:

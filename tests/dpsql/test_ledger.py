@@ -48,6 +48,24 @@ def test_pure_epsilon_adds_up() -> None:
     assert ledger.remaining() == 0.0 and ledger.spent().statements == 4
 
 
+def test_budgets_read_as_exact_decimals_and_a_pure_budget_shows_no_rho() -> None:
+    """3 − (0.5 + 1.0 + 0.85) is 0.6499999999999999 in floating point; the ledger's sums are exact, and
+    what it reports is the decimal. A pure-ε budget has no ρ to spend: its repr shows none."""
+    ledger = Ledger(None, Budget(3.0))
+    for epsilon in (0.5, 1.0, 0.85):
+        ledger.charge(Cost.pure(epsilon), "q")
+    remaining, spent = ledger.remaining(), ledger.spent()
+    assert remaining.epsilon == 0.65 and remaining == 0.65 and spent.epsilon == 2.35 and spent.rho == 0.98625
+    assert repr(remaining) == "Remaining(epsilon=0.65, delta=0.0)"
+    assert repr(spent) == "Spent(epsilon=2.35, delta=0.0, statements=3)"
+    ledger.charge(Cost.pure(0.65), "q")  # what it says is left can be spent
+    mixed = Ledger(None, Budget(3.0, delta=1e-6))
+    mixed.charge(Cost.pure(0.1), "q")
+    mixed.charge(Cost.pure(0.2), "q")
+    assert repr(mixed.spent()) == "Spent(epsilon=0.3, delta=0.0, rho=0.025, statements=2)"  # 0.1²/2 + 0.2²/2
+    assert repr(mixed.remaining()).startswith("Remaining(epsilon=2.7, delta=1e-06, rho=")
+
+
 def test_zcdp_conversion_and_mixed_accounting() -> None:
     budget = Budget(epsilon=3.0, delta=1e-6)
     log_term = math.log(1e6)

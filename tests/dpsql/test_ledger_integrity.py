@@ -1,6 +1,6 @@
-"""The ledger file cannot be reset silently (issue 17): it identifies itself, its history is checked
-against exact running totals on open, a truncated, deleted or edited ledger is refused with an
-IntegrityError that says what happened, new files are 0600, a check reads one row, and kill -9
+"""The ledger file cannot be reset silently: it identifies itself, its running totals and last charge
+are checked on open (the whole history on demand), a truncated, deleted or edited ledger is refused
+with an IntegrityError that says what happened, new files are 0600, a check reads one row, and kill -9
 never leaves a release without a charge."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql import ledger_format
+from dpsql import ledger_format, ledger_registry
 from dpsql.accountant import Budget, Cost, Ledger, Totals
 
 SCHEMA = {"privacy_unit": None, "columns": {"sex": {"categories": ["F", "M"]}}}
@@ -44,14 +44,17 @@ def test_a_new_ledger_identifies_itself_and_is_private(tmp_path: Path) -> None:
     path = tmp_path / "budget.ledger"
     spent_ledger(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600  # it holds every statement's text
-    assert stat.S_IMODE((tmp_path / ledger_format.REGISTRY_NAME).stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / ledger_registry.REGISTRY_NAME).stat().st_mode) == 0o600
     database = sqlite3.connect(path)
     assert database.execute("PRAGMA application_id").fetchone()[0] == ledger_format.APPLICATION_ID == 0x64707371
     assert database.execute("PRAGMA user_version").fetchone()[0] == ledger_format.FORMAT_VERSION
     (header,) = database.execute("SELECT format, version, ledger_id, budget_epsilon, budget_delta FROM header").fetchall()
-    assert header[:2] == ("dpsql-ledger", 2) and len(header[2]) == 32 and header[3:] == (2.0, 1e-6)
-    assert Ledger(path, None).ledger_id == header[2]
-    assert sorted(os.listdir(tmp_path)) == [ledger_format.REGISTRY_NAME, "budget.ledger"]  # no temporary file left
+    assert header[:2] == ("dpsql-ledger", 3) and len(header[2]) == 32 and header[3:] == (2.0, 1e-6)
+    opened = Ledger(path, None)
+    assert opened.ledger_id == header[2]
+    assert all(stat.S_IMODE(file.stat().st_mode) == 0o600 for file in tmp_path.iterdir())  # the registry's log too
+    opened.close()
+    assert sorted(os.listdir(tmp_path)) == [ledger_registry.REGISTRY_NAME, "budget.ledger"]  # no temporary file left
 
 
 def test_running_totals_are_exact_and_match_the_history(tmp_path: Path) -> None:
@@ -120,7 +123,7 @@ def test_a_deleted_ledger_is_refused_not_recreated(tmp_path: Path) -> None:
     path.unlink()
     with pytest.raises(dpsql.IntegrityError, match=r"is gone: ledger [0-9a-f]{32} was created at this path") as caught:
         connect(path)
-    assert ledger_format.REGISTRY_NAME in str(caught.value) and not path.exists()
+    assert ledger_registry.REGISTRY_NAME in str(caught.value) and not path.exists()
     connect(tmp_path / "fresh.ledger").close()  # a new path starts a new budget
 
 
@@ -135,32 +138,59 @@ def test_a_dropped_table_is_refused(tmp_path: Path, table: str) -> None:
         connect(path)
 
 
-@pytest.mark.parametrize(
-    ("edit", "message"),
-    [
-        ("DELETE FROM charges WHERE id = 3", r"3 charge\(s\) recorded, 2 in its history"),
-        ("DELETE FROM charges WHERE id = 2", "charge #3 .* breaks its checksum chain"),
-        ("DELETE FROM charges", r"3 charge\(s\) recorded, 0 in its history"),
-        ("UPDATE charges SET epsilon = 0.001 WHERE id = 1", "charge #1 .* breaks its checksum chain"),
-        ("UPDATE charges SET statement = 'SELECT 9' WHERE id = 2", "charge #2 .* breaks its checksum chain"),
-        ("UPDATE totals SET pure_epsilon = '0/1'", "does not match its own running totals"),
-        ("UPDATE charges SET rho = 'lots' WHERE id = 2", r"charge #2 .* is corrupt \(rho 'lots'\)"),
-        ("UPDATE charges SET at = 'yesterday' WHERE id = 1", r"charge #1 .* is corrupt \(time 'yesterday'\)"),
-        ("UPDATE totals SET rho = 'many'", "running total rho is not an exact number"),
-        ("DELETE FROM totals", "corrupt running totals"),
-        ("DELETE FROM header", "corrupt header"),
-        ("UPDATE header SET budget_epsilon = -1", "records an invalid budget"),
-        ("UPDATE header SET version = 3", "format version 3"),
-    ],
-)
-def test_edited_history_is_an_integrity_error(tmp_path: Path, edit: str, message: str) -> None:
-    path = tmp_path / "budget.ledger"
+OPEN_REFUSES = [  # edits that a constant-time open catches: the totals, the last charge, the header
+    ("DELETE FROM charges WHERE id = 3", r"ends at charge #2, but its running totals end at charge #3"),
+    ("DELETE FROM charges WHERE id = 2", "charge #3 .* breaks its checksum chain"),
+    ("DELETE FROM charges", r"ends at charge #0, but its running totals end at charge #3"),
+    ("UPDATE charges SET epsilon = 0.001 WHERE id = 3", "charge #3 .* breaks its checksum chain"),
+    ("UPDATE charges SET statement = 'SELECT 9' WHERE id = 3", "charge #3 .* breaks its checksum chain"),
+    ("UPDATE charges SET rho = 'lots' WHERE id = 3", r"charge #3 .* is corrupt \(rho 'lots'\)"),
+    ("UPDATE totals SET pure_epsilon = '0/1'", "running totals that do not match their digest"),
+    ("UPDATE totals SET charges = 0, head = 'x'", "running totals that do not match their digest"),
+    ("UPDATE totals SET rho = 'many'", "running total rho is not an exact number"),
+    ("DELETE FROM totals", "corrupt running totals"),
+    ("DELETE FROM header", "corrupt header"),
+    ("UPDATE header SET budget_epsilon = -1", "records an invalid budget"),
+    ("UPDATE header SET version = 4", r"format version 4 in its header; .*\(a newer dpsql wrote it\?\)"),
+]
+HISTORY_REFUSES = [  # edits deeper in the history: Ledger.verify_history() reads every charge
+    ("UPDATE charges SET epsilon = 0.001 WHERE id = 1", "charge #1 .* breaks its checksum chain"),
+    ("UPDATE charges SET statement = 'SELECT 9' WHERE id = 2", "charge #2 .* breaks its checksum chain"),
+    ("DELETE FROM charges WHERE id = 1", "charge #2 .* breaks its checksum chain"),
+    ("UPDATE charges SET rho = 'lots' WHERE id = 2", r"charge #2 .* is corrupt \(rho 'lots'\)"),
+    ("UPDATE charges SET at = 'yesterday' WHERE id = 1", r"charge #1 .* is corrupt \(time 'yesterday'\)"),
+    ("DELETE FROM charges WHERE id = 3", r"3 charge\(s\) recorded, 2 in its history"),
+    ("DELETE FROM charges", r"3 charge\(s\) recorded, 0 in its history"),
+    ("UPDATE charges SET epsilon = 0.001 WHERE id = 3", "charge #3 .* breaks its checksum chain"),
+]
+
+
+def edited_ledger(path: Path, edit: str) -> None:
     spent_ledger(path)
     database = sqlite3.connect(path)
     database.execute(edit)
     database.commit()
+    database.close()
+
+
+@pytest.mark.parametrize(("edit", "message"), OPEN_REFUSES)
+def test_edited_totals_or_last_charge_are_refused_on_open(tmp_path: Path, edit: str, message: str) -> None:
+    edited_ledger(tmp_path / "budget.ledger", edit)
     with pytest.raises(dpsql.IntegrityError, match=message):
-        Ledger(path, None)
+        Ledger(tmp_path / "budget.ledger", None)
+
+
+@pytest.mark.parametrize(("edit", "message"), HISTORY_REFUSES)
+def test_verify_history_finds_every_edited_charge(tmp_path: Path, edit: str, message: str) -> None:
+    path = tmp_path / "budget.ledger"
+    spent_ledger(path)
+    ledger = Ledger(path, None)
+    assert ledger.verify_history() == 3
+    database = sqlite3.connect(path)
+    database.execute(edit)
+    database.commit()
+    with pytest.raises(dpsql.IntegrityError, match=message):
+        ledger.verify_history()
 
 
 def test_files_that_are_not_ledgers_are_refused_and_kept(tmp_path: Path) -> None:

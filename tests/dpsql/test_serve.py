@@ -88,6 +88,28 @@ def test_psql_session_cube_budget_and_describe(server: Server, frame: pd.DataFra
     assert math.isclose(epsilon, before[0] - 0.25, abs_tol=1e-9) and delta == 0.0
 
 
+def test_psql_shows_explain_as_a_query_plan_of_short_lines(server: Server) -> None:
+    """EXPLAIN over the wire is one text column, QUERY PLAN, as PostgreSQL's: psql printed a four-column
+    table padded to its longest detail (a 470-character paragraph), every line wrapped on a terminal."""
+    psql = psql_binary()
+    if psql is None:
+        pytest.skip(reason="psql is not installed (.ci/services.sh installs PostgreSQL)")
+    host, port = server.address  # type: ignore[misc]
+    before = remaining(server, "bob")
+    done = subprocess.run(
+        [psql, "-X", "-h", host, "-p", str(port), "-U", "bob", "-d", "dpsql", "-c", "EXPLAIN SELECT race, COUNT(*) FROM adult GROUP BY race"],
+        env={"PGPASSWORD": ANALYSTS["bob"][0], "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    lines = done.stdout.rstrip().splitlines()
+    assert lines[0].strip() == "QUERY PLAN" and set(lines[1]) == {"-"}
+    plan = [line.strip() for line in lines[2:-1]]
+    assert plan[0] == "statement: 1 = 1 — SELECT race, COUNT(*) FROM adult GROUP BY race" and plan[-1].startswith("glossary: docs/glossary.md")
+    assert any(line.startswith("error: ratio to lower bound = ") for line in plan) and lines[-1] == f"({len(plan)} rows)"
+    assert max(len(line) for line in plan) < 170
+    assert remaining(server, "bob") == before
+
+
 def test_psql_wrong_password_is_refused_with_28P01(server: Server) -> None:
     psql = psql_binary()
     if psql is None:

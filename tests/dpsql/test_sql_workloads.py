@@ -374,4 +374,4 @@ def test_a_very_large_budget_releases_exact_counts_with_tiny_positive_errors(
     exact = adult_frame.groupby("sex").size()
     assert rows == [("F", pytest.approx(exact["F"])), ("M", pytest.approx(exact["M"])), (None, pytest.approx(exact.sum()))]
     assert all(0 < e[1] < 1e-50 for e in errors)
-    assert "svd bound" in cursor.explanation.lower()  # the report divides by the expected error too
+    assert "ratio to lower bound" in cursor.explanation  # the report divides by the expected error too

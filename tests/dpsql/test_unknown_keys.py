@@ -215,7 +215,7 @@ def test_statement_charges_its_cost_once_and_the_cached_key_set_charges_no_selec
     cursor.execute(sql, epsilon=1.0)
     first = logs.budget_spent()
     assert (first.epsilon, first.statements) == (pytest.approx(1.0), 1) and 0 < first.delta <= delta
-    assert "keys: released = 3 (of 'browser', newly selected" in cursor.explanation
+    assert "keys: released = 3 — of 'browser', newly selected" in cursor.explanation
     cursor.execute("SELECT browser, sex, COUNT(*) FROM logs GROUP BY browser, sex", epsilon=0.5)
     second = logs.budget_spent()
     assert (second.epsilon, second.delta, second.statements) == (pytest.approx(1.5), first.delta, 2)
