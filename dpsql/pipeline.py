@@ -42,7 +42,7 @@ from dpsql.request import Decision, Prepared, Request
 from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
-from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
+from dpsql.sql.bounded import BoundedAggregation, KeyedColumn, KeyHistogram
 from dpsql.sql.compile import MAX_RELEASED_CELLS, too_many_cells
 from dpsql.sql.parse import Count, predicate_columns
 from dpsql.sql.statement import ParsedText, Statement, bind_statement, parse_text
@@ -357,7 +357,9 @@ def release(session: Session, prepared: Prepared) -> list[ResultSet]:
     aggregation = _aggregation(session, prepared)
     result = _read(session, prepared.table, aggregation)
     try:
-        return _measured(session, prepared, aggregation, result)
+        counts = _counted(prepared, aggregation, result)
+        del result  # the engine's rows (every column of every grouping set): freed before the plan's arrays are made
+        return _measured(session, prepared, aggregation, counts)
     except Error as error:
         raise InternalError(f"answering the statement failed after its rows were read ({type(error).__name__}); it was charged. "
                             "This is a dpsql defect: please report it") from None
@@ -425,11 +427,21 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
     )
 
 
-def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregation, result: dict[str, np.ndarray]) -> list[ResultSet]:
+def _counted(prepared: Prepared, aggregation: BoundedAggregation, result: dict[str, np.ndarray]) -> KeyHistogram | dict[tuple[str, ...], np.ndarray]:
+    """What the read counted: per raw key when a column's cells come from key bounding, else the marginals."""
+    if prepared.selection is not None or prepared.keyed is not None:
+        return aggregation.key_histogram(result)
+    return aggregation.marginal_arrays(result)
+
+
+def _measured(
+    session: Session, prepared: Prepared, aggregation: BoundedAggregation, counts: KeyHistogram | dict[tuple[str, ...], np.ndarray]
+) -> list[ResultSet]:
     """Everything after the read: select (when asked), plan the counts of released keys, measure, keep, build."""
     batch, decision = prepared.batch, prepared.decision
     if prepared.selection is not None:
-        outcome = selection.release(session, prepared, aggregation.key_histogram(result))
+        assert isinstance(counts, KeyHistogram)
+        outcome = selection.release(session, prepared, counts)
         if outcome.answers is None:
             return _with_explanation(session, prepared, _zero_results(outcome.batch), Outcome("measured", released=outcome.released))
         answers, note = _finished(session, prepared, outcome.answers, None, None, from_store=False, batch=outcome.batch)
@@ -439,14 +451,15 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     if prepared.keyed is not None:  # a released key set: the column's cells come from key bounding
         assert batch.workload is not None
         domain = next(c for s in batch.statements for b in s.branches for n, c in b.columns.items() if n == prepared.keyed)
-        full = np.moveaxis(keys.table_over_keys(aggregation.key_histogram(result), domain), 0, batch.workload.domain.attributes.index(prepared.keyed))
+        assert isinstance(counts, KeyHistogram)
+        full = np.moveaxis(keys.table_over_keys(counts, domain), 0, batch.workload.domain.attributes.index(prepared.keyed))
         required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
     else:
-        required = batch.folded(plan.required_marginals(), aggregation.marginal_arrays(result))  # type: ignore[union-attr]
+        assert isinstance(counts, dict)
+        required = batch.folded(plan.required_marginals(), counts)  # type: ignore[union-attr]
     assert plan is not None and batch.workload is not None
     measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
-    fresh = plan.answer(measurement)
-    found = {index: (fresh.values[i], fresh.variances[i]) for i, index in enumerate(measured)}
+    del required
     estimates = plan.kept_estimates(measurement) if session.settings.reuse else None
     earlier = session.store.measurement_count(prepared.rows)
     if estimates is not None:
@@ -454,6 +467,10 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     covered = session.store.covered(prepared.rows, batch.workload) if estimates is not None else ()
     everything = range(len(batch.workload.products))
     from_store = tuple(i for i in everything if i in kept or (estimates is not None and covered[i]))
+    found = {}
+    if len(from_store) < len(everything):  # the plan's own GLS, for what the store does not answer
+        fresh = plan.answer(measurement)
+        found = {index: (fresh.values[i], fresh.variances[i]) for i, index in enumerate(measured)}
     if from_store:
         found.update(session.store.answer(prepared.rows, batch.workload, from_store))
     gls = Answers(tuple(found[i][0] for i in everything), tuple(found[i][1] for i in everything))

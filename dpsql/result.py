@@ -22,6 +22,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from dpsql.columns import Column, ColumnRows, Floats, Labels, Objects, Repeated, Row
 from dpsql.errors import ProgrammingError
 from dpsql.frames import FrameSource, ResultFrames
 from dpsql.sql.compile import CompiledQuery, ProductRows
@@ -32,7 +33,6 @@ from dpsql.sql.parse import Aggregate, GroupKey, Quantile
 from dpsql.sql.statement import Statement
 from dpsql.types import DATETIME, NUMBER, STRING
 
-Row = tuple[object, ...]
 RankVariances = Callable[[int, str, float], "np.ndarray | None"]
 """(product index in the branch, quantiled column, fraction) → ``Var(F(k) − q·N)`` of the product's rows from
 the plan (``quantiles.rank_block``), or None where the plan does not offer it."""
@@ -73,8 +73,8 @@ class ResultSet(ResultFrames):
     :mod:`dpsql.frames` (``df()``, ``arrow()``, ``pl()``, a notebook display, ``plot()``)."""
 
     description: tuple[tuple[object, ...], ...]
-    rows: list[Row]
-    errors: list[Row]
+    rows: Sequence[Row]  # a list, or columns read into rows on demand (dpsql.columns)
+    errors: Sequence[Row]
     explained_by: object = ""  # the explanation, or an object rendering it when read (``str()``)
 
     @cached_property
@@ -110,27 +110,36 @@ def statement_result(
     ranks: Sequence[RankVariances | None] | None = None,
 ) -> ResultSet:
     """The result set of ``statement`` from each branch's compiled query and its products' answers (and,
-    per branch, the quantiles' rank variances when the plan gives them)."""
+    per branch, the quantiles' rank variances when the plan gives them). Without HAVING, ORDER BY, LIMIT or
+    OFFSET the rows stay columns until read (:mod:`dpsql.columns`: a batch may release millions)."""
+    shown = len(statement.names)
+    branch_ranks = ranks if ranks is not None else [None] * len(compiled)
+    parts, error_parts = [], []
+    for branch, query, branch_values, branch_variances, rank in zip(statement.branches, compiled, values, variances, branch_ranks):
+        columns, error_columns = _branch_columns(query, branch_values, branch_variances, rank)
+        count = len(columns[0]) if columns else 0
+        parts.append(tuple(Repeated(s.value, count) if isinstance(s, Constant) else columns[s] for s in branch.layout))
+        error_parts.append(tuple(Repeated(None, count) if isinstance(s, Constant) else error_columns[s] for s in branch.layout))
+    description = _description(statement, compiled)
+    ordered = statement.order_by or statement.limit is not None or statement.offset
+    if not ordered and all(b.having is None for b in statement.branches):
+        return ResultSet(description, ColumnRows([p[:shown] for p in parts]), ColumnRows([p[:shown] for p in error_parts]))
     rows: list[Row] = []
     errors: list[Row] = []
-    branch_ranks = ranks if ranks is not None else [None] * len(compiled)
-    for branch, query, branch_values, branch_variances, rank in zip(statement.branches, compiled, values, variances, branch_ranks):
-        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances, rank)
-        for row, error in zip(branch_rows, branch_errors):
-            output = tuple(s.value if isinstance(s, Constant) else row[s] for s in branch.layout)
-            if branch.having is not None and not holds(branch.having, output):
-                continue
-            rows.append(output)
-            errors.append(tuple(None if isinstance(s, Constant) else error[s] for s in branch.layout))
+    for branch, part, error_part in zip(statement.branches, parts, error_parts):
+        for output, error in zip(ColumnRows([part]), ColumnRows([error_part])):
+            if branch.having is None or holds(branch.having, output):
+                rows.append(output)
+                errors.append(error)
     rows, errors = _ordered(statement, rows, errors)
-    shown = len(statement.names)
-    return ResultSet(_description(statement, compiled), [r[:shown] for r in rows], [e[:shown] for e in errors])
+    return ResultSet(description, [r[:shown] for r in rows], [e[:shown] for e in errors])
 
 
-def _branch_rows(
+def _branch_columns(
     compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], ranks: RankVariances | None = None
-) -> tuple[list[Row], list[Row]]:
-    """One row per shown GROUP BY cell (hidden remainder cells left out), in domain order."""
+) -> tuple[list[Column], list[Column]]:
+    """One row per shown GROUP BY cell (hidden remainder cells left out), in domain order, as columns
+    (values, and their standard errors: None in key columns)."""
     shape = compiled.group_shape
     cells = np.arange(compiled.group_cells)
     key_cells = np.unravel_index(cells, shape) if shape else ()
@@ -139,23 +148,24 @@ def _branch_rows(
         hidden = compiled.group_domain(column).hidden_cells
         if hidden:
             shown &= ~np.isin(key_cells[position], hidden)
-    columns: list[list[object]] = []
-    error_columns: list[list[object]] = []
+    count = int(shown.sum())
+    columns: list[Column] = []
+    error_columns: list[Column] = []
     scale = compiled.scale
     values = [np.asarray(v) / scale for v in values]
     variances = [np.asarray(v) / scale**2 for v in variances]
     cdfs: dict[str, np.ndarray] = {}  # a column's projected CDF, shared by its quantiles (one product)
     for item, rows in zip(compiled.query.select, compiled.counts):
         if isinstance(item, GroupKey):
-            labels = compiled.group_domain(item.column).labels()
             position = compiled.group_columns.index(item.column)
-            columns.append([labels[i] for i in key_cells[position][shown]])
-            error_columns.append([None] * int(shown.sum()))
+            labels = compiled.group_domain(item.column).labels()
+            columns.append(Labels(key_cells[position][shown].astype(np.min_scalar_type(len(labels))), labels))
+            error_columns.append(Repeated(None, count))
             continue
         if isinstance(item, (Aggregate, Quantile)):
             released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs, ranks)
-            columns.append([released[i] for i in np.flatnonzero(shown)])
-            error_columns.append([errors[i] for i in np.flatnonzero(shown)])
+            columns.append(Objects([released[i] for i in np.flatnonzero(shown)]))
+            error_columns.append(Objects([errors[i] for i in np.flatnonzero(shown)]))
             continue
         value = np.zeros(len(cells))
         variance = np.zeros(len(cells))
@@ -165,9 +175,9 @@ def _branch_rows(
             variance[flat] = variances[rows.index]
             zeros = compiled.structural_zeros.ravel()
             value[zeros], variance[zeros] = 0.0, 0.0
-        columns.append([float(v) for v in value[shown]])
-        error_columns.append([float(e) for e in np.sqrt(np.maximum(variance[shown], 0.0))])
-    return list(zip(*columns)), list(zip(*error_columns))
+        columns.append(Floats(value[shown]))
+        error_columns.append(Floats(np.sqrt(np.maximum(variance[shown], 0.0))))
+    return columns, error_columns
 
 
 def _aggregate_column(

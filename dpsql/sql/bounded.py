@@ -375,17 +375,18 @@ class BoundedAggregation:
         if self.value is not None:  # every row is worth its total weight in every marginal
             counts = counts * self.value.scale
         rows_of = self._rows_by_set(result, len(counts))
-        cells = {c: self._cells_of(c, result[self.alias(c)]) for c in self.counted_columns}
         arrays = {}
         for marginal in self.marginals:
             plain = tuple(c for c in marginal if c in self.columns)
             rows = rows_of.get(plain, np.zeros(0, dtype=np.int64))
+            cells = {}  # each column's cells for this grouping set's rows only (a wide batch has many columns)
             for column in plain:
-                rows = rows[cells[column][1][rows]]
+                cells[column], valid = self._cells_of(column, result[self.alias(column)][rows])
+                rows, cells = rows[valid], {c: found[valid] for c, found in cells.items()}
             if not marginal:
                 arrays[marginal] = np.array(counts[rows].sum(), dtype=np.int64)
                 continue
-            index = tuple(cells[c][0][rows] for c in plain)
+            index = tuple(cells[c] for c in plain)
             shape = tuple(self.columns[c].size for c in plain)
             if len(plain) == len(marginal):
                 table = np.zeros(shape, dtype=np.int64)

@@ -1,0 +1,146 @@
+"""Released rows kept as columns until they are read.
+
+A batch may release millions of cells (all 364 three-way marginals of Adult: 20.9 million). Built as
+Python tuples at once they cost several hundred bytes each; kept as the arrays they are computed in — a
+float per value and per standard error, a cell number per group key — they cost a few dozen, and a row
+becomes a tuple of plain Python values (``float``, the domain's labels, ``None``) only when it is read.
+
+:class:`ColumnRows` is a read-only sequence of such rows over *parts* (a statement's grouping sets, one
+after the other), each a tuple of equally long :class:`Column`\\ s; it iterates in chunks, indexes and
+slices like a list (a slice is a list of tuples), and compares equal to any sequence of the same rows.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import overload
+
+import numpy as np
+
+Row = tuple[object, ...]
+CHUNK = 1 << 14  # rows turned into tuples at a time while iterating
+
+
+class Column:
+    """One column of a part: ``len()`` values, read as a list of plain Python values by :meth:`chunk`."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def chunk(self, start: int, stop: int) -> list[object]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class Floats(Column):
+    """Numbers kept as a float array (read as Python floats)."""
+
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def chunk(self, start: int, stop: int) -> list[object]:
+        return self.values[start:stop].tolist()
+
+
+@dataclass(frozen=True, eq=False)
+class Labels(Column):
+    """A group key: each row's cell number, read as that cell's label."""
+
+    cells: np.ndarray
+    labels: tuple[object, ...]
+    _lookup: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        lookup = np.empty(len(self.labels), dtype=object)
+        lookup[:] = list(self.labels)  # element-wise: labels that are tuples stay whole
+        object.__setattr__(self, "_lookup", lookup)
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    def chunk(self, start: int, stop: int) -> list[object]:
+        return self._lookup[self.cells[start:stop]].tolist()
+
+
+@dataclass(frozen=True, eq=False)
+class Objects(Column):
+    """Values that are not all numbers (quantiles, aggregates that may be NULL), as a list."""
+
+    values: list[object]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def chunk(self, start: int, stop: int) -> list[object]:
+        return self.values[start:stop]
+
+
+@dataclass(frozen=True, eq=False)
+class Repeated(Column):
+    """One value in every row (a rolled-up key's NULL, a GROUPING() constant, a key's missing error)."""
+
+    value: object
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    def chunk(self, start: int, stop: int) -> list[object]:
+        return [self.value] * (min(stop, self.length) - max(start, 0))
+
+
+class ColumnRows(Sequence[Row]):
+    """The rows of ``parts`` (each a tuple of equally long columns), part after part (module doc)."""
+
+    def __init__(self, parts: Sequence[tuple[Column, ...]]) -> None:
+        self._parts = [part for part in parts if part and len(part[0])]
+        self._starts = [0]
+        for part in self._parts:
+            self._starts.append(self._starts[-1] + len(part[0]))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __iter__(self) -> Iterator[Row]:
+        return self._between(0, len(self))
+
+    def _between(self, start: int, stop: int) -> Iterator[Row]:
+        """Rows ``start .. stop-1``, a chunk of each column at a time."""
+        for part, first in zip(self._parts, self._starts):
+            low, high = max(start - first, 0), min(stop - first, len(part[0]))
+            for begin in range(low, high, CHUNK):
+                yield from zip(*(column.chunk(begin, min(begin + CHUNK, high)) for column in part))
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step == 1:
+                return list(self._between(start, stop))
+            return [self[i] for i in range(start, stop, step)]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("row index out of range")
+        part = bisect.bisect_right(self._starts, index) - 1
+        offset = index - self._starts[part]
+        return tuple(column.chunk(offset, offset + 1)[0] for column in self._parts[part])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
