@@ -142,5 +142,16 @@ class ColumnRows(Sequence[Row]):
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __add__(self, other: object) -> list[Row]:
+        """Concatenation gives a list, as the rows' former list type did (``a.rows + b.rows``)."""
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return [*self, *other]
+
+    def __radd__(self, other: object) -> list[Row]:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return [*other, *self]
+
     def __repr__(self) -> str:
         return repr(list(self))

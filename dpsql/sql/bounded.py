@@ -54,6 +54,7 @@ moment cells reads those sums; any other marginal counts each row as its total w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -77,6 +78,8 @@ KEY_RANK_NAME = "key_in_unit"
 ROW_KEY_NAME = "row_key"  # HASH of every column of a row: its identity in the salted order
 ROW_IN_KEY_NAME = "row_in_key"
 BOUNDED_NAME = "bounded_rows"  # the subquery of bounded rows, when they are not materialised
+MANY_SETS = 64  # more grouping sets than this are read through covers (see BoundedAggregation._covers)
+COVER_CELLS = 1 << 16  # most cells of a cover
 GROUPING_ARGUMENTS = 31  # columns per GROUPING() call: PostgreSQL takes fewer than 32, DuckDB fewer than 64
 FLAT_BINS = 16  # bins columns with more bins find a row's bin by binary search in SQL
 MIN_BETWEEN_RUN = 3  # a range mask's runs of at least this many cells become BETWEEN, shorter ones an IN list
@@ -133,6 +136,37 @@ class BoundedAggregation:
         """The grouping sets: each marginal without the moment cells (they are the weight sums), once."""
         moments = None if self.value is None else self.value.attribute
         return tuple(dict.fromkeys(tuple(c for c in m if c != moments) for m in self.marginals))
+
+    @cached_property
+    def _covers(self) -> dict[tuple[str, ...], tuple[str, ...]]:
+        """The grouping set each marginal is read from: itself, or — when there are more than
+        :data:`MANY_SETS` — a *cover*, a set of columns holding several marginals and at most
+        :data:`COVER_CELLS` cells, from whose rows the marginal is summed. The engine aggregates once per
+        grouping set (4,950 pairs of 100 columns: a minute in DuckDB); a few dozen covers hold them all.
+        Built from the marginals and the domains alone: largest first, each into the cover it enlarges
+        least, or a new one."""
+        marginals = self.sql_marginals
+        if len(marginals) <= MANY_SETS:
+            return {m: m for m in marginals}
+        order = {c: i for i, c in enumerate(self.counted_columns)}
+        cells = lambda columns: math.prod(self.columns[c].size for c in columns)  # noqa: E731
+        covers: list[set[str]] = []
+        chosen: dict[tuple[str, ...], int] = {}
+        for marginal in sorted(marginals, key=lambda m: (-cells(m), [order[c] for c in m])):
+            growth = [(cells(cover | set(marginal)) - cells(cover), i) for i, cover in enumerate(covers) if cells(cover | set(marginal)) <= COVER_CELLS]
+            if growth:
+                chosen[marginal] = min(growth)[1]
+                covers[chosen[marginal]] |= set(marginal)
+            else:
+                chosen[marginal] = len(covers)
+                covers.append(set(marginal))
+        ordered = [tuple(sorted(cover, key=order.__getitem__)) for cover in covers]
+        return {m: ordered[chosen[m]] for m in marginals}
+
+    @property
+    def grouping_sets(self) -> tuple[tuple[str, ...], ...]:
+        """The grouping sets the statement computes (see :attr:`_covers`)."""
+        return tuple(dict.fromkeys(self._covers.values()))
 
     def alias(self, column: str) -> str:
         return f"c{list(self.columns).index(column)}"
@@ -319,7 +353,7 @@ class BoundedAggregation:
             return self._keyed_aggregate(kept)
         counted = [exp.column(self.alias(c)) for c in self.counted_columns]
         outputs: list[exp.Expression] = [c.copy() for c in counted]
-        grouped = len(self.sql_marginals) > 1 and bool(counted)
+        grouped = len(self.grouping_sets) > 1 and bool(counted)
         if grouped:  # which grouping set a row belongs to: GROUPING() over chunks of columns (engine limits)
             for name, chunk in zip(self.grouping_names, self._grouping_chunks):
                 outputs.append(exp.alias_(exp.func("GROUPING", *(exp.column(self.alias(c)) for c in chunk)), name))
@@ -327,7 +361,7 @@ class BoundedAggregation:
         outputs += [exp.alias_(exp.Sum(this=exp.column(name)), name) for name in self.weight_names]
         query = exp.select(*outputs).from_(kept.subquery("bounded", copy=False), copy=False)
         if grouped:
-            sets = [exp.Tuple(expressions=[exp.column(self.alias(c)) for c in m]) for m in self.sql_marginals]
+            sets = [exp.Tuple(expressions=[exp.column(self.alias(c)) for c in m]) for m in self.grouping_sets]
             return query.group_by(exp.GroupingSets(expressions=sets), copy=False)
         return query.group_by(*counted, copy=False) if counted else query
 
@@ -376,13 +410,18 @@ class BoundedAggregation:
             counts = counts * self.value.scale
         rows_of = self._rows_by_set(result, len(counts))
         arrays = {}
-        for marginal in self.marginals:
-            plain = tuple(c for c in marginal if c in self.columns)
-            rows = rows_of.get(plain, np.zeros(0, dtype=np.int64))
-            cells = {}  # each column's cells for this grouping set's rows only (a wide batch has many columns)
+        read: tuple[str, ...] | None = None
+        cells_read: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # the current grouping set's cells, by column
+        for marginal in sorted(self.marginals, key=lambda m: self.grouping_sets.index(self._covers[self._plain(m)])):
+            plain = self._plain(marginal)
+            if self._covers[plain] != read:  # marginals read from one grouping set share its columns' cells
+                read, cells_read = self._covers[plain], {}
+            rows = rows_of[read]  # a cover's rows are finer: summed into the marginal below
             for column in plain:
-                cells[column], valid = self._cells_of(column, result[self.alias(column)][rows])
-                rows, cells = rows[valid], {c: found[valid] for c, found in cells.items()}
+                if column not in cells_read:  # each column's cells for this grouping set's rows only
+                    cells_read[column] = self._cells_of(column, result[self.alias(column)][rows])
+            valid = np.logical_and.reduce([cells_read[c][1] for c in plain]) if plain else np.ones(len(rows), dtype=bool)
+            rows, cells = rows[valid], {c: cells_read[c][0][valid] for c in plain}
             if not marginal:
                 arrays[marginal] = np.array(counts[rows].sum(), dtype=np.int64)
                 continue
@@ -398,14 +437,18 @@ class BoundedAggregation:
                     np.add.at(table, (*index, np.full(len(rows), cell)), weight[rows])
                 table = np.moveaxis(table, -1, marginal.index(self.value.attribute))
             arrays[marginal] = table
-        return arrays
+        return {m: arrays[m] for m in self.marginals}
+
+    def _plain(self, marginal: tuple[str, ...]) -> tuple[str, ...]:
+        """A marginal's grouped columns (without the moment attribute)."""
+        return tuple(c for c in marginal if c in self.columns)
 
     def _rows_by_set(self, result: Mapping[str, np.ndarray], count: int) -> dict[tuple[str, ...], np.ndarray]:
         """The result rows of each grouping set, by its ``GROUPING()`` values: one sort of the rows, not one
         scan of them per grouping set (a batch may have thousands)."""
         everything = np.arange(count, dtype=np.int64)
-        if not (len(self.sql_marginals) > 1 and self.counted_columns):
-            return {m: everything for m in self.sql_marginals}
+        if not (len(self.grouping_sets) > 1 and self.counted_columns):
+            return {m: everything for m in self.grouping_sets}
         ids = np.stack([np.asarray(np.ma.filled(result[name], -1), dtype=np.int64) for name in self.grouping_names], axis=1)
         found, inverse = np.unique(ids.reshape(count, -1), axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -413,7 +456,7 @@ class BoundedAggregation:
         starts = np.searchsorted(inverse[order], np.arange(len(found) + 1))
         by_id = {tuple(int(v) for v in key): order[starts[i] : starts[i + 1]] for i, key in enumerate(found)}
         empty = np.zeros(0, dtype=np.int64)
-        return {m: by_id.get(self.grouping_id(m), empty) for m in self.sql_marginals}
+        return {m: by_id.get(self.grouping_id(m), empty) for m in self.grouping_sets}
 
     def key_histogram(self, result: Mapping[str, np.ndarray]) -> KeyHistogram:
         """The keyed aggregation's result by raw key (the class docstring of :class:`KeyHistogram`).
@@ -467,10 +510,18 @@ class BoundedAggregation:
             valid = ~missing & (offsets >= 0) & (offsets < column.value_cells) & (offsets == np.floor(offsets))
             cells = np.where(valid, offsets, 0).astype(np.int64)
         else:
-            lookup = self._cell_lookup(name)
-            found = [None if m else lookup.get(python_value(v, self.column_types[name])) for v, m in zip(values, missing)]
-            valid = np.array([f is not None for f in found], dtype=bool)
-            cells = np.array([f or 0 for f in found], dtype=np.int64)
+            found = np.full(len(values), -1, dtype=np.int64)
+            present = ~missing
+            if present.any():  # each distinct value looked up once (a wide batch returns millions of rows)
+                try:
+                    distinct, inverse = np.unique(values[present], return_inverse=True)
+                except TypeError:  # values that do not sort (mixed types): looked up one by one
+                    distinct, inverse = values[present], np.arange(int(present.sum()))
+                lookup = self._cell_lookup(name)
+                mapped = np.array([lookup.get(python_value(v, self.column_types[name]), -1) for v in distinct], dtype=np.int64)
+                found[present] = mapped[inverse.reshape(-1)]
+            valid = found >= 0
+            cells = np.where(valid, found, 0)
         if column.nullable:
             cells = np.where(missing, column.null_cell, cells)
             valid = valid | missing

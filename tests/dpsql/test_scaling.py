@@ -190,6 +190,7 @@ def test_released_rows_stay_columns_until_read(adult_connection: dpsql.Connectio
     assert {type(v) for row in rows for v in row} <= {str, float, type(None)}  # plain values, never numpy scalars
     assert result.rows == rows and result.rows[-1] == rows[-1] and result.rows[1:4] == rows[1:4] and len(result.rows) == len(rows)
     assert repr(result.rows) == repr(rows) and lazy.errors == list(result.errors)
+    assert result.rows + result.rows[:1] == rows + rows[:1] and rows[:1] + result.rows == rows[:1] + rows  # a list's concatenation
 
 
 def test_noise_for_millions_of_cells_is_drawn_in_chunks_with_each_cell_s_own_scale() -> None:
