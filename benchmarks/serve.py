@@ -1,18 +1,23 @@
 """Per-statement latency through ``dpsql serve`` (psycopg over loopback) beside the same statements
-in-process, and throughput with 16 concurrent clients, on the demo's census table.
+in-process, and throughput under load — 16, 64 and 128 concurrent clients: statements per second,
+latency p50/p99 and the server's memory (RSS) — on the demo's census table.
 
 Both paths run the same statements with the same costs in one run, alternating: a GROUP BY, a
 filtered cross tabulation, a CUBE and a range-filtered count, each with a parameter that changes
 from repetition to repetition so every statement is measured afresh (none is answered from kept
 measurements). The server path is a psycopg connection using the extended protocol (Parse/Bind/
-Describe/Execute with a bound parameter), so it includes the server's Describe on the empty replica
+Describe/Execute with a bound parameter), so it includes the server's Describe (the pipeline's prepare)
 the first time a statement text is seen ("first_*" columns). "wire" is the median of the paired
 differences: what the protocol, the thread hand-off and the server's own handling add to a statement;
 "round trip" times a statement the server answers itself (the protocol alone). Throughput: 16 clients (psycopg connections,
-one thread each) against the server, beside 16 threads each with its own in-process connection. The
-server runs in its own process, as deployed.
+one thread each) against the server, beside 16 threads each with its own in-process connection. Load:
+16, 64 and 128 clients (each a psycopg connection on a thread of its own, connected before the clock
+starts) each send fresh small statements (the four above in turn, a new parameter each time), one
+after the other; the table gives statements per second over the whole run, each statement's latency
+(p50, p99) and the server process's resident memory after the run (and its peak). The server runs in
+its own process, as deployed. Machine load matters (2 cores shared): note ``uptime`` beside the figures.
 
-    python benchmarks/serve.py [--persons 20000] [--repeats 30] [--statements-per-client 25]
+    python benchmarks/serve.py [--persons 20000] [--repeats 30] [--statements-per-client 25] [--load-only]
 
 Prints a table and writes benchmarks/results/serve.csv.
 """
@@ -53,17 +58,18 @@ PASSWORD = "benchmark"
 
 
 @contextmanager
-def served(columns: dict[str, object]) -> Iterator[tuple[str, int]]:
+def served(columns: dict[str, object]) -> Iterator[tuple[str, int, int]]:
     """``dpsql serve`` in its own process (as deployed: no interpreter shared with the clients) on the
-    same table, written to Parquet; yields (host, port)."""
+    same table, written to Parquet, its ledger a file (charges fsynced as deployed); yields (host, port, pid)."""
     with tempfile.TemporaryDirectory() as directory:
         folder = Path(directory)
         pd.DataFrame(columns).to_parquet(folder / "census.parquet")
         (folder / "census.yaml").write_text(yaml.safe_dump(demo.DEMO_SCHEMA))
         budget = {"epsilon": BUDGET.epsilon, "delta": BUDGET.delta}
         analyst = {"password": hash_password(PASSWORD), "budget": budget, "default_epsilon": EPSILON}
-        config = {"tables": {"census": {"source": "census.parquet", "schema": "census.yaml"}}, "ledgers": "memory",
-                  "analysts": {"bench": analyst}, "workers": 16}
+        config = {"tables": {"census": {"source": "census.parquet", "schema": "census.yaml"}}, "ledgers": "ledgers",
+                  "analysts": {"bench": analyst}, "workers": 8,
+                  "limits": {"connections": 200, "statements_per_analyst": 8, "statement_seconds": 120}}
         (folder / "server.yaml").write_text(yaml.safe_dump(config))
         process = subprocess.Popen(
             [sys.executable, "-m", "dpsql.cli", "serve", "--config", str(folder / "server.yaml"), "--port", "0"],
@@ -74,7 +80,7 @@ def served(columns: dict[str, object]) -> Iterator[tuple[str, int]]:
             match = re.search(r"on ([\d.]+):(\d+)", banner)
             if match is None:
                 raise RuntimeError(f"the server did not start: {banner!r}")
-            yield match.group(1), int(match.group(2))
+            yield match.group(1), int(match.group(2)), process.pid
         finally:
             process.terminate()
             process.wait(timeout=60)
@@ -118,16 +124,27 @@ def latency_rows(columns: dict[str, object], host: str, port: int, repeats: int)
     return rows
 
 
-def throughput(clients: int, per_client: int, open_client: Callable[[], Callable[[str, tuple], object]]) -> float:
-    """Statements per second when ``clients`` threads each run ``per_client`` statements."""
-    runners = [open_client() for _ in range(clients)]
-    barrier = threading.Barrier(clients + 1)
+def timed_clients(runners: list[Callable[[str, tuple], object]], per_client: int, first: int = 0) -> tuple[float, list[float], list[str]]:
+    """Each runner on a thread of its own runs ``per_client`` fresh statements (the four above in turn, a
+    new parameter each), all starting together: the wall time, each statement's latency, and the
+    SQLSTATEs of the statements that failed."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(len(runners) + 1)
 
     def work(run: Callable[[str, tuple], object], offset: int) -> None:
         barrier.wait()
         for i in range(per_client):
             name, sql, parameter = STATEMENTS[(offset + i) % len(STATEMENTS)]
-            run(sql, (parameter(offset * per_client + i),))
+            started = time.perf_counter()
+            try:
+                run(sql, (parameter(first + offset * per_client + i),))
+            except psycopg.Error as error:
+                with lock:
+                    failures.append(str(error.sqlstate))
+            with lock:
+                latencies.append(time.perf_counter() - started)
 
     threads = [threading.Thread(target=work, args=(run, n)) for n, run in enumerate(runners)]
     for thread in threads:
@@ -136,7 +153,41 @@ def throughput(clients: int, per_client: int, open_client: Callable[[], Callable
     started = time.perf_counter()
     for thread in threads:
         thread.join()
-    return clients * per_client / (time.perf_counter() - started)
+    return time.perf_counter() - started, latencies, failures
+
+
+def throughput(clients: int, per_client: int, open_client: Callable[[], Callable[[str, tuple], object]]) -> float:
+    """Statements per second when ``clients`` threads each run ``per_client`` statements."""
+    elapsed, _, _ = timed_clients([open_client() for _ in range(clients)], per_client)
+    return clients * per_client / elapsed
+
+
+LOAD_LEVELS = ((16, 20), (64, 8), (128, 5))  # (clients, statements per client)
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """The process's resident memory now and at its peak, MiB (Linux /proc)."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def load_rows(host: str, port: int, pid: int) -> list[dict[str, object]]:
+    rows = []
+    for clients, per_client in LOAD_LEVELS:
+        connections = [psycopg.connect(f"host={host} port={port} user=bench password={PASSWORD} dbname=dpsql", autocommit=True)
+                       for _ in range(clients)]
+        runners = [lambda sql, parameters, c=c: c.execute(sql.replace("?", "%s"), parameters).fetchall() for c in connections]
+        elapsed, latencies, failures = timed_clients(runners, per_client, first=1000)
+        for connection in connections:
+            connection.close()
+        ordered = sorted(latencies)
+        rss, peak = rss_mib(pid)
+        rows.append({
+            "clients": clients, "statements": len(latencies), "failed": len(failures), "statements_per_s": len(latencies) / elapsed,
+            "p50_ms": 1000 * ordered[len(ordered) // 2], "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+            "rss_mib": rss, "peak_rss_mib": peak,
+        })
+    return rows
 
 
 def main() -> None:
@@ -144,9 +195,16 @@ def main() -> None:
     parser.add_argument("--persons", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--statements-per-client", type=int, default=25)
+    parser.add_argument("--load-only", action="store_true", help="only the 16/64/128-client load table")
     arguments = parser.parse_args()
     columns = demo.generate_census(arguments.persons, seed=0)
-    with served(columns) as (host, port):
+    print(f"machine load (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    if arguments.load_only:
+        with served(columns) as (host, port, pid):
+            load = load_rows(host, port, pid)
+        print_load(load)
+        return
+    with served(columns) as (host, port, pid):
         rows = latency_rows(columns, host, port, arguments.repeats)
 
         def served_client() -> Callable[[str, tuple], object]:
@@ -164,6 +222,7 @@ def main() -> None:
                 rows.append({"statement": f"throughput, {clients} client(s), {label}", "in_process_ms": "", "served_ms": "",
                              "wire_ms": "", "wire_p90_ms": "", "first_in_process_ms": "", "first_served_ms": "",
                              "statements_per_s": rate})
+        load = load_rows(host, port, pid)
     columns_out = ["statement", "in_process_ms", "served_ms", "wire_ms", "wire_p90_ms", "first_in_process_ms", "first_served_ms", "statements_per_s"]
     for row in rows:
         row.setdefault("statements_per_s", "")
@@ -172,6 +231,14 @@ def main() -> None:
           f"{arguments.repeats} repetitions per statement (medians, ms)")
     print_table(rows, columns_out, text)
     print(f"wrote {write_csv('serve.csv', rows, columns_out)}")
+    print_load(load)
+
+
+def print_load(load: list[dict[str, object]]) -> None:
+    columns = ["clients", "statements", "failed", "statements_per_s", "p50_ms", "p99_ms", "rss_mib", "peak_rss_mib"]
+    print(f"\nload: fresh small statements (epsilon = {EPSILON} each), every client on a connection of its own, {os.getloadavg()[0]:.2f} load after")
+    print_table(load, columns, lambda v: f"{v:.1f}" if isinstance(v, float) else str(v))
+    print(f"wrote {write_csv('serve_load.csv', load, columns)}")
 
 
 if __name__ == "__main__":

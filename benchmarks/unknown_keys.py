@@ -4,7 +4,8 @@ PUMS_10k (10,000 persons, one row each: ``PersonID`` is the privacy unit), 233 P
 domain, ``sex`` public (0/1): 466 (puma, sex) cells, total budget (ε, δ) = (1, 1e-5), TRIALS interleaved
 trials. For every configuration the table shows the mean absolute error of the released cells, of all
 466 cells (a cell not released reads 0), of the 233 PUMA totals, of the two ``(sex)`` totals and of the
-grand total, and how many cells were released. Configurations:
+grand total, how many cells were released, and how often dpsql's 95 % intervals (``confidence_interval``)
+hold the exact count, for the released cells and for the released PUMA totals. Configurations:
 
 * OpenDP (its Polars context, in a separate environment): one ``group_by(puma, sex).agg(len())`` — noisy
   counts, thresholded; PUMA, sex and grand totals summed by the user from the released cells.
@@ -39,40 +40,48 @@ import dpsql
 from results_io import number_text, print_table, write_csv
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent.parent / "shared" / "data" / "PUMS_10k.csv"
+DATA = Path(os.environ.get("DPSQL_BENCH_DATA", HERE.parent.parent / "shared" / "data")) / "PUMS_10k.csv"  # the repository sits beside shared/
 EPSILON, DELTA = 1.0, 1e-5
 SCHEMA = {"privacy_unit": "PersonID", "max_rows_per_unit": 1, "columns": {"sex": {"categories": [0, 1]}, "puma": "unknown"}}
 CUBE = "SELECT puma, sex, GROUPING(puma, sex) AS g, COUNT(*) FROM pums GROUP BY CUBE (puma, sex)"
 CELLS = "SELECT puma, sex, COUNT(*) FROM pums GROUP BY puma, sex"
 CELL_WEIGHT = 30.0
 
-Released = dict[str, object]  # cells {(puma, sex): n}, and the totals each configuration gives
+Released = dict[str, object]  # cells {(puma, sex): n}, the totals each configuration gives, dpsql's intervals
+Rows = list[tuple]  # released rows, each followed by its 95 % interval of the count (the last column)
 
 
-def run_statements(frame: pd.DataFrame, statements: list[tuple[str, float]], reuse: bool = True) -> list[list[tuple]]:
+def with_intervals(result: object) -> Rows:
+    """A result's rows, each with the 95 % interval of its count (its last column) appended."""
+    return [(*row, interval[-1]) for row, interval in zip(result.fetchall(), result.confidence_interval(0.95))]  # type: ignore[attr-defined]
+
+
+def run_statements(frame: pd.DataFrame, statements: list[tuple[str, float]], reuse: bool = True) -> list[Rows]:
     connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON, delta=DELTA), reuse=reuse)
     connection.register("pums", frame, schema=SCHEMA)
-    rows = [connection.cursor().execute(sql, epsilon=epsilon).fetchall() for sql, epsilon in statements]
+    rows = [with_intervals(connection.cursor().execute(sql, epsilon=epsilon)) for sql, epsilon in statements]
     connection.close()
     return rows
 
 
-def from_cells(cells: dict[tuple[int, int], float]) -> Released:
+def from_cells(cells: dict[tuple[int, int], float], intervals: dict[tuple[int, int], tuple[float, float]] | None = None) -> Released:
     """Totals summed from released cells (what a user of OpenDP or of a plain GROUP BY does)."""
     puma: dict[int, float] = {}
     sex: dict[int, float] = {}
     for (p, s), n in cells.items():
         puma[p] = puma.get(p, 0.0) + n
         sex[s] = sex.get(s, 0.0) + n
-    return {"cells": cells, "puma": puma, "sex": sex, "total": sum(cells.values())}
+    return {"cells": cells, "puma": puma, "sex": sex, "total": sum(cells.values()), "cell_intervals": intervals or {}, "puma_intervals": {}}
 
 
-def from_cube(rows: list[tuple]) -> Released:
+def from_cube(rows: Rows) -> Released:
     return {
-        "cells": {(p, s): n for p, s, g, n in rows if g == 0},
-        "puma": {p: n for p, s, g, n in rows if g == 1},
-        "sex": {s: n for p, s, g, n in rows if g == 2},
-        "total": next(n for p, s, g, n in rows if g == 3),
+        "cells": {(p, s): n for p, s, g, n, _ in rows if g == 0},
+        "puma": {p: n for p, s, g, n, _ in rows if g == 1},
+        "sex": {s: n for p, s, g, n, _ in rows if g == 2},
+        "total": next(n for p, s, g, n, _ in rows if g == 3),
+        "cell_intervals": {(p, s): i for p, s, g, _, i in rows if g == 0},
+        "puma_intervals": {p: i for p, s, g, _, i in rows if g == 1},
     }
 
 
@@ -81,7 +90,8 @@ def cube_once(frame: pd.DataFrame) -> Released:
 
 
 def cells_once(frame: pd.DataFrame) -> Released:
-    return from_cells({(p, s): n for p, s, n in run_statements(frame, [(CELLS, EPSILON)])[0]})
+    rows = run_statements(frame, [(CELLS, EPSILON)])[0]
+    return from_cells({(p, s): n for p, s, n, _ in rows}, {(p, s): i for p, s, _, i in rows})
 
 
 def two_steps(frame: pd.DataFrame) -> Released:
@@ -93,25 +103,31 @@ def weighted_batch(frame: pd.DataFrame) -> Released:
     connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON, delta=DELTA))
     connection.register("pums", frame, schema=SCHEMA)
     statements = [CELLS, "SELECT puma, COUNT(*) FROM pums GROUP BY puma", "SELECT sex, COUNT(*) FROM pums GROUP BY sex", "SELECT COUNT(*) FROM pums"]
-    cells, puma, sex, total = (r.fetchall() for r in connection.workload(statements, epsilon=EPSILON, weights=[CELL_WEIGHT, 1, 1, 1]))
+    cells, puma, sex, total = (with_intervals(r) for r in connection.workload(statements, epsilon=EPSILON, weights=[CELL_WEIGHT, 1, 1, 1]))
     connection.close()
+    return by_statement(cells, puma, sex, total)
+
+
+def by_statement(cells: Rows, puma: Rows, sex: Rows, total: Rows) -> Released:
+    """What the four grouping sets asked as four statements released."""
     return {
-        "cells": {(p, s): float(n) for p, s, n in cells},
-        "puma": {p: float(n) for p, n in puma},
-        "sex": {s: float(n) for s, n in sex},
+        "cells": {(p, s): float(n) for p, s, n, _ in cells},
+        "puma": {p: float(n) for p, n, _ in puma},
+        "sex": {s: float(n) for s, n, _ in sex},
         "total": float(total[0][0]),
+        "cell_intervals": {(p, s): i for p, s, _, i in cells},
+        "puma_intervals": {p: i for p, _, i in puma},
     }
 
 
 def per_query(frame: pd.DataFrame) -> Released:
     quarter = EPSILON / 4
-    cells, puma, sex, total = run_statements(
+    return by_statement(*run_statements(
         frame,
         [(CELLS, quarter), ("SELECT puma, COUNT(*) FROM pums GROUP BY puma", quarter), ("SELECT sex, COUNT(*) FROM pums GROUP BY sex", quarter),
          ("SELECT COUNT(*) FROM pums", quarter)],
         reuse=False,
-    )
-    return {"cells": {(p, s): n for p, s, n in cells}, "puma": dict(puma), "sex": dict(sex), "total": total[0][0]}
+    ))
 
 
 def opendp_trials(trials: int) -> tuple[list[Released], str] | None:
@@ -139,7 +155,16 @@ def errors(release: Released, exact: Released) -> dict[str, float]:
         "mae_sex_totals": float(np.mean([abs(release["sex"].get(s, 0.0) - n) for s, n in exact["sex"].items()])),  # type: ignore[union-attr]
         "error_grand_total": abs(float(release["total"]) - float(exact["total"])),  # type: ignore[arg-type]
         "cells_released": float(len(cells)),
+        "coverage_cells_95": coverage(release["cell_intervals"], truth),  # type: ignore[arg-type]
+        "coverage_puma_95": coverage(release["puma_intervals"], exact["puma"]),  # type: ignore[arg-type]
     }
+
+
+def coverage(intervals: dict[object, tuple[float, float]], truth: dict[object, float]) -> float:
+    """The share of released intervals that hold the exact count (NaN without intervals: a peer)."""
+    if not intervals:
+        return float("nan")
+    return float(np.mean([low <= truth.get(k, 0.0) <= high for k, (low, high) in intervals.items()]))
 
 
 def main(trials: int) -> list[dict[str, object]]:

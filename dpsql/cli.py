@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import dpsql
+from dpsql.frame_source import ERROR_SUFFIX, error_layout
 from dpsql import local_cli
 
 EXIT_BAD_INPUT = 2
@@ -126,17 +127,15 @@ def _connect(arguments: argparse.Namespace, ledger: Path) -> dpsql.Connection:
 
 
 def _print_rows(cursor: dpsql.Cursor, output_format: str) -> None:
-    names = [d[0] for d in cursor.description]
+    """The rows, each released column followed by its ``<column>_stderr`` (NULL where a row has none)."""
+    names = [str(d[0]) for d in cursor.description]
     rows = cursor.fetchall()
     errors = cursor.errors
-    error_names = [f"{n}_stderr" for n, e in zip(names, errors[0] if errors else ()) if e is not None]
-    records = [
-        list(row) + [e for e in error if e is not None]
-        for row, error in zip(rows, errors)
-    ]
-    header = names + error_names
+    layout = error_layout(cursor.description, errors)
+    header = [names[i] + ERROR_SUFFIX if is_error else names[i] for i, is_error in layout]
+    records = [[error[i] if is_error else row[i] for i, is_error in layout] for row, error in zip(rows, errors)]
     if output_format == "json":
-        print(json.dumps([dict(zip(header, record)) for record in records], indent=2))
+        print(json.dumps([dict(zip(header, record)) for record in records], indent=2, default=str))  # dates as ISO text
     elif output_format == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(header)

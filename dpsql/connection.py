@@ -22,6 +22,7 @@ from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.frames import FrameSource, ResultFrames
 from dpsql.result import Interval, ResultSet
 from dpsql.session import Session, Settings, Table
+from dpsql.sql.settings import setting_command
 
 
 class Connection(errors.ExceptionsOnConnection):
@@ -44,8 +45,10 @@ class Connection(errors.ExceptionsOnConnection):
         reuse: bool = True,
         non_negative: bool = False,
         selection_delta: float | None = None,
+        excluded_cells: str = "omit",
+        stderr_columns: bool = False,
     ) -> None:
-        settings = Settings(noise, default_epsilon, reuse, non_negative, selection_delta)
+        settings = Settings(noise, default_epsilon, reuse, non_negative, selection_delta, excluded_cells, stderr_columns)
         if budget is not None and not isinstance(budget, Budget):
             raise ProgrammingError("budget must be a dpsql.Budget(epsilon=..., delta=...)")
         if ledger is None and budget is None:
@@ -82,6 +85,20 @@ class Connection(errors.ExceptionsOnConnection):
     @selection_delta.setter
     def selection_delta(self, value: float | None) -> None:
         self._session.settings = dataclasses.replace(self._session.settings, selection_delta=value)
+
+    @property
+    def excluded_cells(self) -> str:
+        """``"omit"`` (default) or ``"zeros"``: whether GROUP BY cells the WHERE clause excludes are rows."""
+        return self._session.settings.excluded_cells
+
+    @property
+    def stderr_columns(self) -> bool:
+        """Whether every result carries ``<column>_stderr`` after each released column. Settable."""
+        return self._session.settings.stderr_columns
+
+    @stderr_columns.setter
+    def stderr_columns(self, value: bool) -> None:
+        self._session.settings = dataclasses.replace(self._session.settings, stderr_columns=value)
 
     # -- PEP 249 ------------------------------------------------------------------------------------
     def cursor(self) -> Cursor:
@@ -131,8 +148,13 @@ class Connection(errors.ExceptionsOnConnection):
     """DuckDB's other name for it: ``connection.sql("SELECT …", epsilon=0.5).df()``."""
 
     # -- dpsql extensions ---------------------------------------------------------------------------
-    def register(self, name: str, source: object = None, schema: object = None) -> None:
-        """Make a table queryable under ``name`` with its privacy ``schema``.
+    def register(self, name: str, source: object = None, schema: object = None, *, public: bool = False) -> None:
+        """Make a table queryable under ``name`` with its privacy ``schema``; ``name`` may be qualified
+        (``"PUMS.PUMS"``, ``"public.census"``), and statements may name it with or without the default schema.
+
+        ``public=True`` registers a *public* table instead (no schema: its rows are not protected): a file
+        (.csv, .tsv, .json, .parquet), a pandas or polars frame or an Arrow table, copied into the DuckDB
+        database that post-processes released rows, where statements may read and join it freely.
 
         ``source`` is a ``.csv``/``.tsv``/``.json``/``.parquet`` path, a pandas DataFrame, an Arrow
         table, or the name of an existing table/view of the backend's database (``None``: the table
@@ -140,7 +162,7 @@ class Connection(errors.ExceptionsOnConnection):
         read here; every declared domain value is cast to its column's type in the engine and refused,
         naming the column, if it does not cast.
         """
-        self._session.register(name, source, schema)
+        self._session.register(name, source, schema, public)
 
     def tables(self) -> dict[str, Table]:
         """The registered tables by name, each with its privacy schema and column types: public metadata
@@ -195,14 +217,15 @@ class Connection(errors.ExceptionsOnConnection):
         request = pipeline.batch_request(
             self._session, statements, parameters, weights, epsilon, rho, self._non_negative(non_negative), explain
         )
-        return pipeline.run(self._session, request)
+        results = pipeline.run(self._session, request)
+        return [r.with_error_columns() for r in results] if self.stderr_columns else results
 
-    def _non_negative(self, asked: bool | None) -> bool:
-        """A statement's ``non_negative=`` choice, the connection's default when not given."""
-        chosen = self.non_negative if asked is None else asked
-        if not isinstance(chosen, bool):
-            raise ProgrammingError(f"non_negative must be True or False, got {chosen!r}")
-        return chosen
+    def _non_negative(self, asked: bool | None) -> bool | None:
+        """A statement's ``non_negative=`` choice, checked (None: not given; the pipeline then reads the
+        statement's text, ``SET dpsql.non_negative`` and the connection's default)."""
+        if asked is not None and not isinstance(asked, bool):
+            raise ProgrammingError(f"non_negative must be True or False, got {asked!r}")
+        return asked
 
 
 class ResultCursor(ResultFrames):
@@ -235,7 +258,8 @@ class ResultCursor(ResultFrames):
 
     @property
     def description(self) -> tuple[tuple[object, ...], ...] | None:
-        return None if self._result is None else self._result.description
+        """PEP 249: None when no statement ran or the last one returns no rows (``SET dpsql.epsilon = …``)."""
+        return None if self._result is None or not self._result.description else self._result.description
 
     @property
     def rowcount(self) -> int:
@@ -261,8 +285,7 @@ class ResultCursor(ResultFrames):
         return self._check_result().confidence_interval(level)
 
     def _frame_source(self) -> FrameSource:
-        result = self._check_result()
-        return FrameSource(result.description, result.rows, result.errors, result.explanation)
+        return self._check_result()._frame_source()
 
     def callproc(self, procname: str, parameters: Sequence[object] = ()) -> None:
         raise NotSupportedError("stored procedures are not supported")
@@ -338,6 +361,12 @@ class Cursor(ResultCursor):
         super()._check_open()
         self.connection._session.check_open()
 
+    def _released(self, result: ResultSet | None) -> None:
+        """The released result, with ``<column>_stderr`` columns when the connection asks for them."""
+        if result is not None and self.connection.stderr_columns:
+            result = result.with_error_columns()
+        super()._released(result)
+
     def execute(
         self,
         operation: str,
@@ -346,14 +375,20 @@ class Cursor(ResultCursor):
         epsilon: float | None = None,
         rho: float | None = None,
         non_negative: bool | None = None,
+        **unexpected: object,
     ) -> Cursor:
         """Run one statement at privacy cost ``epsilon`` (or ``rho`` with Gaussian noise); ``EXPLAIN …``
         returns the plan as rows, reading and charging nothing. ``non_negative`` (default: the
         connection's): release answers of non-negative counts, free post-processing of the same
         measurement (:mod:`dpsql.nonnegative`); standard errors stay GLS's."""
+        _refuse_unexpected("execute", unexpected)
         self._check_open()
         self._released(None)
         session = self.connection._session
+        command = setting_command(operation)
+        if command is not None:  # SET / RESET / SHOW dpsql.*: the connection's default cost
+            self._released(pipeline.setting_result(session, command))
+            return self
         request = pipeline.execute_request(session, operation, parameters, epsilon, rho, self.connection._non_negative(non_negative))
         results = pipeline.run(session, request)
         self._released(results[0] if len(results) == 1 else _concatenated(results))
@@ -367,17 +402,28 @@ class Cursor(ResultCursor):
         epsilon: float | None = None,
         rho: float | None = None,
         non_negative: bool | None = None,
+        **unexpected: object,
     ) -> Cursor:
         """Run the statement once per parameter set — planned, read and charged as ONE batch costing the
         sum of the per-run costs (each run at ``epsilon``/``rho``); the rows of all runs are concatenated.
         ``seq_of_parameters`` may be any iterable (a list, a generator). Nothing is read or charged if the
         batch does not fit in the budget."""
+        _refuse_unexpected("executemany", unexpected)
         self._check_open()
         self._released(None)
         session = self.connection._session
         request = pipeline.many_request(session, operation, seq_of_parameters, epsilon, rho, self.connection._non_negative(non_negative))
         self._released(_concatenated(pipeline.run(session, request)))
         return self
+
+
+def _refuse_unexpected(method: str, unexpected: dict[str, object]) -> None:
+    """A keyword ``execute`` does not take is a ProgrammingError that names the ones it does (a Python
+    TypeError would escape the DB-API's exception classes)."""
+    if unexpected:
+        names = ", ".join(f"{name}=" for name in unexpected)
+        hint = " (δ is set on the connection: dpsql.Budget(delta=…), connect(selection_delta=…))" if "delta" in unexpected else ""
+        raise ProgrammingError(f"{method}() takes epsilon=, rho= and non_negative=, not {names}{hint}")
 
 
 def _concatenated(results: list[ResultSet]) -> ResultSet:
@@ -401,6 +447,8 @@ def connect(
     reuse: bool = True,
     non_negative: bool = False,
     selection_delta: float | None = None,
+    excluded_cells: str = "omit",
+    stderr_columns: bool = False,
 ) -> Connection:
     """Open a connection.
 
@@ -421,9 +469,14 @@ def connect(
     every query) instead of GLS ones, for statements that do not say ``non_negative=``; free post-
     processing, standard errors stay GLS's (see :mod:`dpsql.nonnegative`). ``selection_delta``: the δ
     one key selection (GROUP BY a column without declared domain) spends; default a tenth of the
-    budget's δ.
+    budget's δ. ``excluded_cells``: the GROUP BY cells a WHERE clause excludes (``WHERE state = 'CA' GROUP
+    BY state``: every other state) are known to be empty from the statement alone, so by default
+    (``"omit"``) they are not rows of the result; ``"zeros"`` keeps every cell of the declared domain,
+    those as exact zeros (COUNT and SUM 0 with error 0, other aggregates NULL). ``stderr_columns``
+    (default False): every result carries ``<column>_stderr`` right after each released column — for
+    tools that show only rows and columns (jupysql, pandas.read_sql); ``cursor.errors`` holds them anyway.
     """
     return Connection(
         database, backend=backend, budget=budget, ledger=ledger, noise=noise, default_epsilon=default_epsilon, reuse=reuse,
-        non_negative=non_negative, selection_delta=selection_delta,
+        non_negative=non_negative, selection_delta=selection_delta, excluded_cells=excluded_cells, stderr_columns=stderr_columns,
     )

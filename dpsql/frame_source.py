@@ -28,6 +28,7 @@ class FrameSource(NamedTuple):
     rows: Sequence[Row]
     errors: Sequence[Row]
     explanation: str | None = None
+    errors_shown: bool = False  # the rows already hold <column>_stderr columns (``ResultSet.with_error_columns``)
 
 
 def optional_module(name: str, purpose: str) -> ModuleType:
@@ -46,17 +47,24 @@ def error_columns(errors: Sequence[Row], width: int) -> list[int]:
     return [column for column in range(width) if any(error[column] is not None for error in errors)]
 
 
+def error_layout(description: Sequence[Sequence[object]], errors: Sequence[Row]) -> list[tuple[int, bool]]:
+    """The output columns with errors shown: ``(column, False)`` for each column, followed by ``(column,
+    True)`` — its ``<name>_stderr`` — when it carries an error in some row (chosen from every row, so the
+    layout does not depend on fetching)."""
+    carrying = set(error_columns(errors, len(description)))
+    return [entry for index in range(len(description)) for entry in ((index, False), (index, True))[: 1 + (index in carrying)]]
+
+
 def frame_columns(source: FrameSource, rows: Sequence[Row], errors: Sequence[Row], with_errors: bool) -> list[tuple[str, list[object]]]:
     """``(name, values)`` per output column; with ``with_errors`` each released column is followed by
-    ``<name>_stderr`` (the error columns are chosen from every row, so they do not depend on fetching)."""
+    ``<name>_stderr`` (:func:`error_layout`)."""
     names = [str(d[0]) for d in source.description]
-    carrying = set(error_columns(source.errors, len(names))) if with_errors else set()
-    columns: list[tuple[str, list[object]]] = []
-    for index, name in enumerate(names):
-        columns.append((name, [row[index] for row in rows]))
-        if index in carrying:
-            columns.append((name + ERROR_SUFFIX, [error[index] for error in errors]))
-    return columns
+    shown = with_errors and not source.errors_shown
+    layout = error_layout(source.description, source.errors) if shown else [(index, False) for index in range(len(names))]
+    return [
+        (names[index] + ERROR_SUFFIX, [error[index] for error in errors]) if is_error else (names[index], [row[index] for row in rows])
+        for index, is_error in layout
+    ]
 
 
 def interval_half_width(level: float) -> float:

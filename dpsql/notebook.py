@@ -58,7 +58,7 @@ def result_html(source: FrameSource) -> str:
     if _is_explain(source):
         return explain_html(source)
     names = [str(d[0]) for d in source.description]
-    carrying = set(error_columns(source.errors, len(names)))
+    carrying = set() if source.errors_shown else set(error_columns(source.errors, len(names)))
     header = "".join(f"<th style='{_CELL}'>{escape(n)}</th>" for n in names)
     body = []
     for index in _shown(len(source.rows)):

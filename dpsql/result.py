@@ -1,10 +1,13 @@
 """Released answers → a statement's result set: every group cell, the grouping-set layout, ORDER BY / LIMIT.
 
 Counts are released as floats: the consistent (least-squares) estimates are not integers, and rounding
-them would break consistency across cells and subtotals. Each count carries its standard error; group-key
-columns carry None in the errors. Every cell of a grouping set's GROUP BY domain is a row (zeros
-included), except the hidden remainder cell of a released key set; GROUP BY cells that the WHERE clause
-makes unreachable are exact zeros. Branches (grouping sets) fill the statement's columns by their layout
+them would break consistency across cells and subtotals; every released number is snapped to the
+shortest decimal within a relative 10⁻⁹ (:func:`clean_number`: no float residue). Each count carries its
+standard error; group-key columns carry None in the errors. Every cell of a grouping set's GROUP BY domain
+is a row (noisy zeros included), except the hidden remainder cell of a released key set and the cells the
+WHERE clause excludes: those are known to be empty from the statement and the schema alone (public), so
+they are not presented as measurements — unless the connection keeps them (``excluded_cells="zeros"``),
+as exact zeros. Branches (grouping sets) fill the statement's columns by their layout
 (a rolled-up column is NULL, ``GROUPING()`` a constant). HAVING, ORDER BY, OFFSET and LIMIT apply to the
 released rows (post-processing, free of privacy cost; hidden aggregates they use are dropped last); the
 order is total over values of any types, NULLs last in both directions, so ordering can never fail. Without ORDER BY, rows come branch by branch, each in domain
@@ -15,18 +18,21 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
 
 import numpy as np
 
-from dpsql.columns import Column, ColumnRows, Floats, Labels, Objects, Repeated, Row
+from dpsql.columns import Column, ColumnRows, Floats, Labels, Objects, Repeated, Row, clean_number
 from dpsql.errors import ProgrammingError
+from dpsql.frame_source import ERROR_SUFFIX, error_layout
 from dpsql.frames import FrameSource, ResultFrames
+from dpsql.schema import BinLabel
 from dpsql.sql.compile import CompiledQuery, ProductRows
 from dpsql.sql.grouping import Constant
+from dpsql.sql.literals import ColumnType
 from dpsql.sql.having import holds
 from dpsql.sql import quantiles
 from dpsql.sql.parse import Aggregate, GroupKey, Quantile
@@ -50,12 +56,14 @@ def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: floa
 
 
 def _interval(value: object, half_width: float) -> Interval:
-    """``value ± half_width``; a date quantile's error is in days: whole days, rounded outwards, and the
-    interval ends at the calendar's ends."""
+    """``value ± half_width``; a bin (a quantile answered with a bin's label) is its midpoint; a date
+    quantile's error is in days: whole days, rounded outwards, and the interval ends at the calendar's ends."""
+    if isinstance(value, BinLabel):
+        value = (value.low + value.high) / 2
     if isinstance(value, datetime.date):
         step = datetime.timedelta(days=half_width if isinstance(value, datetime.datetime) else math.ceil(half_width))
         return (_shifted(value, -step), _shifted(value, step))
-    return (float(value) - half_width, float(value) + half_width)  # type: ignore[arg-type]
+    return (clean_number(float(value) - half_width), clean_number(float(value) + half_width))  # type: ignore[arg-type]
 
 
 def _shifted(day: datetime.date, step: datetime.timedelta) -> datetime.date:
@@ -76,6 +84,7 @@ class ResultSet(ResultFrames):
     rows: Sequence[Row]  # a list, or columns read into rows on demand (dpsql.columns)
     errors: Sequence[Row]
     explained_by: object = ""  # the explanation, or an object rendering it when read (``str()``)
+    errors_shown: bool = False  # the rows hold <column>_stderr columns (:meth:`with_error_columns`)
 
     @cached_property
     def explanation(self) -> str:
@@ -98,8 +107,23 @@ class ResultSet(ResultFrames):
     def explained(self, text: object) -> ResultSet:
         return replace(self, explained_by=text)
 
+    def with_error_columns(self) -> ResultSet:
+        """The result with ``<column>_stderr`` right after each column that carries an error in some row —
+        the columns ``df(errors=True)`` adds — for tools that show only rows and columns (jupysql,
+        ``pandas.read_sql``, a SQL client). The added columns carry no error of their own."""
+        layout = error_layout(self.description, self.errors)
+        if len(layout) == len(self.description):
+            return self
+        description = tuple(
+            (f"{self.description[i][0]}{ERROR_SUFFIX}", NUMBER, None, None, None, None, True) if is_error else self.description[i]
+            for i, is_error in layout
+        )
+        rows = [tuple(error[i] if is_error else row[i] for i, is_error in layout) for row, error in zip(self.rows, self.errors)]
+        errors = [tuple(None if is_error else error[i] for i, is_error in layout) for error in self.errors]
+        return replace(self, description=description, rows=rows, errors=errors, errors_shown=True)
+
     def _frame_source(self) -> FrameSource:
-        return FrameSource(self.description, self.rows, self.errors, self.explanation)
+        return FrameSource(self.description, self.rows, self.errors, self.explanation, self.errors_shown)
 
 
 def statement_result(
@@ -108,15 +132,17 @@ def statement_result(
     values: Sequence[Sequence[np.ndarray]],
     variances: Sequence[Sequence[np.ndarray]],
     ranks: Sequence[RankVariances | None] | None = None,
+    keep_excluded: bool = False,
 ) -> ResultSet:
     """The result set of ``statement`` from each branch's compiled query and its products' answers (and,
-    per branch, the quantiles' rank variances when the plan gives them). Without HAVING, ORDER BY, LIMIT or
-    OFFSET the rows stay columns until read (:mod:`dpsql.columns`: a batch may release millions)."""
+    per branch, the quantiles' rank variances when the plan gives them). GROUP BY cells the WHERE clause
+    excludes are rows only with ``keep_excluded`` (module doc). Without HAVING, ORDER BY, LIMIT or OFFSET the
+    rows stay columns until read (:mod:`dpsql.columns`: a batch may release millions)."""
     shown = len(statement.names)
     branch_ranks = ranks if ranks is not None else [None] * len(compiled)
     parts, error_parts = [], []
     for branch, query, branch_values, branch_variances, rank in zip(statement.branches, compiled, values, variances, branch_ranks):
-        columns, error_columns = _branch_columns(query, branch_values, branch_variances, rank)
+        columns, error_columns = _branch_columns(query, branch_values, branch_variances, rank, keep_excluded)
         count = len(columns[0]) if columns else 0
         parts.append(tuple(Repeated(s.value, count) if isinstance(s, Constant) else columns[s] for s in branch.layout))
         error_parts.append(tuple(Repeated(None, count) if isinstance(s, Constant) else error_columns[s] for s in branch.layout))
@@ -136,14 +162,16 @@ def statement_result(
 
 
 def _branch_columns(
-    compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], ranks: RankVariances | None = None
+    compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], ranks: RankVariances | None = None,
+    keep_excluded: bool = False,
 ) -> tuple[list[Column], list[Column]]:
-    """One row per shown GROUP BY cell (hidden remainder cells left out), in domain order, as columns
-    (values, and their standard errors: None in key columns)."""
+    """One row per shown GROUP BY cell, in domain order, as columns (values, and their standard errors: None
+    in key columns): hidden remainder cells left out, and the cells the WHERE clause excludes unless
+    ``keep_excluded`` (they are known to be empty: not measurements). Numbers read clean (:func:`clean_number`)."""
     shape = compiled.group_shape
     cells = np.arange(compiled.group_cells)
     key_cells = np.unravel_index(cells, shape) if shape else ()
-    shown = np.ones(len(cells), dtype=bool)
+    shown = np.ones(len(cells), dtype=bool) if keep_excluded or not shape else ~compiled.structural_zeros.ravel()
     for position, column in enumerate(compiled.group_columns):
         hidden = compiled.group_domain(column).hidden_cells
         if hidden:
@@ -164,8 +192,8 @@ def _branch_columns(
             continue
         if isinstance(item, (Aggregate, Quantile)):
             released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs, ranks)
-            columns.append(Objects([released[i] for i in np.flatnonzero(shown)]))
-            error_columns.append(Objects([errors[i] for i in np.flatnonzero(shown)]))
+            columns.append(Objects([clean_number(released[i], errors[i]) for i in np.flatnonzero(shown)]))
+            error_columns.append(Objects([clean_number(errors[i]) for i in np.flatnonzero(shown)]))
             continue
         value = np.zeros(len(cells))
         variance = np.zeros(len(cells))
@@ -175,8 +203,9 @@ def _branch_columns(
             variance[flat] = variances[rows.index]
             zeros = compiled.structural_zeros.ravel()
             value[zeros], variance[zeros] = 0.0, 0.0
-        columns.append(Floats(value[shown]))
-        error_columns.append(Floats(np.sqrt(np.maximum(variance[shown], 0.0))))
+        error = np.sqrt(np.maximum(variance[shown], 0.0))
+        columns.append(Floats(value[shown], error))
+        error_columns.append(Floats(error))
     return columns, error_columns
 
 
@@ -223,42 +252,86 @@ def _aggregate_column(
         released, errors = encoding.released(item.function, block_values, block_variances)
     unreachable = compiled.structural_zeros.ravel() if rows is not None else np.ones(cells, dtype=bool)
     for cell in np.flatnonzero(unreachable):
-        released[cell], errors[cell] = (0.0, 0.0) if item.function == "SUM" else (None, None)
+        released[cell], errors[cell] = (0.0, 0.0) if item.function in ("SUM", "COUNT") else (None, None)
     return released, errors
 
 
-def _type_code(labels: Sequence[object]) -> object:
-    present = [v for v in labels if v is not None]
-    if present and all(isinstance(v, (datetime.date, datetime.datetime)) for v in present):
-        return DATETIME
-    if all(isinstance(v, (int, float)) for v in present):
-        return NUMBER
-    return STRING
+@dataclass(frozen=True)
+class OutputColumn:
+    """One column of a statement's result, known before anything is read: its name, the kind of its
+    values (``integer``, ``float``, ``text``, ``boolean``, ``date`` or ``timestamp``), whether it can be
+    NULL, and whether its values are released measurements carrying a standard error (not group keys
+    or ``GROUPING()`` constants)."""
+
+    name: str
+    kind: str
+    null_ok: bool
+    measured: bool
+
+    @property
+    def type_code(self) -> object:
+        """The PEP 249 type object of :attr:`kind`."""
+        return STRING if self.kind == "text" else DATETIME if self.kind in ("date", "timestamp") else NUMBER
 
 
-def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tuple[tuple[object, ...], ...]:
-    """PEP 249 ``description``: (name, type_code, display_size, internal_size, precision, scale, null_ok)."""
+def _value_kind(labels: Sequence[object], column_type: ColumnType | None) -> str:
+    """The kind of a column's values: from its declared (or released) values, else from its engine type
+    (a column whose keys are still to be selected), else ``float``."""
+    present = [v for v in labels if v is not None and isinstance(v, (bool, int, float, str, datetime.date))]
+    if present:
+        if all(isinstance(v, datetime.datetime) for v in present):
+            return "timestamp"
+        if all(isinstance(v, datetime.date) for v in present):
+            return "date" if not any(isinstance(v, datetime.datetime) for v in present) else "timestamp"
+        if all(isinstance(v, bool) for v in present):
+            return "boolean"
+        if all(isinstance(v, int) for v in present):
+            return "integer"
+        if all(isinstance(v, (int, float)) for v in present):
+            return "float"
+        return "text"
+    if column_type is None:
+        return "float" if not labels else "text"
+    return column_type.kind
+
+
+def output_columns(
+    statement: Statement, compiled: Sequence[CompiledQuery], column_types: Mapping[str, ColumnType] | None = None
+) -> tuple[OutputColumn, ...]:
+    """The result's columns from the compiled branches alone (``pipeline.describe``: nothing read).
+    ``column_types`` (the table's) type a column whose keys are not selected yet."""
+    types = column_types or {}
     described = []
     for position, name in enumerate(statement.names):
-        type_code: object = NUMBER
-        null_ok = False
+        kind, null_ok, measured, named = None, False, False, False
         for branch, query in zip(statement.branches, compiled):
             slot = branch.layout[position]
-            if isinstance(slot, Constant):
+            if isinstance(slot, Constant):  # a rolled-up column's NULL, or a GROUPING() mask
                 null_ok |= slot.value is None
                 continue
             item = query.query.select[slot]
             if isinstance(item, GroupKey):
+                if not named:  # a group column shown unaliased has the table's spelling (dpsql.sql.compile)
+                    name, named = item.name, True
                 column = query.group_domain(item.column)
-                type_code = _type_code(column.labels()[: column.value_cells])
+                kind = _value_kind(column.labels()[: column.value_cells], types.get(item.column))
                 null_ok |= column.nullable
             elif isinstance(item, Quantile):  # NULL for a group without rows; DISC, MIN, MAX show the column's values
                 column = query.columns[item.column]
-                if item.function != "PERCENTILE_CONT":
-                    type_code = _type_code(column.labels()[: column.value_cells])
-                null_ok = True
-        described.append((name, type_code, None, None, None, None, null_ok))
+                kind = "float" if item.function == "PERCENTILE_CONT" else _value_kind(column.labels()[: column.value_cells], types.get(item.column))
+                null_ok, measured = True, True
+            else:
+                kind, measured = "float", True
+                null_ok |= isinstance(item, Aggregate) and item.function not in ("SUM", "COUNT")
+        if kind is None:  # constants in every branch: GROUPING()
+            kind = "integer"
+        described.append(OutputColumn(name, kind, null_ok, measured))
     return tuple(described)
+
+
+def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tuple[tuple[object, ...], ...]:
+    """PEP 249 ``description``: (name, type_code, display_size, internal_size, precision, scale, null_ok)."""
+    return tuple((c.name, c.type_code, None, None, None, None, c.null_ok) for c in output_columns(statement, compiled))
 
 
 def _sort_value(value: object) -> tuple[int, object]:

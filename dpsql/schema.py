@@ -74,6 +74,22 @@ class _RemainderCell:
 
 
 REMAINDER = _RemainderCell()
+
+
+class BinLabel(str):
+    """A bin's label, ``'[lo, hi)'`` — a string like any label, that also knows its edges (``low``, ``high``):
+    a quantile answered with a bin has its interval in numbers."""
+
+    low: float
+    high: float
+
+    def __new__(cls, low: float, high: float) -> BinLabel:
+        label = super().__new__(cls, f"[{_fmt(low)}, {_fmt(high)})")
+        label.low, label.high = low, high
+        return label
+
+    def __reduce__(self) -> tuple[type[BinLabel], tuple[float, float]]:
+        return (BinLabel, (self.low, self.high))
 _COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds"}
 _SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
 _SHOWN = reprlib.Repr()  # what an error message shows of a declared value: bounded, whatever its depth
@@ -106,6 +122,16 @@ class ColumnDomain:
     values: tuple[Scalar, ...] = ()
     nullable: bool = False
     bounds: tuple[float, float] | None = None  # what SUM/AVG/VARIANCE/STDDEV clamp to
+    resolution: float | None = None  # the spacing the engine type puts values on (1: integers, 10^-s: DECIMAL(p, s)); None: none known
+
+    @property
+    def value_resolution(self) -> float | None:
+        """The spacing of the values SUM/AVG/VARIANCE/STDDEV read: 1 for an integer ``range`` (rows off the
+        integers are dropped), else the column type's (:attr:`resolution`, set at ``register()``); None
+        when the type allows any real value (DOUBLE, REAL) or is not known."""
+        if self.kind == "range" and not self.is_date_range:
+            return 1
+        return self.resolution
 
     @property
     def value_bounds(self) -> tuple[float, float] | None:
@@ -171,7 +197,7 @@ class ColumnDomain:
             declared = tuple(range_value(low, i) for i in range(self.value_cells))
         elif self.kind == "bins":
             edges = self.values
-            declared = tuple(f"[{_fmt(edges[i])}, {_fmt(edges[i + 1])})" for i in range(len(edges) - 1))
+            declared = tuple(BinLabel(edges[i], edges[i + 1]) for i in range(len(edges) - 1))  # type: ignore[arg-type]
         else:
             declared = ()
         return declared + ((None,) if self.nullable else ()) + ((REMAINDER,) if self.kind == "keys" else ())

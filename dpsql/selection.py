@@ -46,6 +46,7 @@ from planner import (
     marginal_for,
     row_norms2,
     row_norms2_over,
+    selected_errors,
     split,
 )
 
@@ -87,8 +88,10 @@ def too_many_cells(column: str) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
-def design(session: Session, table: Table, batch: CompiledBatch, column: str, privacy: planner.Privacy) -> Selection:
-    """The statement's selection (module doc), checked to be runnable for any data: nothing read."""
+def design(session: Session, table: Table, batch: CompiledBatch, column: str, privacy: planner.Privacy, delta: float | None = None) -> Selection:
+    """The statement's selection (module doc), checked to be runnable for any data: nothing read. ``delta``: the
+    δ it may spend (None: the connection's ``selection_delta``)."""
+    delta = session.selection_delta() if delta is None else delta
     workload = batch.workload
     assert workload is not None
     others = Domain(
@@ -99,10 +102,10 @@ def design(session: Session, table: Table, batch: CompiledBatch, column: str, pr
         raise NotSupportedError(too_many_cells(column))
     bounds = keys.KeyBounds.of(table.schema)
     try:
-        thresholded = _thresholded(session, table, workload, column, others, privacy, bounds)
+        thresholded = _thresholded(session, table, workload, column, others, privacy, bounds, delta)
         if thresholded is not None:
             return Selection(column, bounds, None, thresholded)
-        chosen = split(privacy, session.selection_delta(), bounds.max_groups_per_unit, table.schema.contributions, False)
+        chosen = split(privacy, delta, bounds.max_groups_per_unit, table.schema.contributions, False)
     except PartitionSelectionImpossibleError as error:
         raise ProgrammingError(f"GROUP BY {column!r}: {error}") from error
     except NoiseParameterError as error:
@@ -126,7 +129,8 @@ def _without(product: Product, column: str, domain: Domain) -> Product:
 
 
 def _thresholded(
-    session: Session, table: Table, workload: Workload, column: str, others: Domain, privacy: planner.Privacy, bounds: keys.KeyBounds
+    session: Session, table: Table, workload: Workload, column: str, others: Domain, privacy: planner.Privacy, bounds: keys.KeyBounds,
+    delta: float,
 ) -> ThresholdedDesign | None:
     """The thresholded design when every product groups by the column alone or sums over it, else None."""
     per_key, totals = [], []
@@ -153,7 +157,7 @@ def _thresholded(
             return weighted / (float(share.epsilon) ** 2 if share.is_laplace else float(share.rho))
 
     release = design_keyed_release(
-        privacy, session.selection_delta(), bounds.max_groups_per_unit, bounds.max_rows_per_group,
+        privacy, delta, bounds.max_groups_per_unit, bounds.max_rows_per_group,
         min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group), others.size, families, totals_error,
     )
     totals_plan = None
@@ -213,6 +217,24 @@ def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Re
     return Released(batch, plan.answer(measurement), len(picked.keys), plan)
 
 
+def _selected_variances(rule: KeyedRelease, workload: Workload, product: Product, full: np.ndarray, axis: int, values: np.ndarray) -> np.ndarray:
+    """Per row of a per-key product, the variance whose normal interval holds the row's confidence set given
+    that its key was released (``planner.selected_errors``); rows that are not plain sums of a key's cells
+    keep the noise variance. Every row lies within one key (the product is Identity on the key column), so
+    the key's noisy total per row is the row's answer over a table holding each key's total in every cell,
+    divided by the row's cell count (its answer over ones)."""
+    def answer(table: np.ndarray) -> np.ndarray:
+        return product.unweighted_answer(marginal_for(workload.domain, {workload.domain.attributes: table}, product.attributes))
+
+    cells = answer(np.ones_like(full))
+    totals = answer(np.broadcast_to(full.sum(axis=tuple(a for a in range(full.ndim) if a != axis), keepdims=True), full.shape))
+    norms = row_norms2_over(product, workload.domain.attributes)
+    plain = np.isclose(norms, cells)  # 0/1 rows: a sum of cells
+    key_totals = np.divide(totals, cells, out=np.zeros_like(totals, dtype=float), where=cells > 0)
+    errors = selected_errors(rule, values, np.where(plain, cells, 0), key_totals)
+    return np.where(plain, errors**2, rule.cell_variance * norms)
+
+
 def _remember(session: Session, prepared: Prepared, released: tuple[object, ...]) -> None:
     if released:  # an empty key set is not cached: a later statement selects afresh
         session.keys.put(prepared.table, prepared.keyed, released)  # type: ignore[arg-type]
@@ -230,7 +252,10 @@ def recompiled(prepared: Prepared, released: tuple[object, ...]) -> CompiledBatc
     schema = prepared.table.schema
     schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != column) + (keys.keys_domain(column, released),))
     request = prepared.request
-    return compile_batch(request.statements, request.weights, schema, tuple(prepared.table.column_types), row_limit=math.inf)
+    return compile_batch(
+        request.statements, request.weights, schema, tuple(prepared.table.column_types), row_limit=math.inf,
+        excluded_cells=prepared.batch.excluded_cells,
+    )
 
 
 def _full_table(histogram: KeyHistogram, domain: object, workload_domain: Domain, column: str) -> np.ndarray:
@@ -276,7 +301,7 @@ def _release_thresholded(session: Session, prepared: Prepared, chosen: Threshold
     for index in chosen.per_key:
         product = workload.products[index]
         values[index] = product.unweighted_answer(marginal_for(workload.domain, {workload.domain.attributes: full}, product.attributes))
-        variances[index] = rule.cell_variance * row_norms2_over(product, workload.domain.attributes)
+        variances[index] = _selected_variances(rule, workload, product, full, workload.domain.attributes.index(column), values[index])
     if chosen.totals_plan is not None:
         exact = keys.table_over_keys(histogram, domain).sum(axis=0)  # every row: the keys and the remainder
         plan = chosen.totals_plan

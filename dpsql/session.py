@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
@@ -25,11 +26,15 @@ from dpsql.bounded_tables import BoundedTables
 from dpsql.backends.dialects import engine_name
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.keys import ReleasedKeys
+from dpsql.post_processing import PublicEngine
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.literals import ColumnType, canonical_schema
+from dpsql.sql.parse import names_table
+from dpsql.sql.settings import TextCost
 from planner import MeasurementStore
 
 NOISE_FAMILIES = ("laplace", "gaussian")
+EXCLUDED_CELLS = ("omit", "zeros")
 PLAN_CACHE_SIZE = 64  # plans kept per session (least recently used evicted)
 MEMO_SIZE = 256  # results of Session.memoised kept per session
 _MISSING = object()
@@ -70,11 +75,15 @@ class Settings:
     reuse: bool = True
     non_negative: bool = False
     selection_delta: float | None = None
+    excluded_cells: str = "omit"  # GROUP BY cells the WHERE clause excludes: "omit" them, or show them as exact "zeros"
+    stderr_columns: bool = False  # every result carries <column>_stderr after each released column
 
     def __post_init__(self) -> None:
         if self.noise not in NOISE_FAMILIES:
             raise ProgrammingError(f"noise must be one of {NOISE_FAMILIES}, got {self.noise!r}")
-        for name in ("reuse", "non_negative"):
+        if self.excluded_cells not in EXCLUDED_CELLS:
+            raise ProgrammingError(f"excluded_cells must be one of {EXCLUDED_CELLS}, got {self.excluded_cells!r}")
+        for name in ("reuse", "non_negative", "stderr_columns"):
             if not isinstance(getattr(self, name), bool):
                 raise ProgrammingError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.default_epsilon is not None:
@@ -95,8 +104,10 @@ class Session:
         self.tables: dict[str, Table] = {}
         self.store = MeasurementStore()
         self.keys = ReleasedKeys()
+        self.said = TextCost(where="SET dpsql")  # the connection's ``SET dpsql.*`` settings (``dpsql.sql.settings``)
         self.bounded = BoundedTables(backend)
-        self._plans: OrderedDict[Hashable, planner.Plan] = OrderedDict()
+        self.public = PublicEngine()  # public tables and the shells over released rows (``dpsql.post_processing``)
+        self.plans = PlanCache()
         self._memo: OrderedDict[Hashable, object] = OrderedDict()
         self.closed = False
         if settings.noise == "gaussian" and ledger.budget.delta == 0:
@@ -114,15 +125,28 @@ class Session:
         if not self.closed:
             self.closed = True
             self.bounded.close()
+            self.public.close()
             self.backend.close()
             self.ledger.close()
 
     # -- tables ------------------------------------------------------------------------------------------
-    def register(self, name: str, source: object, schema: object) -> None:
-        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read)."""
+    def register(self, name: str, source: object, schema: object, public: bool = False) -> None:
+        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read); or, with
+        ``public``, copy a public table into the engine of shells (its rows are not protected)."""
         self.check_open()
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ProgrammingError(f"table name must be a plain identifier, got {name!r}")
+        if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")) or name.count(".") > 2:
+            raise ProgrammingError(
+                f"table name must be an identifier, optionally qualified (schema.table, catalog.schema.table), got {name!r}"
+            )
+        if public:
+            if schema is not None:
+                raise ProgrammingError(f"register({name!r}, ..., public=True) takes no schema: a public table's rows are not protected")
+            if name.lower() in self.tables:
+                raise ProgrammingError(f"{name!r} is a registered private table; give the public table another name")
+            self.public.register(name, source)
+            return
+        if name.lower() in self.public.tables:
+            raise ProgrammingError(f"{name!r} is a registered public table; give the private table another name")
         if schema is None:
             raise ProgrammingError(f"register({name!r}, ...) needs schema=: a dict, YAML or JSON (see dpsql.schema)")
         parsed = Schema.load(schema)  # type: ignore[arg-type]
@@ -141,10 +165,10 @@ class Session:
 
     def _relation_for(self, name: str, source: object) -> str:
         if source is None:
-            return name
+            return name.split(".")[-1]  # the engine's table of that name (its current schema)
         if isinstance(source, str) and not Path(source).suffix and self.backend.has_relation(source):  # type: ignore[attr-defined]
             return source
-        relation = f"__dpsql_{name}"
+        relation = f"__dpsql_{name.replace('.', '__')}"
         self.backend.register(relation, source)  # type: ignore[attr-defined]
         return relation
 
@@ -159,20 +183,44 @@ class Session:
                 f"are {list(types)}"
             )
 
+    def public_names(self) -> frozenset[str]:
+        """The registered public tables' names, lower case (statements read them in their shells)."""
+        return frozenset(self.public.tables)
+
     def table(self, name: str) -> Table:
+        """The registered table a statement names: by its registered name, qualified or not (case-insensitive, as
+        DuckDB and unquoted PostgreSQL names), a name qualified by the default schema (``public.t``, ``main.t``,
+        ``<catalog>.main.t``), or the unqualified end of one registered qualified name (``t`` for ``s.t``)."""
         found = self.tables.get(name.lower())
-        if found is None:
-            raise ProgrammingError(
-                f"FROM: unknown table {name!r}; use a registered table {sorted(t.name for t in self.tables.values())} "
-                "or register one with connection.register(name, source, schema=...)"
-            )
-        return found
+        if found is not None:
+            return found
+        path = tuple(name.lower().split("."))
+        matches = [table for key, table in self.tables.items() if names_table(path, tuple(key.split(".")))]
+        if len(matches) == 1:
+            return matches[0]
+        registered = sorted(t.name for t in self.tables.values())
+        if matches:
+            raise ProgrammingError(f"FROM: table {name!r} could be any of {sorted(t.name for t in matches)}; qualify it")
+        raise ProgrammingError(
+            f"FROM: unknown table {name!r}; use a registered table {registered} "
+            "or register one with connection.register(name, source, schema=...)"
+        )
 
     # -- costs and plans ---------------------------------------------------------------------------------
-    def cost(self, epsilon: float | None, rho: float | None) -> Cost | None:
-        """The cost a statement asks for (``epsilon=``, ``rho=`` or the default); None when none is given."""
+    def cost(self, epsilon: float | None, rho: float | None, said: TextCost = TextCost()) -> Cost | None:
+        """The cost a statement asks for: ``epsilon=`` or ``rho=`` of the call, else what its text ``said``
+        (``dpsql.sql.settings``), else the connection's ``SET dpsql.*``, else the default; None when none is given."""
         if epsilon is not None and rho is not None:
             raise ProgrammingError("give the statement's cost as epsilon= or rho=, not both")
+        if epsilon is None and rho is None:
+            chosen = said.before(self.said)
+            epsilon, rho = chosen.epsilon, chosen.rho
+        elif said.given and (said.epsilon, said.rho) != (epsilon, rho):
+            raise ProgrammingError(
+                f"the statement's cost is given twice, differently: {said.where} says "
+                f"{'epsilon' if said.epsilon is not None else 'rho'}={said.epsilon if said.epsilon is not None else said.rho}, "
+                f"the call {'epsilon' if epsilon is not None else 'rho'}={epsilon if epsilon is not None else rho}; give it once"
+            )
         if rho is not None:
             if self.settings.noise != "gaussian":
                 raise ProgrammingError("rho= is for Gaussian noise: connect(..., noise='gaussian'); use epsilon= here")
@@ -193,7 +241,7 @@ class Session:
     def plan(self, workload: planner.Workload, privacy: planner.Privacy, contributions: int) -> planner.Plan:
         """``planner.plan``, memoised (a plan depends only on public inputs), with planner errors as dpsql's."""
         key = (workload, privacy, contributions)
-        cached = self._plans.pop(key, None)
+        cached = self.plans.get(key)
         if cached is None:
             try:
                 cached = planner.plan(workload, privacy, contributions=contributions, progress=progress.bar("planning", unit="family", delay=2.0))
@@ -201,9 +249,7 @@ class Session:
                 raise NotSupportedError(f"the statement's workload is too large to plan: {error}") from error
             except (ValueError, TypeError, ArithmeticError) as error:
                 raise ProgrammingError(f"cannot plan the statement: {error}") from error
-        self._plans[key] = cached
-        while len(self._plans) > PLAN_CACHE_SIZE:
-            self._plans.popitem(last=False)
+            self.plans.put(key, cached)
         return cached
 
     def memoised(self, kind: str, inputs: object, compute: Callable[[], T]) -> T:
@@ -222,6 +268,30 @@ class Session:
         while len(self._memo) > MEMO_SIZE:
             self._memo.popitem(last=False)
         return found  # type: ignore[return-value]
+
+
+class PlanCache:
+    """Plans by (workload, privacy, contributions), least recently used evicted; safe to share between
+    sessions on several threads (``dpsql serve`` gives all connections of one analyst one cache): a plan
+    is a pure function of public inputs."""
+
+    def __init__(self, size: int = PLAN_CACHE_SIZE) -> None:
+        self.size = size
+        self._plans: OrderedDict[Hashable, planner.Plan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> planner.Plan | None:
+        with self._lock:
+            found = self._plans.pop(key, None)
+            if found is not None:
+                self._plans[key] = found
+            return found
+
+    def put(self, key: Hashable, plan: planner.Plan) -> None:
+        with self._lock:
+            self._plans[key] = plan
+            while len(self._plans) > self.size:
+                self._plans.popitem(last=False)
 
 
 def _frozen(value: object) -> Hashable:

@@ -14,7 +14,8 @@ Registered as ``dpsql`` through the ``sqlalchemy.dialects`` entry point::
 The URL: the database part is an optional DuckDB file (``dpsql:///warehouse.duckdb``); the query
 holds ``connect()``'s arguments — ``ledger``, ``epsilon`` and ``delta`` (the total budget),
 ``default_epsilon`` (the cost of a statement that names none), ``noise``, ``reuse``,
-``non_negative`` — and optionally one table to register: ``data`` (a file), ``schema`` (its YAML or
+``non_negative``, ``excluded_cells``, ``stderr_columns`` (``true``: each released column is followed by
+``<column>_stderr``, so jupysql and ``pandas.read_sql`` show the errors) — and optionally one table to register: ``data`` (a file), ``schema`` (its YAML or
 JSON) and ``table`` (default: the data file's stem). More tables:
 ``connect_args={"tables": {"adult": ("adult.csv", "adult.yaml"), ...}}``.
 
@@ -46,8 +47,8 @@ from dpsql.schema import ColumnDomain
 
 COST_OPTIONS = {"dpsql_epsilon": "epsilon", "dpsql_rho": "rho", "dpsql_non_negative": "non_negative"}
 _NUMBERS = ("epsilon", "delta", "default_epsilon")
-_FLAGS = ("reuse", "non_negative")
-_TEXT = ("ledger", "noise", "data", "schema", "table")
+_FLAGS = ("reuse", "non_negative", "stderr_columns")
+_TEXT = ("ledger", "noise", "excluded_cells", "data", "schema", "table")
 _ENGINE_TYPES = {
     "VARCHAR": types.String, "TEXT": types.String, "STRING": types.String, "BOOLEAN": types.Boolean,
     "TINYINT": types.Integer, "SMALLINT": types.Integer, "INTEGER": types.Integer, "BIGINT": types.BigInteger,
@@ -88,7 +89,7 @@ def connect_arguments(database: str | None, query: Mapping[str, str | Sequence[s
     if "default_epsilon" in values:
         arguments["default_epsilon"] = _number("default_epsilon", values["default_epsilon"])
     arguments.update({key: _flag(key, values[key]) for key in _FLAGS if key in values})
-    arguments.update({key: values[key] for key in ("ledger", "noise") if key in values})
+    arguments.update({key: values[key] for key in ("ledger", "noise", "excluded_cells") if key in values})
     if "data" in values or "schema" in values:
         if not ("data" in values and "schema" in values):
             raise ProgrammingError("the URL registers a table with both data= (a file) and schema= (its YAML or JSON)")

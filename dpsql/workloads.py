@@ -32,6 +32,7 @@ from dpsql.sql.compile import MAX_RELEASED_ROWS, CellFilter, CompiledQuery, Deri
 from dpsql.sql.distinct_units import DistinctUnits, for_batch
 from dpsql.sql.moments import ValueEncoding, encoding_for
 from dpsql.sql.quantiles import rank_block
+from dpsql.sql.parse import MEASURED
 from dpsql.sql.statement import Statement
 from planner import Domain, Factor, Product, Workload
 
@@ -56,6 +57,12 @@ class CompiledBatch:
     own_products: tuple[Product, ...]  # each merged product as its branch compiled it (its row order)
     encoding: ValueEncoding | None = None  # the aggregated column's moment cells (``dpsql.sql.moments``)
     distinct: DistinctUnits | None = None  # COUNT(DISTINCT unit): (unit, group cell) pairs are counted, not rows
+    excluded_cells: str = "omit"  # GROUP BY cells the WHERE clause excludes: omitted from the rows, or exact "zeros"
+
+    @functools.cached_property
+    def measures(self) -> bool:
+        """Whether some statement asks for a measured value (not only group keys)."""
+        return any(isinstance(item, MEASURED) for s in self.statements for b in s.branches for item in b.query.select)
 
     @property
     def scale(self) -> int:
@@ -130,7 +137,12 @@ class CompiledBatch:
                 per_branch_values.append(values[first : first + count])
                 per_branch_variances.append(variances[first : first + count])
                 per_branch_ranks.append(None if variances_of is None else functools.partial(self._rank_variances, variances_of, first))
-            results.append(statement_result(compiled.statement, compiled.branches, per_branch_values, per_branch_variances, per_branch_ranks))
+            results.append(
+                statement_result(
+                    compiled.statement, compiled.branches, per_branch_values, per_branch_variances, per_branch_ranks,
+                    keep_excluded=self.excluded_cells == "zeros",
+                )
+            )
         return results
 
     def _rank_variances(self, variances_of: Callable[[Product], np.ndarray | None], first: int, index: int, column: str, fraction: float) -> np.ndarray | None:
@@ -156,10 +168,12 @@ def compile_batch(
     table_columns: Sequence[str],
     masks_only: bool = False,
     row_limit: float = MAX_RELEASED_ROWS,
+    excluded_cells: str = "omit",
 ) -> CompiledBatch:
     """Compile every branch of every statement against ``schema`` and merge them (see the module doc).
     More than ``row_limit`` GROUP BY cells in all is refused; a batch recompiled over released keys after
-    the charge passes ``math.inf`` (nothing may fail there, and the keys' number is the data's)."""
+    the charge passes ``math.inf`` (nothing may fail there, and the keys' number is the data's).
+    ``excluded_cells`` says whether the results show the GROUP BY cells the WHERE clause excludes."""
     distinct = for_batch(statements, schema, table_columns)
     encoding = encoding_for([b.query for s in statements for b in s.branches], schema, table_columns)
     compiled, rows_left = [], row_limit
@@ -189,7 +203,7 @@ def compile_batch(
         merged_statements.append(CompiledStatement(statement, tuple(branches), tuple(firsts), weight))
     workload = Workload(domain, tuple(products)) if products else None
     row_filters = flat[0].row_filters if filters_in_sql and flat else ()
-    return CompiledBatch(tuple(merged_statements), workload, row_filters, tuple(own), encoding, distinct)
+    return CompiledBatch(tuple(merged_statements), workload, row_filters, tuple(own), encoding, distinct, excluded_cells)
 
 
 def _filter_key(cell_filter: CellFilter) -> tuple[object, ...]:

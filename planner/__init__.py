@@ -13,6 +13,7 @@ from planner.noise import NoiseParameterError, discrete_gaussian, discrete_lapla
 from planner.partition import PartitionSelection, PartitionSelectionImpossibleError
 from planner.recovery import helmert_basis, nonnegative_fit
 from planner.select import BoundUnavailableError
+from planner.selected_intervals import selected_errors
 from planner.selection_split import SelectionSplit, split
 from planner.store import MeasurementStore
 from planner.strategies.base import Answers, Measurement
@@ -54,5 +55,6 @@ __all__ = [
     "plan",
     "row_norms2",
     "row_norms2_over",
+    "selected_errors",
     "split",
 ]

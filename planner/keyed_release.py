@@ -82,7 +82,7 @@ EXACT_MAX_SUPPORT = 200_000  # per-draw support beyond which the Chernoff bound 
 TRUNCATION = 1e-18  # law mass a per-draw support may leave out (added back to the tail, conservatively)
 
 
-def _draw_law(privacy: Privacy, parameter: float) -> tuple[np.ndarray, float] | None:
+def draw_law(privacy: Privacy, parameter: float) -> tuple[np.ndarray, float] | None:
     """One draw's probabilities on ``−L..L`` and the mass beyond (an upper bound), or None if too wide."""
     if privacy.is_laplace:
         q = math.exp(-1.0 / parameter)
@@ -106,7 +106,7 @@ def sum_tail(privacy: Privacy, parameter: float, count: int, excess: float) -> f
     rounding), else Chernoff's bound (:func:`laplace_sum_tail`, :func:`gaussian_sum_tail`)."""
     if excess <= 0:
         return 1.0
-    law = _draw_law(privacy, parameter) if count <= EXACT_MAX_CELLS else None
+    law = draw_law(privacy, parameter) if count <= EXACT_MAX_CELLS else None
     if law is None:
         return laplace_sum_tail(parameter, count, excess) if privacy.is_laplace else gaussian_sum_tail(parameter, count, excess)
     from scipy.signal import fftconvolve

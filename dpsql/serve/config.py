@@ -38,7 +38,8 @@ DUCKDB_SUFFIXES = (".duckdb", ".db")
 DEFAULT_PORT = 5433
 DEFAULT_WORKERS = 8
 
-_TOP_KEYS = {"host", "port", "tls", "ledgers", "tables", "groups", "analysts", "workers"}
+_TOP_KEYS = {"host", "port", "tls", "ledgers", "tables", "groups", "analysts", "workers", "limits"}
+_LIMIT_KEYS = {"connections", "statements_per_analyst", "statement_seconds", "login_seconds"}
 _TABLE_KEYS = {"source", "table", "schema"}
 _ANALYST_KEYS = {"password", "budget", "group", "noise", "default_epsilon"}
 _GROUP_KEYS = {"budget"}
@@ -79,6 +80,16 @@ class Analyst:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What keeps one analyst or client from stalling the others (docs/serve.md, "Limits")."""
+
+    connections: int = 100  # open client connections, logged in or not; more are refused (53300)
+    statements_per_analyst: int = 2  # of one analyst's statements, how many run at once (the rest wait)
+    statement_seconds: float = 60.0  # a statement not charged by then is stopped, uncharged (57014)
+    login_seconds: float = 15.0  # a connection not logged in by then is closed
+
+
+@dataclass(frozen=True)
 class TLSConfig:
     certificate: Path
     key: Path
@@ -93,6 +104,7 @@ class ServeConfig:
     port: int = DEFAULT_PORT
     tls: TLSConfig | None = None
     workers: int = DEFAULT_WORKERS
+    limits: Limits = Limits()
 
     @classmethod
     def load(cls, path: str | Path) -> ServeConfig:
@@ -132,6 +144,7 @@ class ServeConfig:
             port=_port(top.get("port", DEFAULT_PORT)),
             tls=None if tls is None else _tls(tls, base),
             workers=_positive_int(top.get("workers", DEFAULT_WORKERS), "workers"),
+            limits=_limits(top.get("limits", {})),
         )
 
 
@@ -219,6 +232,17 @@ def _tls(spec: object, base: Path) -> TLSConfig:
     if set(spec) != _TLS_KEYS:
         raise ProgrammingError("tls: give both certificate and key (PEM file paths)")
     return TLSConfig(base / str(spec["certificate"]), base / str(spec["key"]))
+
+
+def _limits(spec: object) -> Limits:
+    spec = _known(_mapping(spec, "limits"), _LIMIT_KEYS, "limits")
+    default = Limits()
+    return Limits(
+        connections=_positive_int(spec.get("connections", default.connections), "limits.connections"),
+        statements_per_analyst=_positive_int(spec.get("statements_per_analyst", default.statements_per_analyst), "limits.statements_per_analyst"),
+        statement_seconds=_number(spec.get("statement_seconds", default.statement_seconds), "limits.statement_seconds"),
+        login_seconds=_number(spec.get("login_seconds", default.login_seconds), "limits.login_seconds"),
+    )
 
 
 def _port(value: object) -> int:

@@ -23,21 +23,23 @@ import ssl
 import struct
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from pg_mimic import AuthPlugin, PgServer, messages
-from pg_mimic.connection import Connection
 from pg_mimic.stream import ConnectionClosed, PgStream
 from pg_mimic.types import unpack_int32
 
 import dpsql
 from dpsql.serve.config import Analyst, ServeConfig
 from dpsql.serve.passwords import MECHANISM, ScramExchange, decoy_verifier
-from dpsql.serve.session import AnalystSession
+from dpsql.serve.catalog import Catalog
+from dpsql.serve.protocol import ADMIN_SHUTDOWN, ClientConnection, handle
 from dpsql.serve.sqlstate import PROTOCOL_VIOLATION
 from dpsql.serve.tables import Tables
+from dpsql.session import PlanCache
 
 log = logging.getLogger("dpsql.serve")
 
@@ -47,10 +49,15 @@ MAX_STARTUP_BYTES = 10_000
 SHUTDOWN_GRACE_SECONDS = 30.0
 _FRONTEND_TAGS = frozenset(b"QPBDECSHXpdcf")
 SERVER_VERSION = "16.0 (dpsql)"
+VERSION = (
+    "PostgreSQL 16.0 (dpsql serve: differentially private SQL; SELECT with COUNT, SUM, AVG, VARIANCE, STDDEV, "
+    "MEDIAN and other quantiles, GROUP BY, CUBE/ROLLUP/GROUPING SETS, HAVING, ORDER BY/LIMIT)"
+)
 
 
 class Service:
-    """What every session shares: the tables, the analysts and their ledgers, the thread pool."""
+    """What every session shares: the tables, their catalog, the analysts and their ledgers, the thread
+    pool and each analyst's share of it, the failed-login back-off."""
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
@@ -59,10 +66,14 @@ class Service:
         self.ledgers = Path(self._temporary) if config.ledgers is None else config.ledgers
         self.ledgers.mkdir(parents=True, exist_ok=True)
         self.tables = Tables(config.tables)
-        self.catalog = self.tables.catalog()
+        self.catalog = Catalog(self.tables.catalog_tables(), VERSION)
         self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="dpsql-serve")
         self.secret = secrets.token_bytes(32)  # for the decoy verifiers of unknown user names
-        self.sessions: set[AnalystSession] = set()
+        self.sessions: set[Any] = set()
+        self.throttle = LoginThrottle()
+        self.draining = False
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self.plans: dict[str, PlanCache] = {name: PlanCache() for name in self.analysts}  # one cache per analyst
         try:
             self._check_ledgers()
         except BaseException:
@@ -71,6 +82,13 @@ class Service:
 
     def ledger_path(self, analyst: Analyst) -> str:
         return str(self.ledgers / f"{analyst.ledger}.ledger")
+
+    def slots(self, analyst: str) -> asyncio.Semaphore:
+        """The analyst's share of the pool: ``limits.statements_per_analyst`` jobs at once."""
+        found = self._slots.get(analyst)
+        if found is None:
+            found = self._slots[analyst] = asyncio.Semaphore(self.config.limits.statements_per_analyst)
+        return found
 
     def _check_ledgers(self) -> None:
         """Open every ledger once (constant time each): a ledger created with another budget, or one that does
@@ -83,8 +101,48 @@ class Service:
     def close(self) -> None:
         self.executor.shutdown(wait=True)
         self.tables.close()
+        self.catalog.close()
         if self._temporary is not None:
             shutil.rmtree(self._temporary, ignore_errors=True)
+
+
+class LoginThrottle:
+    """Failed logins slow the next attempts of the same user name and from the same address: the n-th
+    failure in a row makes the next attempt wait ``BASE_SECONDS·2^(n−1)`` (at most ``MAX_SECONDS``);
+    a success, or ``FORGET_SECONDS`` without failure, clears it."""
+
+    BASE_SECONDS = 0.1
+    MAX_SECONDS = 8.0
+    FORGET_SECONDS = 600.0
+
+    def __init__(self) -> None:
+        self._failures: dict[str, tuple[int, float]] = {}
+
+    def delay(self, user: str, address: str) -> float:
+        now = time.monotonic()
+        waits = [0.0]
+        for key in (f"user:{user}", f"address:{address}"):
+            count, last = self._failures.get(key, (0, 0.0))
+            if count and now - last < self.FORGET_SECONDS:
+                waits.append(min(self.MAX_SECONDS, self.BASE_SECONDS * 2 ** (count - 1)) - (now - last))
+        return max(waits)
+
+    async def wait(self, user: str, address: str) -> None:
+        delay = self.delay(user, address)
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def failed(self, user: str, address: str) -> None:
+        now = time.monotonic()
+        for key in (f"user:{user}", f"address:{address}"):
+            count, last = self._failures.get(key, (0, 0.0))
+            self._failures[key] = ((count if now - last < self.FORGET_SECONDS else 0) + 1, now)
+        if len(self._failures) > 100_000:  # bounded memory under a flood of names
+            self._failures.clear()
+
+    def succeeded(self, user: str, address: str) -> None:
+        self._failures.pop(f"user:{user}", None)
+        self._failures.pop(f"address:{address}", None)
 
 
 class ScramAuthentication(AuthPlugin):
@@ -147,59 +205,60 @@ class BoundedStream(PgStream):
             raise ConnectionClosed(message)
 
 
-class AnalystConnection(Connection):
-    """pg-mimic's connection, with the session opened (the analyst's ledger and tables) between
-    authentication and the first ReadyForQuery, so a client is told it is connected only once it can
-    be served — or gets the FATAL error saying why not."""
-
-    async def run(self) -> None:
-        try:
-            if not await self._authenticate():
-                return
-            self.session._connection = self  # type: ignore[attr-defined]
-            await self.session.init(self)
-            await self._send_startup_completion()
-            await self._command_loop()
-        except ConnectionClosed:
-            pass
-        finally:
-            try:
-                await self.session.close()
-            finally:
-                await self.stream.close()
-
-
 class DpsqlPgServer(PgServer):
     """pg-mimic's server with TLS (SSLRequest → ``S`` and a TLS handshake; plain connections refused
-    when TLS is configured) and :class:`BoundedStream` framing. It overrides pg-mimic's connection
-    start-up (``_handle_client``/``_negotiate_startup``), which is why pg-mimic's version is pinned."""
+    when TLS is configured), :class:`BoundedStream` framing, a cap on open connections and
+    :mod:`dpsql.serve.protocol` for each connection. It overrides pg-mimic's connection start-up
+    (``_handle_client``), which is why pg-mimic's version is pinned."""
 
     def __init__(self, service: Service, tls: ssl.SSLContext | None) -> None:
-        super().__init__(
-            session_factory=lambda: AnalystSession(service),
-            auth_plugin_factory=lambda username: ScramAuthentication(service),
-            server_version=SERVER_VERSION,
-        )
+        super().__init__(session_factory=lambda: None, server_version=SERVER_VERSION)  # type: ignore[arg-type,return-value]
+        self.service = service
+        self.authenticator = ScramAuthentication(service)
         self.tls = tls
-        self.parameter_status["application_name"] = ""
+        self.connections: dict[int, ClientConnection] = {}
+        self.open = 0  # sockets accepted and not yet closed, logged in or not
 
     async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = BoundedStream(reader, writer)
+        limits = self.service.config.limits
+        self.open += 1
         try:
-            startup = await self._negotiate_startup(stream)
-        except (ConnectionClosed, ConnectionError, ssl.SSLError, ValueError, IndexError, struct.error, UnicodeDecodeError) as error:
-            log.debug("connection start-up failed: %r", error)
-            return
-        if startup is None:
-            return
-        session = self.session_factory()
-        pid = self._allocate_pid()
-        connection = AnalystConnection(stream, session, self, pid, struct.unpack("!i", os.urandom(4))[0], startup)  # type: ignore[arg-type]
-        self._connections[pid] = connection
-        try:
-            await connection.run()
+            if self.open > limits.connections:
+                await self._refuse(stream, "53300", f"too many connections: this server accepts {limits.connections} at once")
+                return
+            try:
+                startup = await asyncio.wait_for(self._negotiate_startup(stream), limits.login_seconds)
+            except (ConnectionClosed, ConnectionError, ssl.SSLError, ValueError, IndexError, struct.error, UnicodeDecodeError, asyncio.TimeoutError) as error:
+                log.debug("connection start-up failed: %r", error)
+                return
+            if startup is None:
+                return
+            if self.service.draining:
+                await _fatal(stream, ADMIN_SHUTDOWN, "the server is shutting down")
+                return
+            peer = writer.get_extra_info("peername")
+            address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+            await handle(self, stream, startup, self._allocate_pid(), struct.unpack("!i", os.urandom(4))[0], address)
         finally:
-            self._connections.pop(pid, None)
+            self.open -= 1
+
+    async def _refuse(self, stream: PgStream, code: str, message: str) -> None:
+        """Answer a connection over the cap: its start-up packet (after declining TLS), then FATAL, within a second."""
+        try:
+            code_read, _ = await asyncio.wait_for(stream.read_startup_packet(), 1.0)
+            if code_read in (messages.SSL_REQUEST_CODE, messages.GSSENC_REQUEST_CODE):
+                stream.write(b"N")
+                await stream.drain()
+                await asyncio.wait_for(stream.read_startup_packet(), 1.0)
+            await _fatal(stream, code, message)
+        except (ConnectionClosed, ConnectionError, asyncio.TimeoutError, ValueError, struct.error):
+            pass
+
+    def cancel(self, pid: int, secret: int) -> None:
+        connection = self.connections.get(pid)
+        if connection is not None and connection.secret == secret:
+            connection.cancel()
 
     async def _negotiate_startup(self, stream: PgStream) -> dict[str, str] | None:
         code, payload = await stream.read_startup_packet()
@@ -264,18 +323,26 @@ class Server:
         return self.address  # type: ignore[return-value]
 
     async def _close(self, grace: float) -> None:
-        """Stop accepting, let running statements end (they charge by the engine's rule), close everything."""
+        """Stop accepting; stop every statement not yet charged (57P01, never charged); let charged ones
+        finish and send their answers; end each connection with FATAL 57P01; close everything."""
         assert self._server is not None and self._service is not None
-        self._server._server.close()  # type: ignore[union-attr]  # stop listening first
-        running = [s.running for s in self._service.sessions if s.running is not None]
-        if running:
-            await asyncio.wait(running, timeout=grace)  # type: ignore[arg-type]
-        self._server.close()
+        service, server = self._service, self._server
+        server._server.close()  # type: ignore[union-attr]  # stop listening first
+        service.draining = True
+        for session in list(service.sessions):
+            session.cancel()
+        for connection in list(server.connections.values()):
+            if not connection.busy and connection.reading is not None:
+                connection.reading.cancel()  # idle: told at once that the server is going away
+        deadline = asyncio.get_running_loop().time() + grace
+        while server.connections and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        server.close()
         for _ in range(100):  # the cancelled connections close their sessions
-            if not self._service.sessions:
+            if not service.sessions:
                 break
             await asyncio.sleep(0.02)
-        await asyncio.get_running_loop().run_in_executor(None, self._service.close)
+        await asyncio.get_running_loop().run_in_executor(None, service.close)
 
     # -- foreground -------------------------------------------------------------------------------------
     def serve_forever(self, host: str | None = None, port: int | None = None, ready: Any = None) -> None:
@@ -323,6 +390,8 @@ class Server:
         return self.address  # type: ignore[return-value]
 
     def stop(self) -> None:
+        if self._thread is None:
+            return
         if self._loop is not None and self._stopped is not None:
             self._loop.call_soon_threadsafe(self._stopped.set)
         if self._thread is not None:

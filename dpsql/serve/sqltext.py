@@ -1,11 +1,14 @@
-"""What the server reads in a statement's text before dpsql sees it: the cost comment
-(``/* dpsql: epsilon=0.1 */``), PostgreSQL's ``$n`` parameters (turned into dpsql's ``?``), and
-the tables named (to pick the connection that holds them).
+"""What the server reads in a statement's text before dpsql sees it, without parsing it: where its
+statements end, its first words, whether it reads the catalog, the cost comment
+(``/* dpsql: epsilon=0.1 */``, read only in block comments — not in a ``--`` comment or a string — by
+:func:`dpsql.sql.settings.cost_comment`, the parser every entry point uses), and PostgreSQL's ``$n``
+parameters (turned into dpsql's ``?``). Quotes and comments are found by one scanner
+(:func:`dpsql.sql.text.segments`), so a ``;`` or ``$1`` inside them is never taken for code.
 
 >>> placeholders_to_qmark("SELECT sex, COUNT(*) FROM t WHERE age > $2 AND sex = '$1' AND race = $1 GROUP BY sex")
 ("SELECT sex, COUNT(*) FROM t WHERE age > ? AND sex = '$1' AND race = ? GROUP BY sex", (1, 0))
->>> cost_comment("/* dpsql: epsilon=0.25 */ SELECT COUNT(*) FROM t")
-{'epsilon': '0.25'}
+>>> split_statements("SET dpsql.epsilon = 0.1; SELECT ';' FROM t;")
+['SET dpsql.epsilon = 0.1', "SELECT ';' FROM t"]
 """
 
 from __future__ import annotations
@@ -13,33 +16,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import SqlglotError
+from dpsql.sql.text import closing_quote as _closing_quote
+from dpsql.sql.text import segments as _segments
 
-from dpsql.errors import ProgrammingError
-
-SETTINGS = ("epsilon", "rho", "non_negative")
-_COMMENT = re.compile(r"/\*\s*dpsql\s*:(?P<body>.*?)\*/", re.IGNORECASE | re.DOTALL)
-_ASSIGNMENT = re.compile(r"^\s*(?P<name>\w+)\s*=\s*(?P<value>[^\s,]+)\s*$")
 _PARAMETER = re.compile(r"\$(\d+)")
-
-
-def cost_comment(sql: str) -> dict[str, str]:
-    """The settings of the statement's ``/* dpsql: name=value, ... */`` comment (none: ``{}``)."""
-    match = _COMMENT.search(sql)
-    if match is None:
-        return {}
-    found: dict[str, str] = {}
-    for item in match.group("body").split(","):
-        assignment = _ASSIGNMENT.match(item)
-        if assignment is None or assignment.group("name").lower() not in SETTINGS:
-            raise ProgrammingError(
-                f"cannot read the dpsql comment {match.group(0)!r}: write /* dpsql: epsilon=0.1 */ "
-                f"(settings: {', '.join(SETTINGS)}, separated by commas)"
-            )
-        found[assignment.group("name").lower()] = assignment.group("value")
-    return found
+_CATALOG = re.compile(r"\b(pg_catalog|information_schema|pg_[a-z_]+)\b", re.IGNORECASE)
 
 
 def placeholders_to_qmark(sql: str) -> tuple[str, tuple[int, ...]]:
@@ -54,17 +35,6 @@ def placeholders_to_qmark(sql: str) -> tuple[str, tuple[int, ...]]:
     return _substitute(sql, replace), tuple(order)
 
 
-def inline_parameters(sql: str, literals: list[str]) -> str:
-    """``sql`` with each ``$n`` outside quotes and comments replaced by ``literals[n - 1]`` (SQL text)."""
-    return _substitute(sql, lambda index: literals[index] if 0 <= index < len(literals) else "NULL")
-
-
-def has_parameters(sql: str) -> bool:
-    found: list[int] = []
-    _substitute(sql, lambda index: found.append(index) or "")  # type: ignore[func-returns-value]
-    return bool(found)
-
-
 def _substitute(sql: str, replacement: Callable[[int], str]) -> str:
     out = []
     for start, end, is_code in _segments(sql):
@@ -73,46 +43,51 @@ def _substitute(sql: str, replacement: Callable[[int], str]) -> str:
     return "".join(out)
 
 
-def _segments(sql: str) -> list[tuple[int, int, bool]]:
-    """Spans of ``sql``: (start, end, whether it is code rather than a quoted string or comment)."""
-    spans: list[tuple[int, int, bool]] = []
-    index, code_start, length = 0, 0, len(sql)
-    while index < length:
-        two = sql[index : index + 2]
-        if sql[index] in "'\"":
-            close = _closing_quote(sql, index)
-        elif two == "--":
-            newline = sql.find("\n", index)
-            close = length if newline < 0 else newline
-        elif two == "/*":
-            end = sql.find("*/", index + 2)
-            close = length if end < 0 else end + 2
-        else:
-            index += 1
+def split_statements(sql: str) -> list[str]:
+    """The statements of a simple-query string: split at each ``;`` in code, empty ones dropped."""
+    statements, start = [], 0
+    for begin, end, is_code in _segments(sql):
+        if not is_code:
             continue
-        spans.append((code_start, index, True))
-        spans.append((index, close, False))
-        index = code_start = close
-    spans.append((code_start, length, True))
-    return spans
+        position = sql.find(";", begin, end)
+        while position >= 0:
+            statements.append(sql[start:position])
+            start = position + 1
+            position = sql.find(";", start, end)
+    statements.append(sql[start:])
+    return [s.strip() for s in statements if _code(s).strip()]
 
 
-def _closing_quote(sql: str, start: int) -> int:
-    quote, index = sql[start], start + 1
-    while index < len(sql):
-        if sql[index] == quote:
-            if sql[index + 1 : index + 2] == quote:  # a doubled quote stays inside
-                index += 2
-                continue
-            return index + 1
+def _code(sql: str, quoted: bool = True) -> str:
+    """``sql`` without its comments (and without its quoted text unless ``quoted``)."""
+    kept = "'\""
+    return "".join(
+        sql[start:end] if is_code or (quoted and sql[start] in kept) else " " for start, end, is_code in _segments(sql)
+    )
+
+
+def first_words(sql: str, count: int = 3) -> str:
+    """The first ``count`` words of the statement's code, upper-cased, separated by single spaces."""
+    return " ".join(_code(sql).split()[:count]).upper()
+
+
+def mentions_catalog(sql: str) -> bool:
+    """Whether the code names ``pg_catalog``, ``information_schema`` or a ``pg_*`` relation."""
+    return _CATALOG.search(_code(sql, quoted=False)) is not None
+
+
+def split_list(text: str) -> list[str]:
+    """Comma-separated items outside quotes and parentheses (``EXECUTE q ('a,b', 2)``'s arguments)."""
+    items, depth, start, index = [], 0, 0, 0
+    while index < len(text):
+        character = text[index]
+        if character in "'\"":
+            index = _closing_quote(text, index)
+            continue
+        depth += {"(": 1, ")": -1}.get(character, 0)
+        if character == "," and depth == 0:
+            items.append(text[start:index])
+            start = index + 1
         index += 1
-    return len(sql)
-
-
-def tables_named(sql: str) -> set[str]:
-    """Lower-case names of the tables a statement reads (empty when sqlglot cannot parse it)."""
-    try:
-        return {table.name.lower() for expression in sqlglot.parse(sql, read="postgres") if expression is not None
-                for table in expression.find_all(exp.Table)}
-    except SqlglotError:
-        return set()
+    items.append(text[start:])
+    return [item.strip() for item in items if item.strip()]

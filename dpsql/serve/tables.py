@@ -6,10 +6,8 @@ such place, a dpsql connection on the analyst's ledger (DuckDB sessions share th
 through cursors of one database). Nothing here reads a row: only table and column names and their
 SQL types, which is what the catalog answers are made of.
 
-The *replica* is a DuckDB database holding an empty table of the same columns and types for every
-served table. A statement's columns (names and types) follow from the schema alone, so running it
-on the replica tells a client what a statement returns before it runs (the protocol's Describe),
-and refuses bad statements before anything is read.
+What a statement returns (the protocol's Describe) follows from the schema alone: the session asks
+the pipeline (``pipeline.describe``), which prepares the statement without reading or charging.
 """
 
 from __future__ import annotations
@@ -22,13 +20,13 @@ import duckdb
 
 import dpsql
 from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.serve.catalog import CatalogColumn, CatalogTable, domain_comment, type_oid
+from dpsql.session import PlanCache
 
 if TYPE_CHECKING:
     from dpsql.serve.config import Analyst, TableConfig
 
 _LOADERS = {".csv": "read_csv_auto", ".tsv": "read_csv_auto", ".json": "read_json_auto", ".parquet": "read_parquet"}
-# A budget no statement on the replica can exhaust: the replica holds no rows, so it releases nothing.
-REPLICA_BUDGET = dpsql.Budget(epsilon=1e9, delta=0.5)
 
 # PostgreSQL type names for DuckDB's, as the catalog shows them.
 _PG_TYPES = {
@@ -66,11 +64,8 @@ class Tables:
     def __init__(self, configs: tuple[TableConfig, ...]) -> None:
         self._server_db = duckdb.connect()
         self._duckdb_files: dict[str, duckdb.DuckDBPyConnection] = {}
-        self.replica = duckdb.connect()
         try:
             self.tables = tuple(self._open(config) for config in configs)
-            for table in self.tables:
-                self._replicate(table)
         except BaseException:
             self.close()
             raise
@@ -117,37 +112,33 @@ class Tables:
         except duckdb.Error as error:
             raise ProgrammingError(f"tables.{config.name}: cannot load {str(path)!r}: {error}") from error
 
-    def _replicate(self, table: ServedTable) -> None:
-        columns = []
-        for name, engine_type in table.column_types.items():
-            try:  # DuckDB reads most PostgreSQL type names; the rest become text
-                self.replica.execute(f"SELECT CAST(NULL AS {engine_type})")
-                columns.append(f"{_quote(name)} {engine_type}")
-            except duckdb.Error:
-                columns.append(f"{_quote(name)} VARCHAR")
-        self.replica.execute(f"CREATE TABLE {_quote(table.name)} ({', '.join(columns)})")
+    def catalog_tables(self) -> tuple[CatalogTable, ...]:
+        """Every table's columns as the catalog shows them: names, PostgreSQL types, nullable (a declared
+        domain says which values are counted, not which the data holds), the declared domain as comment."""
+        return tuple(
+            CatalogTable(
+                t.name,
+                tuple(CatalogColumn(c, type_oid(postgres_type(kind)), False, domain_comment(t.schema, c)) for c, kind in t.column_types.items()),
+                f"dpsql table: {'one privacy unit per ' + repr(t.schema.privacy_unit) if t.schema.privacy_unit else 'one row per privacy unit'}; "
+                "statements release differentially private aggregates, never rows",
+            )
+            for t in self.tables
+        )
 
-    def catalog(self) -> dict[str, dict[str, str]]:
-        """Table → column → PostgreSQL type name: all that the catalog queries of clients are answered from."""
-        return {t.name: {c: postgres_type(kind) for c, kind in t.column_types.items()} for t in self.tables}
-
-    def open(self, analyst: Analyst, ledger: str | None) -> Engines:
-        """A session's connections: one per place the tables live, on the analyst's ledger, and one on
-        the replica (closed together by :meth:`Engines.close`)."""
+    def open(self, analyst: Analyst, ledger: str | None, plans: PlanCache | None = None) -> Engines:
+        """A session's connections: one per place the tables live, on the analyst's ledger, planning
+        through ``plans`` (the analyst's cache, shared by all their connections); closed together by
+        :meth:`Engines.close`."""
         engines = Engines()
         try:
             for place in self.places:
                 here = [t for t in self.tables if t.place == place]
                 connection = self._connection(place, analyst, ledger, engines)
+                if plans is not None:
+                    connection._session.plans = plans
                 engines.data.append((connection, frozenset(t.name.lower() for t in here)))
                 for table in here:
                     connection.register(table.name, None if table.relation == table.name else table.relation, schema=table.schema)
-            engines.replica = dpsql.connect(
-                database=engines.cursor(self.replica), budget=REPLICA_BUDGET, noise=analyst.noise,
-                default_epsilon=analyst.default_epsilon,
-            )
-            for table in self.tables:
-                engines.replica.register(table.name, schema=table.schema)
         except BaseException:
             engines.close()
             raise
@@ -162,16 +153,15 @@ class Tables:
         return dpsql.connect(database=engines.cursor(database), **options)  # type: ignore[arg-type]
 
     def close(self) -> None:
-        for database in (self._server_db, self.replica, *self._duckdb_files.values()):
+        for database in (self._server_db, *self._duckdb_files.values()):
             database.close()
 
 
 class Engines:
-    """One session's dpsql connections: ``data`` (each with the names of its tables) and ``replica``."""
+    """One session's dpsql connections, each with the names of its tables."""
 
     def __init__(self) -> None:
         self.data: list[tuple[dpsql.Connection, frozenset[str]]] = []
-        self.replica: dpsql.Connection | None = None
         self._cursors: list[duckdb.DuckDBPyConnection] = []  # dpsql does not close connections it was given
 
     def cursor(self, database: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
@@ -179,15 +169,8 @@ class Engines:
         self._cursors.append(cursor)
         return cursor
 
-    def for_tables(self, names: set[str]) -> dpsql.Connection:
-        """The connection holding the first of ``names`` found (the first connection when none is)."""
-        for connection, tables in self.data:
-            if names & tables:
-                return connection
-        return self.data[0][0]
-
     def close(self) -> None:
-        for connection in [c for c, _ in self.data] + ([self.replica] if self.replica is not None else []):
+        for connection, _ in self.data:
             connection.close()
         for cursor in self._cursors:
             cursor.close()

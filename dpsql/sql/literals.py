@@ -66,6 +66,19 @@ class ColumnType:
         return self._is(exp.DataType.INTEGER_TYPES)
 
     @property
+    def resolution(self) -> float | None:
+        """The spacing of the values the type holds: 1 for integers, ``10^-s`` for ``DECIMAL(p, s)``; None
+        for floating point (any real value) and for a DECIMAL whose scale the engine does not state."""
+        if self.is_integer:
+            return 1
+        if self._is((exp.DataType.Type.DECIMAL,)) and self.data_type is not None and len(self.data_type.expressions) == 2:
+            scale = self.data_type.expressions[1].this
+            text = scale.this if isinstance(scale, exp.Literal) else getattr(scale, "name", "")
+            if str(text).isdigit():
+                return 10.0 ** -int(text)
+        return None
+
+    @property
     def is_numeric(self) -> bool:
         return self._is(exp.DataType.NUMERIC_TYPES)
 
@@ -89,6 +102,20 @@ class ColumnType:
     @property
     def is_temporal(self) -> bool:
         return self._is(exp.DataType.TEMPORAL_TYPES)
+
+    @property
+    def kind(self) -> str:
+        """What its values are, as a result column or a parameter shows them: ``boolean``, ``integer``,
+        ``float``, ``date``, ``timestamp`` or ``text``."""
+        if self.is_boolean:
+            return "boolean"
+        if self.is_integer:
+            return "integer"
+        if self.is_numeric:
+            return "float"
+        if self.is_date:
+            return "date"
+        return "timestamp" if self.is_temporal else "text"
 
     @property
     def can_hold_keys(self) -> bool:
@@ -294,4 +321,8 @@ def canonical_schema(schema: Schema, column_types: Mapping[str, ColumnType], tab
         for c in schema.columns
     )
     check_literals(columns, column_types, table, run, dialect)
+    columns = tuple(
+        dataclasses.replace(c, resolution=column_types[c.name].resolution) if c.value_bounds is not None and c.name in column_types else c
+        for c in columns
+    )
     return dataclasses.replace(schema, columns=columns)

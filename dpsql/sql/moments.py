@@ -2,9 +2,13 @@
 
 A statement (or batch) that aggregates a column ``v`` with bounds ``[lo, hi]`` adds one attribute to its
 domain, the column's *moment cells*. Each row's value is clamped to ``[lo, hi]`` and rounded to the
-public grid ``lo + j·(hi−lo)/R`` (``j = 0..R``; ``R = hi − lo`` when both bounds are integers at most
-:data:`GRID` apart, so integer data is exact, else ``R =`` :data:`GRID`; rounding is to the nearest grid
-point, ties up, so each value moves by at most ``(hi−lo)/(2R)``). With ``u = j/R``, a row then splits a weight of
+public grid ``lo + j·(hi−lo)/R`` (``j = 0..R``). The grid follows the values the column can hold, never the
+bounds' type alone (:func:`value_grid`): when the column's type puts its values on a lattice of spacing ``r``
+(``r = 1`` for an integer column or an integer ``range``, ``10^-s`` for ``DECIMAL(p, s)``), both bounds lie on
+it and they are at most :data:`GRID` steps apart, ``R = (hi − lo)/r`` and every value is a grid point
+(exact); otherwise — a DOUBLE column, whatever its bounds — ``R =`` :data:`GRID` and rounding is to the nearest
+grid point, ties up, so each value moves by at most ``(hi−lo)/(2R)`` (:attr:`ValueEncoding.rounding`, stated
+in EXPLAIN and added to every error bar). With ``u = j/R``, a row then splits a weight of
 ``scale`` integer units over the cells:
 
 * SUM and AVG only (``moments = 1``, ``scale = R``): ``(R − j, j)`` — ``x_lo += R(1 − u)``, ``x_hi += R·u``;
@@ -22,7 +26,7 @@ per row. Per group, the linear queries (in rows of the block) are ``C = Σ weigh
 sums of those rows, whose variances give the covariances (``Cov(a, b) = (Var(a+b) − Var a − Var b)/2``)
 the delta method needs. With ``w = hi − lo``: ``SUM = lo·C + w·U``, ``AVG = lo + w·U/C``,
 ``VAR_POP = w²(Q/C − (U/C)²)``, ``VAR_SAMP = w²(Q − U²/C)/(C − 1)``, ``STDDEV = √VAR`` — docs/math.md
-§12 gives the standard errors and the bias at small counts.
+§12 gives the standard errors, the bias at small counts and the rounding bound each error includes.
 """
 
 from __future__ import annotations
@@ -30,22 +34,21 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
+from statistics import NormalDist
 
 import numpy as np
 from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.schema import Schema
-from dpsql.sql.parse import Aggregate, Query
+from dpsql.sql.parse import Aggregate, Count, Query
 
 GRID = 4096
-"""Grid points (``R``) for bounds that are not integers at most this far apart."""
+"""Grid steps (``R``) for a column whose values are not on a lattice of at most this many steps between
+its bounds (a DOUBLE column, or bounds wider than this many steps of its resolution)."""
 SECOND_MOMENT = ("VAR_SAMP", "VAR_POP", "STDDEV_SAMP", "STDDEV_POP")
-CLAMPING_RULE = (
-    "each value is clamped to the column's bounds [lo, hi] and rounded to the nearest point (ties up) of the grid "
-    "lo + j·(hi−lo)/R (R = hi − lo for integer bounds at most 4096 apart, else 4096); NULLs are ignored by "
-    "SUM/AVG/VARIANCE/STDDEV and counted by COUNT(*); how many values were clamped is never released"
-)
+Z95 = NormalDist().inv_cdf(0.975)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,12 @@ class ValueEncoding:
     grid: int  # R
     moments: int  # 1: SUM/AVG; 2: also VARIANCE/STDDEV
     null_cell: bool  # the column may hold NULL: a last cell for NULL rows
+    exact: bool = True  # every value the column can hold is a grid point (module doc)
+
+    @property
+    def rounding(self) -> float:
+        """The most one value moves when rounded to the grid: 0 when exact, else ``(hi − lo)/(2R)``."""
+        return 0.0 if self.exact else (self.high - self.low) / (2 * self.grid)
 
     @property
     def attribute(self) -> str:
@@ -87,11 +96,12 @@ class ValueEncoding:
         return np.vstack([base, *pairs])
 
     def describe(self) -> str:
-        kind = "sums" if self.moments == 1 else "sums and sums of squares"
-        null = ", NULL in a cell of its own" if self.null_cell else ""
+        kind = "sums" if self.moments == 1 else "sums, squares"
+        null = " (one for NULL)" if self.null_cell else ""
+        rounding = "exact" if self.exact else f"each value within {self.rounding:.3g}, in every error"
         return (
-            f"{self.column}: {kind} over values clamped to [{self.low:g}, {self.high:g}] on a grid of {self.grid + 1} "
-            f"points, split over {self.cells} cells{null} ({self.scale} units of weight per row)"
+            f"{self.column}: {kind} of values clamped to [{self.low:g}, {self.high:g}] on {self.grid + 1} grid points ({rounding}); "
+            f"{self.cells} cells{null}, {self.scale} units per row"
         )
 
     # -- SQL ---------------------------------------------------------------------------------------------
@@ -123,9 +133,10 @@ class ValueEncoding:
 
     # -- answers -----------------------------------------------------------------------------------------
     def released(self, function: str, values: np.ndarray, variances: np.ndarray) -> tuple[list[float | None], list[float | None]]:
-        """Per group, the aggregate and its delta-method standard error from the block's answers in count
-        units (``values``/``variances``: groups × block rows). Never fails: a group whose estimated count
-        leaves the aggregate undefined gets None."""
+        """Per group, the aggregate and its error from the block's answers in count units
+        (``values``/``variances``: groups × block rows): the delta-method standard error plus the most the
+        grid's rounding can move the aggregate (:meth:`rounding_bound`), so ``value ± z·error`` holds that
+        bias at any ``z ≥ 1``. Never fails: a group whose estimated count leaves the aggregate undefined gets None."""
         b = self.base_rows
         estimates = values[:, :b]
         covariance = np.zeros((len(values), b, b))
@@ -147,11 +158,29 @@ class ValueEncoding:
                 continue
             variance = float(max(gradient @ cov @ gradient, 0.0))
             error = math.sqrt(variance)
-            if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V)
-                error = error / (2 * value) if value > 0 else None  # type: ignore[assignment]
+            if root:  # STDDEV = √VAR: se(√V) ≈ se(V) / (2√V); at 0 the band [0, √(z·se(V))] (z at 95 %), as a 95 % error
+                error = error / (2 * value) if value > 0 else math.sqrt(Z95 * error) / Z95
             out.append(float(value))
-            errors.append(error)
+            errors.append(error + self.rounding_bound(function, float(value), float(estimate[0])))
         return out, errors
+
+    def rounding_bound(self, function: str, value: float, count: float) -> float:
+        """The most rounding every value by at most ``δ`` (:attr:`rounding`) moves the aggregate of a group of
+        ``count`` values whose released aggregate is ``value``: SUM ``δ·C``, AVG ``δ``; the standard deviation
+        is a norm of the centred values, so it moves by at most ``δ`` (POP) or ``δ·√(C/(C − 1))`` (SAMP), and
+        the variance ``s²`` by at most ``δ′(2s + δ′)`` (docs/math.md §12)."""
+        step = self.rounding
+        if step == 0.0:
+            return 0.0
+        count = max(count, 0.0)
+        if function == "SUM":
+            return step * count
+        if function == "AVG":
+            return step
+        spread = step * math.sqrt(count / (count - 1)) if function.endswith("SAMP") and count > 1 else step
+        if function.startswith("STDDEV"):
+            return spread
+        return spread * (2 * math.sqrt(max(value, 0.0)) + spread)
 
 
 def _number(value: float) -> exp.Expression:
@@ -166,6 +195,9 @@ def _function(function: str, estimate: np.ndarray, low: float, high: float) -> t
     count, total = float(estimate[0]), float(estimate[1])
     square = float(estimate[2]) if len(estimate) > 2 else 0.0
     gradient = np.zeros(len(estimate))
+    if function == "COUNT":  # COUNT(column) of a column with bounds but no declared domain: its non-NULL rows, C
+        gradient[0] = 1.0
+        return count, gradient, False
     if function == "SUM":
         gradient[0], gradient[1] = low, width
         return low * count + width * total, gradient, False
@@ -193,10 +225,15 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
     """The moment cells the queries' aggregates need (None when they have none). One aggregated column per
     statement or batch; the column must have bounds (declared, or an integer range)."""
     found: dict[str, set[str]] = {}
+    given: set[tuple[float, float]] = set()  # bounds the statements give (Google's contribution_bounds_per_group)
     for query in queries:
         for item in query.select:
             if isinstance(item, Aggregate):
                 found.setdefault(resolve(item.column, table_columns, query.table, f"SELECT {item.function}"), set()).add(item.function)
+                if item.bounds is not None:
+                    given.add(item.bounds)
+            elif counted_by_moments(item, schema, table_columns, query.table):
+                found.setdefault(resolve(item.column, table_columns, query.table, "SELECT COUNT"), set()).add("COUNT")  # type: ignore[arg-type]
     if not found:
         return None
     if len(found) > 1:
@@ -206,18 +243,43 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
         )
     column, functions = next(iter(found.items()))
     domain = schema.column(column)
-    bounds = domain.value_bounds
+    if len(given) > 1:
+        raise NotSupportedError(
+            f"SELECT: the aggregates of {column!r} give different contribution bounds {sorted(given)}; give the same bounds to all"
+        )
+    bounds = next(iter(given)) if given else domain.value_bounds
     if bounds is None:
         raise NotSupportedError(
             f"SELECT {sorted(functions)[0]}({column}): column {column!r} has no bounds; declare them in the schema, e.g. "
             f"{column}: {{bounds: [lo, hi]}} — values are clamped to them (they must not come from the data)"
         )
     low, high = bounds
-    integral = all(float(b).is_integer() for b in bounds) and high - low <= GRID
-    grid = int(high - low) if integral else GRID
+    grid, exact = value_grid(low, high, domain.value_resolution)
     moments = 2 if functions & set(SECOND_MOMENT) else 1
     null_cell = domain.nullable or not domain.is_known
-    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell)
+    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell, exact)
+
+
+def value_grid(low: float, high: float, resolution: float | None) -> tuple[int, bool]:
+    """``(R, exact)``: ``R = (hi − lo)/r`` and exact when the column's values lie on a lattice of spacing
+    ``r`` (its type's resolution; None: any real value) on which both bounds lie, at most :data:`GRID` steps
+    apart; else ``(GRID, False)`` — a DOUBLE column gets the fine grid whatever its bounds."""
+    if resolution is not None:
+        step = Decimal(repr(float(resolution)))
+        first, last = Decimal(repr(float(low))) / step, Decimal(repr(float(high))) / step
+        steps = last - first
+        if first == first.to_integral_value() and last == last.to_integral_value() and 0 < steps <= GRID:
+            return int(steps), True
+    return GRID, False
+
+
+def counted_by_moments(item: object, schema: Schema, table_columns: Sequence[str], table: str) -> bool:
+    """``COUNT(column)`` of a column with bounds but no declared domain: its non-NULL rows are the moment cells'
+    count ``C`` (no domain needed), released like the column's other aggregates."""
+    if not isinstance(item, Count) or item.column is None or item.distinct:
+        return False
+    domain = schema.column(resolve(item.column, table_columns, table, "SELECT COUNT"))
+    return not domain.is_known and domain.value_bounds is not None
 
 
 def resolve(name: str, table_columns: Sequence[str], table: str, clause: str) -> str:

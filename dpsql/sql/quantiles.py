@@ -33,8 +33,10 @@ Error bars (docs/math.md §13): the *rank* standard error of a quantile at the a
 the strategy offers it, else ``√(Var F(k) + q²·Var N)`` (the covariance left out: usually conservative).
 The released error is in *value* units: the values at ranks within 1.96 rank standard errors of the target
 rank form the inverted 95 % band (Woodruff), and the error is the larger distance from the answer to the
-band's ends ÷ 1.96 — so ``value ± 1.96·error`` holds the whole band. At other levels the interval is an
-approximation. A date's error is in days.
+band's ends ÷ 1.96 — so ``value ± 1.96·error`` holds the whole band. The band always holds the answer's own
+resolution (half a value either side for a range, the whole bin for bins), so no answer shows an error of 0.
+At other levels the interval is an approximation. A date's error is in days; a bin label's is around the
+bin's midpoint.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from statistics import NormalDist
 import numpy as np
 
 from dpsql.errors import NotSupportedError
-from dpsql.schema import ColumnDomain
+from dpsql.schema import BinLabel, ColumnDomain
 from dpsql.sql.parse import Quantile
 from planner import Block, Explicit, Prefix, ShiftedPrefix
 
@@ -132,12 +134,29 @@ def released(
         else:  # the covariance of F(k) with N left out: conservative
             rank_variance = float(variance[cell]) + item.fraction**2 * float(variance[-1])
         spread = BAND * math.sqrt(max(rank_variance, 0.0))
-        low = _position(domain, cdf, max(rank - spread, 1.0))
-        high = _position(domain, cdf, max(min(rank + spread, float(total)), 1.0))
-        center = _as_number(value) if domain.kind != "bins" else _position(domain, cdf, rank)
+        own_low, own_high = _resolution_of(domain, cell, value)
+        low = min(_position(domain, cdf, max(rank - spread, 1.0)), own_low)
+        high = max(_position(domain, cdf, max(min(rank + spread, float(total)), 1.0)), own_high)
+        center = _center(domain, value)
         out.append(value)
-        errors.append(max(high - center, center - low, 0.0) / BAND * (1 + ENDPOINT_SLACK))
+        errors.append(max(high - center, center - low) / BAND * (1 + ENDPOINT_SLACK))
     return out, errors
+
+
+def _resolution_of(domain: ColumnDomain, cell: int, value: object) -> tuple[float, float]:
+    """What the answer cannot resolve, which its interval always holds: half a value either side for a
+    ``range`` (a day for dates), the whole bin for ``bins`` — so no noisy answer shows an error of 0."""
+    if domain.kind == "bins":
+        return float(domain.values[cell]), float(domain.values[cell + 1])  # type: ignore[arg-type]
+    center = _as_number(value)
+    return center - 0.5, center + 0.5
+
+
+def _center(domain: ColumnDomain, value: object) -> float:
+    """The number the error is measured from: the answer, or a bin label's midpoint (as ``confidence_interval``)."""
+    if isinstance(value, BinLabel):
+        return (value.low + value.high) / 2
+    return _as_number(value)
 
 
 def _target_rank(item: Quantile, total: int) -> float:

@@ -250,11 +250,19 @@ def test_derived_column_with_a_column_without_domain_is_refused(adult_connection
     assert adult_connection.budget_remaining() == before
 
 
-def test_derived_cells_the_where_clause_cannot_reach_are_exact_zeros(adult_connection: dpsql.Connection) -> None:
-    cursor = adult_connection.cursor().execute("SELECT age // 10 AS d, COUNT(*) FROM adult WHERE age >= 40 GROUP BY d", epsilon=1.0)
-    rows = dict(zip((r[0] for r in cursor.fetchall()), cursor.errors))
-    assert [d for d, e in rows.items() if e[1] == 0] == [1, 2, 3]  # ages 17-39 only: exact zeros, no noise
-    assert all(e[1] > 0 for d, e in rows.items() if d >= 4)
+def test_derived_cells_the_where_clause_cannot_reach_are_not_rows(adult_connection: dpsql.Connection, adult_frame: pd.DataFrame) -> None:
+    """Decades 1-3 hold ages 17-39 only, which the WHERE clause excludes: known empty, so not rows — unless the
+    connection keeps them (``excluded_cells="zeros"``), as exact zeros."""
+    sql = "SELECT age // 10 AS d, COUNT(*) FROM adult WHERE age >= 40 GROUP BY d"
+    cursor = adult_connection.cursor().execute(sql, epsilon=1.0)
+    assert [r[0] for r in cursor.fetchall()] == [4, 5, 6, 7, 8, 9] and all(e[1] > 0 for e in cursor.errors)
+    keeping = dpsql.connect(budget=dpsql.Budget(epsilon=10.0), excluded_cells="zeros")
+    keeping.register("adult", adult_frame, schema=ADULT_SCHEMA)
+    cursor = keeping.cursor().execute(sql, epsilon=1.0)
+    rows = dict(zip((r for r in cursor.fetchall()), cursor.errors))
+    assert [(d, n) for (d, n), e in rows.items() if e[1] == 0] == [(1, 0.0), (2, 0.0), (3, 0.0)]  # exact zeros, no noise
+    assert all(e[1] > 0 for (d, _), e in rows.items() if d >= 4)
+    keeping.close()
 
 
 def test_parameters_inside_derived_expressions_in_one_batch(adult_connection: dpsql.Connection, adult_frame: pd.DataFrame) -> None:

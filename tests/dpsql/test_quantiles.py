@@ -182,6 +182,43 @@ def test_errors_invert_the_rank_band() -> None:
     assert empty == [None] and none == [None]  # a group without rows answers NULL
 
 
+def test_a_quantile_never_carries_an_error_of_zero() -> None:
+    """When the rank band falls inside one value (every row of the band on it), the interval is that value's
+    own resolution — half a step either side for a range, the whole bin for bins — never ``21 ± 0``."""
+    domain = ColumnDomain("v", "range", (0, 9))
+    cdf = np.array([[0, 0, 0, 0, 100, 100, 100, 100, 100, 100]], dtype=float)  # 100 rows, all on 4
+    values, errors = quantiles.released(Quantile("m", "PERCENTILE_DISC", "v", 0.5), domain, cdf, np.full((1, 10), 1.0))
+    assert values == [4] and errors[0] == pytest.approx(0.5 / 1.959964)
+    bins = ColumnDomain("v", "bins", (0, 10, 20, 40))
+    cdf = np.array([[0, 100, 100]], dtype=float)
+    for function, expected, half_width in (("PERCENTILE_DISC", "[10, 20)", 5), ("PERCENTILE_CONT", 15.05, 5.05)):
+        values, errors = quantiles.released(Quantile("m", function, "v", 0.5), bins, cdf, np.full((1, 3), 1.0))
+        assert values == [pytest.approx(expected)] and errors[0] == pytest.approx(half_width / 1.959964)  # the bin [10, 20)
+
+
+def test_a_median_of_an_integer_column_has_an_interval_of_its_resolution(connection: dpsql.Connection) -> None:
+    """Noise off, the rank band is one value: ``MEDIAN(age)`` is released with the interval [v − 0.5, v + 0.5]
+    (was ``v ± 0``, interval [v, v])."""
+    with dpsql.testing.noise_disabled():
+        cursor = connection.cursor().execute("SELECT MEDIAN(age) FROM adult", epsilon=1e5)
+    (median,), ((low, high),) = cursor.fetchall()[0], cursor.confidence_interval(0.95)[0]
+    assert cursor.errors[0][0] > 0 and low <= median - 0.5 and high >= median + 0.5
+
+
+def test_a_bins_quantile_has_a_numeric_interval(frame: pd.DataFrame) -> None:
+    """A DISC quantile of a ``bins`` column answers with its bin's label; its interval is in numbers, around the
+    bin's midpoint and holding the whole bin (``confidence_interval`` raised ValueError on the label)."""
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e6))
+    connection.register("adult", frame, schema=ADULT_SCHEMA)  # income: bins [0, 10000, 50000, 100000, 1000000]
+    with dpsql.testing.noise_disabled():
+        cursor = connection.cursor().execute("SELECT QUANTILE_DISC(income, 0.5), MEDIAN(income) FROM adult", epsilon=1e5)
+    (label, median), (disc, cont) = cursor.fetchall()[0], cursor.confidence_interval(0.95)[0]
+    assert label == "[10000, 50000)" and (label.low, label.high) == (10000, 50000)
+    assert disc[0] <= 10000 and disc[1] >= 50000 and (disc[0] + disc[1]) / 2 == pytest.approx(30000)
+    assert cont[0] <= 10000 <= median <= 50000 <= cont[1]
+    connection.close()
+
+
 def _rank_errors(frame: pd.DataFrame, trials: int, variant: str) -> np.ndarray:
     """Per seeded run, group and fraction (0.1, 0.5) of ``QUANTILE_DISC``, the distance in rows from the
     target rank q·n to the released value's ranks [rows < value, rows ≤ value] (0 for a true quantile of data

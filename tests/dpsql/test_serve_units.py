@@ -18,7 +18,9 @@ from dpsql.serve.config import ServeConfig
 from dpsql.serve.passwords import ScramExchange, ScramVerifier, decoy_verifier, hash_password
 from dpsql.serve.session import result_columns
 from dpsql.serve.sqlstate import as_pg_error
-from dpsql.serve.sqltext import cost_comment, inline_parameters, placeholders_to_qmark, tables_named
+from dpsql.result import OutputColumn
+from dpsql.serve.sqltext import first_words, mentions_catalog, placeholders_to_qmark, split_statements
+from dpsql.sql.settings import cost_comment
 
 # RFC 7677, section 3: user "user", password "pencil"
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
@@ -140,12 +142,19 @@ def test_statement_text() -> None:
     assert placeholders_to_qmark("SELECT a FROM t WHERE b = $2 AND c = '$1' -- $3\nAND d = $1") == (
         "SELECT a FROM t WHERE b = ? AND c = '$1' -- $3\nAND d = ?", (1, 0)
     )
-    assert inline_parameters("WHERE k = ANY (ARRAY[$1, $2]) AND n = '$1'", ["'r'", "NULL"]) == "WHERE k = ANY (ARRAY['r', NULL]) AND n = '$1'"
     assert cost_comment("/* dpsql: epsilon=0.5, non_negative=on */ SELECT 1") == {"epsilon": "0.5", "non_negative": "on"}
     assert cost_comment("SELECT 1 /* other */") == {}
     with pytest.raises(dpsql.ProgrammingError, match="cannot read the dpsql comment"):
         cost_comment("/* dpsql: budget=all */ SELECT 1")
-    assert tables_named("SELECT sex, COUNT(*) FROM Census GROUP BY sex") == {"census"}
+    assert split_statements("SET dpsql.epsilon = 0.1; SELECT ';' -- ;\n FROM t ;; ") == ["SET dpsql.epsilon = 0.1", "SELECT ';' -- ;\n FROM t"]
+    assert first_words("/* dpsql: epsilon=1 */ -- hi\n select  sex") == "SELECT SEX"
+    assert mentions_catalog("SELECT relname FROM pg_catalog.pg_class") and not mentions_catalog("SELECT COUNT(*) FROM t WHERE job = 'pg_x'")
+
+
+def test_a_cost_comment_counts_only_as_a_block_comment_in_code() -> None:
+    assert cost_comment("SELECT COUNT(*) FROM t -- /* dpsql: epsilon=9 */") == {}  # inside a line comment: not honoured
+    assert cost_comment("SELECT COUNT(*) FROM t WHERE job = '/* dpsql: epsilon=9 */'") == {}  # inside a string
+    assert cost_comment("SELECT COUNT(*) -- a note\n FROM t /* dpsql: epsilon=0.5 */") == {"epsilon": "0.5"}
 
 
 def test_backend_errors_are_withheld_and_dpsql_errors_keep_their_message() -> None:
@@ -158,7 +167,8 @@ def test_backend_errors_are_withheld_and_dpsql_errors_keep_their_message() -> No
         assert (as_pg_error(error).sqlstate, as_pg_error(error).message) == (code, str(error))
 
 
-def test_result_column_types_follow_the_released_values() -> None:
-    description = [("sex", dpsql.STRING), ("race", dpsql.NUMBER), ("n", dpsql.NUMBER), ("key", dpsql.NUMBER)]
-    rows = [("F", 0, 1.5, None), (None, 3, 2.0, None)]
-    assert [(c.name, c.oid) for c in result_columns(description, rows)] == [("sex", 25), ("race", 20), ("n", 701), ("key", 701)]
+def test_result_column_types_follow_the_layout_and_errors_add_stderr_columns() -> None:
+    layout = [OutputColumn("sex", "text", True, False), OutputColumn("race", "integer", False, False),
+              OutputColumn("n", "float", False, True), OutputColumn("day", "date", True, False)]
+    assert [(c.name, c.oid) for c in result_columns(layout, errors=False)] == [("sex", 25), ("race", 20), ("n", 701), ("day", 1082)]
+    assert [c.name for c in result_columns(layout, errors=True)] == ["sex", "race", "n", "n_stderr", "day"]

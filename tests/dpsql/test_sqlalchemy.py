@@ -201,6 +201,11 @@ def test_jupysql_magic_runs_against_the_dialect(files: Path, adult_frame: pd.Dat
         result = shell.run_line_magic("sql", BY_SEX)
     assert rounded(result.DataFrame().to_records(index=False).tolist()) == [(s, float(n)) for s, n in exact(adult_frame, BY_SEX + " ORDER BY sex")]
     shell.run_line_magic("sql", "--close private")
+    shell.run_line_magic("sql", url(files, epsilon=1, default_epsilon=0.125, stderr_columns="true") + " --alias errors")
+    with dpsql.testing.noise_disabled():
+        shown = shell.run_line_magic("sql", BY_SEX).DataFrame()  # the table jupysql shows carries the errors
+    assert list(shown.columns) == ["sex", "n", "n_stderr"] and (shown.n_stderr > 0).all()
+    shell.run_line_magic("sql", "--close errors")
     with dpsql.connect(ledger=files / "magic.ledger") as connection:
         assert connection.budget_spent().epsilon == pytest.approx(0.125)
     assert os.environ["PLOOMBER_STATS_ENABLED"] == "false"

@@ -428,7 +428,7 @@ def test_a_sql_batch_of_ranges_beside_a_group_by_is_answered_by_a_composite(adul
     with dpsql.testing.seeded(3):
         noisy = adult_connection.workload(BATCH, epsilon=1.0, non_negative=True)
     cells, total = noisy[2].rows, noisy[3].rows[0][0]
-    assert sum(count for *_, count in cells) == pytest.approx(total, rel=1e-12)  # the parts agree on the total
+    assert sum(count for *_, count in cells) == pytest.approx(total, rel=1e-8)  # the parts agree on the total (to the 10 digits released)
     assert total != pytest.approx(len(adult_frame), abs=0.5)  # noise was added
     variances = candidate.query_variances()
     assert [e[2] for e in noisy[2].errors] == pytest.approx(np.sqrt(variances[2]).tolist(), rel=1e-9)

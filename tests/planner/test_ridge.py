@@ -187,4 +187,4 @@ def test_a_sql_batch_of_age_ranges_is_planned_with_ridge_noise_and_answered_exac
     noisy = adult_connection.workload(batch, epsilon=1.0)
     assert adult_connection.budget_spent().epsilon == pytest.approx(before + 1.0)
     errors = np.array([result.errors[0][0] for result in noisy])
-    assert errors == pytest.approx(np.sqrt(np.concatenate(prepared.plan.query_variances())), rel=1e-12)
+    assert errors == pytest.approx(np.sqrt(np.concatenate(prepared.plan.query_variances())), rel=1e-9)  # released: 10 digits
