@@ -26,7 +26,6 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import argparse  # noqa: E402
-import csv  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
@@ -35,7 +34,7 @@ import numpy as np  # noqa: E402
 
 import dpsql  # noqa: E402
 from planner.caches import clear_caches  # noqa: E402
-from results_io import RESULTS, print_table, write_csv  # noqa: E402
+from results_io import previous_rows, print_table, write_csv  # noqa: E402
 
 TOP = 500_000
 FRACTIONS = [round(q / 100, 2) for q in range(1, 100)]
@@ -98,14 +97,6 @@ def duckdb_run(database: duckdb.DuckDBPyConnection, kind: str) -> tuple[np.ndarr
     return values, wall  # type: ignore[return-value]
 
 
-def previous(path_name: str) -> dict[tuple[str, str], dict[str, str]]:
-    path = RESULTS / path_name
-    if not path.exists():
-        return {}
-    with path.open() as handle:
-        return {(row["case"], row["question"]): row for row in csv.DictReader(handle)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -113,7 +104,7 @@ def main() -> None:
     arguments = parser.parse_args()
     database = duckdb.connect()
     generate(database, arguments.rows)
-    before = previous("fine_domains.csv")
+    before = {(r["case"], r["question"]): r for r in previous_rows("fine_domains.csv")}
     records = []
     for kind, question in (("quantiles", "99 quantiles"), ("ranges", "100 ranges")):
         exact, duckdb_s = duckdb_run(database, kind)

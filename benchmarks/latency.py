@@ -24,7 +24,6 @@ benchmarks/results/latency.csv and benchmarks/results/latency_small.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import resource
@@ -37,7 +36,7 @@ from pathlib import Path
 import duckdb
 
 import dpsql
-from results_io import RESULTS, write_csv
+from results_io import previous_rows, write_csv
 
 QUERY = "SELECT sex, race, COUNT(*) AS n FROM census WHERE age BETWEEN 20 AND 40 GROUP BY sex, race"
 UNFILTERED_QUERY = "SELECT sex, race, COUNT(*) AS n FROM census GROUP BY sex, race"
@@ -155,15 +154,6 @@ def first_statement(database: duckdb.DuckDBPyConnection, setting: str, table: st
             "duckdb_bounding_s": duckdb_s, "dpsql_first_s": dpsql_s, "ratio": dpsql_s / duckdb_s}
 
 
-def previous_figures(name: str, key: str, value: str) -> dict[str, str]:
-    """``value`` of each row of the results file ``name`` (the previous run), by its ``key`` column."""
-    path = RESULTS / name
-    if not path.exists():
-        return {}
-    with path.open() as handle:
-        return {row[key]: row[value] for row in csv.DictReader(handle)}
-
-
 def peak_rss_mb() -> float:
     """The process's peak resident memory so far, DuckDB's own allocations included (MB; Linux units)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -236,7 +226,21 @@ def main() -> None:
         print(f"{table}: {rows:,} rows, {units:,} units (at most {most} rows each; {over:.0%} of units over 3 rows)")
     print(f"generated in {time.perf_counter() - started:.1f} s; peak resident memory {peak_rss_mb():,.0f} MB")
 
-    before = previous_figures("latency_first.csv", "setting", "ratio")
+    before = {r["setting"]: f"{float(r['ratio']):.2f}" for r in previous_rows(arguments.csv)}
+    records = [measure(database, setting, table, schema, query, arguments.repeats) for setting, table, schema, query in CASES]
+    print(f"\n{QUERY}\n(no WHERE: {UNFILTERED_QUERY}; events: {EVENTS_QUERY})\n")
+    print(f"{'setting':<30} {'rows':>11} {'DuckDB exact (s)':>17} {'dpsql (s)':>10} {'ratio':>7} {'previous':>9} {'dpsql cold (s)':>15} {'peak RSS (MB)':>14}")
+    for r in records:
+        old = before.get(str(r["setting"]), "")
+        print(
+            f"{r['setting']:<30} {r['rows']:>11,} {r['duckdb_exact_s']:>17.3f} {r['dpsql_s']:>10.3f} {r['ratio']:>7.2f} "
+            f"{old or '—':>9} {r['dpsql_cold_s']:>15.3f} {r['peak_rss_mb']:>14,.0f}"
+        )
+    path = write_csv(arguments.csv, records)
+    print(f"\nmedians of {arguments.repeats} runs; peak RSS: the process's so far (DuckDB's memory included); written to {path}")
+
+    before = {r["setting"]: r["ratio"] for r in previous_rows("latency_first.csv")}
+    # after the later statements' table: the process is warm, as a user's is at their first statement
     first = [first_statement(database, setting, table, schema, query) for setting, table, schema, query in CASES if schema["privacy_unit"]]
     print("\nthe first statement after register() (it bounds each unit's rows) ÷ DuckDB doing the same bounding "
           "(QUALIFY row_number() … <= 3, then the GROUP BY); wall seconds of one run each\n")
@@ -245,19 +249,6 @@ def main() -> None:
         print(f"{r['setting']:<30} {r['rows']:>11,} {r['duckdb_bounding_s']:>20.3f} {r['dpsql_first_s']:>16.3f} {r['ratio']:>7.2f} "
               f"{before.get(r['setting'], '—'):>15}")
     write_csv("latency_first.csv", [{**r, "ratio": f"{r['ratio']:.3f}"} for r in first])
-
-    before = previous_figures(arguments.csv, "setting", "ratio")
-    records = [measure(database, setting, table, schema, query, arguments.repeats) for setting, table, schema, query in CASES]
-    print(f"\n{QUERY}\n(no WHERE: {UNFILTERED_QUERY}; events: {EVENTS_QUERY})\n")
-    print(f"{'setting':<30} {'rows':>11} {'DuckDB exact (s)':>17} {'dpsql (s)':>10} {'ratio':>7} {'previous':>9} {'dpsql cold (s)':>15} {'peak RSS (MB)':>14}")
-    for r in records:
-        old = before.get(str(r["setting"]), "")
-        print(
-            f"{r['setting']:<30} {r['rows']:>11,} {r['duckdb_exact_s']:>17.3f} {r['dpsql_s']:>10.3f} {r['ratio']:>7.2f} "
-            f"{(f'{float(old):.2f}' if old else '—'):>9} {r['dpsql_cold_s']:>15.3f} {r['peak_rss_mb']:>14,.0f}"
-        )
-    path = write_csv(arguments.csv, records)
-    print(f"\nmedians of {arguments.repeats} runs; peak RSS: the process's so far (DuckDB's memory included); written to {path}")
 
     if arguments.small_rows:
         small = small_tables(tuple(arguments.small_rows), arguments.small_repeats)
