@@ -406,6 +406,10 @@ def _value_bounds(name: str, raw: object) -> tuple[float, float]:
 def _check_categories(name: str, values: tuple[object, ...]) -> None:
     if not values:
         raise ProgrammingError(f"column {name!r}: categories must not be empty")
+    if set(map(type, values)) == {str}:  # all text (10⁶ categories: one pass)
+        if len(set(values)) != len(values):
+            raise ProgrammingError(f"column {name!r}: categories repeat a value")
+        return
     for value in values:
         if value is None or not isinstance(value, (str, int, float, bool, datetime.date)):
             raise ProgrammingError(
