@@ -671,13 +671,37 @@ def _value_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
     if isinstance(atom, InList) or (isinstance(atom, Comparison) and atom.operator in ("=", "<>")):
         listed = _listed_cells(atom, column)
         return ~listed if isinstance(atom, Comparison) and atom.operator == "<>" else listed
+    numbers = _range_numbers(column)
     if isinstance(atom, Comparison):
         value = _checked_literal(atom.value, column, f"WHERE {column.name} {atom.operator}", False)
+        if numbers is not None and _exact_number(value):
+            return _COMPARED[atom.operator](numbers, value)
         return np.fromiter((_compare(cell, atom.operator, value) for cell in cells), dtype=bool, count=len(cells))
     assert isinstance(atom, Between)
     low = _checked_literal(atom.low, column, f"WHERE {column.name} BETWEEN", False)
     high = _checked_literal(atom.high, column, f"WHERE {column.name} BETWEEN", False)
+    if numbers is not None and _exact_number(low) and _exact_number(high):
+        return (numbers >= low) & (numbers <= high)
     return np.fromiter((low <= cell <= high for cell in cells), dtype=bool, count=len(cells))  # type: ignore[operator]
+
+
+_COMPARED = {"=": np.equal, "<>": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
+EXACT_IN_DOUBLE = 2**53  # integers of at most this magnitude compare exactly against a float
+
+
+def _range_numbers(column: ColumnDomain) -> np.ndarray | None:
+    """A range of integers' declared values as an array (a comparison over 500,001 values is one numpy
+    operation, not a Python loop), when each is exactly comparable with a float literal; else None."""
+    if column.kind != "range" or column.is_date_range:
+        return None
+    low = int(column.values[0])  # type: ignore[call-overload]
+    if max(abs(low), abs(low + column.value_cells)) > EXACT_IN_DOUBLE:
+        return None
+    return low + np.arange(column.value_cells, dtype=np.int64)
+
+
+def _exact_number(value: object) -> bool:
+    return type(value) is int and abs(value) <= EXACT_IN_DOUBLE or type(value) is float and math.isfinite(value)
 
 
 def _compare(cell: object, operator: str, value: object) -> bool:
