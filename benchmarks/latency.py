@@ -36,7 +36,7 @@ from pathlib import Path
 import duckdb
 
 import dpsql
-from results_io import write_csv
+from results_io import previous_rows, write_csv
 
 QUERY = "SELECT sex, race, COUNT(*) AS n FROM census WHERE age BETWEEN 20 AND 40 GROUP BY sex, race"
 UNFILTERED_QUERY = "SELECT sex, race, COUNT(*) AS n FROM census GROUP BY sex, race"
@@ -130,6 +130,30 @@ def measure(database: duckdb.DuckDBPyConnection, setting: str, table: str, schem
     return record
 
 
+def bounding_query(table: str, query: str, bound: int = 3) -> str:
+    """``query`` with DuckDB doing the same contribution bounding itself first: at most ``bound`` rows per
+    person, in a hashed order (``QUALIFY row_number() …``) — the floor of a first statement's time."""
+    kept = (
+        f"(SELECT * FROM {table} QUALIFY row_number() OVER (PARTITION BY person_id ORDER BY hash(person_id, sex, race, age, income)) "
+        f"<= {bound}) AS {table}"
+    )
+    return query.replace(f"FROM {table}", f"FROM {kept}", 1)
+
+
+def first_statement(database: duckdb.DuckDBPyConnection, setting: str, table: str, schema: dict, query: str) -> dict[str, object]:
+    """The first statement after ``register()`` (it bounds each unit's rows) beside DuckDB's bounding query
+    (:func:`bounding_query`, after one warm-up), wall seconds of one run each."""
+    bounding = bounding_query(table, query, int(schema["max_rows_per_unit"]))
+    database.execute(bounding).fetchall()
+    duckdb_s = timed(lambda: database.execute(bounding).fetchall())
+    connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1e6), reuse=False)
+    connection.register(table, None, schema=schema)
+    dpsql_s = timed(lambda: connection.cursor().execute(query, epsilon=0.5).fetchall())
+    connection.close()
+    return {"setting": setting, "rows": database.execute(f"SELECT count(*) FROM {table}").fetchone()[0],
+            "duckdb_bounding_s": duckdb_s, "dpsql_first_s": dpsql_s, "ratio": dpsql_s / duckdb_s}
+
+
 def peak_rss_mb() -> float:
     """The process's peak resident memory so far, DuckDB's own allocations included (MB; Linux units)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -202,16 +226,29 @@ def main() -> None:
         print(f"{table}: {rows:,} rows, {units:,} units (at most {most} rows each; {over:.0%} of units over 3 rows)")
     print(f"generated in {time.perf_counter() - started:.1f} s; peak resident memory {peak_rss_mb():,.0f} MB")
 
+    before = {r["setting"]: f"{float(r['ratio']):.2f}" for r in previous_rows(arguments.csv)}
     records = [measure(database, setting, table, schema, query, arguments.repeats) for setting, table, schema, query in CASES]
     print(f"\n{QUERY}\n(no WHERE: {UNFILTERED_QUERY}; events: {EVENTS_QUERY})\n")
-    print(f"{'setting':<30} {'rows':>11} {'DuckDB exact (s)':>17} {'dpsql (s)':>10} {'ratio':>7} {'dpsql cold (s)':>15} {'peak RSS (MB)':>14}")
+    print(f"{'setting':<30} {'rows':>11} {'DuckDB exact (s)':>17} {'dpsql (s)':>10} {'ratio':>7} {'previous':>9} {'dpsql cold (s)':>15} {'peak RSS (MB)':>14}")
     for r in records:
+        old = before.get(str(r["setting"]), "")
         print(
             f"{r['setting']:<30} {r['rows']:>11,} {r['duckdb_exact_s']:>17.3f} {r['dpsql_s']:>10.3f} {r['ratio']:>7.2f} "
-            f"{r['dpsql_cold_s']:>15.3f} {r['peak_rss_mb']:>14,.0f}"
+            f"{old or '—':>9} {r['dpsql_cold_s']:>15.3f} {r['peak_rss_mb']:>14,.0f}"
         )
     path = write_csv(arguments.csv, records)
     print(f"\nmedians of {arguments.repeats} runs; peak RSS: the process's so far (DuckDB's memory included); written to {path}")
+
+    before = {r["setting"]: r["ratio"] for r in previous_rows("latency_first.csv")}
+    # after the later statements' table: the process is warm, as a user's is at their first statement
+    first = [first_statement(database, setting, table, schema, query) for setting, table, schema, query in CASES if schema["privacy_unit"]]
+    print("\nthe first statement after register() (it bounds each unit's rows) ÷ DuckDB doing the same bounding "
+          "(QUALIFY row_number() … <= 3, then the GROUP BY); wall seconds of one run each\n")
+    print(f"{'setting':<30} {'rows':>11} {'DuckDB bounding (s)':>20} {'dpsql first (s)':>16} {'ratio':>7} {'previous ratio':>15}")
+    for r in first:
+        print(f"{r['setting']:<30} {r['rows']:>11,} {r['duckdb_bounding_s']:>20.3f} {r['dpsql_first_s']:>16.3f} {r['ratio']:>7.2f} "
+              f"{before.get(r['setting'], '—'):>15}")
+    write_csv("latency_first.csv", [{**r, "ratio": f"{r['ratio']:.3f}"} for r in first])
 
     if arguments.small_rows:
         small = small_tables(tuple(arguments.small_rows), arguments.small_repeats)

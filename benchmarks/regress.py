@@ -1,4 +1,4 @@
-"""Guard the headline figures: re-measure them (under a minute on a 2-core machine), compare each with
+"""Guard the headline figures: re-measure them (about two minutes on a 2-core machine), compare each with
 the value recorded in ``results/regress.json``, print a table, and exit with status 1 when any figure is
 worse than recorded by more than its tolerance (times: 1.5×, accuracy ratios: 1 %).
 
@@ -41,6 +41,9 @@ STARTUP_RUNS = 5
 RETRIES = 2  # a figure that looks worse is measured again, at most this many times, and judged on its best
 LATENCY_ROWS, LATENCY_EVENT_ROWS, LATENCY_REPEATS = 1_000_000, 500_000, 5
 SMALL_ROWS, SMALL_REPEATS = 10_000, 30
+FIRST_ROWS = 5_000_000
+FINE_ROWS = 200_000
+SERVE_PERSONS, SERVE_REPEATS = 5_000, 10
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,88 @@ def small_latency_ratio(setting: str) -> float:
     return float(latency.measure(_small_table(), setting, table, schema, query, SMALL_REPEATS)["ratio"])
 
 
+@cache
+def _first_table() -> object:
+    import duckdb
+    import latency
+
+    database = duckdb.connect()
+    latency.generate(database, FIRST_ROWS)
+    return database
+
+
+def first_statement_ratio() -> float:
+    """``benchmarks/latency.py``'s first statement after ``register()`` (person-level, k = 3: it bounds each
+    unit's rows) ÷ DuckDB doing the same bounding itself, on ``FIRST_ROWS`` census rows, wall seconds."""
+    import latency
+
+    _, table, schema, query = next(c for c in latency.CASES if c[0] == "person-level (k=3)")
+    return float(latency.first_statement(_first_table(), "person-level (k=3)", table, schema, query)["ratio"])
+
+
+@cache
+def _fine_table() -> object:
+    import duckdb
+    import fine_domains
+
+    database = duckdb.connect()
+    fine_domains.generate(database, FINE_ROWS)
+    return database
+
+
+def fine_quantiles_seconds(case: str) -> float:
+    """``benchmarks/fine_domains.py``'s 99 quantiles of a cold statement over ``case``'s income domain (CPU s)."""
+    import fine_domains
+
+    return float(fine_domains.dpsql_run(_fine_table(), fine_domains.CASES[case], "quantiles")[2])
+
+
+def wide_batch_seconds(width: int = 70, rows: int = 20_000) -> float:
+    """A batch over ``width`` binary columns (more than one ``GROUPING()`` takes): x0 with every other column,
+    and the total, through SQL (CPU s of a fresh connection's first run, DuckDB's threads included)."""
+    import duckdb
+
+    import dpsql
+
+    database = duckdb.connect()
+    database.execute("CREATE TABLE t AS SELECT " + ", ".join(f"CAST(hash(i * {k + 3}) % 2 AS BIGINT) AS x{k}" for k in range(width)) + f" FROM range({rows}) t(i)")
+    connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1e6), reuse=False)
+    connection.register("t", None, schema={"privacy_unit": None, "columns": {f"x{k}": {"categories": [0, 1]} for k in range(width)}})
+    statements = [f"SELECT x0, x{k}, COUNT(*) FROM t GROUP BY x0, x{k}" for k in range(1, width)] + ["SELECT COUNT(*) FROM t"]
+    started = time.process_time()
+    connection.workload(statements, epsilon=1.0)
+    return time.process_time() - started
+
+
+def in_list_seconds(items: int = 10_000) -> float:
+    """A COUNT with a WHERE of ``items`` values IN a range column of 10⁵ values (CPU s, cold)."""
+    import duckdb
+
+    import dpsql
+
+    database = duckdb.connect()
+    database.execute("CREATE TABLE t AS SELECT i % 100000 AS v FROM range(200000) t(i)")
+    connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1e6), reuse=False)
+    connection.register("t", None, schema={"privacy_unit": None, "columns": {"v": {"range": [0, 99_999]}}})
+    sql = "SELECT COUNT(*) FROM t WHERE v IN (" + ", ".join(str(7 * i) for i in range(items)) + ")"
+    started = time.process_time()
+    connection.cursor().execute(sql, epsilon=1.0).fetchall()
+    return time.process_time() - started
+
+
+def serve_wire_ms() -> float:
+    """``benchmarks/serve.py``'s median wire time (served − in-process, ms) of its first statement over
+    ``SERVE_REPEATS`` repetitions on the demo census of ``SERVE_PERSONS`` persons."""
+    import serve
+
+    from dpsql import demo
+
+    columns = demo.generate_census(SERVE_PERSONS, seed=0)
+    with serve.served(columns) as (host, port, _):
+        rows = serve.latency_rows(columns, host, port, SERVE_REPEATS)
+    return float(rows[0]["wire_ms"])
+
+
 # -- the figures: one line each -----------------------------------------------------------------------
 
 ZCDP, PURE = "1-zCDP (Gaussian)", "1-DP (Laplace)"
@@ -162,6 +247,12 @@ FIGURES: list[Figure] = [
     Figure("latency ÷ DuckDB: person-level k=3, events (0.5 M rows)", partial(latency_ratio, "person-level (k=3), events"), "×", TIME),
     Figure("latency ÷ DuckDB: row-level (10 k rows)", partial(small_latency_ratio, "row-level"), "×", TIME),
     Figure("latency ÷ DuckDB: person-level k=3 (10 k rows)", partial(small_latency_ratio, "person-level (k=3)"), "×", TIME),
+    Figure("first statement ÷ DuckDB bounding: person-level k=3 (5 M rows)", first_statement_ratio, "×", TIME),
+    Figure("99 quantiles, cold: 1,024 bins (s CPU)", partial(fine_quantiles_seconds, "bins: 1,024"), "s", TIME),
+    Figure("99 quantiles, cold: range [0, 500000] (s CPU)", partial(fine_quantiles_seconds, "range: [0, 500000]"), "s", TIME),
+    Figure("batch over 70 binary columns, 70 statements (s CPU)", wide_batch_seconds, "s", TIME),
+    Figure("10,000-item IN list (s CPU)", in_list_seconds, "s", TIME),
+    Figure("serve: wire time per statement (ms)", serve_wire_ms, "ms", TIME),
 ]
 
 

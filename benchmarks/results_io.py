@@ -11,6 +11,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 Row = dict[str, object]
 
 
+def previous_rows(name: str) -> list[dict[str, str]]:
+    """The rows of ``results/<name>`` as the previous run wrote them (none if it was never written): what a
+    benchmark prints beside each new figure."""
+    path = RESULTS / name
+    if not path.exists():
+        return []
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
 def number_text(value: object) -> str:
     """Floats to four decimals, empty cells as a dash."""
     if isinstance(value, float):

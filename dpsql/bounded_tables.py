@@ -2,26 +2,31 @@
 
 With a privacy unit, every statement counts *the bounded rows* of its table (:mod:`dpsql.sql.bounded_rows`):
 the rows that pass the declared domain tests, at most ``max_rows_per_unit`` per unit, chosen by a salted
-hash whose salt is drawn once per registration. They do not depend on the statement, so they are computed
-once — by the first statement that reads the table — and kept as a temporary table of the backend
-(DuckDB, PostgreSQL); every later statement aggregates that table directly. A new registration of the name is a new table (a new salt): its predecessor's
-relation is dropped, and the new one is computed by its own first read. Closing the connection drops them
-all.
+hash whose salt is drawn once per registration. They do not depend on the statement. The *first* charged
+statement on a registration reads them inline — the bounding fused into its one aggregation, the engine's
+own window query, at the cost and memory of the engine bounding the rows itself — and keeps nothing. The
+*second* one computes them into a temporary table of the backend (DuckDB, PostgreSQL) before its
+aggregation, in the form whose memory is about that of the window alone (``thresholds``); it and every
+later statement aggregate that table directly. So a one-statement session never pays for a table it would
+not read again, and a session of many pays once. A new registration of the name is a new table (a new
+salt): its predecessor's relation is dropped, and the new one starts over. Closing the connection drops
+them all.
 
 **The one charge rule.** Computing the bounded rows reads private rows, so it happens only inside a
 charged statement's read (``pipeline._read``), just before that statement's aggregation, under the same
 rule: the ledger was charged first, an engine failure is reported by class only, and a failed creation
-leaves nothing behind (the next charged statement tries again). What a caller can see of it — the first
-statement takes longer — depends on the table's size, as any read's time does, and on nothing a
-statement asks. Whether a backend can keep relations at all is found out at ``register()`` with a probe
-that reads no table (``SELECT 1``); a backend that cannot (no ``create_temporary`` — Spark, where a
-cached view proved slower than recomputing, see ``dpsql.backends.spark`` — or the probe fails: no
-temporary-table privilege) gets the same bounded rows computed by a subquery of every statement instead:
-the same rows and answers, at the cost of bounding in every statement.
+leaves nothing behind (the next charged statement tries again). What a caller can see of it — which
+statement takes longer — depends on the table's size and on how many statements were charged, as any
+read's time does, and on nothing a statement asks. Whether a backend can keep relations at all is found
+out at ``register()`` with a probe that reads no table (``SELECT 1``); a backend that cannot (no
+``create_temporary`` — Spark, where a cached view proved slower than recomputing, see
+``dpsql.backends.spark`` — or the probe fails: no temporary-table privilege) reads the bounded rows inline in
+every statement: the same rows and answers, at the cost of bounding in every statement.
 
 The kept relation is visible to this connection's own backend session (as the registered data already
-is to anyone holding it: see the README's privacy model); its name is random. It is a snapshot: rows
-added to the source after the first read are not counted until the table is registered again.
+is to anyone holding it: see the README's privacy model); its name is random. It is a snapshot taken by
+the second charged read: rows added to the source after that are not counted until the table is
+registered again (the first statement, read inline, saw the source as it was then).
 
 **Shared by a server's sessions.** The registrations of one database can be shared by many sessions
 (:class:`dpsql.session.Registrations`; ``dpsql serve`` shares its DuckDB database's): then the tables are
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
     from dpsql.session import Table
 
 PROBE_QUERY = "SELECT 1 AS one"
+INLINE_READS = 1  # charged reads of a registration that compute its bounded rows inline before one keeps them
 
 
 class BoundedTables:
@@ -60,6 +66,7 @@ class BoundedTables:
         self._names: dict[Table, str] = {}  # relation name of each table whose rows are (to be) kept
         self._created: set[str] = set()
         self._lock = threading.Lock()  # held while a relation is computed: concurrent first reads wait for it
+        self._inline_reads: dict[Table, int] = {}  # charged reads that read a table's bounded rows inline
 
     def register(self, table: Table, previous: Table | None) -> None:
         """A table was registered (replacing ``previous``): drop what was kept for the old one, and name
@@ -71,26 +78,36 @@ class BoundedTables:
                 self._names[table] = f"__dpsql_bounded_{secrets.token_hex(8)}"
 
     def relation(self, table: Table) -> str | None:
-        """Where ``table``'s bounded rows are kept (created by :meth:`ensure`), or None: inline them."""
+        """Where this charged read finds ``table``'s bounded rows: the kept relation when it exists or this
+        read keeps it (created by :meth:`ensure`), else None: the read computes them inline. Call it once per
+        charged read (it counts the inline ones)."""
         with self._lock:
-            return self._names.get(table)
+            name = self._names.get(table)
+            if name is None:
+                return None
+            if name not in self._created and self._inline_reads.get(table, 0) < INLINE_READS:
+                self._inline_reads[table] = self._inline_reads.get(table, 0) + 1
+                return None
+            return name
 
     def ensure(self, table: Table) -> None:
-        """Compute and keep ``table``'s bounded rows unless they are kept already. Reads private rows:
-        call it only inside a charged statement's read."""
+        """Compute and keep ``table``'s bounded rows unless they are kept already; for a read that
+        :meth:`relation` sent to the kept relation. Reads private rows: call it only inside a charged
+        statement's read."""
         with self._lock:
             name = self._names.get(table)
             if name is None or name in self._created:
                 return
             query = bounded_rows(
                 table.relation, table.declared_columns(), table.column_types, table.schema.privacy_unit,  # type: ignore[arg-type]
-                table.schema.max_rows_per_unit, table.salt, tuple(table.column_types),
+                table.schema.max_rows_per_unit, table.salt, tuple(table.column_types), form="thresholds",
             )
             getattr(self._backend, self._create)(name, query.sql(dialect=self._backend.dialect))
             self._created.add(name)
 
     def forget(self, table: Table) -> None:
         with self._lock:
+            self._inline_reads.pop(table, None)
             name = self._names.pop(table, None)
             if name is not None and name in self._created:
                 self._created.discard(name)

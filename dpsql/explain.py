@@ -34,7 +34,8 @@ import numpy as np
 
 import planner
 from dpsql.request import Prepared
-from dpsql.result import ResultSet, clean_number
+from dpsql.columns import clean_number
+from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain
 from dpsql.sql.parse import Quantile
 from dpsql.types import NUMBER, STRING

@@ -39,6 +39,7 @@ from sqlglot import exp
 import planner
 from dpsql import keys, nonnegative, progress, selection, testing
 from dpsql.accountant import Cost, check_number
+from dpsql.backends.dialects import engine_name
 from dpsql.costs import privacy_of
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
@@ -47,8 +48,9 @@ from dpsql.request import Decision, Output, Prepared, Request
 from dpsql.result import OutputColumn, ResultSet, output_columns
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
-from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
+from dpsql.sql.bounded import BoundedAggregation, KeyedColumn, KeyHistogram
 from dpsql.sql import clipping, quantile_paths
+from dpsql.sql.compile import MAX_RELEASED_CELLS, too_many_cells
 from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
 from dpsql.sql.settings import COST_SETTINGS, SettingCommand, TextCost
 from dpsql.sql.split import Bound, bind
@@ -59,6 +61,8 @@ from planner import Answers, Measurement, Workload, marginal_for
 
 RELATIVE_TOLERANCE = 1e-9  # kept variances this close to a fresh plan's count as equally accurate
 BOUND_TEXT_CACHE_SIZE = 256  # texts without parameters kept parsed and bound (process-wide)
+MAX_READ_CELLS = 1 << 26  # cells of the marginals one statement or batch reads (≈ 0.5 GB per int64 copy)
+BOUND_BATCH_CACHE_SIZE = 16  # batches of such texts kept parsed and bound (process-wide)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -140,15 +144,26 @@ def batch_request(
     if isinstance(parameters, (str, bytes)) or not isinstance(parameters, Sequence) or len(parameters) != count:
         raise ProgrammingError(f"parameters= needs one parameter sequence (or None) per statement ({count})")
     public = session.public_names()
-    bound = []
-    for sql, params in zip(statements, parameters):
-        parsed = parse_text(sql)
-        if parsed.explain:
-            raise ProgrammingError("a workload's statements are SELECTs; pass explain=True to explain the batch")
-        bound.append(bind(parsed.trees[0], params, parsed.texts[0], public))
+    if all(isinstance(sql, str) for sql in statements) and all(p is None or (isinstance(p, (list, tuple)) and not p) for p in parameters):
+        bound: Sequence[Bound] = _bound_batch(tuple(statements), public)  # type: ignore[arg-type]
+    else:
+        bound = tuple(_bound_member(parse_text(sql), params, public) for sql, params in zip(statements, parameters))
     said = _said_by_batch(bound)
     cost = session.cost(epsilon, rho, said)
     return _request(bound, _weights(weights, count), cost, _non_negative(session, non_negative, said), explain, said.delta)
+
+
+@functools.lru_cache(maxsize=BOUND_BATCH_CACHE_SIZE)
+def _bound_batch(texts: tuple[str, ...], public: frozenset[str]) -> tuple[Bound, ...]:
+    """A batch of texts without parameters, parsed and bound (as :func:`_bound_text`, for a whole batch:
+    a repeated workload of hundreds of statements skips sqlglot)."""
+    return tuple(_bound_member(parse_text(text), None, public) for text in texts)
+
+
+def _bound_member(parsed: ParsedText, parameters: object, public: frozenset[str]) -> Bound:
+    if parsed.explain:
+        raise ProgrammingError("a workload's statements are SELECTs; pass explain=True to explain the batch")
+    return bind(parsed.trees[0], parameters, parsed.texts[0], public)  # type: ignore[arg-type]
 
 
 def _request(
@@ -399,6 +414,8 @@ def _plan(session: Session, draft: Draft) -> Draft:
     _check_spent(fresh.privacy, whole, mechanisms)
     reusable = request.cost is not None and not exponential and clip is None  # a clipped measurement is never kept
     decision = _decision(session, batch.workload, fresh, draft.rows, privacy, contributions, reusable)
+    if decision.plan is not None:
+        _check_feasible(session, batch, decision.plan)
     spent = cost if decision.plan is not None else _free(cost)
     cached = None if draft.cached is None else len(draft.cached)
     prepared = Prepared(request, table, batch, draft.rows, privacy, draft.keyed, None, decision, spent, cached, paths, clip, balance)
@@ -479,6 +496,27 @@ def _check_options(statement: Statement, table: Table) -> None:
                 f"OPTIONS(max_groups_contributed = {value}): the schema of {table.name!r} bounds a unit to "
                 f"{schema.max_groups_per_unit} group(s) (max_groups_per_unit); drop the option or give that value"
             )
+
+
+def _check_feasible(session: Session, batch: CompiledBatch, plan: planner.Plan) -> None:
+    """Refuse, before anything is charged, a statement whose read or release cannot be carried out on any
+    data: more cells than memory allows (decided from the domains), or more grouping columns than the
+    engine's ``GROUPING SETS`` take. Public facts only: the plan, the domains and the backend."""
+    assert batch.workload is not None
+    domain = batch.workload.domain
+    read = batch.read_marginals(plan.required_marginals())
+    read_cells = sum(math.prod(batch.columns[a].size if a in batch.columns else domain.size_of(a) for a in m) for m in read)
+    released = sum(p.rows for p in batch.workload.products)
+    for what, cells, limit in (("read", read_cells, MAX_READ_CELLS), ("release", released, MAX_RELEASED_CELLS)):
+        if cells > limit:
+            raise NotSupportedError(too_many_cells(what, cells, limit))
+    grouped = {a for m in read if len(read) > 1 for a in m if a in batch.columns}
+    limit = getattr(session.backend, "max_grouping_columns", None)
+    if limit is not None and len(grouped) > limit:
+        raise NotSupportedError(
+            f"the batch groups by {len(grouped)} columns in one pass, and {engine_name(session.backend.dialect)} takes at "
+            f"most {limit} in GROUPING SETS: split it into batches over at most {limit} columns each"
+        )
 
 
 def _unit_cost(session: Session) -> Cost:
@@ -689,7 +727,10 @@ def _release_cores(session: Session, prepared: Prepared) -> list[ResultSet]:
     aggregation = _aggregation(session, prepared)
     result = _read(session, prepared.table, aggregation)
     try:
-        return _measured(session, prepared, aggregation, result)
+        rng = testing.random_source()
+        counts, clip = _counted(prepared, aggregation, result, rng)
+        del result  # the engine's rows (every column of every grouping set): freed before the plan's arrays are made
+        return _measured(session, prepared, counts, clip, rng)
     except Error as error:
         raise InternalError(f"answering the statement failed after its rows were read ({type(error).__name__}); it was charged. "
                             "This is a dpsql defect: please report it") from None
@@ -702,10 +743,11 @@ def _read(session: Session, table: Table, aggregation: BoundedAggregation) -> di
     """The one read of private rows: the table's bounded rows are kept first if they are not yet
     (``dpsql.bounded_tables``), then the aggregation runs. The engine's message is withheld: it may
     quote row values."""
-    sql = session.memoised("sql", aggregation, lambda: aggregation.statement().sql(dialect=session.backend.dialect))
+    sql = session.memoised("sql", aggregation, lambda: aggregation.statement().sql(dialect=session.backend.dialect, copy=False))
 
     def read() -> dict[str, np.ndarray]:
-        session.bounded.ensure(table)
+        if aggregation.bounded:  # it reads the kept bounded rows: computed by this read if not yet
+            session.bounded.ensure(table)
         return session.backend.run(sql)
 
     try:
@@ -757,40 +799,52 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
     )
 
 
-def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregation, result: dict[str, np.ndarray]) -> list[ResultSet]:
-    """Everything after the read: select (when asked), plan the counts of released keys, measure, keep, build."""
+def _counted(
+    prepared: Prepared, aggregation: BoundedAggregation, result: dict[str, np.ndarray], rng: np.random.Generator
+) -> tuple[KeyHistogram | dict[tuple[str, ...], np.ndarray], int | None]:
+    """What the read counted: per raw key when a column's cells come from key bounding, else the marginals —
+    of the clip's cells when the statement clips, the clip released first (``planner.UpperClip``)."""
+    if prepared.selection is not None or prepared.keyed is not None:
+        return aggregation.key_histogram(result), None
+    clip = None if prepared.clip is None else prepared.clip.release(aggregation, result, rng, testing.noise_enabled())
+    return aggregation.marginal_arrays(result, clip), clip
+
+
+def _measured(
+    session: Session, prepared: Prepared, counts: KeyHistogram | dict[tuple[str, ...], np.ndarray], clip: int | None, rng: np.random.Generator
+) -> list[ResultSet]:
+    """Everything after the read and the clip: select (when asked), plan the counts of released keys, measure,
+    keep, build."""
     batch, decision = prepared.batch, prepared.decision
     if prepared.selection is not None:
-        outcome = selection.release(session, prepared, aggregation.key_histogram(result))
+        assert isinstance(counts, KeyHistogram)
+        outcome = selection.release(session, prepared, counts)
         if outcome.answers is None:
             return _with_explanation(session, prepared, _zero_results(outcome.batch), Outcome("measured", released=outcome.released))
         answers, note = _finished(session, prepared, outcome.answers, None, None, from_store=False, batch=outcome.batch)
         report = Outcome("measured", released=outcome.released, plan=outcome.plan, note=note)
         return _with_explanation(session, prepared, outcome.batch.results(answers.values, answers.variances), report)
     plan, measured, kept = decision.plan, decision.measured, decision.kept
-    rng = testing.random_source()
-    clip: int | None = None
     arrays: dict[tuple[str, ...], np.ndarray] = {}
     if prepared.keyed is not None:  # a released key set: the column's cells come from key bounding
         assert batch.workload is not None
         released = session.keys.get(prepared.table, prepared.keyed)
-        assert released is not None
-        full = np.moveaxis(keys.table_over_keys(aggregation.key_histogram(result), released), 0, batch.workload.domain.attributes.index(prepared.keyed))
+        assert released is not None and isinstance(counts, KeyHistogram)
+        full = np.moveaxis(keys.table_over_keys(counts, released), 0, batch.workload.domain.attributes.index(prepared.keyed))
         required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
     else:
-        clip = None if prepared.clip is None else prepared.clip.release(aggregation, result, rng, testing.noise_enabled())
-        arrays = aggregation.marginal_arrays(result, clip)
+        assert isinstance(counts, dict)
+        arrays = counts
         if prepared.clip is not None and clip is not None:  # the answers read the chosen clip's cells
             batch = batch.with_encoding(prepared.clip.clipped(clip))
         required = batch.folded(plan.required_marginals(), arrays)  # type: ignore[union-attr]
     assert plan is not None and batch.workload is not None
     measurement = plan.measure(required, rng=rng, noise=testing.noise_enabled())
+    del required
     chosen = None
     paths = prepared.quantile_paths
     if paths is not None and paths.exponential and testing.noise_enabled():  # noise off: the exact CDF answers
         chosen = paths.release(batch, batch.folded(paths.marginals(), arrays), rng)
-    fresh = plan.answer(measurement)
-    found = {index: (fresh.values[i], fresh.variances[i]) for i, index in enumerate(measured)}
     estimates = plan.kept_estimates(measurement) if session.settings.reuse and prepared.clip is None else None
     earlier = session.store.measurement_count(prepared.rows)
     if estimates is not None:
@@ -798,6 +852,10 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     covered = session.store.covered(prepared.rows, batch.workload) if estimates is not None else ()
     everything = range(len(batch.workload.products))
     from_store = tuple(i for i in everything if i in kept or (estimates is not None and covered[i]))
+    found = {}
+    if len(from_store) < len(everything):  # the plan's own GLS, for what the store does not answer
+        fresh = plan.answer(measurement)
+        found = {index: (fresh.values[i], fresh.variances[i]) for i, index in enumerate(measured)}
     if from_store:
         found.update(session.store.answer(prepared.rows, batch.workload, from_store))
     gls = Answers(tuple(found[i][0] for i in everything), tuple(found[i][1] for i in everything))

@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
-from typing import TypeVar
 
 import numpy as np
 
+from dpsql.columns import Column, ColumnRows, Floats, Labels, Objects, Repeated, Row, clean_number
 from dpsql.errors import ProgrammingError
 from dpsql.frame_source import ERROR_SUFFIX, error_layout
 from dpsql.frames import FrameSource, ResultFrames
@@ -40,7 +40,6 @@ from dpsql.sql.parse import Aggregate, GroupKey, Quantile
 from dpsql.sql.statement import Statement
 from dpsql.types import DATETIME, NUMBER, STRING
 
-Row = tuple[object, ...]
 RankVariances = Callable[[int, str, float], "np.ndarray | None"]
 """(product index in the branch, quantiled column, fraction) → ``Var(F(k) − q·N)`` of the product's rows from
 the plan (``quantiles.rank_block``), or None where the plan does not offer it."""
@@ -48,40 +47,6 @@ ChosenCells = Callable[[int, str, float], "np.ndarray | None"]
 """(product index in the branch, quantiled column, fraction) → indicators over the product's rows of the cells an
 exponential mechanism released (``dpsql.sql.quantile_paths``), or None where the CDF answers."""
 Interval = tuple[float, float] | tuple[datetime.date, datetime.date]  # a date quantile's interval is in dates
-T = TypeVar("T")
-
-
-SNAP = 1e-9
-"""Released numbers are snapped to the shortest decimal within this relative distance (far below any
-noise): no float residue (``1484.9999999999998`` is 1485) and at most 10 significant digits."""
-
-
-def clean_number(value: T, error: object = None) -> T:
-    """A released float as the decimal with the fewest significant digits within a relative :data:`SNAP`
-    of it — ``41675.00000000001`` is ``41675.0``, ``0.30000000000000004`` is ``0.3``, a noisy value keeps
-    its first 10 digits — and never farther than a hundredth of its ``error`` when it has one (a count of
-    10¹¹ rows keeps its units); ``-0.0`` as ``0.0``; anything else (a key, a label, a date, None, inf, NaN)
-    as it is. Post-processing of released values: free."""
-    if type(value) is not float or not math.isfinite(value) or value == 0.0:
-        return 0.0 if value == 0.0 else value  # type: ignore[return-value]
-    tolerance = SNAP * abs(value)
-    if type(error) is float and error > 0:
-        tolerance = min(tolerance, error / 100)
-    best, most = value, 17  # 17 significant digits: the float itself
-    for digits in range(10, 17):  # 10 digits are within 5·10⁻¹⁰ (unless the error is tighter)
-        rounded = float(f"{value:.{digits}g}")
-        if abs(rounded - value) <= tolerance:
-            best, most = rounded, digits
-            break
-    fewest, probe = 1, most - 1  # k digits within ⇒ k + 1 within: the fewest by bisection, probing most − 1 first
-    while fewest < most:
-        rounded = float(f"{value:.{probe}g}")
-        if abs(rounded - value) <= tolerance:
-            best, most = rounded, probe
-        else:
-            fewest = probe + 1
-        probe = (fewest + most) // 2
-    return best  # type: ignore[return-value]
 
 
 def confidence_intervals(rows: Sequence[Row], errors: Sequence[Row], level: float) -> list[tuple[Interval | None, ...]]:
@@ -120,8 +85,8 @@ class ResultSet(ResultFrames):
     :mod:`dpsql.frames` (``df()``, ``arrow()``, ``pl()``, a notebook display, ``plot()``)."""
 
     description: tuple[tuple[object, ...], ...]
-    rows: list[Row]
-    errors: list[Row]
+    rows: Sequence[Row]  # a list, or columns read into rows on demand (dpsql.columns)
+    errors: Sequence[Row]
     explained_by: object = ""  # the explanation, or an object rendering it when read (``str()``)
     errors_shown: bool = False  # the rows hold <column>_stderr columns (:meth:`with_error_columns`)
 
@@ -176,33 +141,42 @@ def statement_result(
 ) -> ResultSet:
     """The result set of ``statement`` from each branch's compiled query and its products' answers (and,
     per branch, the quantiles' rank variances when the plan gives them). GROUP BY cells the WHERE clause
-    excludes are rows only with ``keep_excluded`` (module doc)."""
-    rows: list[Row] = []
-    errors: list[Row] = []
+    excludes are rows only with ``keep_excluded`` (module doc). Without HAVING, ORDER BY, LIMIT or OFFSET the
+    rows stay columns until read (:mod:`dpsql.columns`: a batch may release millions)."""
+    shown = len(statement.names)
     branch_ranks = ranks if ranks is not None else [None] * len(compiled)
     branch_chosen = chosen if chosen is not None else [None] * len(compiled)
+    parts, error_parts = [], []
     for branch, query, branch_values, branch_variances, rank, picked in zip(
         statement.branches, compiled, values, variances, branch_ranks, branch_chosen
     ):
-        branch_rows, branch_errors = _branch_rows(query, branch_values, branch_variances, rank, keep_excluded, picked)
-        for row, error in zip(branch_rows, branch_errors):
-            output = tuple(s.value if isinstance(s, Constant) else row[s] for s in branch.layout)
-            if branch.having is not None and not holds(branch.having, output):
-                continue
-            rows.append(output)
-            errors.append(tuple(None if isinstance(s, Constant) else error[s] for s in branch.layout))
+        columns, error_columns = _branch_columns(query, branch_values, branch_variances, rank, keep_excluded, picked)
+        count = len(columns[0]) if columns else 0
+        parts.append(tuple(Repeated(s.value, count) if isinstance(s, Constant) else columns[s] for s in branch.layout))
+        error_parts.append(tuple(Repeated(None, count) if isinstance(s, Constant) else error_columns[s] for s in branch.layout))
+    description = _description(statement, compiled)
+    ordered = statement.order_by or statement.limit is not None or statement.offset
+    if not ordered and all(b.having is None for b in statement.branches):
+        return ResultSet(description, ColumnRows([p[:shown] for p in parts]), ColumnRows([p[:shown] for p in error_parts]))
+    rows: list[Row] = []
+    errors: list[Row] = []
+    for branch, part, error_part in zip(statement.branches, parts, error_parts):
+        for output, error in zip(ColumnRows([part]), ColumnRows([error_part])):
+            if branch.having is None or holds(branch.having, output):
+                rows.append(output)
+                errors.append(error)
     rows, errors = _ordered(statement, rows, errors)
-    shown = len(statement.names)
-    return ResultSet(_description(statement, compiled), [r[:shown] for r in rows], [e[:shown] for e in errors])
+    return ResultSet(description, [r[:shown] for r in rows], [e[:shown] for e in errors])
 
 
-def _branch_rows(
+def _branch_columns(
     compiled: CompiledQuery, values: Sequence[np.ndarray], variances: Sequence[np.ndarray], ranks: RankVariances | None = None,
     keep_excluded: bool = False,
     chosen: ChosenCells | None = None,
-) -> tuple[list[Row], list[Row]]:
-    """One row per shown GROUP BY cell, in domain order: hidden remainder cells left out, and the cells the
-    WHERE clause excludes unless ``keep_excluded`` (they are known to be empty: not measurements)."""
+) -> tuple[list[Column], list[Column]]:
+    """One row per shown GROUP BY cell, in domain order, as columns (values, and their standard errors: None
+    in key columns): hidden remainder cells left out, and the cells the WHERE clause excludes unless
+    ``keep_excluded`` (they are known to be empty: not measurements). Numbers read clean (:func:`clean_number`)."""
     shape = compiled.group_shape
     cells = np.arange(compiled.group_cells)
     key_cells = np.unravel_index(cells, shape) if shape else ()
@@ -211,23 +185,24 @@ def _branch_rows(
         hidden = compiled.group_domain(column).hidden_cells
         if hidden:
             shown &= ~np.isin(key_cells[position], hidden)
-    columns: list[list[object]] = []
-    error_columns: list[list[object]] = []
+    count = int(shown.sum())
+    columns: list[Column] = []
+    error_columns: list[Column] = []
     scale = compiled.scale
     values = [np.asarray(v) / scale for v in values]
     variances = [np.asarray(v) / scale**2 for v in variances]
     cdfs: dict[str, np.ndarray] = {}  # a column's projected CDF, shared by its quantiles (one product)
     for item, rows in zip(compiled.query.select, compiled.counts):
         if isinstance(item, GroupKey):
-            labels = compiled.group_domain(item.column).labels()
             position = compiled.group_columns.index(item.column)
-            columns.append([labels[i] for i in key_cells[position][shown]])
-            error_columns.append([None] * int(shown.sum()))
+            labels = compiled.group_domain(item.column).labels()
+            columns.append(Labels(key_cells[position][shown].astype(np.min_scalar_type(len(labels))), labels))
+            error_columns.append(Repeated(None, count))
             continue
         if isinstance(item, (Aggregate, Quantile)):
             released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs, ranks, chosen)
-            columns.append([clean_number(released[i], errors[i]) for i in np.flatnonzero(shown)])
-            error_columns.append([clean_number(errors[i]) for i in np.flatnonzero(shown)])
+            columns.append(Objects([clean_number(released[i], errors[i]) for i in np.flatnonzero(shown)]))
+            error_columns.append(Objects([clean_number(errors[i]) for i in np.flatnonzero(shown)]))
             continue
         value = np.zeros(len(cells))
         variance = np.zeros(len(cells))
@@ -238,9 +213,9 @@ def _branch_rows(
             zeros = compiled.structural_zeros.ravel()
             value[zeros], variance[zeros] = 0.0, 0.0
         error = np.sqrt(np.maximum(variance[shown], 0.0))
-        columns.append([clean_number(float(v), float(e)) for v, e in zip(value[shown], error)])
-        error_columns.append([clean_number(float(e)) for e in error])
-    return list(zip(*columns)), list(zip(*error_columns))
+        columns.append(Floats(value[shown], error))
+        error_columns.append(Floats(error))
+    return columns, error_columns
 
 
 def _aggregate_column(

@@ -206,6 +206,15 @@ class ColumnDomain:
             declared = ()
         return declared + ((None,) if self.nullable else ()) + ((REMAINDER,) if self.kind == "keys" else ())
 
+    @cached_property
+    def cell_of_value(self) -> dict[object, int]:
+        """Declared value → its cell (not for bins, whose cells are intervals): a WHERE literal's cell by
+        lookup, so an IN list of k values costs O(k), not O(k · cells)."""
+        index: dict[object, int] = {}
+        for cell, label in enumerate(self._labels[: self.value_cells]):
+            index.setdefault(label, cell)
+        return index
+
     def describe(self) -> str:
         null = ", nullable" if self.nullable else ""
         if self.kind == "categories":
@@ -418,6 +427,10 @@ def _value_bounds(name: str, raw: object) -> tuple[float, float]:
 def _check_categories(name: str, values: tuple[object, ...]) -> None:
     if not values:
         raise ProgrammingError(f"column {name!r}: categories must not be empty")
+    if set(map(type, values)) == {str}:  # all text (10⁶ categories: one pass)
+        if len(set(values)) != len(values):
+            raise ProgrammingError(f"column {name!r}: categories repeat a value")
+        return
     for value in values:
         if value is None or not isinstance(value, (str, int, float, bool, datetime.date)):
             raise ProgrammingError(

@@ -34,10 +34,13 @@ import numbers
 import numpy as np
 
 _DAY_UNITS = frozenset({"Y", "M", "W", "D"})
+_PLAIN = frozenset({str, int, float})
 
 
 def canonical_value(value: object) -> object:
     """The plain Python value ``value`` stands for (module doc); ``value`` itself when it is none of those kinds."""
+    if type(value) in _PLAIN:  # already plain: most values of a long category list
+        return value
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, np.datetime64):

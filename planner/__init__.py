@@ -7,7 +7,7 @@ from planner.balance import Balance, plan_balanced
 from planner.clipping import CLIP_SHARE, UpperClip
 from planner.domain import Domain
 from planner.privacy import Privacy
-from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predicate, Prefix, Product, Total, Workload, marginal_for
+from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predicate, Prefix, Product, ShiftedPrefix, Total, Workload, marginal_for
 from planner.plan import Plan, identity_plan, plan
 from planner.keyed_release import KeyedRelease
 from planner.keyed_release import design as design_keyed_release
@@ -47,6 +47,7 @@ __all__ = [
     "QuantileChoice",
     "QuantileColumn",
     "SelectionSplit",
+    "ShiftedPrefix",
     "Total",
     "UpperClip",
     "Workload",

@@ -171,13 +171,22 @@ class GroupNoise:
 
 
 def sample_noise(privacy: Privacy, parameters: np.ndarray, rng: noise.RandomLike) -> np.ndarray:
-    """Discrete noise for many rows in one sampler call: Laplace scales or Gaussian σ², elementwise."""
+    """Discrete noise for many rows: Laplace scales or Gaussian σ², elementwise, one sampler call per
+    :data:`NOISE_CHUNK` rows (the exact samplers hold a few hundred bytes of work per sample: twenty
+    million at once would need gigabytes)."""
     values = np.asarray(parameters, dtype=float)
     if values.size == 0:
         return np.zeros(values.shape, dtype=np.int64)
-    if privacy.is_laplace:
-        return noise.discrete_laplace(values, rng=rng)
-    return noise.discrete_gaussian(values, rng=rng)
+    sampler = noise.discrete_laplace if privacy.is_laplace else noise.discrete_gaussian
+    if values.size <= NOISE_CHUNK:
+        return sampler(values, rng=rng)
+    source = noise.as_source(rng)  # one stream for every chunk
+    flat = values.reshape(-1)
+    drawn = [sampler(flat[start : start + NOISE_CHUNK], rng=source) for start in range(0, flat.size, NOISE_CHUNK)]
+    return np.concatenate(drawn).reshape(values.shape)
+
+
+NOISE_CHUNK = 1 << 18
 
 
 GAUSSIAN_FLAT_FROM = 4.0

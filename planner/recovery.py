@@ -435,7 +435,7 @@ def nonnegative_fit(
     """Non-negative weighted least squares (MATH.md §3 with ``x ≥ 0``) on the marginal over
     ``attributes``: minimise ``Σ_T Σ_c (φ_T(m)[c] − φ̂_T[c])² / Var φ̂_T[c]`` over ``m ≥ 0`` (L-BFGS-B),
     from the clipped GLS marginal. Subsets with zero variance entries are left out of the fit."""
-    from scipy.optimize import minimize  # only non-negative answers need it
+    from scipy.optimize import Bounds, minimize  # only non-negative answers need it
 
     shape = tuple(bases[a].size for a in attributes)
     if math.prod(shape) > NONNEGATIVE_MAX_CELLS:
@@ -457,7 +457,7 @@ def nonnegative_fit(
             gradient += 2 * _expand_residual(weighted, attributes, subset, bases)
         return value, gradient.ravel()
 
-    result = minimize(objective, start.ravel(), jac=True, method="L-BFGS-B", bounds=[(0, None)] * start.size,
+    result = minimize(objective, start.ravel(), jac=True, method="L-BFGS-B", bounds=Bounds(np.zeros(start.size), np.inf),
                       options={"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-9})
     return result.x.reshape(shape)
 

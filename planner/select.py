@@ -61,6 +61,7 @@ Family = Callable[[Workload, Privacy, int], list[Candidate]]
 MAX_EIGEN_SIZE = 4096  # largest attribute whose Gram blocks are diagonalised densely
 MAX_MARGINAL_SPACE = 1500  # most marginal cells (over maximal attribute sets) of the dense fallback: ≲ 1 s
 MAX_FACTOR_ENTRIES = 2**22  # marginal-type families need each factor block densely (rows × cells)
+MAX_BASIS_SIZE = 4096  # ... and a dense basis of each attribute (cells × cells)
 
 
 class NoCandidateError(ValueError):
@@ -82,7 +83,11 @@ def _own_families(distinct_cells: bool, include_inconsistent: bool) -> list[Fami
 
 
 def _blocks_are_small(workload: Workload) -> bool:
-    return all(f.block.rows * f.block.size <= MAX_FACTOR_ENTRIES for p in workload.products for f in p.factors)
+    """Whether marginal-type families can take the workload: each factor block densely, and each attribute
+    a Helmert basis (``size × size``: a range of 500,001 values cannot, even under a one-row predicate)."""
+    return all(
+        f.block.rows * f.block.size <= MAX_FACTOR_ENTRIES and f.block.size <= MAX_BASIS_SIZE for p in workload.products for f in p.factors
+    )
 
 
 def candidates_or_empty(workload: Workload, privacy: Privacy, contributions: int, distinct_cells: bool) -> list[Candidate]:

@@ -22,6 +22,7 @@ classes; a strategy whose coefficients live in another basis simply returns no e
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +42,10 @@ from planner.recovery import (
 from planner.workload import Product, Workload, marginal_for
 
 MASS_TOLERANCE = 1e-12  # recovery mass below this fraction of a product's largest counts as none
+MAX_BASIS_SIZE = 4096  # a product reading a larger attribute is never answered here (its Helmert basis is n × n;
+# the strategies that keep estimates measure attributes of at most 2048 cells anyway)
+RELEVANT_CACHE_SIZE = 4096  # products whose relevant subsets are kept (a pure function of the product)
+ANSWERED_CELLS = 1 << 22  # GLS answers kept per rows key between measurements (values; variances beside)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,20 @@ class _Rows:
     sizes: dict[str, int] = field(default_factory=dict)
     coefficients: dict[Subset, _Coefficient] = field(default_factory=dict)
     measurements: int = 0
+    answered: dict[Product, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # GLS answers since the last record
+    answered_cells: int = 0
+
+    def remember(self, product: Product, found: tuple[np.ndarray, np.ndarray]) -> None:
+        """Keep a product's GLS answer until the next measurement (a repeated batch is then answered by
+        lookups), while the kept answers hold at most :data:`ANSWERED_CELLS` values."""
+        size = int(np.size(found[0]))
+        if self.answered_cells + size <= ANSWERED_CELLS:
+            self.answered[product] = found
+            self.answered_cells += size
+
+    def forget_answers(self) -> None:
+        self.answered.clear()
+        self.answered_cells = 0
 
 
 def _canonical(subset: Subset) -> tuple[Subset, list[int]]:
@@ -83,6 +102,7 @@ def _canonical(subset: Subset) -> tuple[Subset, list[int]]:
     return tuple(subset[i] for i in order), order
 
 
+@functools.lru_cache(maxsize=RELEVANT_CACHE_SIZE)
 def relevant_subsets(product: Product) -> list[Subset]:
     """Subsets of the product's attributes on which it has non-zero recovery mass (Helmert basis)."""
     domain = product.domain
@@ -116,6 +136,7 @@ class MeasurementStore:
         if any(kept.sizes.get(a, n) != n for a, n in sizes.items()):
             kept = self._rows[rows] = _Rows()
         kept.sizes.update(sizes)
+        kept.forget_answers()
         for item in estimates:
             key, order = _canonical(item.subset)
             estimate = np.transpose(np.asarray(item.estimate, dtype=float), order)
@@ -136,7 +157,9 @@ class MeasurementStore:
         if kept is None:
             return (False,) * len(workload.products)
         return tuple(
-            self._compatible(kept, p) and all(_canonical(t)[0] in kept.coefficients for t in relevant_subsets(p))
+            self._compatible(kept, p)
+            and all(workload.domain.size_of(a) <= MAX_BASIS_SIZE for a in p.attributes)
+            and all(_canonical(t)[0] in kept.coefficients for t in relevant_subsets(p))
             for p in workload.products
         )
 
@@ -146,7 +169,15 @@ class MeasurementStore:
         if not chosen:
             return {}
         kept = self._rows[rows]
-        return {index: self._answer_product(workload.products[index], kept) for index in chosen}
+        answers = {}
+        for index in chosen:
+            product = workload.products[index]
+            found = kept.answered.get(product)
+            if found is None:
+                found = self._answer_product(product, kept)
+                kept.remember(product, found)
+            answers[index] = found
+        return answers
 
     def estimates(self, rows: Hashable, attributes: Subset) -> tuple[dict[Subset, np.ndarray], dict[Subset, np.ndarray]]:
         """The combined estimate and its variance of every kept ``φ_T`` with ``T ⊆ attributes`` (axes in

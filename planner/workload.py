@@ -131,6 +131,33 @@ class Prefix(Block):
 
 
 @dataclass(frozen=True)
+class ShiftedPrefix(Block):
+    """Row ``k`` is the prefix ``0..k`` minus ``fraction`` times the prefix ``0..end``: ``F(k) − q·F(end)``,
+    the rank error of a quantile answered at cell ``k`` of a CDF whose total is ``F(end)``. Implicit: range
+    strategies price it from interval variances, never from an ``n × n`` matrix."""
+
+    fraction: float = 0.0
+    end: int = 0
+
+    def __post_init__(self) -> None:
+        Block.__post_init__(self)
+        if not 0 <= self.end < self.size:
+            raise ValueError(f"the shifted prefix's end {self.end} lies outside its {self.size} cells")
+
+    @property
+    def rows(self) -> int:
+        return self.size
+
+    def matrix(self) -> np.ndarray:
+        dense = np.tril(np.ones((self.size, self.size)))
+        return dense - self.fraction * dense[self.end][None, :]
+
+    def apply(self, tensor: np.ndarray, axis: int) -> np.ndarray:
+        cumulative = np.cumsum(tensor, axis=axis)
+        return cumulative - self.fraction * np.take(cumulative, [self.end], axis=axis)
+
+
+@dataclass(frozen=True)
 class AllRange(Block):
     """Every interval ``[i, j]``, ``i ≤ j``, in lexicographic order of ``(i, j)``."""
 

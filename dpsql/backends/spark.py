@@ -36,6 +36,7 @@ class SparkBackend:
     """Runs statements with ``session.sql``; the session stays the caller's (``close`` does not stop it)."""
 
     dialect = SPARK
+    max_grouping_columns = 64  # Spark refuses GROUPING SETS over more columns (GROUPING_SIZE_LIMIT_EXCEEDED)
 
     def __init__(self, session: SparkSession) -> None:
         self.session = session

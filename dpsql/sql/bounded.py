@@ -60,6 +60,7 @@ moment cells reads those sums; any other marginal counts each row as its total w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -86,6 +87,11 @@ ROW_KEY_NAME = "row_key"  # HASH of every column of a row: its identity in the s
 ROW_IN_KEY_NAME = "row_in_key"
 
 BOUNDED_NAME = "bounded_rows"  # the subquery of bounded rows, when they are not materialised
+MANY_SETS = 64  # more grouping sets than this are read through covers (see BoundedAggregation._covers)
+COVER_CELLS = 1 << 16  # most cells of a cover
+GROUPING_ARGUMENTS = 31  # columns per GROUPING() call: PostgreSQL takes fewer than 32, DuckDB fewer than 64
+FLAT_BINS = 16  # bins columns with more bins find a row's bin by binary search in SQL
+MIN_BETWEEN_RUN = 3  # a range mask's runs of at least this many cells become BETWEEN, shorter ones an IN list
 
 
 def _one() -> exp.Expression:
@@ -152,6 +158,37 @@ class BoundedAggregation:
         moments = None if self.value is None else self.value.attribute
         return tuple(dict.fromkeys(tuple(c for c in m if c != moments) for m in self.marginals))
 
+    @cached_property
+    def _covers(self) -> dict[tuple[str, ...], tuple[str, ...]]:
+        """The grouping set each marginal is read from: itself, or — when there are more than
+        :data:`MANY_SETS` — a *cover*, a set of columns holding several marginals and at most
+        :data:`COVER_CELLS` cells, from whose rows the marginal is summed. The engine aggregates once per
+        grouping set (4,950 pairs of 100 columns: a minute in DuckDB); a few dozen covers hold them all.
+        Built from the marginals and the domains alone: largest first, each into the cover it enlarges
+        least, or a new one."""
+        marginals = self.sql_marginals
+        if len(marginals) <= MANY_SETS:
+            return {m: m for m in marginals}
+        order = {c: i for i, c in enumerate(self.counted_columns)}
+        cells = lambda columns: math.prod(self.columns[c].size for c in columns)  # noqa: E731
+        covers: list[set[str]] = []
+        chosen: dict[tuple[str, ...], int] = {}
+        for marginal in sorted(marginals, key=lambda m: (-cells(m), [order[c] for c in m])):
+            growth = [(cells(cover | set(marginal)) - cells(cover), i) for i, cover in enumerate(covers) if cells(cover | set(marginal)) <= COVER_CELLS]
+            if growth:
+                chosen[marginal] = min(growth)[1]
+                covers[chosen[marginal]] |= set(marginal)
+            else:
+                chosen[marginal] = len(covers)
+                covers.append(set(marginal))
+        ordered = [tuple(sorted(cover, key=order.__getitem__)) for cover in covers]
+        return {m: ordered[chosen[m]] for m in marginals}
+
+    @property
+    def grouping_sets(self) -> tuple[tuple[str, ...], ...]:
+        """The grouping sets the statement computes (see :attr:`_covers`)."""
+        return tuple(dict.fromkeys(self._covers.values()))
+
     def alias(self, column: str) -> str:
         return f"c{list(self.columns).index(column)}"
 
@@ -216,7 +253,7 @@ class BoundedAggregation:
         tests += [self._filter(f) for f in self.row_filters]
         kept: exp.Query = exp.select(*self._counted_references()).from_(cells.subquery("cells"))
         if tests:
-            kept = kept.where(exp.and_(*tests))  # type: ignore[attr-defined]
+            kept = kept.where(exp.and_(*tests, copy=False), copy=False)  # type: ignore[attr-defined]
         if self.keyed is not None:
             kept = self._key_bounded(kept)
         if self.distinct is not None:  # the kept (unit, group cell) pairs take the rows' place
@@ -264,13 +301,16 @@ class BoundedAggregation:
         selected = np.flatnonzero(mask[: column.value_cells])
         if column.kind == "categories" and len(selected):
             tests.append(exp.In(this=reference.copy(), expressions=[sql_literal(column.values[i]) for i in selected]))
-        elif len(selected):
+        elif len(selected):  # runs of a range: BETWEEN, and the short ones' values in one IN list
             low = column.values[0]
             runs = np.split(selected, np.flatnonzero(np.diff(selected) > 1) + 1)
-            for run in runs:
+            single = [sql_literal(range_value(low, int(i))) for run in runs if len(run) < MIN_BETWEEN_RUN for i in run]
+            if single:
+                tests.append(exp.In(this=reference.copy(), expressions=single))
+            for run in (r for r in runs if len(r) >= MIN_BETWEEN_RUN):
                 bounds = {"low": sql_literal(range_value(low, int(run[0]))), "high": sql_literal(range_value(low, int(run[-1])))}
                 tests.append(exp.Between(this=reference.copy(), **bounds))
-        return exp.paren(exp.or_(*tests)) if len(tests) > 1 else tests[0]
+        return exp.paren(exp.or_(*tests, copy=False)) if len(tests) > 1 else tests[0]
 
     def _cell_filter(self, cell_filter: CellFilter) -> exp.Expression:
         """``flat cell number over the filter's scope IN (cells where the mask holds)`` (or NOT IN the others)."""
@@ -308,7 +348,7 @@ class BoundedAggregation:
         others = [exp.column(self.alias(c)) for c in self.counted_columns if c != self.keyed.name]
         if self.privacy_unit is None:
             flagged = [key.copy(), exp.alias_(exp.Literal.number(1), KEPT_NAME), *others]
-            return exp.select(*flagged).from_(bounded.subquery("bounded"))
+            return exp.select(*flagged).from_(bounded.subquery("bounded", copy=False))
         unit = exp.column(UNIT_NAME)
         key_rank = exp.Window(
             this=exp.DenseRank(),
@@ -325,7 +365,7 @@ class BoundedAggregation:
         ranked = exp.select(
             key.copy(), unit.copy(), *(o.copy() for o in others),
             exp.alias_(key_rank, KEY_RANK_NAME), exp.alias_(row_in_key, ROW_IN_KEY_NAME),
-        ).from_(bounded.subquery("bounded"))
+        ).from_(bounded.subquery("bounded", copy=False))
         within = exp.and_(
             exp.column(KEY_RANK_NAME) <= exp.Literal.number(self.keyed.max_groups_per_unit),
             exp.column(ROW_IN_KEY_NAME) <= exp.Literal.number(self.keyed.max_rows_per_group),
@@ -341,16 +381,19 @@ class BoundedAggregation:
             return self._keyed_aggregate(kept)
         counted = [exp.column(self.alias(c)) for c in self.counted_columns]
         every = [exp.column(self.value_index)] if self.value_index is not None else []  # in every grouping set
-        query = exp.select(*counted, *(c.copy() for c in every)).from_(kept.subquery("bounded"))
-        sums = [exp.alias_(_exact_sum(exp.column(name)), name) for name in self.weight_names]
-        if len(self.sql_marginals) > 1 and counted:
-            query = query.select(exp.alias_(exp.func("GROUPING", *counted), GROUPING_NAME))
-            sets = [exp.Tuple(expressions=[exp.column(self.alias(c)) for c in m] + [c.copy() for c in every]) for m in self.sql_marginals]
-            query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME), *sums)
-            return query.group_by(exp.GroupingSets(expressions=sets))
-        query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME), *sums)
-        grouped = counted + every
-        return query.group_by(*grouped) if grouped else query
+        outputs: list[exp.Expression] = [c.copy() for c in counted] + [c.copy() for c in every]
+        grouped = len(self.grouping_sets) > 1 and bool(counted)
+        if grouped:  # which grouping set a row belongs to: GROUPING() over chunks of columns (engine limits)
+            for name, chunk in zip(self.grouping_names, self._grouping_chunks):
+                outputs.append(exp.alias_(exp.func("GROUPING", *(exp.column(self.alias(c)) for c in chunk)), name))
+        outputs.append(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
+        outputs += [exp.alias_(_exact_sum(exp.column(name)), name) for name in self.weight_names]
+        query = exp.select(*outputs).from_(kept.subquery("bounded", copy=False), copy=False)
+        if grouped:
+            sets = [exp.Tuple(expressions=[exp.column(self.alias(c)) for c in m] + [c.copy() for c in every]) for m in self.grouping_sets]
+            return query.group_by(exp.GroupingSets(expressions=sets), copy=False)
+        grouped_by = counted + every
+        return query.group_by(*grouped_by, copy=False) if grouped_by else query
 
     def _keyed_aggregate(self, kept: exp.Query) -> exp.Select:
         """Counts per (raw key, ``key_kept``, other cells); with ``count_units`` also the distinct units of
@@ -359,7 +402,7 @@ class BoundedAggregation:
         key_columns = [exp.column(self.alias(self.keyed.name)), exp.column(KEPT_NAME)]
         others = [exp.column(self.alias(c)) for c in self.counted_columns if c != self.keyed.name]
         text = exp.alias_(key_text(key_columns[0].copy()), KEY_TEXT_NAME)  # the key leaves the engine as text only
-        query = exp.select(text, key_columns[1].copy(), *others).from_(kept.subquery("key_bounded"))
+        query = exp.select(text, key_columns[1].copy(), *others).from_(kept.subquery("key_bounded", copy=False))
         query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
         if not self.keyed.count_units:
             return query.group_by(*(c.copy() for c in key_columns + others))
@@ -371,11 +414,23 @@ class BoundedAggregation:
         sets = [exp.Tuple(expressions=[c.copy() for c in key_columns + others]), exp.Tuple(expressions=[c.copy() for c in key_columns])]
         return query.group_by(exp.GroupingSets(expressions=sets))
 
-    # -- reading the result ----------------------------------------------------------------------------
-    def grouping_id(self, marginal: tuple[str, ...]) -> int:
-        """The ``GROUPING(...)`` value of the rows belonging to ``marginal``."""
+    @cached_property
+    def _grouping_chunks(self) -> tuple[tuple[str, ...], ...]:
+        """The counted columns in chunks of at most :data:`GROUPING_ARGUMENTS`, one ``GROUPING()`` each."""
         counted = self.counted_columns
-        return sum(1 << (len(counted) - 1 - i) for i, c in enumerate(counted) if c not in marginal)
+        return tuple(counted[i : i + GROUPING_ARGUMENTS] for i in range(0, len(counted), GROUPING_ARGUMENTS))
+
+    @property
+    def grouping_names(self) -> tuple[str, ...]:
+        """The result columns of the ``GROUPING()`` chunks: ``grouping_id``, ``grouping_id_1``, …"""
+        return tuple(GROUPING_NAME if i == 0 else f"{GROUPING_NAME}_{i}" for i in range(len(self._grouping_chunks)))
+
+    # -- reading the result ----------------------------------------------------------------------------
+    def grouping_id(self, marginal: tuple[str, ...]) -> tuple[int, ...]:
+        """The ``GROUPING(...)`` values (one per chunk of columns) of the rows belonging to ``marginal``."""
+        return tuple(
+            sum(1 << (len(chunk) - 1 - i) for i, c in enumerate(chunk) if c not in marginal) for chunk in self._grouping_chunks
+        )
 
     def value_histogram(self, result: Mapping[str, np.ndarray]) -> np.ndarray:
         """``clip: auto``: the rows per base-grid index of the aggregated column (NULLs left out), over every
@@ -383,11 +438,11 @@ class BoundedAggregation:
         assert self.value is not None and self.value_index is not None
         counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64)
         index = np.asarray(np.ma.filled(result[self.value_index], -1), dtype=np.int64)
-        chosen = index >= 0
-        if len(self.sql_marginals) > 1 and self.counted_columns:
-            ids = np.asarray(np.ma.filled(result[GROUPING_NAME], -1))
-            chosen &= ids == self.grouping_id(tuple(c for c in self.sql_marginals[0] if c in self.columns))
-        for column in (c for c in self.sql_marginals[0] if c in self.columns) if self.sql_marginals else ():
+        first = self.grouping_sets[0] if self.grouping_sets else ()
+        chosen = np.zeros(len(counts), dtype=bool)
+        chosen[self._rows_by_set(result, len(counts)).get(first, np.arange(len(counts)))] = True
+        chosen &= index >= 0
+        for column in (c for c in first if c in self.columns):
             chosen &= self._cells_of(column, result[self.alias(column)])[1]
         histogram = np.zeros(self.value.clip_base + 1, dtype=np.int64)
         np.add.at(histogram, np.minimum(index[chosen], self.value.clip_base), counts[chosen])
@@ -406,31 +461,55 @@ class BoundedAggregation:
             weights = [counts * per_row[:, cell] for cell in range(self.value.cells)]
         if self.value is not None:  # every row is worth its total weight in every marginal
             counts = counts * self.value.scale
-        grouped = len(self.sql_marginals) > 1 and bool(self.counted_columns)
-        ids = np.asarray(np.ma.filled(result[GROUPING_NAME], -1)) if grouped else None
-        cells = {c: self._cells_of(c, result[self.alias(c)]) for c in self.counted_columns}
+        rows_of = self._rows_by_set(result, len(counts))
         arrays = {}
-        for marginal in self.marginals:
-            plain = tuple(c for c in marginal if c in self.columns)
-            chosen = np.ones(len(counts), dtype=bool) if ids is None else ids == self.grouping_id(plain)
+        read: tuple[str, ...] | None = None
+        cells_read: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # the current grouping set's cells, by column
+        for marginal in sorted(self.marginals, key=lambda m: self.grouping_sets.index(self._covers[self._plain(m)])):
+            plain = self._plain(marginal)
+            if self._covers[plain] != read:  # marginals read from one grouping set share its columns' cells
+                read, cells_read = self._covers[plain], {}
+            rows = rows_of[read]  # a cover's rows are finer: summed into the marginal below
             for column in plain:
-                chosen &= cells[column][1]
+                if column not in cells_read:  # each column's cells for this grouping set's rows only
+                    cells_read[column] = self._cells_of(column, result[self.alias(column)][rows])
+            valid = np.logical_and.reduce([cells_read[c][1] for c in plain]) if plain else np.ones(len(rows), dtype=bool)
+            rows, cells = rows[valid], {c: cells_read[c][0][valid] for c in plain}
             if not marginal:
-                arrays[marginal] = np.array(counts[chosen].sum(), dtype=np.int64)
+                arrays[marginal] = np.array(counts[rows].sum(), dtype=np.int64)
                 continue
-            index = tuple(cells[c][0][chosen] for c in plain)
+            index = tuple(cells[c] for c in plain)
             shape = tuple(self.columns[c].size for c in plain)
             if len(plain) == len(marginal):
                 table = np.zeros(shape, dtype=np.int64)
-                np.add.at(table, index, counts[chosen])
+                np.add.at(table, index, counts[rows])
             else:  # the moment cells: the weight sums, placed at the attribute's position in the marginal
                 assert self.value is not None
                 table = np.zeros((*shape, self.value.cells), dtype=np.int64)
                 for cell, weight in enumerate(weights):
-                    np.add.at(table, (*index, np.full(int(chosen.sum()), cell)), weight[chosen])
+                    np.add.at(table, (*index, np.full(len(rows), cell)), weight[rows])
                 table = np.moveaxis(table, -1, marginal.index(self.value.attribute))
             arrays[marginal] = table
-        return arrays
+        return {m: arrays[m] for m in self.marginals}
+
+    def _plain(self, marginal: tuple[str, ...]) -> tuple[str, ...]:
+        """A marginal's grouped columns (without the moment attribute)."""
+        return tuple(c for c in marginal if c in self.columns)
+
+    def _rows_by_set(self, result: Mapping[str, np.ndarray], count: int) -> dict[tuple[str, ...], np.ndarray]:
+        """The result rows of each grouping set, by its ``GROUPING()`` values: one sort of the rows, not one
+        scan of them per grouping set (a batch may have thousands)."""
+        everything = np.arange(count, dtype=np.int64)
+        if not (len(self.grouping_sets) > 1 and self.counted_columns):
+            return {m: everything for m in self.grouping_sets}
+        ids = np.stack([np.asarray(np.ma.filled(result[name], -1), dtype=np.int64) for name in self.grouping_names], axis=1)
+        found, inverse = np.unique(ids.reshape(count, -1), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        order = np.argsort(inverse, kind="stable")
+        starts = np.searchsorted(inverse[order], np.arange(len(found) + 1))
+        by_id = {tuple(int(v) for v in key): order[starts[i] : starts[i + 1]] for i, key in enumerate(found)}
+        empty = np.zeros(0, dtype=np.int64)
+        return {m: by_id.get(self.grouping_id(m), empty) for m in self.grouping_sets}
 
     def key_histogram(self, result: Mapping[str, np.ndarray]) -> KeyHistogram:
         """The keyed aggregation's result by key text (the class docstring of :class:`KeyHistogram`).
@@ -485,10 +564,18 @@ class BoundedAggregation:
             valid = ~missing & (offsets >= 0) & (offsets < column.value_cells) & (offsets == np.floor(offsets))
             cells = np.where(valid, offsets, 0).astype(np.int64)
         else:
-            lookup = self._cell_lookup(name)
-            found = [None if m else lookup.get(python_value(v, self.column_types[name])) for v, m in zip(values, missing)]
-            valid = np.array([f is not None for f in found], dtype=bool)
-            cells = np.array([f or 0 for f in found], dtype=np.int64)
+            found = np.full(len(values), -1, dtype=np.int64)
+            present = ~missing
+            if present.any():  # each distinct value looked up once (a wide batch returns millions of rows)
+                try:
+                    distinct, inverse = np.unique(values[present], return_inverse=True)
+                except TypeError:  # values that do not sort (mixed types): looked up one by one
+                    distinct, inverse = values[present], np.arange(int(present.sum()))
+                lookup = self._cell_lookup(name)
+                mapped = np.array([lookup.get(python_value(v, self.column_types[name]), -1) for v in distinct], dtype=np.int64)
+                found[present] = mapped[inverse.reshape(-1)]
+            valid = found >= 0
+            cells = np.where(valid, found, 0)
         if column.nullable:
             cells = np.where(missing, column.null_cell, cells)
             valid = valid | missing
@@ -509,10 +596,10 @@ class BoundedAggregation:
         reference = exp.column(name, quoted=True)
         case = exp.Case()
         if column.nullable:
-            case = case.when(reference.is_(exp.null()), exp.Literal.number(column.null_cell))
+            case = case.when(reference.is_(exp.null()), exp.Literal.number(column.null_cell), copy=False)
         if column.kind == "categories":
             for index, value in enumerate(column.values):
-                case = case.when(exp.EQ(this=reference.copy(), expression=sql_literal(value)), exp.Literal.number(index))
+                case = case.when(exp.EQ(this=reference.copy(), expression=sql_literal(value)), exp.Literal.number(index), copy=False)
         elif column.kind == "range":
             low = column.values[0]
             inside = exp.Case().when(in_range(reference.copy(), column, self.column_types[name]), reference.copy())
@@ -520,12 +607,16 @@ class BoundedAggregation:
                 offset: exp.Expression = exp.DateDiff(this=inside, expression=sql_literal(low), unit=exp.var("DAY"))
             else:
                 offset = exp.Sub(this=exp.cast(inside, "BIGINT"), expression=sql_literal(low))
-            case = case.when(in_range(reference.copy(), column, self.column_types[name]), offset)
+            case = case.when(in_range(reference.copy(), column, self.column_types[name]), offset, copy=False)
         else:
             edges = column.values
-            case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(edges[0])), exp.null())
-            for index, upper in enumerate(edges[1:]):
-                case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(upper)), exp.Literal.number(index))
+            case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(edges[0])), exp.null(), copy=False)
+            if len(edges) - 1 <= FLAT_BINS:
+                for index, upper in enumerate(edges[1:]):
+                    case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(upper)), exp.Literal.number(index), copy=False)
+            else:  # many bins: a binary search, log2(bins) comparisons per row instead of one per bin
+                below_last = exp.LT(this=reference.copy(), expression=sql_literal(edges[-1]))
+                case = case.when(below_last, _bin_search(reference, edges, 0, len(edges) - 1), copy=False)
         return case
 
 
@@ -567,3 +658,15 @@ def _exact_sum(weights: exp.Expression) -> exp.Expression:
     total = exp.func("COALESCE", exp.Sum(this=weights), exp.Literal.number(0))
     saturated = exp.func("LEAST", total, exp.Literal.number(INT64_MAX))
     return exp.cast(saturated, "BIGINT")
+
+
+def _bin_search(reference: exp.Expression, edges: tuple[object, ...], low: int, high: int) -> exp.Expression:
+    """The cell number of a value known to lie in ``[edges[low], edges[high])``: nested ``CASE``s halving
+    the bins."""
+    if high - low == 1:
+        return exp.Literal.number(low)
+    middle = (low + high) // 2
+    below = exp.LT(this=reference.copy(), expression=sql_literal(edges[middle]))
+    return exp.Case().when(below, _bin_search(reference, edges, low, middle), copy=False).else_(
+        _bin_search(reference, edges, middle, high), copy=False
+    )

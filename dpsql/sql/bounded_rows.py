@@ -1,39 +1,47 @@
 """The bounded rows of a table: every row that passes the domain tests, at most ``max_rows_per_unit`` per unit.
 
-One SELECT, built as a sqlglot AST so every backend can transpile it::
+Each unit keeps its ``max_rows_per_unit`` rows of least *order key* ``HASH(HASH(<unit>, HASH(<row>), <salt>))``
+(all of them when it has no more): a salted hash of the unit and the row's identity (a hash of all its
+columns); the salt is secret, drawn from OS entropy once per registered table. One SELECT, built as a sqlglot
+AST so every backend can transpile it, in one of two forms that keep the same rows:
 
-    WITH candidates AS (
-      SELECT <every column>, HASH(<every column>) AS row_key FROM <table>   -- (dpsql's names are __dpsql_…)
-      WHERE <each declared column's value lies in its domain> AND <unit> IS NOT NULL
-    ), over_bound AS (
-      SELECT <unit> FROM candidates GROUP BY <unit> HAVING COUNT(*) > <max_rows_per_unit>
-    )
-    SELECT <every column> FROM candidates WHERE NOT EXISTS (<the row's unit is in over_bound>)
-    UNION ALL
-    SELECT <every column> FROM (
-      SELECT <every column>, ROW_NUMBER() OVER (PARTITION BY <unit> ORDER BY HASH(HASH(<unit>, row_key, <salt>))) AS row_in_unit
-      FROM candidates WHERE EXISTS (<the row's unit is in over_bound>)
-    ) WHERE row_in_unit <= <max_rows_per_unit>
+* ``window`` — what a statement reads inline (the first statement on a table, and backends that keep no
+  relations): one window, the engine's own bounding query::
+
+      WITH candidates AS (SELECT <every column>, <order key> AS __dpsql_order FROM <table>
+                          WHERE <each declared column's value lies in its domain> AND <unit> IS NOT NULL)
+      SELECT <every column> FROM (SELECT <every column>, ROW_NUMBER() OVER (PARTITION BY <unit> ORDER BY
+          __dpsql_order) AS __dpsql_row_in_unit FROM candidates) WHERE __dpsql_row_in_unit <= <k>
+
+  The engine carries only the columns the statement reads through the window's sort.
+
+* ``thresholds`` — what is materialised once and kept (:mod:`dpsql.bounded_tables`): the window sorts the
+  rows of units over the bound only, and only their unit and order key; each such unit's ``k``-th key is
+  its *threshold*, and the kept rows are found by joins — so building the table holds about the memory of
+  the engine's own bounding query, not that plus every column of every row in a sort::
+
+      over_bound  = units with more than k candidate rows
+      thresholds  = per such unit: the k-th least order key t, and how many rows with key t to keep
+                    (k − #keys below t: equal keys are equal rows, whichever copies are kept)
+      SELECT … FROM candidates WHERE <unit not in over_bound>
+      UNION ALL SELECT … FROM candidates JOIN thresholds ON <same unit> AND __dpsql_order < t
+      UNION ALL <the rows with key t, numbered within their unit, as many as the threshold keeps>
 
 The rule looks at one unit's own rows and a secret salt only — never at a statement — so it is the same
-for every statement on the table: the bounded rows are a fixed table, materialised once per registered
-table where the backend can (:mod:`dpsql.bounded_tables`) or inlined as a subquery of every statement
-where it cannot, with the same rows either way. A statement's WHERE clause and its own cells are
+for every statement on the table: the bounded rows are a fixed table, read inline by a statement or kept
+once per registered table, with the same rows either way. A statement's WHERE clause and its own cells are
 applied to these rows (:mod:`dpsql.sql.bounded`), after bounding.
 
 The domain test drops rows whose value is NULL (in a column not declared nullable) or outside the
-declared domain; rows whose unit is NULL are dropped too. Each unit keeps at most ``max_rows_per_unit``
-rows, ordered by a salted hash of the unit and the row's identity (a hash of all its columns); the
-salt is secret, drawn from OS entropy once per registered table. The choice is random and depends on
-that unit's own rows only, which is all the privacy argument needs: the bounded table of a neighbour
-differs by that one unit's kept rows. Units within the bound keep all their rows unranked (the window
-sorts its input, by far the costliest step; only the rows of units over the bound go through it),
-which keeps exactly the rows the window alone would keep.
+declared domain; rows whose unit is NULL are dropped too. The choice is random and depends on that
+unit's own rows only, which is all the privacy argument needs: the bounded table of a neighbour
+differs by that one unit's kept rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from sqlglot import exp
 
@@ -42,10 +50,14 @@ from dpsql.sql.literals import ColumnType, sql_literal
 
 # names of dpsql's own: they stand beside the table's columns, so none may be a column's name
 UNIT_NAME = "__dpsql_unit"
-ROW_KEY_NAME = "__dpsql_row_key"  # HASH of every column of a row: its identity in the salted order
+ORDER_NAME = "__dpsql_order"  # the row's salted order key within its unit
 ROW_NUMBER_NAME = "__dpsql_row_in_unit"
+RANK_NAME = "__dpsql_rank"
+THRESHOLD_NAME = "__dpsql_threshold"  # the k-th least order key of a unit over the bound
+TIES_NAME = "__dpsql_ties"  # how many rows whose key equals the threshold that unit keeps
 CANDIDATES_NAME = "__dpsql_candidates"  # the rows that pass the domain tests, before bounding
 OVER_BOUND_NAME = "__dpsql_over_bound"  # the units with more candidate rows than the bound
+THRESHOLDS_NAME = "__dpsql_thresholds"
 
 
 def salted_order_key(values: list[exp.Expression], salt: int) -> exp.Expression:
@@ -76,8 +88,8 @@ def in_domain(reference: exp.Expression, column: ColumnDomain, column_type: Colu
     else:
         test = in_range(reference, column, column_type)
     if column.nullable:
-        test = exp.or_(exp.paren(test), reference.copy().is_(exp.null()))
-    return exp.paren(test)
+        test = exp.or_(exp.paren(test, copy=False), reference.copy().is_(exp.null()), copy=False)
+    return exp.paren(test, copy=False)  # (no copies: a domain of 10⁶ categories is one long IN list)
 
 
 def bounded_rows(
@@ -88,32 +100,75 @@ def bounded_rows(
     max_rows_per_unit: int,
     salt: int,
     row_columns: tuple[str, ...],
+    form: BoundingForm = "window",
 ) -> exp.Query:
     """The bounded rows of ``table`` (module doc): ``row_columns`` of the rows whose values of ``columns``
-    lie in their domains, at most ``max_rows_per_unit`` per unit of ``privacy_unit``."""
+    lie in their domains, at most ``max_rows_per_unit`` per unit of ``privacy_unit``, in the given form."""
     kept_columns = tuple(dict.fromkeys((*row_columns, *columns, privacy_unit)))
-    references = [exp.column(c, quoted=True) for c in kept_columns]
     identity = [exp.column(c, quoted=True) for c in row_columns] or [exp.Literal.number(0)]
     unit = exp.column(privacy_unit, quoted=True)
     tests = [in_domain(exp.column(name, quoted=True), domain, column_types[name]) for name, domain in columns.items()]
     tests.append(unit.copy().is_(exp.null()).not_())
+    order_key = salted_order_key([unit.copy(), exp.func("HASH", *identity)], salt)
     candidates = (
-        exp.select(*(r.copy() for r in references), exp.alias_(exp.func("HASH", *identity), ROW_KEY_NAME))
+        exp.select(*(exp.column(c, quoted=True) for c in kept_columns), exp.alias_(order_key, ORDER_NAME))
         .from_(exp.Table(this=exp.to_identifier(table, quoted=True)))
-        .where(exp.and_(*tests))
+        .where(exp.and_(*tests, copy=False), copy=False)
     )
     bound = exp.Literal.number(max_rows_per_unit)
+    if form == "window":
+        numbered = exp.select(*_columns(kept_columns), exp.alias_(_row_number(unit), ROW_NUMBER_NAME)).from_(CANDIDATES_NAME)
+        kept = exp.select(*_columns(kept_columns)).from_(numbered.subquery("__dpsql_numbered")).where(exp.column(ROW_NUMBER_NAME) <= bound)
+        return kept.with_(CANDIDATES_NAME, as_=candidates)
+    return _by_thresholds(kept_columns, unit, candidates, bound)
+
+
+BoundingForm = Literal["window", "thresholds"]
+
+
+def _columns(names: tuple[str, ...], table: str | None = None) -> list[exp.Expression]:
+    return [exp.column(c, table=table, quoted=True) for c in names]
+
+
+def _row_number(unit: exp.Expression, *partition: exp.Expression) -> exp.Window:
+    """``ROW_NUMBER()`` within the unit in order of the salted key."""
+    order = exp.Order(expressions=[exp.Ordered(this=exp.column(ORDER_NAME))])
+    return exp.Window(this=exp.RowNumber(), partition_by=[unit.copy(), *partition], order=order)
+
+
+def _by_thresholds(kept_columns: tuple[str, ...], unit: exp.Column, candidates: exp.Select, bound: exp.Literal) -> exp.Query:
+    """The ``thresholds`` form of the module doc."""
+    unit_name = unit.name
     over_bound = (
         exp.select(exp.alias_(unit.copy(), UNIT_NAME)).from_(CANDIDATES_NAME).group_by(unit.copy())
-        .having(exp.GT(this=exp.Count(this=exp.Star()), expression=bound))
+        .having(exp.GT(this=exp.Count(this=exp.Star()), expression=bound.copy()))
     )
-    same_unit = exp.EQ(this=exp.column(UNIT_NAME, table=OVER_BOUND_NAME), expression=exp.column(privacy_unit, table=CANDIDATES_NAME, quoted=True))
-    over = exp.Exists(this=exp.select(exp.Literal.number(1)).from_(OVER_BOUND_NAME).where(same_unit))  # an anti-join everywhere
-    order_key = salted_order_key([unit.copy(), exp.column(ROW_KEY_NAME)], salt)
-    window = exp.Window(this=exp.RowNumber(), partition_by=[unit.copy()], order=exp.Order(expressions=[exp.Ordered(this=order_key)]))
-    numbered = exp.select(*(r.copy() for r in references), exp.alias_(window, ROW_NUMBER_NAME)).from_(CANDIDATES_NAME).where(over)
-    ranked = exp.select(*(r.copy() for r in references)).from_(numbered.subquery("__dpsql_numbered"))
-    ranked = ranked.where(exp.column(ROW_NUMBER_NAME) <= bound.copy())
-    unranked = exp.select(*(r.copy() for r in references)).from_(CANDIDATES_NAME).where(exp.Not(this=over.copy()))
-    both = exp.union(unranked, ranked, distinct=False)
-    return both.with_(CANDIDATES_NAME, as_=candidates).with_(OVER_BOUND_NAME, as_=over_bound)
+    same_unit = exp.EQ(this=exp.column(UNIT_NAME, table=OVER_BOUND_NAME), expression=exp.column(unit_name, table=CANDIDATES_NAME, quoted=True))
+    over = exp.Exists(this=exp.select(exp.Literal.number(1)).from_(OVER_BOUND_NAME).where(same_unit))
+    rank = exp.Window(this=exp.func("RANK"), partition_by=[unit.copy()], order=exp.Order(expressions=[exp.Ordered(this=exp.column(ORDER_NAME))]))
+    ranked = exp.select(
+        exp.alias_(unit.copy(), UNIT_NAME), exp.column(ORDER_NAME), exp.alias_(_row_number(unit), ROW_NUMBER_NAME), exp.alias_(rank, RANK_NAME)
+    ).from_(CANDIDATES_NAME).where(over)
+    ties = exp.Sub(this=exp.Add(this=bound.copy(), expression=exp.Literal.number(1)), expression=exp.column(RANK_NAME))
+    thresholds = (
+        exp.select(exp.column(UNIT_NAME), exp.alias_(exp.column(ORDER_NAME), THRESHOLD_NAME), exp.alias_(ties, TIES_NAME))
+        .from_(ranked.subquery("__dpsql_ranked")).where(exp.EQ(this=exp.column(ROW_NUMBER_NAME), expression=bound.copy()))
+    )
+    candidate_unit = exp.column(unit_name, table=CANDIDATES_NAME, quoted=True)
+    joined_unit = exp.EQ(this=candidate_unit, expression=exp.column(UNIT_NAME, table=THRESHOLDS_NAME))
+    key, threshold = exp.column(ORDER_NAME, table=CANDIDATES_NAME), exp.column(THRESHOLD_NAME, table=THRESHOLDS_NAME)
+    within = exp.select(*_columns(kept_columns)).from_(CANDIDATES_NAME).where(exp.Not(this=over.copy()))
+    below = exp.select(*_columns(kept_columns, CANDIDATES_NAME)).from_(CANDIDATES_NAME).join(
+        THRESHOLDS_NAME, on=exp.and_(joined_unit, exp.LT(this=key, expression=threshold))
+    )
+    tied_rows = exp.select(
+        *_columns(kept_columns, CANDIDATES_NAME), exp.column(TIES_NAME, table=THRESHOLDS_NAME),
+        exp.alias_(exp.Window(this=exp.RowNumber(), partition_by=[candidate_unit.copy()]), ROW_NUMBER_NAME),
+    ).from_(CANDIDATES_NAME).join(THRESHOLDS_NAME, on=exp.and_(joined_unit.copy(), exp.EQ(this=key.copy(), expression=threshold.copy())))
+    tied = exp.select(*_columns(kept_columns)).from_(tied_rows.subquery("__dpsql_tied")).where(
+        exp.LTE(this=exp.column(ROW_NUMBER_NAME), expression=exp.column(TIES_NAME))
+    )
+    kept = exp.union(exp.union(within, below, distinct=False), tied, distinct=False)
+    # the candidates are read by four parts: computed for each (cheap: a scan), never held in memory
+    kept = kept.with_(CANDIDATES_NAME, as_=candidates, materialized=False)
+    return kept.with_(OVER_BOUND_NAME, as_=over_bound).with_(THRESHOLDS_NAME, as_=thresholds)

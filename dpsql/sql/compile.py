@@ -39,7 +39,7 @@ import datetime
 import decimal
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,9 +71,11 @@ from planner import Domain, Explicit, Factor, Identity, Product, Workload
 from planner import Predicate as PredicateBlock
 
 MAX_PREDICATE_CELLS = 1 << 20  # largest joint domain a coupled WHERE component may span
-MAX_RELEASED_ROWS = 1 << 22
+MAX_RELEASED_CELLS = 1 << 26  # answers (product rows: CDF cells included) one statement or batch may release
+MAX_RELEASED_ROWS = 1 << 25
 """Most GROUP BY cells one statement or batch may release, over all its grouping sets: every cell is a
-returned row, built in memory (an 11-column CUBE of Adult would be 6.4·10¹¹ rows)."""
+returned row, held in memory as columns (about 150 bytes per cell at the peak of a release: Adult's 364
+three-way marginals, 20.9 million cells, in 3 GB; an 11-column CUBE of Adult would be 6.4·10¹¹ rows)."""
 
 FALSE, UNKNOWN, TRUE = 0, 1, 2  # Kleene truth values (SQL three-valued logic)
 
@@ -494,7 +496,16 @@ def _product(
             factors.append(Factor((name,), Identity(columns[name].size)))
             key_maps.append({name: np.arange(columns[name].size)})
     product = Product(domain, tuple(factors))
+    if product.rows > MAX_RELEASED_CELLS:
+        raise NotSupportedError(too_many_cells("release", product.rows, MAX_RELEASED_CELLS))
     return product, _row_keys(product, factors, key_maps, group)
+
+
+def too_many_cells(what: str, cells: int, limit: int) -> str:
+    return (
+        f"the statement would {what} {cells:,} cells (at most {limit:,} fit in memory): group by fewer or coarser "
+        "columns, declare coarser bins, or split the batch"
+    )
 
 
 def _masked_cdf(cdf: Factor, filters: list[CellFilter]) -> tuple[Factor, list[CellFilter]]:
@@ -535,11 +546,13 @@ def _keyed_block(
 def _row_keys(
     product: Product, factors: list[Factor], key_maps: list[dict[str, np.ndarray]], group: tuple[str, ...]
 ) -> np.ndarray:
-    """GROUP BY cell indices of every product row (Kronecker order of the product's factors)."""
+    """GROUP BY cell indices of every product row (Kronecker order of the product's factors), in the
+    narrowest integer type that holds them (a batch may have tens of millions of rows)."""
     key_of = {f.attributes: keys for f, keys in zip(factors, key_maps)}
     ordered = [(f, key_of[f.attributes]) for f in product.factors]
-    combos = np.indices(product.row_shape).reshape(len(ordered), -1) if ordered else np.zeros((0, 1), int)
-    keys = np.zeros((combos.shape[1], len(group)), dtype=np.int64)
+    combos = np.indices(product.row_shape, dtype=np.int32).reshape(len(ordered), -1) if ordered else np.zeros((0, 1), np.int32)
+    widest = max((product.domain.size_of(name) for name in group), default=1)
+    keys = np.zeros((combos.shape[1], len(group)), dtype=np.min_scalar_type(widest))
     for position, (_, key_map) in enumerate(ordered):
         for name, cells in key_map.items():
             keys[:, group.index(name)] = cells[combos[position]]
@@ -552,18 +565,79 @@ def _row_keys(
 
 
 def _truth(predicate: Predicate, scope: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
-    if isinstance(predicate, And):
-        return np.minimum.reduce([_truth(p, scope, columns) for p in predicate.operands])
-    if isinstance(predicate, Or):
-        return np.maximum.reduce([_truth(p, scope, columns) for p in predicate.operands])
+    if isinstance(predicate, (And, Or)):
+        return _junction_truth(predicate, scope, columns)
     if isinstance(predicate, Not):
         return TRUE - _truth(predicate.operand, scope, columns)
     column = columns[predicate.column]
-    values = _atom_truth(predicate, column)
+    return _broadcast(_atom_truth(predicate, column), column, scope, columns)
+
+
+def _broadcast(values: np.ndarray, column: ColumnDomain, scope: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
+    """A truth vector over one column's cells as a (read-only) array over ``scope``."""
     shape = [1] * len(scope)
     shape[scope.index(column.name)] = column.size
-    full_shape = tuple(columns[c].size for c in scope)
-    return np.broadcast_to(values.reshape(shape), full_shape)
+    return np.broadcast_to(values.reshape(shape), tuple(columns[c].size for c in scope))
+
+
+def _junction_truth(predicate: And | Or, scope: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
+    """AND (minimum) or OR (maximum) of the operands, folded one at a time (the memory of one mask, not of
+    all). Atoms on one column are combined over that column's cells first, and the ``=``/``IN`` atoms of an
+    OR (``<>`` of an AND) by one lookup of all their literals: an OR chain of k values over n cells costs
+    O(k + n), not O(k·n) — or O(k · the whole scope)."""
+    combine = np.minimum if isinstance(predicate, And) else np.maximum
+    atoms: dict[str, list[Predicate]] = {}
+    parts: list[np.ndarray] = []
+    for operand in predicate.operands:
+        if isinstance(operand, (Comparison, InList, Between, IsNull)):
+            atoms.setdefault(operand.column, []).append(operand)
+        else:
+            parts.append(_truth(operand, scope, columns))
+    for name, group in atoms.items():
+        column = columns[name]
+        merges = [_lookup_merges(a, column, isinstance(predicate, Or)) for a in group]
+        merged = [a for a, m in zip(group, merges) if m]
+        rest = [_atom_truth(a, column) for a, m in zip(group, merges) if not m]
+        if merged:
+            rest.append(_merged_lookup_truth(merged, column, isinstance(predicate, Or)))
+        vector = rest[0].copy()
+        for other in rest[1:]:
+            combine(vector, other, out=vector)
+        parts.append(_broadcast(vector, column, scope, columns))
+    truth = np.array(parts[0])
+    for part in parts[1:]:
+        combine(truth, part, out=truth)
+    return truth
+
+
+def _lookup_merges(atom: Predicate, column: ColumnDomain, disjunction: bool) -> bool:
+    """``=``/``IN`` under OR and ``<>`` under AND on a column of listed values: merged into one lookup."""
+    if column.kind == "bins":
+        return False
+    if disjunction:
+        return isinstance(atom, InList) or (isinstance(atom, Comparison) and atom.operator == "=")
+    return isinstance(atom, Comparison) and atom.operator == "<>"
+
+
+def _merged_lookup_truth(atoms: list[Predicate], column: ColumnDomain, disjunction: bool) -> np.ndarray:
+    """The OR of ``=``/``IN`` atoms (or the AND of ``<>`` atoms) on one column, as :func:`_atom_truth` gives
+    each and the junction combines them: value cells TRUE/FALSE, the NULL and remainder cells UNKNOWN."""
+    listed = np.zeros(column.value_cells, dtype=bool)
+    for atom in atoms:
+        listed |= _listed_cells(atom, column)
+    truth = np.full(column.size, UNKNOWN, dtype=np.int8)
+    truth[: column.value_cells] = np.where(listed if disjunction else ~listed, TRUE, FALSE)
+    return truth
+
+
+def _listed_cells(atom: InList | Comparison, column: ColumnDomain) -> np.ndarray:
+    """The cells an ``=``/``<>``/``IN`` atom names (each literal checked to lie in the domain)."""
+    literals = atom.values if isinstance(atom, InList) else (atom.value,)
+    clause = f"WHERE {column.name} IN" if isinstance(atom, InList) else f"WHERE {column.name} {atom.operator}"
+    index = column.cell_of_value
+    listed = np.zeros(column.value_cells, dtype=bool)
+    listed[[index[_checked_literal(v, column, clause, True)] for v in literals]] = True
+    return listed
 
 
 def _atom_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
@@ -586,31 +660,62 @@ def _atom_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
     if column.kind == "bins":
         truth[: column.value_cells] = _bin_truth(atom, column)
     else:
-        cells = column.labels()[: column.value_cells]
-        truth[: column.value_cells] = [_cell_truth(atom, cell, column) for cell in cells]
+        truth[: column.value_cells] = _value_truth(atom, column)
     return truth
 
 
-def _cell_truth(atom: Predicate, cell: object, column: ColumnDomain) -> int:
-    """TRUE or FALSE; UNKNOWN for a released key that cannot be compared with the literal (a DATE key
-    ``'infinity'`` shown as text, against a date), like a comparison with NULL."""
-    try:
-        return TRUE if _holds(atom, cell, column) else FALSE
-    except TypeError:
-        return UNKNOWN
-
-
-def _holds(atom: Predicate, cell: object, column: ColumnDomain) -> bool:
+def _value_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
+    """TRUE or FALSE of ``atom`` for each declared value of ``column`` (not bins); UNKNOWN for a released key
+    that cannot be compared with the literal (a DATE key ``'infinity'`` shown as text, against a date), like
+    a comparison with NULL. Each literal is checked once; ``=`` and ``IN`` find their cells by lookup, so an
+    IN list of k values over n cells costs O(n + k), not O(n·k)."""
+    cells = column.labels()[: column.value_cells]
+    if isinstance(atom, InList) or (isinstance(atom, Comparison) and atom.operator in ("=", "<>")):
+        listed = _listed_cells(atom, column)
+        return np.where(~listed if isinstance(atom, Comparison) and atom.operator == "<>" else listed, TRUE, FALSE).astype(np.int8)
+    numbers = _range_numbers(column)
     if isinstance(atom, Comparison):
-        value = _checked_literal(atom.value, column, f"WHERE {column.name} {atom.operator}", atom.operator in ("=", "<>"))
-        return _compare(cell, atom.operator, value)
-    if isinstance(atom, InList):
-        values = [_checked_literal(v, column, f"WHERE {column.name} IN", True) for v in atom.values]
-        return any(cell == v for v in values)
+        value = _checked_literal(atom.value, column, f"WHERE {column.name} {atom.operator}", False)
+        if numbers is not None and _exact_number(value):
+            return np.where(_COMPARED[atom.operator](numbers, value), TRUE, FALSE).astype(np.int8)
+        return _each(cells, lambda cell: _compare(cell, atom.operator, value))
     assert isinstance(atom, Between)
     low = _checked_literal(atom.low, column, f"WHERE {column.name} BETWEEN", False)
     high = _checked_literal(atom.high, column, f"WHERE {column.name} BETWEEN", False)
-    return low <= cell <= high  # type: ignore[operator]
+    if numbers is not None and _exact_number(low) and _exact_number(high):
+        return np.where((numbers >= low) & (numbers <= high), TRUE, FALSE).astype(np.int8)
+    return _each(cells, lambda cell: low <= cell <= high)  # type: ignore[operator]
+
+
+def _each(cells: Sequence[object], holds: Callable[[object], bool]) -> np.ndarray:
+    """Kleene truth of ``holds`` on each cell: a comparison the cell's type does not support is UNKNOWN."""
+
+    def truth(cell: object) -> int:
+        try:
+            return TRUE if holds(cell) else FALSE
+        except TypeError:
+            return UNKNOWN
+
+    return np.fromiter((truth(cell) for cell in cells), dtype=np.int8, count=len(cells))
+
+
+_COMPARED = {"=": np.equal, "<>": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
+EXACT_IN_DOUBLE = 2**53  # integers of at most this magnitude compare exactly against a float
+
+
+def _range_numbers(column: ColumnDomain) -> np.ndarray | None:
+    """A range of integers' declared values as an array (a comparison over 500,001 values is one numpy
+    operation, not a Python loop), when each is exactly comparable with a float literal; else None."""
+    if column.kind != "range" or column.is_date_range:
+        return None
+    low = int(column.values[0])  # type: ignore[call-overload]
+    if max(abs(low), abs(low + column.value_cells)) > EXACT_IN_DOUBLE:
+        return None
+    return low + np.arange(column.value_cells, dtype=np.int64)
+
+
+def _exact_number(value: object) -> bool:
+    return type(value) is int and abs(value) <= EXACT_IN_DOUBLE or type(value) is float and math.isfinite(value)
 
 
 def _compare(cell: object, operator: str, value: object) -> bool:
@@ -642,7 +747,7 @@ def _checked_literal(value: object, column: ColumnDomain, clause: str, must_be_i
         raise DataError(
             f"{clause} {value!r}: the literal's type does not match the domain of {column.name!r} ({column.describe()}){hint}"
         )
-    if must_be_in_domain and coerced not in declared:
+    if must_be_in_domain and coerced not in (column.cell_of_value if column.kind != "bins" else declared):
         released = "is not among the released keys" if column.kind == "keys" else "is outside the declared domain"
         raise DataError(
             f"{clause} {value!r}: the value {released} of {column.name!r} ({column.describe()}); "

@@ -188,8 +188,38 @@ def canonical_column(column: ColumnDomain, column_type: ColumnType, table: str, 
     _refuse_fractional_categories(column, column_type, where)
     if column_type.data_type is None:
         raise ProgrammingError(f"{where}, which dpsql cannot read; declare no domain for it or cast it in a view")
+    if _casts_to_itself(column.values, column_type.data_type):
+        values: tuple[object, ...] = column.values
+    else:
+        values = _cast_in_engine(column, column_type.data_type, where, run, dialect)
+    if len(set(values)) != len(values):
+        raise ProgrammingError(f"{where}; its categories {list(column.values)} repeat a value in that type")
+    return dataclasses.replace(column, values=values)
+
+
+_IDENTITY_TEXT = (exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT)
+_IDENTITY_INTEGERS = (exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.INT128)
+INT32 = 1 << 31
+
+
+def _casts_to_itself(values: tuple[object, ...], data_type: exp.DataType) -> bool:
+    """Whether the engine's cast would return every value unchanged, so it need not be asked (10⁶
+    categories register in a second): strings into a text type without a length (no truncation), and
+    integers of 32 bits into a signed integer type of at least 32 bits."""
+    if data_type.expressions:  # VARCHAR(n), DECIMAL(p, s), …: the cast may change a value
+        return False
+    if data_type.this in _IDENTITY_TEXT:
+        return all(type(v) is str for v in values)
+    if data_type.this in _IDENTITY_INTEGERS:
+        return all(type(v) is int and -INT32 <= v < INT32 for v in values)
+    return False
+
+
+def _cast_in_engine(column: ColumnDomain, data_type: exp.DataType, where: str, run: Run, dialect: str) -> tuple[object, ...]:
+    """The categories cast to the column's type by a constant ``SELECT`` (reads no table); refused when one
+    does not cast, or changes a number."""
     casts = [
-        exp.alias_(exp.cast(_declared_literal(v), column_type.data_type.copy()), f"v{i}")
+        exp.alias_(exp.cast(_declared_literal(v), data_type.copy()), f"v{i}")
         for i, v in enumerate(column.values)
     ]
     try:
@@ -200,13 +230,11 @@ def canonical_column(column: ColumnDomain, column_type: ColumnType, table: str, 
             f"{where}; its categories {list(column.values)} do not all cast to that type ({reason}); declare values "
             "of the column's type (ISO dates for DATE, true/false for BOOLEAN, numbers for numeric columns)"
         ) from None
-    values = tuple(python_value(np.ravel(returned[f"v{i}"])[0], column_type) for i in range(len(column.values)))
+    values = tuple(python_value(np.ravel(returned[f"v{i}"])[0], ColumnType("", data_type)) for i in range(len(column.values)))
     for declared, cast in zip(column.values, values):
         if not _lossless(declared, cast):
             raise ProgrammingError(f"{where}; its category {declared!r} becomes {cast!r} in that type: declare exact values")
-    if len(set(values)) != len(values):
-        raise ProgrammingError(f"{where}; its categories {list(column.values)} repeat a value in that type")
-    return dataclasses.replace(column, values=values)
+    return values
 
 
 def _refuse_fractional_categories(column: ColumnDomain, column_type: ColumnType, where: str) -> None:

@@ -278,8 +278,15 @@ def bind_parameters(statement: exp.Expression, parameters: Sequence[object] | No
         )
     if len(placeholders) != len(given):
         raise ProgrammingError(f"the statement has {len(placeholders)} '?' placeholder(s) but {len(given)} parameter(s) were given")
+    in_lists: dict[tuple[int, str], tuple[exp.Expression, dict[int, exp.Expression]]] = {}
     for placeholder, value in zip(placeholders, given):
-        placeholder.replace(_literal_node(value))
+        parent, key = placeholder.parent, placeholder.arg_key
+        if parent is not None and isinstance(parent.args.get(key), list):  # set each list once: O(k), not O(k²)
+            in_lists.setdefault((id(parent), key), (parent, {}))[1][placeholder.index] = _literal_node(value)
+        else:
+            placeholder.replace(_literal_node(value))
+    for (_, key), (parent, literals) in in_lists.items():
+        parent.set(key, [literals.get(position, node) for position, node in enumerate(parent.args[key])])
 
 
 LIMIT_TARGET = "LIMIT"  # a placeholder bound to LIMIT or OFFSET: an integer

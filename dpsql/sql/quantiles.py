@@ -50,7 +50,7 @@ import numpy as np
 from dpsql.errors import NotSupportedError
 from dpsql.schema import BinLabel, ColumnDomain
 from dpsql.sql.parse import Quantile
-from planner import Block, Explicit, Prefix
+from planner import Block, Explicit, Prefix, ShiftedPrefix
 
 QUANTILE_RULE = (
     "N = the group's non-NULL rows (the CDF's last value cell, rounded), x[j] = the first cell whose CDF reaches j + 1; "
@@ -82,11 +82,14 @@ def cdf_block(domain: ColumnDomain) -> Prefix:
     return Prefix(domain.size)
 
 
-def rank_block(cdf: Block, domain: ColumnDomain, fraction: float) -> Explicit:
+def rank_block(cdf: Block, domain: ColumnDomain, fraction: float) -> Block:
     """The rows ``F(k) − q·N`` of a CDF block (``Prefix``, or its rows masked by a WHERE on the column), ``N``
     its last value cell's row (the NULL cell left out): the rank error of a quantile answered at cell ``k``,
     as one block the plan can price (its variance needs the covariance of ``F(k)`` with ``N``, which
-    per-query variances leave out)."""
+    per-query variances leave out). A plain CDF gives an implicit block (priced in ``O(n)`` per quantile
+    by range strategies); a masked one its dense rows."""
+    if isinstance(cdf, Prefix):
+        return ShiftedPrefix(cdf.size, fraction, domain.value_cells - 1)
     matrix = cdf.matrix()
     return Explicit(matrix - fraction * matrix[domain.value_cells - 1][None, :])
 

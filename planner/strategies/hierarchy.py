@@ -205,6 +205,20 @@ class TreeCovariance(OrderedCovariance):
         With ``d`` the deepest level whose block holds both ends, levels ``ℓ ≤ d`` give ``len²/s_ℓ``
         and deeper levels give ``(left_ℓ(lo)² + right_ℓ(hi)²)/s_ℓ + s_ℓ(hi//s_ℓ − lo//s_ℓ − 1)``, a sum of
         a term in ``lo`` and a term in ``hi``: suffix sums over levels of those terms are tabulated."""
+        low_terms, high_terms, shared = self._interval_tables
+        depth = self._common_depth(rows.lows, rows.highs)
+        result = rows.lengths
+        result *= result
+        result *= shared[depth]
+        depth += 1
+        result += low_terms[rows.lows, depth]
+        result += high_terms[rows.highs, depth]
+        return result
+
+    @cached_property
+    def _interval_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ``O(n h)`` tables of :meth:`interval_variances`, built once per covariance (a quantile's
+        rank errors ask for them again per quantile)."""
         tree, weights = self.tree, self.weights
         sizes = np.asarray(tree.block_sizes)
         cells = np.arange(tree.size)
@@ -217,15 +231,7 @@ class TreeCovariance(OrderedCovariance):
             right = (cells - block * width + 1).astype(float)
             low_terms[:, level] = low_terms[:, level + 1] + weight * (left**2 / width - width * (block + 1.0))
             high_terms[:, level] = high_terms[:, level + 1] + weight * (right**2 / width + width * block)
-        shared = np.cumsum(weights / sizes)  # Σ_{ℓ≤d} c_ℓ/s_ℓ
-        depth = self._common_depth(rows.lows, rows.highs)
-        result = rows.lengths
-        result *= result
-        result *= shared[depth]
-        depth += 1
-        result += low_terms[rows.lows, depth]
-        result += high_terms[rows.highs, depth]
-        return result
+        return low_terms, high_terms, np.cumsum(weights / sizes)  # the last: Σ_{ℓ≤d} c_ℓ/s_ℓ
 
     def _common_depth(self, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
         """The deepest level whose block contains both ``lows[i]`` and ``highs[i]``."""

@@ -51,6 +51,7 @@ from planner.strategies.base import Answers, Candidate, GroupBudget, Measurement
 from planner.strategies.ranges import (
     MAX_MEASURED_CELLS,
     _cheap,
+    block_variances,
     is_range_block,
     row_norms2,
 )
@@ -309,7 +310,7 @@ class KroneckerCandidate(Candidate):
         result = np.asarray(scale)
         for factor in product.factors:  # a factor touching T has that one attribute only
             ordered = self.factors.get(factor.attributes[0])
-            rows = row_norms2(factor.block) if ordered is None else ordered.covariance.variances(factor.block)
+            rows = row_norms2(factor.block) if ordered is None else block_variances(ordered.covariance, factor.block)
             result = np.multiply.outer(result, rows)
         return np.asarray(result, dtype=float).reshape(-1)
 

@@ -216,11 +216,11 @@ def optimised_theta(layout: RangeLayout, start: np.ndarray) -> np.ndarray:
 
 
 def _descended(start: np.ndarray, gram: GramOperator) -> np.ndarray:
-    from scipy.optimize import minimize  # imported when first needed (~0.3 s)
+    from scipy.optimize import Bounds, minimize  # imported when first needed (~0.3 s)
 
     result = minimize(
         objective, start.ravel(), args=(gram,), jac=True, method="L-BFGS-B",
-        bounds=[(0.0, None)] * start.size, options={"maxiter": MAX_ITERATIONS},
+        bounds=Bounds(np.zeros(start.size), np.inf), options={"maxiter": MAX_ITERATIONS},
     )
     return np.maximum(result.x, 0.0).reshape(start.shape)
 

@@ -16,9 +16,10 @@ small dense rows (any other ``Predicate`` or ``Explicit`` block).
 from __future__ import annotations
 
 import math
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -33,6 +34,7 @@ from planner.workload import (
     Predicate,
     Prefix,
     Product,
+    ShiftedPrefix,
     Total,
     Workload,
     marginal_for,
@@ -77,10 +79,60 @@ def block_rows(block: Block) -> Intervals | np.ndarray:
         return Intervals(n, cells, cells)
     if isinstance(block, Total):
         return Intervals(n, np.zeros(1, dtype=np.int64), np.full(1, n - 1, dtype=np.int64))
+    if isinstance(block, IntervalRows):
+        return Intervals(n, block.lows, block.highs)
     if isinstance(block, Predicate) and block.interval() is not None:
         low, high = block.interval()
         return Intervals(n, np.array([low], dtype=np.int64), np.array([high], dtype=np.int64))
     return block.matrix()
+
+
+@dataclass(frozen=True, eq=False)
+class IntervalRows(Block):
+    """Rows that are the intervals ``[lows[i], highs[i]]`` of ``size`` ordered cells, as a block (the
+    intervals a :class:`ShiftedPrefix` is priced from)."""
+
+    lows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    highs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def rows(self) -> int:
+        return int(self.lows.size)
+
+    def matrix(self) -> np.ndarray:
+        cells = np.arange(self.size)
+        return ((cells >= self.lows[:, None]) & (cells <= self.highs[:, None])).astype(float)
+
+
+def block_variances(covariance: OrderedCovariance, block: Block) -> np.ndarray:
+    """``r Σ_t rᵀ`` for every row of ``block``; a :class:`ShiftedPrefix` through interval variances
+    (``O(n)`` rows of a covariance that answers intervals cheaply, never its ``n × n`` matrix):
+    ``Var(F_k − q F_e) = v(0,k) + q² v(0,e) − q (v(0,k) + v(0,e) − v(between))``, since
+    ``2 Cov(F_a, F_b) = v(0,a) + v(0,b) − v(min(a,b)+1, max(a,b))`` (the prefixes differ by that interval)."""
+    if not isinstance(block, ShiftedPrefix):
+        return covariance.variances(block)
+    q = block.fraction
+    prefix, between = _prefix_parts(covariance, block.size, block.end)
+    return prefix + q * q * prefix[block.end] - q * (prefix + prefix[block.end] - between)
+
+
+def _prefix_parts(covariance: OrderedCovariance, size: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+    """``v(0,k)`` and ``v(min(k,end)+1, max(k,end))`` for every ``k``: the same for every quantile of a CDF
+    (only ``q`` differs), so kept per covariance and ``end``."""
+    kept = _PREFIX_PARTS.setdefault(covariance, {})
+    if (size, end) not in kept:
+        prefix = covariance.variances(Prefix(size))
+        cells = np.arange(size, dtype=np.int64)
+        lows, highs = np.minimum(cells, end) + 1, np.maximum(cells, end)
+        between = np.zeros(size)
+        apart = lows <= highs
+        if apart.any():
+            between[apart] = covariance.variances(IntervalRows(size, lows[apart], highs[apart]))
+        kept[(size, end)] = (prefix, between)
+    return kept[(size, end)]
+
+
+_PREFIX_PARTS: weakref.WeakKeyDictionary[OrderedCovariance, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]] = weakref.WeakKeyDictionary()
 
 
 def row_norms2(block: Block) -> np.ndarray:
@@ -217,7 +269,7 @@ class RangeLayout:
 
     def product_variances(self, product: Product, covariance: OrderedCovariance) -> np.ndarray:
         """Variance of every row of ``product`` (Kronecker row order) under ``I ⊗ Σ_t``."""
-        ordered = covariance.variances(self.ordered_block(product))
+        ordered = block_variances(covariance, self.ordered_block(product))
         result = np.asarray(float(self._summed_size(product)))
         mentions = False
         for factor in product.factors:
@@ -282,7 +334,7 @@ def range_layouts(workload: Workload) -> list[RangeLayout]:
 
 def _cheap(block: Block) -> bool:
     """Whether the rows of ``block`` can be handled without a large dense matrix."""
-    return isinstance(block, (Prefix, AllRange, Identity, Total, Predicate)) or block.rows * block.size <= MAX_DENSE_ROWS
+    return isinstance(block, (Prefix, ShiftedPrefix, AllRange, Identity, Total, Predicate)) or block.rows * block.size <= MAX_DENSE_ROWS
 
 
 class RangeCandidate(Candidate):

@@ -1,7 +1,8 @@
-"""Each registered table's bounded rows are computed once, inside a charged read, and kept in the backend
-(dpsql/bounded_tables.py): exact counts equal an independent reference, every statement counts the same
-kept rows, a new registration drops and recomputes them, nothing is computed before a charge, and a
-backend that cannot keep them gets the same answers from a subquery."""
+"""Each registered table's bounded rows are read inline by its first charged statement and computed once,
+inside the second one's read, and kept in the backend (dpsql/bounded_tables.py): exact counts equal an
+independent reference, inline and kept reads count the same rows, every statement counts the same kept
+rows, a new registration drops and recomputes them, nothing is computed before a charge, and a backend
+that cannot keep them gets the same answers from a subquery."""
 
 from __future__ import annotations
 
@@ -84,9 +85,10 @@ def test_statements_count_the_kept_rows_of_an_independent_reference(database: du
     }
     assert exact(connection, "SELECT COUNT(*) FROM t WHERE tag = 'b' OR slot = 0") == {(): float(((rows.tag == "b") | (rows.slot == 0)).sum())}
     assert exact(connection, "SELECT slot, COUNT(*) FROM t GROUP BY ROLLUP (slot)")[(None,)] == float(len(rows))
-    created = [s for s in backend.statements if "ROW_NUMBER" in s.upper()]
-    assert len(created) == 1 and len(backend.statements) == 5  # bounded once; four aggregations read the kept rows
-    assert all("ROW_NUMBER" not in s.upper() for s in backend.statements[1:])
+    inline, created, *later = backend.statements
+    assert "ROW_NUMBER" in inline.upper() and "__DPSQL_THRESHOLDS" not in inline.upper()  # the first: bounding fused in
+    assert "__DPSQL_THRESHOLDS" in created.upper()  # kept once, by the second statement's read
+    assert len(later) == 3 and all("ROW_NUMBER" not in s.upper() for s in later)  # the others read the kept rows
 
 
 def test_statements_agree_on_the_same_kept_rows(database: duckdb.DuckDBPyConnection) -> None:
@@ -110,13 +112,15 @@ def test_a_new_registration_drops_and_recomputes_the_kept_rows(database: duckdb.
         with dpsql.testing.seeded(seed):
             connection.register("t", None, schema=SCHEMA)  # the same data, a salt from the seed
         assert kept_relations(database) == []  # the previous registration's rows were dropped
-        answers.append(exact(connection, sql))
+        answers.append(exact(connection, sql))  # read inline: nothing kept yet
+        assert kept_relations(database) == [] and exact(connection, sql) == answers[-1]  # kept now: the same rows
         (relation,) = kept_relations(database)
         relations.append(relation)
     assert len(set(relations)) == 3  # a fresh relation per registration
     assert answers[0] == answers[1] and answers[0] != answers[2]  # the same salt keeps the same rows, another salt others
     assert sum(answers[0].values()) == sum(answers[2].values())  # as many rows either way: min(rows, bound) per unit
     connection.register("other", visits(seed=4), schema=SCHEMA)
+    exact(connection, "SELECT COUNT(*) FROM other")
     exact(connection, "SELECT COUNT(*) FROM other")
     assert len(kept_relations(database)) == 2  # one per registered table
     connection.close()
@@ -134,8 +138,10 @@ def test_nothing_is_computed_before_a_charge(database: duckdb.DuckDBPyConnection
     with pytest.raises(dpsql.DataError):
         connection.cursor().execute("SELECT slot, COUNT(*) FROM t WHERE tag = 'z' GROUP BY slot", epsilon=0.5)
     assert backend.statements == [] and kept_relations(database) == []
-    connection.cursor().execute("SELECT slot, COUNT(*) FROM t GROUP BY slot", epsilon=0.5)
-    assert len(kept_relations(database)) == 1 and connection.budget_spent().statements == 1
+    connection.cursor().execute("SELECT slot, COUNT(*) FROM t GROUP BY slot", epsilon=0.25)
+    assert len(backend.statements) == 1 and kept_relations(database) == [] and connection.budget_spent().statements == 1
+    connection.cursor().execute("SELECT tag, COUNT(*) FROM t GROUP BY tag", epsilon=0.25)
+    assert len(kept_relations(database)) == 1 and connection.budget_spent().statements == 2
 
 
 class FailingOnce(DuckDBBackend):
@@ -157,12 +163,13 @@ class FailingOnce(DuckDBBackend):
 def test_a_failed_computation_is_charged_withheld_and_retried(database: duckdb.DuckDBPyConnection) -> None:
     connection = dpsql.connect(FailingOnce(database), budget=dpsql.Budget(10.0))
     connection.register("t", None, schema=SCHEMA)
+    connection.cursor().execute("SELECT slot, COUNT(*) FROM t GROUP BY slot", epsilon=1.0)  # inline: nothing to keep
     with pytest.raises(dpsql.OperationalError, match="withheld") as failed:
-        connection.cursor().execute("SELECT slot, COUNT(*) FROM t GROUP BY slot", epsilon=1.0)
+        connection.cursor().execute("SELECT tag, COUNT(*) FROM t GROUP BY tag", epsilon=1.0)
     assert "(3, 'b')" not in str(failed.value)
-    assert connection.budget_spent().statements == 1  # the read had begun: charged
+    assert connection.budget_spent().statements == 2  # the read had begun: charged
     assert kept_relations(database) == []
-    connection.cursor().execute("SELECT slot, COUNT(*) FROM t GROUP BY slot", epsilon=1.0)  # tries again
+    connection.cursor().execute("SELECT slot, tag, COUNT(*) FROM t GROUP BY slot, tag", epsilon=1.0)  # tries again
     assert len(kept_relations(database)) == 1
 
 

@@ -133,9 +133,9 @@ def test_where_applies_to_the_bounded_rows(database: duckdb.DuckDBPyConnection) 
 
 
 def salt_of(sql: str) -> int:
-    """The salt of the statement's ranking hash (the last argument of the inner HASH)."""
-    ranking = sqlglot.parse_one(sql, read="duckdb").find(sqlglot.exp.Window)
-    (salt,) = [h.expressions[-1] for h in ranking.find_all(sqlglot.exp.Anonymous) if isinstance(h.expressions[-1], sqlglot.exp.Literal)]
+    """The salt of the statement's ranking hash (the last argument of the inner HASH of the order key)."""
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    (salt,) = [h.expressions[-1] for h in tree.find_all(sqlglot.exp.Anonymous) if isinstance(h.expressions[-1], sqlglot.exp.Literal)]
     return int(salt.name)
 
 
