@@ -11,6 +11,7 @@ from planner.keyed_release import KeyedRelease
 from planner.keyed_release import design as design_keyed_release
 from planner.noise import NoiseParameterError, discrete_gaussian, discrete_laplace
 from planner.partition import PartitionSelection, PartitionSelectionImpossibleError
+from planner.race_to_the_top import RaceToTheTop, TruncatedRelease
 from planner.recovery import helmert_basis, nonnegative_fit
 from planner.select import BoundUnavailableError
 from planner.selected_intervals import selected_errors
@@ -41,8 +42,10 @@ __all__ = [
     "Prefix",
     "Privacy",
     "Product",
+    "RaceToTheTop",
     "SelectionSplit",
     "Total",
+    "TruncatedRelease",
     "Workload",
     "design_keyed_release",
     "discrete_gaussian",
