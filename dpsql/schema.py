@@ -1,8 +1,11 @@
-"""Table metadata: the privacy unit, the contribution bound, and each column's public domain.
+"""Table metadata: the privacy unit, the contribution bound, each column's public domain, declared keys.
 
 A schema is loaded from YAML, JSON or a dict of the same shape::
 
-    privacy_unit: person_id        # or null: one row = one unit
+    privacy_unit: person_id        # or null: one row = one unit; or {via: visit_id} (below)
+    foreign_keys:                  # the keys joins may use (column: table.column); see "Joins" below
+      person_id: persons.id
+      clinic_id: clinics.id
     max_rows_per_unit: 3           # rows kept per unit (chosen at random); must be 1 when privacy_unit is null
     max_groups_per_unit: 2         # groups one unit counts in (random): COUNT(DISTINCT unit), keys of an unknown GROUP BY column; default 1
     max_rows_per_group: 1          # ... and rows kept per unit and key (default max_rows_per_unit)
@@ -31,6 +34,25 @@ domain is NULL (in a column not declared ``nullable``) or outside that domain is
 bounded SQL, before contribution bounding. The rule looks at one row at a time, so it is
 data-independent and the privacy guarantee is unaffected; nothing about how many rows were dropped is
 released. Columns of the table that the schema does not list have an unknown domain.
+
+**Joins.** A table is either *private* (the default) or *public* (``public: true``: no privacy unit and no
+contribution bounds — its rows are not protected, so statements may join it freely and read it as they like;
+its ``columns`` may declare domains, else a public column's values are read from the table itself).
+A private table reaches its privacy unit in one of three ways:
+
+* ``privacy_unit: person_id`` — the column holds the unit. When it is also a foreign key to another private
+  table (``foreign_keys: {person_id: persons.id}``), the referenced column must be that table's unit: both
+  tables then protect the same units, and joins between them along the unit are allowed;
+* ``privacy_unit: {via: visit_id}`` — the table has no unit column; ``visit_id`` is a foreign key to a private
+  table (``visits.id``) whose rows belong to units, and each row belongs to the unit of the row it references;
+* ``privacy_unit: null`` — one row is one unit (such a table joins public tables only).
+
+``foreign_keys`` maps a column to the ``table.column`` it references (a private or a public table). Joins use
+declared keys only: a join between private tables must equate their units (Google's rule for DP SQL), and a
+private table joins a public one on a declared foreign key. ``max_rows_per_unit`` and ``max_groups_per_unit``
+are declared per private table and bound what a unit contributes *after* the joins of a statement, by the same
+salted order as today. Whether referenced tables and columns exist is checked when both tables are registered
+(in either order), before any row is read.
 """
 
 from __future__ import annotations
@@ -91,7 +113,8 @@ class BinLabel(str):
     def __reduce__(self) -> tuple[type[BinLabel], tuple[float, float]]:
         return (BinLabel, (self.low, self.high))
 _COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds"}
-_SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
+_SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns", "public", "foreign_keys"}
+_PRIVATE_KEYS = ("privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group")
 _SHOWN = reprlib.Repr()  # what an error message shows of a declared value: bounded, whatever its depth
 _SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 24, 24, 8, 80, 60
 
@@ -236,12 +259,27 @@ def _fmt(number: Scalar) -> str:
 
 
 @dataclass(frozen=True)
+class ForeignKey:
+    """A declared key: ``column`` of this table references ``referenced`` of ``table`` (``visits.person_id → persons.id``)."""
+
+    column: str
+    table: str
+    referenced: str
+
+    def __str__(self) -> str:
+        return f"{self.column} → {self.table}.{self.referenced}"
+
+
+@dataclass(frozen=True)
 class Schema:
     """Privacy metadata of one table.
 
     >>> s = Schema.load({"privacy_unit": None, "columns": {"sex": {"categories": ["F", "M"]}}})
     >>> s.contributions, s.column("sex").size, s.column("other").kind
     (1, 2, 'unknown')
+    >>> v = Schema.load({"privacy_unit": "person_id", "foreign_keys": {"person_id": "persons.id"}, "max_rows_per_unit": 5})
+    >>> str(v.foreign_key("person_id")), Schema.load({"public": True}).public
+    ('person_id → persons.id', True)
     """
 
     privacy_unit: str | None
@@ -249,6 +287,22 @@ class Schema:
     columns: tuple[ColumnDomain, ...]
     max_groups_per_unit: int = 1  # group cells of COUNT(DISTINCT unit), and keys of an unknown GROUP BY column, one unit may count in
     max_rows_per_group: int | None = None  # rows per unit and unknown key (None: max_rows_per_unit)
+    public: bool = False  # no privacy unit, no bounds: the rows are not protected (module doc, "Joins")
+    foreign_keys: tuple[ForeignKey, ...] = ()
+    unit_via: str | None = None  # privacy_unit: {via: column}: the unit is that of the row this foreign key references
+
+    def foreign_key(self, column: str) -> ForeignKey | None:
+        """The declared foreign key of ``column``, if any."""
+        for key in self.foreign_keys:
+            if key.column == column:
+                return key
+        return None
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The columns the schema names outside ``columns``: the unit column and the foreign keys."""
+        named = [self.privacy_unit] if self.privacy_unit is not None else []
+        return tuple(dict.fromkeys(named + [k.column for k in self.foreign_keys]))
 
     @property
     def contributions(self) -> int:
@@ -296,13 +350,33 @@ class Schema:
             raise ProgrammingError(
                 f"unknown schema key(s) {sorted(map(str, unexpected))}; allowed: {sorted(_SCHEMA_KEYS)}"
             )
+        foreign_keys = _foreign_keys(document.get("foreign_keys", {}))
+        public = canonical_value(document.get("public", False))
+        if not isinstance(public, bool):
+            raise ProgrammingError(f"public must be true or false, got {_shown(public)}")
+        if public:
+            private = [key for key in _PRIVATE_KEYS if key in document]
+            if private:
+                raise ProgrammingError(
+                    f"a public table has no privacy unit and no contribution bounds: remove {private} (or drop public: true "
+                    "to protect its rows)"
+                )
+            columns = document.get("columns", {})
+            if not isinstance(columns, Mapping):
+                raise ProgrammingError("columns must map column names to domains")
+            parsed = tuple(_column_from_spec(str(name), spec) for name, spec in columns.items())
+            return cls(privacy_unit=None, max_rows_per_unit=1, columns=parsed, public=True, foreign_keys=foreign_keys)
         unit = canonical_value(document.get("privacy_unit"))
-        if unit is not None and (not isinstance(unit, str) or not unit):
-            raise ProgrammingError(f"privacy_unit must be a column name or null, got {_shown(unit)}")
+        unit_via = None
+        if isinstance(unit, Mapping):
+            unit_via = _unit_via(unit, foreign_keys)
+            unit = None
+        elif unit is not None and (not isinstance(unit, str) or not unit):
+            raise ProgrammingError(f"privacy_unit must be a column name, {{via: <foreign key column>}} or null, got {_shown(unit)}")
         bound = canonical_value(document.get("max_rows_per_unit", 1))
         if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
             raise ProgrammingError(f"max_rows_per_unit must be a positive integer, got {_shown(bound)}")
-        if unit is None and bound != 1:
+        if unit is None and unit_via is None and bound != 1:
             raise ProgrammingError(
                 "max_rows_per_unit must be 1 when privacy_unit is null (one row = one unit); "
                 "name the privacy-unit column to bound several rows per unit"
@@ -316,14 +390,46 @@ class Schema:
                     "contributes to a GROUP BY on a column with no declared domain"
                     + (" and the groups COUNT(DISTINCT unit) counts it in" if key == "max_groups_per_unit" else "")
                 )
-            if unit is None and value not in (None, 1):
+            if unit is None and unit_via is None and value not in (None, 1):
                 raise ProgrammingError(f"{key} must be 1 when privacy_unit is null (one row = one unit)")
             key_bounds[key] = value
         columns = document.get("columns", {})
         if not isinstance(columns, Mapping):
             raise ProgrammingError("columns must map column names to domains")
         parsed = tuple(_column_from_spec(str(name), spec) for name, spec in columns.items())
-        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed, **key_bounds)
+        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed, foreign_keys=foreign_keys, unit_via=unit_via, **key_bounds)
+
+
+def _foreign_keys(document: object) -> tuple[ForeignKey, ...]:
+    """``foreign_keys: {column: table.column, …}`` (the table may be qualified: ``schema.table.column``)."""
+    if not isinstance(document, Mapping):
+        raise ProgrammingError(f"foreign_keys must map columns to the table.column they reference, got {_shown(document)}")
+    keys = []
+    for column, target in document.items():
+        target = canonical_value(target)
+        parts = target.split(".") if isinstance(target, str) else []
+        if not isinstance(column, str) or not column or len(parts) < 2 or not all(parts):
+            raise ProgrammingError(
+                f"foreign_keys: {_shown(column)}: {_shown(target)} must name the referenced table and column as table.column "
+                "(e.g. person_id: persons.id)"
+            )
+        keys.append(ForeignKey(column, ".".join(parts[:-1]), parts[-1]))
+    return tuple(keys)
+
+
+def _unit_via(unit: Mapping[object, object], foreign_keys: tuple[ForeignKey, ...]) -> str:
+    """``privacy_unit: {via: column}``: the column must be a declared foreign key."""
+    column = canonical_value(unit.get("via"))
+    if set(unit) != {"via"} or not isinstance(column, str) or not column:
+        raise ProgrammingError(
+            f"privacy_unit must be a column name, {{via: <foreign key column>}} or null, got {_shown(dict(unit))}"
+        )
+    if column not in {k.column for k in foreign_keys}:
+        raise ProgrammingError(
+            f"privacy_unit: {{via: {column}}} needs {column} declared in foreign_keys (e.g. foreign_keys: {{{column}: visits.id}}): "
+            "the unit is that of the row it references"
+        )
+    return column
 
 
 def _looks_like_path(text: str) -> bool:
