@@ -22,6 +22,7 @@ from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.frames import FrameSource, ResultFrames
 from dpsql.result import Interval, ResultSet
 from dpsql.session import Session, Settings, Table
+from dpsql.sql.settings import setting_command
 
 
 class Connection(errors.ExceptionsOnConnection):
@@ -147,8 +148,13 @@ class Connection(errors.ExceptionsOnConnection):
     """DuckDB's other name for it: ``connection.sql("SELECT …", epsilon=0.5).df()``."""
 
     # -- dpsql extensions ---------------------------------------------------------------------------
-    def register(self, name: str, source: object = None, schema: object = None) -> None:
-        """Make a table queryable under ``name`` with its privacy ``schema``.
+    def register(self, name: str, source: object = None, schema: object = None, *, public: bool = False) -> None:
+        """Make a table queryable under ``name`` with its privacy ``schema``; ``name`` may be qualified
+        (``"PUMS.PUMS"``, ``"public.census"``), and statements may name it with or without the default schema.
+
+        ``public=True`` registers a *public* table instead (no schema: its rows are not protected): a file
+        (.csv, .tsv, .json, .parquet), a pandas or polars frame or an Arrow table, copied into the DuckDB
+        database that post-processes released rows, where statements may read and join it freely.
 
         ``source`` is a ``.csv``/``.tsv``/``.json``/``.parquet`` path, a pandas DataFrame, an Arrow
         table, or the name of an existing table/view of the backend's database (``None``: the table
@@ -156,7 +162,7 @@ class Connection(errors.ExceptionsOnConnection):
         read here; every declared domain value is cast to its column's type in the engine and refused,
         naming the column, if it does not cast.
         """
-        self._session.register(name, source, schema)
+        self._session.register(name, source, schema, public)
 
     def tables(self) -> dict[str, Table]:
         """The registered tables by name, each with its privacy schema and column types: public metadata
@@ -214,12 +220,12 @@ class Connection(errors.ExceptionsOnConnection):
         results = pipeline.run(self._session, request)
         return [r.with_error_columns() for r in results] if self.stderr_columns else results
 
-    def _non_negative(self, asked: bool | None) -> bool:
-        """A statement's ``non_negative=`` choice, the connection's default when not given."""
-        chosen = self.non_negative if asked is None else asked
-        if not isinstance(chosen, bool):
-            raise ProgrammingError(f"non_negative must be True or False, got {chosen!r}")
-        return chosen
+    def _non_negative(self, asked: bool | None) -> bool | None:
+        """A statement's ``non_negative=`` choice, checked (None: not given; the pipeline then reads the
+        statement's text, ``SET dpsql.non_negative`` and the connection's default)."""
+        if asked is not None and not isinstance(asked, bool):
+            raise ProgrammingError(f"non_negative must be True or False, got {asked!r}")
+        return asked
 
 
 class ResultCursor(ResultFrames):
@@ -252,7 +258,8 @@ class ResultCursor(ResultFrames):
 
     @property
     def description(self) -> tuple[tuple[object, ...], ...] | None:
-        return None if self._result is None else self._result.description
+        """PEP 249: None when no statement ran or the last one returns no rows (``SET dpsql.epsilon = …``)."""
+        return None if self._result is None or not self._result.description else self._result.description
 
     @property
     def rowcount(self) -> int:
@@ -376,6 +383,10 @@ class Cursor(ResultCursor):
         self._check_open()
         self._released(None)
         session = self.connection._session
+        command = setting_command(operation)
+        if command is not None:  # SET / RESET / SHOW dpsql.*: the connection's default cost
+            self._released(pipeline.setting_result(session, command))
+            return self
         request = pipeline.execute_request(session, operation, parameters, epsilon, rho, self.connection._non_negative(non_negative))
         results = pipeline.run(session, request)
         self._released(results[0] if len(results) == 1 else _concatenated(results))

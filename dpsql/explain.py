@@ -68,7 +68,7 @@ GLOSSARY_ROW = ExplainRow("glossary", GLOSSARY, None, "what every section and te
 
 @dataclass(frozen=True)
 class Outcome:
-    """What release did: ``how`` is "zero" (nothing to count), "free" (kept measurements answered it),
+    """What release did: ``how`` is "zero" (nothing to count), "keys" (only declared keys asked for), "free" (kept measurements answered it),
     "measured" or "combined" (a fresh measurement combined with kept ones); ``released`` keys when the
     statement selected keys; the counting ``plan`` chosen for them; the non-negative ``note``."""
 
@@ -80,6 +80,7 @@ class Outcome:
 
 _HOW = {
     "zero": "every count is zero by construction: nothing was read or charged",
+    "keys": "only declared group keys were asked for: public, nothing was read or charged",
     "free": "from kept measurements by GLS: nothing was read or charged",
     "measured": "measured afresh: one read of the private rows, charged once",
     "combined": "measured and combined with kept measurements by GLS: errors are at most a fresh measurement's",
@@ -87,9 +88,26 @@ _HOW = {
 
 
 def explain_rows(prepared: Prepared) -> list[ExplainRow]:
-    """The rows of the module docstring for a prepared request (reads no data, charges nothing), ending
-    with the glossary's address."""
-    return _plan_rows(prepared) + [GLOSSARY_ROW]
+    """The rows of the module docstring for a prepared request (reads no data, charges nothing): its batch's
+    plan, the post-processing of each statement with a public shell, and the glossary's address."""
+    return _plan_rows(prepared) + _shell_rows(prepared) + [GLOSSARY_ROW]
+
+
+def _shell_rows(prepared: Prepared) -> list[ExplainRow]:
+    """Per statement with a public shell (``dpsql.sql.split``): what runs it, its SQL, which columns keep error bars."""
+    rows = []
+    for number, output in enumerate(prepared.request.outputs, start=1):
+        if output.shell is None:
+            continue
+        cores = ", ".join(str(i + 1) for i in output.cores)
+        rows += [
+            ExplainRow("post-processing", str(number), 0.0, f"free: DuckDB runs it over the released rows of statement(s) {cores} "
+                       "and public tables, never private rows (docs/glossary.md#post-processing)"),
+            ExplainRow("post-processing", "sql", None, output.shell.text),
+            ExplainRow("post-processing", "error bars", None, f"on {', '.join(output.shell.errors) or 'no column'} (an affine "
+                       "function of one released value); none on the other columns"),
+        ]
+    return rows
 
 
 def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
@@ -121,7 +139,8 @@ def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
     if request.cost is None:
         rows.append(ExplainRow("cost", "not given", None, f"shown for {cost_name} = 1: expected variances scale as 1/{'ε²' if cost_name == 'epsilon' else 'ρ'}"))
     if batch.workload is None:
-        rows.append(ExplainRow("cost", cost_name, 0.0, "every count is zero by construction: nothing is read or charged"))
+        why = "every count is zero by construction" if batch.measures else "only declared group keys are asked for (public)"
+        rows.append(ExplainRow("cost", cost_name, 0.0, f"{why}: nothing is read or charged"))
         return rows
     if prepared.selection is not None:
         return rows + _selection_rows(prepared)
@@ -288,7 +307,7 @@ class Explanation:
             rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {self.prepared.keyed!r}, newly selected and cached on the connection"))
         if outcome.plan is not None:
             rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
-        text = render(rows + [GLOSSARY_ROW])
+        text = render(rows + _shell_rows(self.prepared) + [GLOSSARY_ROW])
         return text if outcome.note is None else f"{text}\n{outcome.note}"
 
 

@@ -4,7 +4,8 @@
 parameter sets as one batch), ``Connection.workload`` (a batch), ``Connection.explain`` and the server
 build a :class:`Request` and hand it to the same two stages.
 
-**prepare** reads no data and charges nothing; every check that can fail runs here. It parses each text
+**prepare** reads no data and charges nothing; every check that can fail runs here, in the ordered stages of
+:data:`PREPARE_STAGES` (:func:`draft` runs a prefix of them). It parses each text
 once (``dpsql.sql.statement``), binds names and types against the registered table, gives every column
 without a declared domain its domain — a key set released earlier, or, when the statement must select
 its keys, a placeholder — compiles all statements into one workload (``dpsql.workloads``), and decides
@@ -29,7 +30,8 @@ import dataclasses
 import datetime
 import functools
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from sqlglot import exp
@@ -39,13 +41,17 @@ from dpsql import keys, nonnegative, progress, selection, testing
 from dpsql.accountant import Cost, check_number
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
-from dpsql.request import Decision, Prepared, Request
+from dpsql.post_processing import ShellPlan, core_layout
+from dpsql.request import Decision, Output, Prepared, Request
 from dpsql.result import OutputColumn, ResultSet, output_columns
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
 from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
-from dpsql.sql.statement import ParsedText, Statement, bind_statement, parse_text
+from dpsql.sql.settings import COST_SETTINGS, SettingCommand, TextCost
+from dpsql.sql.split import Bound, bind
+from dpsql.sql.statement import ParsedText, Statement, parse_text
+from dpsql.types import NUMBER, STRING
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import Answers, Measurement, Workload, marginal_for
 
@@ -59,26 +65,31 @@ BOUND_TEXT_CACHE_SIZE = 256  # texts without parameters kept parsed and bound (p
 
 
 def execute_request(
-    session: Session, operation: object, parameters: Sequence[object] | None, epsilon: float | None, rho: float | None, non_negative: bool
+    session: Session, operation: object, parameters: Sequence[object] | None, epsilon: float | None, rho: float | None,
+    non_negative: bool | None,
 ) -> Request:
     """``cursor.execute(operation, parameters)``: one statement, or ``EXPLAIN`` of one or several."""
+    public = session.public_names()
     if isinstance(operation, str) and (parameters is None or (isinstance(parameters, (list, tuple)) and not parameters)):
-        explain, statements = _bound_text(operation)
+        explain, statements = _bound_text(operation, public)
     else:
         parsed = _parsed(operation) if isinstance(operation, str) else parse_text(operation)
         if parsed.explain and parameters and len(parsed.trees) > 1:
             raise ProgrammingError("EXPLAIN of several statements takes no parameters; inline the literals")
-        explain, statements = parsed.explain, tuple(bind_statement(tree, parameters, text) for tree, text in zip(parsed.trees, parsed.texts))
-    return Request(statements, (1.0,) * len(statements), session.cost(epsilon, rho), non_negative, explain)
+        explain, statements = parsed.explain, tuple(bind(tree, parameters, text, public) for tree, text in zip(parsed.trees, parsed.texts))
+    said = _said_by_batch(statements)
+    cost = session.cost(epsilon, rho, said)
+    return _request(statements, (1.0,) * len(statements), cost, _non_negative(session, non_negative, said), explain, said.delta)
 
 
 @functools.lru_cache(maxsize=BOUND_TEXT_CACHE_SIZE)
-def _bound_text(text: str) -> tuple[bool, tuple[Statement, ...]]:
-    """A text without parameters, parsed and bound: a pure function of the text (binding copies the parsed
-    trees and checks the statement's form only; names are resolved against tables in ``prepare``), so
-    a text run again skips sqlglot. Texts that fail raise each time (exceptions are not cached)."""
+def _bound_text(text: str, public: frozenset[str]) -> tuple[bool, tuple[Bound, ...]]:
+    """A text without parameters, parsed and bound: a pure function of the text and the public tables' names
+    (binding copies the parsed trees and checks the statement's form only; names are resolved against tables
+    in ``prepare``), so a text run again skips sqlglot. Texts that fail raise each time (exceptions are not
+    cached)."""
     parsed = parse_text(text)
-    return parsed.explain, tuple(bind_statement(tree, None, sql) for tree, sql in zip(parsed.trees, parsed.texts))
+    return parsed.explain, tuple(bind(tree, None, sql, public) for tree, sql in zip(parsed.trees, parsed.texts))
 
 
 @functools.lru_cache(maxsize=BOUND_TEXT_CACHE_SIZE)
@@ -88,7 +99,7 @@ def _parsed(text: str) -> ParsedText:
 
 
 def many_request(
-    session: Session, operation: object, seq_of_parameters: object, epsilon: float | None, rho: float | None, non_negative: bool
+    session: Session, operation: object, seq_of_parameters: object, epsilon: float | None, rho: float | None, non_negative: bool | None
 ) -> Request:
     """``cursor.executemany``: the statement once per parameter set, planned, read and charged as ONE
     batch whose cost is the sum of the per-statement costs."""
@@ -100,10 +111,12 @@ def many_request(
     parsed = parse_text(operation)
     if parsed.explain:
         raise NotSupportedError("executemany() runs statements; EXPLAIN one with execute() or connection.explain()")
-    statements = tuple(bind_statement(parsed.trees[0], p, parsed.texts[0]) for p in seq_of_parameters)  # type: ignore[arg-type]
-    cost = session.cost(epsilon, rho)
+    public = session.public_names()
+    statements = tuple(bind(parsed.trees[0], p, parsed.texts[0], public) for p in seq_of_parameters)  # type: ignore[arg-type]
+    said = statements[0].cost
+    cost = session.cost(epsilon, rho, said)
     total = None if cost is None else Cost.combined([cost] * len(statements))
-    return Request(statements, (1.0,) * len(statements), total, non_negative)
+    return _request(statements, (1.0,) * len(statements), total, _non_negative(session, non_negative, said), False, said.delta)
 
 
 def batch_request(
@@ -113,7 +126,7 @@ def batch_request(
     weights: object,
     epsilon: float | None,
     rho: float | None,
-    non_negative: bool,
+    non_negative: bool | None,
     explain: bool,
 ) -> Request:
     """``connection.workload([sql, …])``: several statements (each parsed once) planned as one."""
@@ -124,13 +137,57 @@ def batch_request(
         parameters = [None] * count
     if isinstance(parameters, (str, bytes)) or not isinstance(parameters, Sequence) or len(parameters) != count:
         raise ProgrammingError(f"parameters= needs one parameter sequence (or None) per statement ({count})")
+    public = session.public_names()
     bound = []
     for sql, params in zip(statements, parameters):
         parsed = parse_text(sql)
         if parsed.explain:
             raise ProgrammingError("a workload's statements are SELECTs; pass explain=True to explain the batch")
-        bound.append(bind_statement(parsed.trees[0], params, parsed.texts[0]))
-    return Request(tuple(bound), _weights(weights, count), session.cost(epsilon, rho), non_negative, explain)
+        bound.append(bind(parsed.trees[0], params, parsed.texts[0], public))
+    said = _said_by_batch(bound)
+    cost = session.cost(epsilon, rho, said)
+    return _request(bound, _weights(weights, count), cost, _non_negative(session, non_negative, said), explain, said.delta)
+
+
+def _request(
+    bound: Sequence[Bound], weights: Sequence[float], cost: Cost | None, non_negative: bool, explain: bool, delta: float | None
+) -> Request:
+    """The request of the statements as written: the planned statements are each plain statement and each
+    shell's private cores (one batch: one plan, one read, one charge), a shell's cores weighted as it is."""
+    planned: list[Statement] = []
+    planned_weights: list[float] = []
+    outputs: list[Output] = []
+    for statement, weight in zip(bound, weights):
+        cores = [statement] if isinstance(statement, Statement) else [core.statement for core in statement.cores]
+        outputs.append(Output(None if isinstance(statement, Statement) else statement, len(planned), len(cores)))
+        planned += cores
+        planned_weights += [weight] * len(cores)
+    shells = tuple(outputs) if any(o.shell is not None for o in outputs) else ()
+    return Request(tuple(planned), tuple(planned_weights), cost, non_negative, explain, delta, shells)
+
+
+def _said_by_batch(statements: Sequence[Bound]) -> TextCost:
+    """What the texts of a batch say it costs: nothing, or — when every statement gives its cost — their sum."""
+    said = [s.cost for s in statements]
+    if len(said) == 1 or not any(s.given for s in said):
+        return said[0] if len(said) == 1 else TextCost(non_negative=said[0].non_negative)
+    if not all(s.given for s in said) or len({s.epsilon is None for s in said}) > 1:
+        raise ProgrammingError(
+            "some statements of the batch give their cost in SQL and some do not (or some in epsilon, some in rho): "
+            "give every statement its cost, or give the batch's cost as epsilon="
+        )
+    deltas = [s.delta for s in said if s.delta is not None]
+    if said[0].epsilon is not None:
+        return TextCost(epsilon=math.fsum(s.epsilon for s in said), delta=sum(deltas) if deltas else None, where="the statements' costs")  # type: ignore[misc]
+    return TextCost(rho=math.fsum(s.rho for s in said), delta=sum(deltas) if deltas else None, where="the statements' costs")  # type: ignore[misc]
+
+
+def _non_negative(session: Session, asked: bool | None, said: TextCost) -> bool:
+    """``non_negative=`` of the call, else what the text or ``SET dpsql.non_negative`` says, else the connection's."""
+    if asked is not None:
+        return asked
+    chosen = said.before(session.said).non_negative
+    return session.settings.non_negative if chosen is None else chosen
 
 
 def _weights(weights: object, count: int) -> tuple[float, ...]:
@@ -141,64 +198,190 @@ def _weights(weights: object, count: int) -> tuple[float, ...]:
     return tuple(check_number("every statement weight", w, 1e-100, 1e100, why="weights trade accuracy between statements") for w in weights)
 
 
+def setting_result(session: Session, command: SettingCommand) -> ResultSet:
+    """``SET dpsql.epsilon = 0.2`` (also ``rho``, ``non_negative``; ``DEFAULT``), ``RESET dpsql.x``, ``SHOW dpsql.x``
+    and ``SHOW dpsql.budget`` on a connection: the default cost of its later statements (``dpsql.sql.settings``)."""
+    session.check_open()
+    if command.action == "show" and command.name == "budget":
+        left = session.ledger.remaining()
+        columns = tuple((name, NUMBER, None, None, None, None, False) for name in ("epsilon", "delta", "rho"))
+        return ResultSet(columns, [(float(left.epsilon), float(left.delta), float(left.rho))], [(None, None, None)])
+    if command.name not in COST_SETTINGS:
+        serve = "; dpsql.errors is a setting of dpsql serve (in-process, read cursor.errors)" if command.name == "errors" else ""
+        raise ProgrammingError(
+            f"unrecognized setting dpsql.{command.name}; dpsql has {', '.join(COST_SETTINGS)} (and SHOW dpsql.budget){serve}"
+        )
+    current = {name: value for name, value in (("epsilon", session.said.epsilon), ("rho", session.said.rho), ("non_negative", session.said.non_negative)) if value is not None}
+    if command.action == "show":
+        default = {"epsilon": session.settings.default_epsilon, "non_negative": session.settings.non_negative}.get(command.name)
+        value = current.get(command.name, default)
+        text = "" if value is None else ("on" if value else "off") if isinstance(value, bool) else str(value)
+        return ResultSet(((f"dpsql.{command.name}", STRING, None, None, None, None, False),), [(text,)], [(None,)])
+    current.pop(command.name, None)
+    if command.action == "set" and command.value is not None:
+        if command.name != "non_negative":
+            current.pop("rho" if command.name == "epsilon" else "epsilon", None)
+        current[command.name] = command.value  # type: ignore[assignment]
+    said = TextCost.from_values({name: str(value) for name, value in current.items()}, "SET dpsql")
+    if said.rho is not None and session.settings.noise != "gaussian":
+        raise ProgrammingError("SET dpsql.rho is for Gaussian noise: connect(..., noise='gaussian'); set dpsql.epsilon here")
+    session.said = said
+    return ResultSet((), [], [])
+
+
 # ---------------------------------------------------------------------------------------------------
 # Prepare: everything that can fail, before any private row is read.
 # ---------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Draft:
+    """What prepare knows so far about a request: each stage of :data:`PREPARE_STAGES` adds to it. A stage that
+    decides the request is ready sets ``prepared``; later stages of the cores then have nothing to do."""
+
+    request: Request
+    table: Table | None = None
+    keyed: str | None = None  # the column without declared domain the statements use (``keys``)
+    selecting: bool = False  # whether its keys are selected by this request
+    cached: frozenset[object] | None = None  # its released key set, when one is used
+    batch: CompiledBatch | None = None
+    compiled_from: tuple[object, ...] = ()  # what ``batch`` was compiled from (its memo key's inputs)
+    rows: Hashable = None  # the store's rows key
+    cost: Cost | None = None  # what is priced (the unit cost for EXPLAIN without one)
+    prepared: Prepared | None = None
+
+
 def prepare(session: Session, request: Request) -> Prepared:
-    """Bind, compile, plan and price ``request`` (module doc). Reads nothing, charges nothing."""
+    """Bind, compile, plan and price ``request`` (module doc), and check the public shells of its statements over
+    empty releases (``dpsql.post_processing``): the stages of :data:`PREPARE_STAGES`, in order. Reads nothing,
+    charges nothing."""
+    prepared = draft(session, request).prepared
+    assert prepared is not None
+    return prepared
+
+
+def draft(session: Session, request: Request, until: str | None = None) -> Draft:
+    """The stages of :data:`PREPARE_STAGES` run in order on ``request`` — all of them, or through ``until``."""
     session.check_open()
-    table = session.table(request.statements[0].table)
-    for statement in request.statements[1:]:
+    known = Draft(request)
+    for name, stage in PREPARE_STAGES:
+        if known.prepared is None or name in _AFTER_CORES:
+            known = stage(session, known)
+        if name == until:
+            break
+    return known
+
+
+def _relation(session: Session, draft: Draft) -> Draft:
+    """The one registered table every planned statement reads (one pass over its rows); Google's options
+    checked against its schema."""
+    statements = draft.request.statements
+    table = session.table(statements[0].table)
+    for statement in statements[1:]:
         if session.table(statement.table) is not table:
             raise NotSupportedError(
                 f"a batch reads one table (one pass over its rows); {table.name!r} and {statement.table!r} are both used: "
                 "send one workload per table"
             )
-    keyed, selecting = _keyed_column(session, table, request.statements)
+    for statement in statements:
+        _check_options(statement, table)
+    return dataclasses.replace(draft, table=table)
+
+
+def _keys(session: Session, draft: Draft) -> Draft:
+    """The column without declared domain the statements use, and whether this request selects its keys."""
+    assert draft.table is not None
+    keyed, selecting = _keyed_column(session, draft.table, draft.request.statements)
+    cached = session.keys.get(draft.table, keyed) if keyed is not None else None
+    return dataclasses.replace(draft, keyed=keyed, selecting=selecting, cached=cached)
+
+
+def _compile(session: Session, draft: Draft) -> Draft:
+    """Every planned statement → one workload over public domains (``dpsql.workloads``), memoised."""
+    table, keyed, request = draft.table, draft.keyed, draft.request
+    assert table is not None
     schema = table.schema
-    cached = None
     if keyed is not None:
-        cached = session.keys.get(table, keyed)
-        domain = keys.placeholder_domain(keyed) if selecting else keys.keys_domain(keyed, cached)  # type: ignore[arg-type]
+        domain = keys.placeholder_domain(keyed) if draft.selecting else keys.keys_domain(keyed, draft.cached)  # type: ignore[arg-type]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
     inputs = (request.statements, request.weights, schema, tuple(table.column_types), session.settings.excluded_cells)
     batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4]))
-    if keyed is not None and batch.derived:
+    moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
+    pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
+    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
+    return dataclasses.replace(draft, batch=batch, compiled_from=inputs, rows=rows)
+
+
+def _refusals(session: Session, draft: Draft) -> Draft:
+    """What a column without declared domain cannot be combined with."""
+    batch, keyed = draft.batch, draft.keyed
+    assert batch is not None
+    if keyed is None:
+        return draft
+    if batch.derived:
         raise NotSupportedError(
             f"GROUP BY {next(iter(batch.derived))[:60]!r}: a derived group column cannot be combined with the column "
             f"{keyed!r}, which has no declared domain; declare {keyed!r}'s domain, or group by the derived column in a "
             "statement of its own"
         )
-    if batch.encoding is not None and keyed is not None:
+    if batch.workload is None:
+        raise NotSupportedError(
+            f"GROUP BY {keyed} (or SELECT DISTINCT) without an aggregate: column {keyed!r} has no declared domain, so its keys "
+            "are released only with their noisy counts: add COUNT(*), or declare its categories, range or bins"
+        )
+    if batch.encoding is not None:
         raise NotSupportedError(
             f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported: declare its "
             "categories, range or bins, or aggregate in a statement that neither groups by it nor uses its released keys"
         )
-    if batch.distinct is not None and keyed is not None:
+    if batch.distinct is not None:
         raise NotSupportedError(
             f"COUNT(DISTINCT {batch.distinct.unit}) with the column {keyed!r}, which has no declared domain, is not supported: "
             f"declare {keyed!r}'s categories, range or bins, or count distinct units in a statement that does not use it"
         )
-    moments = () if batch.encoding is None else (batch.encoding,)  # kept measurements in these units only
-    pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
-    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
+    if not draft.selecting and batch.workload is not None:
+        others = (s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed)
+        if math.prod(others) > selection.MAX_KEYED_OTHER_CELLS:
+            raise NotSupportedError(selection.too_many_cells(keyed))
+    return draft
+
+
+def _cost(session: Session, draft: Draft) -> Draft:
+    """The cost to price; a request that measures nothing is ready (free): declared keys only, or every count zero."""
+    request, batch = draft.request, draft.batch
+    assert batch is not None and draft.table is not None
+    cost = request.cost if request.cost is not None else _unit_cost(session)
+    nothing = Decision(None, (), (), None)
+    free = Prepared(request, draft.table, batch, draft.rows, None, draft.keyed, None, nothing, _free(cost))
+    if batch.workload is None and not batch.measures:  # declared keys only: public, free whatever the cost
+        return dataclasses.replace(draft, cost=cost, prepared=free)
     if request.cost is None and not request.explain:
         raise ProgrammingError(
             "the statement has no privacy cost: pass execute(sql, epsilon=...) or connect(..., default_epsilon=...)"
         )
-    cost = request.cost if request.cost is not None else _unit_cost(session)
-    nothing = Decision(None, (), (), None)
-    if batch.workload is None:
-        return Prepared(request, table, batch, rows, None, keyed, None, nothing, _free(cost))
-    privacy = planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
-    if selecting:
-        assert keyed is not None
-        chosen = selection.design(session, table, batch, keyed, privacy)
-        return Prepared(request, table, batch, rows, privacy, keyed, chosen, nothing, selection.cost(chosen))
-    if keyed is not None and math.prod(s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed) > selection.MAX_KEYED_OTHER_CELLS:
-        raise NotSupportedError(selection.too_many_cells(keyed))
+    return dataclasses.replace(draft, cost=cost, prepared=free if batch.workload is None else None)
+
+
+def _privacy(cost: Cost) -> planner.Privacy:
+    return planner.Privacy.laplace(cost.epsilon) if cost.epsilon is not None else planner.Privacy.zcdp(cost.rho)
+
+
+def _selection(session: Session, draft: Draft) -> Draft:
+    """A request that selects keys is ready with its selection (``dpsql.selection``), runnable for any data."""
+    if not draft.selecting:
+        return draft
+    assert draft.table is not None and draft.batch is not None and draft.keyed is not None and draft.cost is not None
+    privacy = _privacy(draft.cost)
+    chosen = selection.design(session, draft.table, draft.batch, draft.keyed, privacy, draft.request.selection_delta)
+    prepared = Prepared(draft.request, draft.table, draft.batch, draft.rows, privacy, draft.keyed, chosen, Decision(None, (), (), None), selection.cost(chosen))
+    return dataclasses.replace(draft, prepared=prepared)
+
+
+def _plan(session: Session, draft: Draft) -> Draft:
+    """The plan at the requested cost, and what kept measurements already answer at least as accurately."""
+    table, batch, cost, request = draft.table, draft.batch, draft.cost, draft.request
+    assert table is not None and batch is not None and batch.workload is not None and cost is not None
+    privacy = _privacy(cost)
     contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
     if batch.distinct is not None and not privacy.is_laplace:
         # a unit's pairs lie in distinct cells of the group marginal, the one marginal the summed identity
@@ -207,9 +390,69 @@ def prepare(session: Session, request: Request) -> Prepared:
     else:
         fresh = session.plan(batch.workload, privacy, contributions)
     _check_spent(fresh.privacy, privacy)
-    decision = _decision(session, batch.workload, fresh, rows, privacy, contributions, request.cost is not None)
+    decision = _decision(session, batch.workload, fresh, draft.rows, privacy, contributions, request.cost is not None)
     spent = cost if decision.plan is not None else _free(cost)
-    return Prepared(request, table, batch, rows, privacy, keyed, None, decision, spent, None if cached is None else len(cached))
+    cached = None if draft.cached is None else len(draft.cached)
+    return dataclasses.replace(draft, prepared=Prepared(request, table, batch, draft.rows, privacy, draft.keyed, None, decision, spent, cached))
+
+
+def _shells(session: Session, draft: Draft) -> Draft:
+    """Each public shell run once by DuckDB over empty releases of its cores (every declared group cell, zeros),
+    which also types its cores' relations: a shell that does not bind is refused here, free."""
+    prepared = draft.prepared
+    assert prepared is not None
+    if not draft.request.outputs:
+        return draft
+
+    def checked() -> tuple[ShellPlan | None, ...]:
+        empty = _zero_results(prepared.batch)
+        found: list[ShellPlan | None] = []
+        for output in draft.request.written:
+            if output.shell is None:
+                found.append(None)
+                continue
+            cores = tuple(core_layout(core.relation, empty[i]) for core, i in zip(output.shell.cores, output.cores))
+            found.append(ShellPlan(cores, session.public.check(output.shell, cores, [empty[i] for i in output.cores])))
+        return tuple(found)
+
+    # a pure function of public inputs (the compiled statements, the shells' SQL, the public tables), checked
+    # again after a public table is registered
+    texts = tuple(o.shell.text if o.shell is not None else None for o in draft.request.written)
+    shells = session.memoised("shells", (draft.compiled_from, texts, session.public.generation), checked)
+    return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, shells=shells))
+
+
+Stage = Callable[[Session, Draft], Draft]
+PREPARE_STAGES: tuple[tuple[str, Stage], ...] = (
+    ("relation", _relation),
+    ("keys", _keys),
+    ("compile", _compile),
+    ("refusals", _refusals),
+    ("cost", _cost),
+    ("selection", _selection),
+    ("plan", _plan),
+    ("shells", _shells),
+)
+"""Prepare, in order: each stage refuses what it can before any private row is read."""
+_AFTER_CORES = frozenset({"shells"})  # stages that run once the cores are ready
+
+
+def _check_options(statement: Statement, table: Table) -> None:
+    """Google's ``OPTIONS(privacy_unit_column=…, max_groups_contributed=…)`` must say what the table's schema
+    declares: the privacy unit and the contribution bounds are the schema's, for every statement."""
+    schema = table.schema
+    for name, value in statement.checks:
+        if name == "privacy_unit_column" and (schema.privacy_unit is None or value.lower() != schema.privacy_unit.lower()):
+            declared = "no privacy unit column (one row is one unit)" if schema.privacy_unit is None else f"privacy unit {schema.privacy_unit!r}"
+            raise NotSupportedError(
+                f"OPTIONS(privacy_unit_column = {value}): the schema of {table.name!r} declares {declared}; the unit is the "
+                "schema's for every statement: drop the option or name that column"
+            )
+        if name == "max_groups_contributed" and int(value) != schema.max_groups_per_unit:
+            raise NotSupportedError(
+                f"OPTIONS(max_groups_contributed = {value}): the schema of {table.name!r} bounds a unit to "
+                f"{schema.max_groups_per_unit} group(s) (max_groups_per_unit); drop the option or give that value"
+            )
 
 
 def _unit_cost(session: Session) -> Cost:
@@ -323,6 +566,8 @@ def layout(prepared: Prepared) -> tuple[OutputColumn, ...]:
     """The columns :func:`release` returns for ``prepared`` (of its first statement: executemany's runs share them)."""
     if prepared.request.explain:
         return EXPLAIN_COLUMNS
+    if prepared.shells and prepared.shells[0] is not None:  # a shell's columns, as prepare's check of it found them
+        return prepared.shells[0].columns
     first = prepared.batch.statements[0]
     return output_columns(first.statement, first.branches, prepared.table.column_types)
 
@@ -383,13 +628,29 @@ def run(session: Session, request: Request) -> list[ResultSet]:
 
 
 def release(session: Session, prepared: Prepared) -> list[ResultSet]:
-    """Release a prepared request under the one charge rule (module doc)."""
+    """Release a prepared request under the one charge rule (module doc): one result per statement as written,
+    a shell's computed by DuckDB from its cores' released rows (post-processing, free)."""
     session.check_open()
     if prepared.request.explain:
         return [explain_result(prepared)]
+    results = _release_cores(session, prepared)
+    if not prepared.request.outputs:
+        return results
+    written = []
+    for output, plan in zip(prepared.request.written, prepared.shells):
+        if output.shell is None or plan is None:
+            written.append(results[output.first])
+            continue
+        shelled = session.public.release(output.shell, plan.cores, [results[i] for i in output.cores])
+        written.append(shelled.explained(results[output.first].explained_by))
+    return written
+
+
+def _release_cores(session: Session, prepared: Prepared) -> list[ResultSet]:
+    """The planned statements' results (a shell's cores among them)."""
     batch = prepared.batch
     if batch.workload is None:
-        return _with_explanation(session, prepared, batch.results([], []), Outcome("zero"))
+        return _with_explanation(session, prepared, batch.results([], []), Outcome("zero" if batch.measures else "keys"))
     if not prepared.reads:  # every answer is kept: free, never refused
         gls = _from_store(session, prepared, tuple(range(len(batch.workload.products))))
         answers, note = _finished(session, prepared, gls, None, None, from_store=True)

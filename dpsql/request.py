@@ -10,26 +10,50 @@ import numpy as np
 import planner
 from dpsql.accountant import Cost
 from dpsql.keys import KeyBounds
+from dpsql.post_processing import ShellPlan
 from dpsql.session import Table
+from dpsql.sql.split import Shell
 from dpsql.sql.statement import Statement
 from dpsql.workloads import CompiledBatch
 from planner import SelectionSplit
 
 
 @dataclass(frozen=True)
+class Output:
+    """One statement as written: the result of the planned statement at ``first`` as it is (``shell`` None), or
+    a public shell (``dpsql.sql.split``) run over the results of the ``count`` planned statements from ``first``."""
+
+    shell: Shell | None
+    first: int
+    count: int = 1
+
+    @property
+    def cores(self) -> range:
+        return range(self.first, self.first + self.count)
+
+
+@dataclass(frozen=True)
 class Request:
-    """Statements to plan together, their weights, the cost asked for (None: no cost given, which only
-    EXPLAIN accepts), and whether to release non-negative answers or only explain."""
+    """Statements to plan together (a shell's private cores among them), their weights, the cost asked for
+    (None: no cost given, which only EXPLAIN accepts), whether to release non-negative answers or only explain,
+    and the statements as written (``outputs``; empty: one per planned statement)."""
 
     statements: tuple[Statement, ...]
     weights: tuple[float, ...]
     cost: Cost | None
     non_negative: bool
     explain: bool = False
+    selection_delta: float | None = None  # the most δ a key selection may spend (Google's OPTIONS(delta=…)); None: the connection's
+    outputs: tuple[Output, ...] = ()
+
+    @property
+    def written(self) -> tuple[Output, ...]:
+        """The statements as written: ``outputs``, or one per planned statement."""
+        return self.outputs or tuple(Output(None, i) for i in range(len(self.statements)))
 
     @property
     def text(self) -> str:
-        return "; ".join(s.sql for s in self.statements)
+        return "; ".join(o.shell.sql if o.shell is not None else self.statements[o.first].sql for o in self.written)
 
 
 @dataclass(frozen=True)
@@ -70,6 +94,7 @@ class Prepared:
     decision: Decision
     cost: Cost  # what release charges when it reads
     cached_keys: int | None = None  # size of the released key set the statement uses (not selecting)
+    shells: tuple[ShellPlan | None, ...] = ()  # per statement as written: its shell's cores and columns (None: no shell)
 
     @property
     def plan(self) -> planner.Plan | None:

@@ -277,7 +277,7 @@ def _aggregate_column(
         released, errors = encoding.released(item.function, block_values, block_variances)
     unreachable = compiled.structural_zeros.ravel() if rows is not None else np.ones(cells, dtype=bool)
     for cell in np.flatnonzero(unreachable):
-        released[cell], errors[cell] = (0.0, 0.0) if item.function == "SUM" else (None, None)
+        released[cell], errors[cell] = (0.0, 0.0) if item.function in ("SUM", "COUNT") else (None, None)
     return released, errors
 
 
@@ -328,7 +328,7 @@ def output_columns(
     types = column_types or {}
     described = []
     for position, name in enumerate(statement.names):
-        kind, null_ok, measured = None, False, False
+        kind, null_ok, measured, named = None, False, False, False
         for branch, query in zip(statement.branches, compiled):
             slot = branch.layout[position]
             if isinstance(slot, Constant):  # a rolled-up column's NULL, or a GROUPING() mask
@@ -336,6 +336,8 @@ def output_columns(
                 continue
             item = query.query.select[slot]
             if isinstance(item, GroupKey):
+                if not named:  # a group column shown unaliased has the table's spelling (dpsql.sql.compile)
+                    name, named = item.name, True
                 column = query.group_domain(item.column)
                 kind = _value_kind(column.labels()[: column.value_cells], types.get(item.column))
                 null_ok |= column.nullable
@@ -345,7 +347,7 @@ def output_columns(
                 null_ok, measured = True, True
             else:
                 kind, measured = "float", True
-                null_ok |= isinstance(item, Aggregate) and item.function != "SUM"
+                null_ok |= isinstance(item, Aggregate) and item.function not in ("SUM", "COUNT")
         if kind is None:  # constants in every branch: GROUPING()
             kind = "integer"
         described.append(OutputColumn(name, kind, null_ok, measured))

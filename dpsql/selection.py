@@ -88,8 +88,10 @@ def too_many_cells(column: str) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
-def design(session: Session, table: Table, batch: CompiledBatch, column: str, privacy: planner.Privacy) -> Selection:
-    """The statement's selection (module doc), checked to be runnable for any data: nothing read."""
+def design(session: Session, table: Table, batch: CompiledBatch, column: str, privacy: planner.Privacy, delta: float | None = None) -> Selection:
+    """The statement's selection (module doc), checked to be runnable for any data: nothing read. ``delta``: the
+    δ it may spend (None: the connection's ``selection_delta``)."""
+    delta = session.selection_delta() if delta is None else delta
     workload = batch.workload
     assert workload is not None
     others = Domain(
@@ -100,10 +102,10 @@ def design(session: Session, table: Table, batch: CompiledBatch, column: str, pr
         raise NotSupportedError(too_many_cells(column))
     bounds = keys.KeyBounds.of(table.schema)
     try:
-        thresholded = _thresholded(session, table, workload, column, others, privacy, bounds)
+        thresholded = _thresholded(session, table, workload, column, others, privacy, bounds, delta)
         if thresholded is not None:
             return Selection(column, bounds, None, thresholded)
-        chosen = split(privacy, session.selection_delta(), bounds.max_groups_per_unit, table.schema.contributions, False)
+        chosen = split(privacy, delta, bounds.max_groups_per_unit, table.schema.contributions, False)
     except PartitionSelectionImpossibleError as error:
         raise ProgrammingError(f"GROUP BY {column!r}: {error}") from error
     except NoiseParameterError as error:
@@ -127,7 +129,8 @@ def _without(product: Product, column: str, domain: Domain) -> Product:
 
 
 def _thresholded(
-    session: Session, table: Table, workload: Workload, column: str, others: Domain, privacy: planner.Privacy, bounds: keys.KeyBounds
+    session: Session, table: Table, workload: Workload, column: str, others: Domain, privacy: planner.Privacy, bounds: keys.KeyBounds,
+    delta: float,
 ) -> ThresholdedDesign | None:
     """The thresholded design when every product groups by the column alone or sums over it, else None."""
     per_key, totals = [], []
@@ -154,7 +157,7 @@ def _thresholded(
             return weighted / (float(share.epsilon) ** 2 if share.is_laplace else float(share.rho))
 
     release = design_keyed_release(
-        privacy, session.selection_delta(), bounds.max_groups_per_unit, bounds.max_rows_per_group,
+        privacy, delta, bounds.max_groups_per_unit, bounds.max_rows_per_group,
         min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group), others.size, families, totals_error,
     )
     totals_plan = None

@@ -26,8 +26,11 @@ from dpsql.bounded_tables import BoundedTables
 from dpsql.backends.dialects import engine_name
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.keys import ReleasedKeys
+from dpsql.post_processing import PublicEngine
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.literals import ColumnType, canonical_schema
+from dpsql.sql.parse import names_table
+from dpsql.sql.settings import TextCost
 from planner import MeasurementStore
 
 NOISE_FAMILIES = ("laplace", "gaussian")
@@ -101,7 +104,9 @@ class Session:
         self.tables: dict[str, Table] = {}
         self.store = MeasurementStore()
         self.keys = ReleasedKeys()
+        self.said = TextCost(where="SET dpsql")  # the connection's ``SET dpsql.*`` settings (``dpsql.sql.settings``)
         self.bounded = BoundedTables(backend)
+        self.public = PublicEngine()  # public tables and the shells over released rows (``dpsql.post_processing``)
         self.plans = PlanCache()
         self._memo: OrderedDict[Hashable, object] = OrderedDict()
         self.closed = False
@@ -120,15 +125,28 @@ class Session:
         if not self.closed:
             self.closed = True
             self.bounded.close()
+            self.public.close()
             self.backend.close()
             self.ledger.close()
 
     # -- tables ------------------------------------------------------------------------------------------
-    def register(self, name: str, source: object, schema: object) -> None:
-        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read)."""
+    def register(self, name: str, source: object, schema: object, public: bool = False) -> None:
+        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read); or, with
+        ``public``, copy a public table into the engine of shells (its rows are not protected)."""
         self.check_open()
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ProgrammingError(f"table name must be a plain identifier, got {name!r}")
+        if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")) or name.count(".") > 2:
+            raise ProgrammingError(
+                f"table name must be an identifier, optionally qualified (schema.table, catalog.schema.table), got {name!r}"
+            )
+        if public:
+            if schema is not None:
+                raise ProgrammingError(f"register({name!r}, ..., public=True) takes no schema: a public table's rows are not protected")
+            if name.lower() in self.tables:
+                raise ProgrammingError(f"{name!r} is a registered private table; give the public table another name")
+            self.public.register(name, source)
+            return
+        if name.lower() in self.public.tables:
+            raise ProgrammingError(f"{name!r} is a registered public table; give the private table another name")
         if schema is None:
             raise ProgrammingError(f"register({name!r}, ...) needs schema=: a dict, YAML or JSON (see dpsql.schema)")
         parsed = Schema.load(schema)  # type: ignore[arg-type]
@@ -147,10 +165,10 @@ class Session:
 
     def _relation_for(self, name: str, source: object) -> str:
         if source is None:
-            return name
+            return name.split(".")[-1]  # the engine's table of that name (its current schema)
         if isinstance(source, str) and not Path(source).suffix and self.backend.has_relation(source):  # type: ignore[attr-defined]
             return source
-        relation = f"__dpsql_{name}"
+        relation = f"__dpsql_{name.replace('.', '__')}"
         self.backend.register(relation, source)  # type: ignore[attr-defined]
         return relation
 
@@ -165,20 +183,44 @@ class Session:
                 f"are {list(types)}"
             )
 
+    def public_names(self) -> frozenset[str]:
+        """The registered public tables' names, lower case (statements read them in their shells)."""
+        return frozenset(self.public.tables)
+
     def table(self, name: str) -> Table:
+        """The registered table a statement names: by its registered name, qualified or not (case-insensitive, as
+        DuckDB and unquoted PostgreSQL names), a name qualified by the default schema (``public.t``, ``main.t``,
+        ``<catalog>.main.t``), or the unqualified end of one registered qualified name (``t`` for ``s.t``)."""
         found = self.tables.get(name.lower())
-        if found is None:
-            raise ProgrammingError(
-                f"FROM: unknown table {name!r}; use a registered table {sorted(t.name for t in self.tables.values())} "
-                "or register one with connection.register(name, source, schema=...)"
-            )
-        return found
+        if found is not None:
+            return found
+        path = tuple(name.lower().split("."))
+        matches = [table for key, table in self.tables.items() if names_table(path, tuple(key.split(".")))]
+        if len(matches) == 1:
+            return matches[0]
+        registered = sorted(t.name for t in self.tables.values())
+        if matches:
+            raise ProgrammingError(f"FROM: table {name!r} could be any of {sorted(t.name for t in matches)}; qualify it")
+        raise ProgrammingError(
+            f"FROM: unknown table {name!r}; use a registered table {registered} "
+            "or register one with connection.register(name, source, schema=...)"
+        )
 
     # -- costs and plans ---------------------------------------------------------------------------------
-    def cost(self, epsilon: float | None, rho: float | None) -> Cost | None:
-        """The cost a statement asks for (``epsilon=``, ``rho=`` or the default); None when none is given."""
+    def cost(self, epsilon: float | None, rho: float | None, said: TextCost = TextCost()) -> Cost | None:
+        """The cost a statement asks for: ``epsilon=`` or ``rho=`` of the call, else what its text ``said``
+        (``dpsql.sql.settings``), else the connection's ``SET dpsql.*``, else the default; None when none is given."""
         if epsilon is not None and rho is not None:
             raise ProgrammingError("give the statement's cost as epsilon= or rho=, not both")
+        if epsilon is None and rho is None:
+            chosen = said.before(self.said)
+            epsilon, rho = chosen.epsilon, chosen.rho
+        elif said.given and (said.epsilon, said.rho) != (epsilon, rho):
+            raise ProgrammingError(
+                f"the statement's cost is given twice, differently: {said.where} says "
+                f"{'epsilon' if said.epsilon is not None else 'rho'}={said.epsilon if said.epsilon is not None else said.rho}, "
+                f"the call {'epsilon' if epsilon is not None else 'rho'}={epsilon if epsilon is not None else rho}; give it once"
+            )
         if rho is not None:
             if self.settings.noise != "gaussian":
                 raise ProgrammingError("rho= is for Gaussian noise: connect(..., noise='gaussian'); use epsilon= here")

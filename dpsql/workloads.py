@@ -32,6 +32,7 @@ from dpsql.sql.compile import MAX_RELEASED_ROWS, CellFilter, CompiledQuery, Deri
 from dpsql.sql.distinct_units import DistinctUnits, for_batch
 from dpsql.sql.moments import ValueEncoding, encoding_for
 from dpsql.sql.quantiles import rank_block
+from dpsql.sql.parse import MEASURED
 from dpsql.sql.statement import Statement
 from planner import Domain, Factor, Product, Workload
 
@@ -57,6 +58,11 @@ class CompiledBatch:
     encoding: ValueEncoding | None = None  # the aggregated column's moment cells (``dpsql.sql.moments``)
     distinct: DistinctUnits | None = None  # COUNT(DISTINCT unit): (unit, group cell) pairs are counted, not rows
     excluded_cells: str = "omit"  # GROUP BY cells the WHERE clause excludes: omitted from the rows, or exact "zeros"
+
+    @functools.cached_property
+    def measures(self) -> bool:
+        """Whether some statement asks for a measured value (not only group keys)."""
+        return any(isinstance(item, MEASURED) for s in self.statements for b in s.branches for item in b.query.select)
 
     @property
     def scale(self) -> int:

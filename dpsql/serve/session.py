@@ -36,7 +36,8 @@ import dpsql
 from dpsql import pipeline
 from dpsql.accountant import Cost
 from dpsql.serve.sqlstate import INVALID_PARAMETER_VALUE, as_pg_error
-from dpsql.serve.sqltext import SETTINGS, cost_comment, first_words, mentions_catalog, placeholders_to_qmark, split_list
+from dpsql.serve.sqltext import first_words, mentions_catalog, placeholders_to_qmark, split_list
+from dpsql.sql.settings import SETTINGS, cost_comment
 
 if TYPE_CHECKING:
     from dpsql.result import OutputColumn

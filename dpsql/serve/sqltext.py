@@ -1,15 +1,12 @@
 """What the server reads in a statement's text before dpsql sees it, without parsing it: where its
 statements end, its first words, whether it reads the catalog, the cost comment
-(``/* dpsql: epsilon=0.1 */``, read only in block comments — not in a ``--`` comment or a string),
-and PostgreSQL's ``$n`` parameters (turned into dpsql's ``?``). Quotes and comments are found by one
-scanner (:func:`_segments`), so a ``;`` or ``$1`` inside them is never taken for code.
+(``/* dpsql: epsilon=0.1 */``, read only in block comments — not in a ``--`` comment or a string — by
+:func:`dpsql.sql.settings.cost_comment`, the parser every entry point uses), and PostgreSQL's ``$n``
+parameters (turned into dpsql's ``?``). Quotes and comments are found by one scanner
+(:func:`dpsql.sql.text.segments`), so a ``;`` or ``$1`` inside them is never taken for code.
 
 >>> placeholders_to_qmark("SELECT sex, COUNT(*) FROM t WHERE age > $2 AND sex = '$1' AND race = $1 GROUP BY sex")
 ("SELECT sex, COUNT(*) FROM t WHERE age > ? AND sex = '$1' AND race = ? GROUP BY sex", (1, 0))
->>> cost_comment("/* dpsql: epsilon=0.25 */ SELECT COUNT(*) FROM t")
-{'epsilon': '0.25'}
->>> cost_comment("SELECT COUNT(*) FROM t -- /* dpsql: epsilon=9 */")
-{}
 >>> split_statements("SET dpsql.epsilon = 0.1; SELECT ';' FROM t;")
 ['SET dpsql.epsilon = 0.1', "SELECT ';' FROM t"]
 """
@@ -19,31 +16,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from dpsql.errors import ProgrammingError
+from dpsql.sql.text import closing_quote as _closing_quote
+from dpsql.sql.text import segments as _segments
 
-SETTINGS = ("epsilon", "rho", "non_negative", "errors")
-_COMMENT = re.compile(r"/\*\s*dpsql\s*:(?P<body>.*?)\*/$", re.IGNORECASE | re.DOTALL)
-_ASSIGNMENT = re.compile(r"^\s*(?P<name>\w+)\s*=\s*(?P<value>[^\s,]+)\s*$")
 _PARAMETER = re.compile(r"\$(\d+)")
 _CATALOG = re.compile(r"\b(pg_catalog|information_schema|pg_[a-z_]+)\b", re.IGNORECASE)
-
-
-def cost_comment(sql: str) -> dict[str, str]:
-    """The settings of the statement's ``/* dpsql: name=value, ... */`` block comment (none: ``{}``)."""
-    comments = (sql[start:end] for start, end, is_code in _segments(sql) if not is_code and sql.startswith("/*", start))
-    match = next((m for m in map(_COMMENT.match, comments) if m is not None), None)
-    if match is None:
-        return {}
-    found: dict[str, str] = {}
-    for item in match.group("body").split(","):
-        assignment = _ASSIGNMENT.match(item)
-        if assignment is None or assignment.group("name").lower() not in SETTINGS:
-            raise ProgrammingError(
-                f"cannot read the dpsql comment {match.group(0)!r}: write /* dpsql: epsilon=0.1 */ "
-                f"(settings: {', '.join(SETTINGS)}, separated by commas)"
-            )
-        found[assignment.group("name").lower()] = assignment.group("value")
-    return found
 
 
 def placeholders_to_qmark(sql: str) -> tuple[str, tuple[int, ...]]:
@@ -64,42 +41,6 @@ def _substitute(sql: str, replacement: Callable[[int], str]) -> str:
         text = sql[start:end]
         out.append(_PARAMETER.sub(lambda match: replacement(int(match.group(1)) - 1), text) if is_code else text)
     return "".join(out)
-
-
-def _segments(sql: str) -> list[tuple[int, int, bool]]:
-    """Spans of ``sql``: (start, end, whether it is code rather than a quoted string or comment)."""
-    spans: list[tuple[int, int, bool]] = []
-    index, code_start, length = 0, 0, len(sql)
-    while index < length:
-        two = sql[index : index + 2]
-        if sql[index] in "'\"":
-            close = _closing_quote(sql, index)
-        elif two == "--":
-            newline = sql.find("\n", index)
-            close = length if newline < 0 else newline
-        elif two == "/*":
-            end = sql.find("*/", index + 2)
-            close = length if end < 0 else end + 2
-        else:
-            index += 1
-            continue
-        spans.append((code_start, index, True))
-        spans.append((index, close, False))
-        index = code_start = close
-    spans.append((code_start, length, True))
-    return spans
-
-
-def _closing_quote(sql: str, start: int) -> int:
-    quote, index = sql[start], start + 1
-    while index < len(sql):
-        if sql[index] == quote:
-            if sql[index + 1 : index + 2] == quote:  # a doubled quote stays inside
-                index += 2
-                continue
-            return index + 1
-        index += 1
-    return len(sql)
 
 
 def split_statements(sql: str) -> list[str]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,7 +47,7 @@ from dpsql.errors import DataError, NotSupportedError, ProgrammingError
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.derived import CaseWhen, Derived, DerivedMap, derived_map
 from dpsql.sql.distinct_units import counted_unit
-from dpsql.sql.moments import ValueEncoding, resolve
+from dpsql.sql.moments import ValueEncoding, counted_by_moments, resolve
 from dpsql.sql import quantiles
 from dpsql.sql.parse import (
     Aggregate,
@@ -355,9 +356,13 @@ class _Resolver:
 
     def _item(self, item: SelectItem, derived_keys: set[str]) -> SelectItem:
         if isinstance(item, GroupKey):
-            return item if item.column in derived_keys else GroupKey(item.name, self.name(item.column, "SELECT"))
+            if item.column in derived_keys:
+                return item
+            column = self.name(item.column, "SELECT")
+            # unaliased, a column is named as the table spells it (DuckDB's rule; PostgreSQL's for a name it accepts)
+            return GroupKey(column if item.name == item.column else item.name, column)
         if isinstance(item, Aggregate):  # needs bounds, not a domain (checked by moments.encoding_for)
-            return Aggregate(item.name, item.function, resolve(item.column, self.table_columns, self.query.table, f"SELECT {item.function}"))
+            return Aggregate(item.name, item.function, resolve(item.column, self.table_columns, self.query.table, f"SELECT {item.function}"), item.bounds)
         if isinstance(item, Quantile):
             column = self.name(item.column, f"SELECT {item.function}")
             quantiles.check_column(item, self.columns[column])
@@ -372,6 +377,8 @@ class _Resolver:
         if item.distinct:  # the privacy unit: its pairs with the group cells are what is counted (COUNT(*) over them)
             counted_unit(item.column, self.schema, self.query.table, self.table_columns)
             return Count(item.name, None, distinct=True)
+        if counted_by_moments(item, self.schema, self.table_columns, self.query.table):  # bounds, no domain
+            return Aggregate(item.name, "COUNT", resolve(item.column, self.table_columns, self.query.table, "SELECT COUNT"))
         return Count(item.name, self.name(item.column, "SELECT COUNT"))
 
     def _predicate(self, predicate: Predicate) -> Predicate:
@@ -617,8 +624,11 @@ def _checked_literal(value: object, column: ColumnDomain, clause: str, must_be_i
     declared = column.values if column.kind == "bins" else column.labels()[: column.value_cells]
     coerced = _coerced(value, declared[0]) if declared else value
     if coerced is _MISMATCH:
+        hint = ""
+        if isinstance(value, str) and declared and isinstance(declared[0], (int, float)) and not isinstance(declared[0], bool):
+            hint = "; write the number unquoted (a quoted number is read only when it casts exactly: '8' for 8, not '8.0' on an integer column)"
         raise DataError(
-            f"{clause} {value!r}: the literal's type does not match the domain of {column.name!r} ({column.describe()})"
+            f"{clause} {value!r}: the literal's type does not match the domain of {column.name!r} ({column.describe()}){hint}"
         )
     if must_be_in_domain and coerced not in declared:
         released = "is not among the released keys" if column.kind == "keys" else "is outside the declared domain"
@@ -638,8 +648,12 @@ def _coerced(value: object, example: object) -> object:
     if isinstance(example, bool):
         if isinstance(value, bool):
             return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"  # what DuckDB and PostgreSQL both cast the text to
         return bool(value) if isinstance(value, int) and value in (0, 1) else _MISMATCH
     if isinstance(example, (int, float)):
+        if isinstance(value, str):
+            return _number_text(value, integer=isinstance(example, int))
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _MISMATCH
     if isinstance(example, (datetime.date, datetime.datetime)):
         if not isinstance(value, str):
@@ -654,6 +668,19 @@ def _coerced(value: object, example: object) -> object:
             return value
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else _MISMATCH
     return value if type(value) is type(example) else _MISMATCH
+
+
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+_DECIMAL_TEXT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _number_text(text: str, integer: bool) -> object:
+    """A quoted number compared with a numeric column (``educ = '8'``): the number when the text casts to the
+    same one in DuckDB and in PostgreSQL — digits for an integer column, a decimal numeral for another —
+    else :data:`_MISMATCH` (``'8.0'`` or ``'8 '`` on an integer column: engines disagree, so it is refused)."""
+    if integer:
+        return int(text) if _INTEGER_TEXT.fullmatch(text) else _MISMATCH
+    return float(text) if _DECIMAL_TEXT.fullmatch(text) else _MISMATCH
 
 
 def _bin_truth(atom: Predicate, column: ColumnDomain) -> list[int]:

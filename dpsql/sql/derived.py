@@ -37,11 +37,8 @@ if TYPE_CHECKING:
     from dpsql.sql.parse import Predicate
 
 ACCEPTED = (
-    "Supported derived group columns: CASE WHEN <conditions on one column> THEN <literal> ... [ELSE <literal>] END "
-    "(THEN/ELSE all strings, all integers or all booleans), integer arithmetic on one integer column "
-    "(+ - * / // % with integer literals, floor(), ceil()), and date_trunc('year'|'quarter'|'month'|'week'|'day', "
-    "col), extract(<part> FROM col), date_part('<part>', col), year()/quarter()/month()/day()/week()/dayofweek()/"
-    "isodow()/dayofyear() on a date column"
+    "Write a derived group column as CASE WHEN on one column, integer arithmetic on an integer column or a date part "
+    "of a date column, or GROUP BY the column and compute the expression in the SELECT list (docs/sql.md#derived-group-columns)"
 )
 INT64 = 1 << 63
 MAX_DERIVED_CELLS = 1 << 20  # the most distinct values a derived column may take

@@ -60,7 +60,10 @@ def _column_name(node: exp.Expression, clause: str) -> str:
     if isinstance(node, exp.Paren):
         return _column_name(node.this, clause)
     if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
-        raise NotSupportedError(f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a plain column. {SUPPORTED}")
+        raise NotSupportedError(
+            f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a plain column or a derived group column; write GROUP BY the "
+            f"column and the expression in the SELECT list (it is computed on the released keys). {SUPPORTED}"
+        )
     return node.name
 
 

@@ -18,8 +18,8 @@ from sqlglot import exp
 from dpsql.errors import NotSupportedError, ProgrammingError
 
 HAVING_SUPPORTED = (
-    "HAVING supports comparisons (= <> < <= > >=) of COUNT(*) / COUNT(column) or an aggregate's alias with a "
-    "number, combined with AND/OR/NOT; conditions on group columns belong in WHERE"
+    "a HAVING condition of another form is applied to the released rows by the statement's public shell "
+    "(docs/sql.md#public-shells-what-is-free)"
 )
 _OPERATORS: dict[type[exp.Expression], str] = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}

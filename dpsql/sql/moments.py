@@ -42,7 +42,7 @@ from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.schema import Schema
-from dpsql.sql.parse import Aggregate, Query
+from dpsql.sql.parse import Aggregate, Count, Query
 
 GRID = 4096
 """Grid steps (``R``) for a column whose values are not on a lattice of at most this many steps between
@@ -195,6 +195,9 @@ def _function(function: str, estimate: np.ndarray, low: float, high: float) -> t
     count, total = float(estimate[0]), float(estimate[1])
     square = float(estimate[2]) if len(estimate) > 2 else 0.0
     gradient = np.zeros(len(estimate))
+    if function == "COUNT":  # COUNT(column) of a column with bounds but no declared domain: its non-NULL rows, C
+        gradient[0] = 1.0
+        return count, gradient, False
     if function == "SUM":
         gradient[0], gradient[1] = low, width
         return low * count + width * total, gradient, False
@@ -222,10 +225,15 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
     """The moment cells the queries' aggregates need (None when they have none). One aggregated column per
     statement or batch; the column must have bounds (declared, or an integer range)."""
     found: dict[str, set[str]] = {}
+    given: set[tuple[float, float]] = set()  # bounds the statements give (Google's contribution_bounds_per_group)
     for query in queries:
         for item in query.select:
             if isinstance(item, Aggregate):
                 found.setdefault(resolve(item.column, table_columns, query.table, f"SELECT {item.function}"), set()).add(item.function)
+                if item.bounds is not None:
+                    given.add(item.bounds)
+            elif counted_by_moments(item, schema, table_columns, query.table):
+                found.setdefault(resolve(item.column, table_columns, query.table, "SELECT COUNT"), set()).add("COUNT")  # type: ignore[arg-type]
     if not found:
         return None
     if len(found) > 1:
@@ -235,7 +243,11 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
         )
     column, functions = next(iter(found.items()))
     domain = schema.column(column)
-    bounds = domain.value_bounds
+    if len(given) > 1:
+        raise NotSupportedError(
+            f"SELECT: the aggregates of {column!r} give different contribution bounds {sorted(given)}; give the same bounds to all"
+        )
+    bounds = next(iter(given)) if given else domain.value_bounds
     if bounds is None:
         raise NotSupportedError(
             f"SELECT {sorted(functions)[0]}({column}): column {column!r} has no bounds; declare them in the schema, e.g. "
@@ -259,6 +271,15 @@ def value_grid(low: float, high: float, resolution: float | None) -> tuple[int, 
         if first == first.to_integral_value() and last == last.to_integral_value() and 0 < steps <= GRID:
             return int(steps), True
     return GRID, False
+
+
+def counted_by_moments(item: object, schema: Schema, table_columns: Sequence[str], table: str) -> bool:
+    """``COUNT(column)`` of a column with bounds but no declared domain: its non-NULL rows are the moment cells'
+    count ``C`` (no domain needed), released like the column's other aggregates."""
+    if not isinstance(item, Count) or item.column is None or item.distinct:
+        return False
+    domain = schema.column(resolve(item.column, table_columns, table, "SELECT COUNT"))
+    return not domain.is_known and domain.value_bounds is not None
 
 
 def resolve(name: str, table_columns: Sequence[str], table: str, clause: str) -> str:

@@ -24,17 +24,9 @@ from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.derived import Derived, derived_column, is_derived
+from dpsql.sql.dialect import BOUNDS_KEY
 
-SUPPORTED = (
-    "Supported: SELECT <group columns and COUNT(*) / COUNT(column) / COUNT(DISTINCT privacy unit) / SUM, AVG, VARIANCE, VAR_SAMP, VAR_POP, STDDEV, "
-    "STDDEV_SAMP, STDDEV_POP(bounded column) / MEDIAN, PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY column), PERCENTILE_DISC, "
-    "QUANTILE_CONT(column, q), QUANTILE_DISC, QUANTILE, MIN, MAX(column with a range or bins domain), optionally AS alias> "
-    "FROM <one table> "
-    "[WHERE <comparisons, IN, BETWEEN, IS [NOT] NULL combined with AND/OR/NOT>] "
-    "[GROUP BY <columns, CASE WHEN / integer arithmetic / date parts of one column, aliases, positions>] "
-    "[HAVING <comparisons of aggregates>] [ORDER BY <output columns> [ASC|DESC]] [LIMIT n [OFFSET m]] "
-    "(see grammar/dpsql.ebnf)"
-)
+SUPPORTED = "(the SQL dpsql runs: docs/sql.md)"  # ends a refusal that names what to write instead
 
 Literal = str | int | float | bool
 
@@ -123,6 +115,7 @@ class Aggregate:
     name: str
     function: str
     column: str
+    bounds: tuple[float, float] | None = None  # the statement's own clamping bounds (Google's contribution_bounds_per_group)
 
 
 AGGREGATES: dict[type[exp.Expression], str] = {
@@ -213,6 +206,29 @@ _COMPARISONS: dict[type[exp.Expression], str] = {
     exp.GTE: ">=",
 }
 _FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def table_path(table: exp.Table) -> tuple[str, ...]:
+    """A table reference's name with its qualifiers: ``(catalog, schema, name)``, as far as written."""
+    return tuple(part.name for part in (table.args.get("catalog"), table.args.get("db"), table.this) if part is not None and part.name)
+
+
+DEFAULT_SCHEMAS = ("main", "public")  # DuckDB's and PostgreSQL's: an unqualified registered table lives in either
+
+
+def names_table(path: tuple[str, ...], registered: tuple[str, ...]) -> bool:
+    """Whether a table name as written (``path``, lower case) names a table registered as ``registered``: its
+    end (``t`` or ``s.t`` for ``db.s.t``), or the registered name under any catalog — an unqualified
+    registration under a default schema (``main.t``, ``memory.main.t``, ``public.t``)."""
+    if len(path) <= len(registered):
+        return path == registered[len(registered) - len(path):]
+    leading, rest = path[: len(path) - len(registered)], path[len(path) - len(registered):]
+    return rest == registered and (len(registered) > 1 or leading[-1] in DEFAULT_SCHEMAS)
+
+
+def column_qualifier(column: exp.Column) -> tuple[str, ...]:
+    """What qualifies a column reference: ``(catalog, schema, table)``, as far as written (``()``: none)."""
+    return tuple(part.name for part in (column.args.get("catalog"), column.args.get("db"), column.args.get("table")) if part is not None and part.name)
 
 
 def first_line(error: Exception) -> str:
@@ -344,10 +360,10 @@ def refuse_select_item(node: exp.Expression) -> None:
     if isinstance(node, exp.Star):
         raise NotSupportedError(f"SELECT * is not supported: list group columns and COUNT(*). {SUPPORTED}")
     if isinstance(node, exp.Window):
-        raise NotSupportedError(f"SELECT: window functions (OVER) are not supported. {SUPPORTED}")
+        raise NotSupportedError(f"SELECT: a window function over private rows is not supported; apply it to aggregates, e.g. SUM(COUNT(*)) OVER (). {SUPPORTED}")
     if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Count) and type(node) not in AGGREGATES and type(node) not in _QUANTILES:
         name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__.upper()
-        raise NotSupportedError(f"SELECT: the aggregate {name}(...) is not supported yet. {SUPPORTED}")
+        raise NotSupportedError(f"SELECT: the aggregate {name}(...) is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, PERCENTILE_CONT, QUANTILE_CONT, MIN or MAX. {SUPPORTED}")
 
 
 def aggregate_argument(node: exp.Expression, column: Callable[[exp.Expression, str], str]) -> str:
@@ -358,6 +374,27 @@ def aggregate_argument(node: exp.Expression, column: Callable[[exp.Expression, s
     if node.this is None or isinstance(node.this, exp.Star):
         raise ProgrammingError(f"{function}() needs a column argument: {function}(column). {SUPPORTED}")
     return column(node.this, f"SELECT {function}")
+
+
+def contribution_bounds(node: exp.Expression) -> tuple[float, float] | None:
+    """An aggregate's ``contribution_bounds_per_group => (lo, hi)`` (Google's DP SQL), checked: two numbers,
+    ``lo < hi`` (``lo <= hi`` and ``lo >= 0`` for a count)."""
+    given = node.meta.get(BOUNDS_KEY)
+    if given is None:
+        return None
+    name = type(node).__name__.upper()
+    pair = given.expressions if isinstance(given, exp.Tuple) else []
+    numbers = [BranchChecker._literal(v, f"{name}(..., {BOUNDS_KEY})") if isinstance(v, (exp.Literal, exp.Neg)) else None for v in pair]
+    if len(numbers) != 2 or not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
+        raise ProgrammingError(f"{name}: {BOUNDS_KEY} must be two numbers, e.g. {BOUNDS_KEY} => (0, 100)")
+    low, high = float(numbers[0]), float(numbers[1])  # type: ignore[arg-type]
+    if isinstance(node, exp.Count):
+        if not 0 <= low <= high:
+            raise ProgrammingError(f"COUNT: {BOUNDS_KEY} must satisfy 0 <= lo <= hi, got ({numbers[0]}, {numbers[1]})")
+        return None
+    if not low < high:
+        raise ProgrammingError(f"{name}: {BOUNDS_KEY} must satisfy lo < hi, got ({numbers[0]}, {numbers[1]})")
+    return (low, high)
 
 
 _QUANTILES: dict[type[exp.Expression], str] = {
@@ -418,6 +455,7 @@ class BranchChecker:
     def __init__(self, select: exp.Expression) -> None:
         self.statement = select
         self.table = ""
+        self.path: tuple[str, ...] = ()  # the FROM table's qualified name, lower case
         self.qualifiers: set[str] = set()
         self.derived: dict[str, Derived] = {}  # by key
 
@@ -426,12 +464,10 @@ class BranchChecker:
         for arg, value in select.args.items():
             if value and arg not in _ACCEPTED_ARGS:
                 clause = _CLAUSE_NAMES.get(arg, arg.upper())
-                raise NotSupportedError(f"{clause} is not supported. {SUPPORTED}")
+                raise NotSupportedError(f"{clause} is not supported inside an aggregation of a private table; apply it to the released rows in an outer SELECT. {SUPPORTED}")
         self.table = self._from_clause(select)
         group_by = self._group_by(select)
         items = tuple(self._select_item(e) for e in select.expressions)
-        if not any(isinstance(item, MEASURED) for item in items):
-            raise NotSupportedError(f"SELECT must contain at least one COUNT(*), COUNT(column), SUM/AVG/VARIANCE/STDDEV or quantile. {SUPPORTED}")
         for item in items:
             if isinstance(item, GroupKey) and item.column not in group_by:
                 raise ProgrammingError(
@@ -451,9 +487,9 @@ class BranchChecker:
             raise NotSupportedError(f"{kind} is not supported: send one SELECT per statement. {SUPPORTED}")
         if isinstance(statement, (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge)):
             kind = type(statement).__name__.upper()
-            raise NotSupportedError(f"{kind} is not supported: dpsql only reads, through SELECT. {SUPPORTED}")
+            raise NotSupportedError(f"{kind} is not supported: dpsql only reads; write a SELECT. {SUPPORTED}")
         if isinstance(statement, exp.Subquery):
-            raise NotSupportedError(f"a parenthesised query is not supported at the top level. {SUPPORTED}")
+            raise NotSupportedError(f"a parenthesised query is not supported at the top level; write it without the parentheses. {SUPPORTED}")
         raise ProgrammingError(f"cannot parse SQL: expected a SELECT statement, got {statement.sql(dialect='duckdb')[:60]!r}")
 
     def _from_clause(self, select: exp.Select) -> str:
@@ -463,28 +499,26 @@ class BranchChecker:
         table = source.this
         if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
             raise NotSupportedError(f"FROM must name one registered table, not {table.sql(dialect='duckdb')[:60]!r}. {SUPPORTED}")
-        if table.args.get("db") or table.args.get("catalog"):
-            raise NotSupportedError("FROM: qualified table names (schema.table) are not supported; use the registered name")
         if table.args.get("joins") or table.args.get("laterals"):
-            raise NotSupportedError(f"JOIN is not supported. {SUPPORTED}")
-        name = table.name
-        self.qualifiers = {name.lower()}
+            raise NotSupportedError(f"a JOIN of a private table is not supported; aggregate each table in a subquery of its own and join the released rows. {SUPPORTED}")
+        path = table_path(table)
+        self.path = tuple(part.lower() for part in path)
+        self.qualifiers = {self.path[-1]}
         if table.alias:
             self.qualifiers.add(table.alias.lower())
-        return name
+        return ".".join(path)
 
     def _column(self, node: exp.Expression, clause: str) -> str:
-        """The name of a plain column reference, checking any table qualifier."""
+        """The name of a plain column reference, checking any qualifier (the table's alias, its name, or the
+        end of its qualified name: ``t.age``, ``public.t.age``)."""
         if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
             raise NotSupportedError(
-                f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a plain column; "
-                f"expressions over columns are not supported. {SUPPORTED}"
+                f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a plain column; write the aggregate of a column and "
+                f"compute on its result, e.g. SUM(age) + COUNT(*) for SUM(age + 1). {SUPPORTED}"
             )
-        if node.args.get("db") or node.args.get("catalog"):
-            raise NotSupportedError(f"{clause}: use column names qualified at most by the table name")
-        qualifier = node.table
-        if qualifier and qualifier.lower() not in self.qualifiers:
-            raise ProgrammingError(f"{clause}: {qualifier!r} is not the table or its alias in FROM")
+        qualifier = tuple(part.lower() for part in column_qualifier(node))
+        if qualifier and not (qualifier == self.path[-len(qualifier):] or (len(qualifier) == 1 and qualifier[0] in self.qualifiers)):
+            raise ProgrammingError(f"{clause}: {'.'.join(column_qualifier(node))!r} is not the table or its alias in FROM; use the table's name or alias")
         return node.name
 
     # -- SELECT and GROUP BY ---------------------------------------------------------------------
@@ -496,9 +530,11 @@ class BranchChecker:
         refuse_select_item(node)
         if isinstance(node, exp.Count):
             distinct = isinstance(node.this, exp.Distinct)
+            contribution_bounds(node)  # checked; a count's contributions are the schema's rows per unit
             return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column), distinct)
         if type(node) in AGGREGATES:
-            return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], aggregate_argument(node, self._column))
+            bounds = contribution_bounds(node)
+            return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], aggregate_argument(node, self._column), bounds)
         quantile = quantile_item(node, alias, self._column)
         if quantile is not None:
             return quantile
@@ -558,7 +594,7 @@ class BranchChecker:
             return Between(column, low, high)
         if isinstance(node, exp.Is):
             if not isinstance(node.expression, exp.Null):
-                raise NotSupportedError(f"WHERE: IS {node.expression.sql()} is not supported; only IS [NOT] NULL. {SUPPORTED}")
+                raise NotSupportedError(f"WHERE: IS {node.expression.sql()} is not supported; write = {node.expression.sql()} or IS [NOT] NULL. {SUPPORTED}")
             return IsNull(self._column(node.this, "WHERE"))
         raise NotSupportedError(
             f"WHERE: {node.sql(dialect='duckdb')[:60]!r} is not supported; use comparisons (= <> < <= > >=) of a "
@@ -573,7 +609,8 @@ class BranchChecker:
             column, literal, operator = right, left, _FLIPPED[operator]
         else:
             raise NotSupportedError(
-                f"WHERE: {node.sql(dialect='duckdb')[:60]!r} must compare one column with one literal. {SUPPORTED}"
+                f"WHERE: {node.sql(dialect='duckdb')[:60]!r} must compare one column with one literal; write e.g. age > 30 "
+                f"(a condition on released values goes in HAVING or an outer WHERE). {SUPPORTED}"
             )
         name = self._column(column, "WHERE")
         value = self._literal(literal, f"WHERE {name} {operator}")

@@ -22,14 +22,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.sql import dialect
 from dpsql.sql.grouping import MAX_GROUPING_SETS, Constant, GroupingSet, Slot, split_select
 from dpsql.sql.having import Condition, aggregates, having_condition, is_aggregate
-from dpsql.sql.parse import SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
+from dpsql.sql.parse import MEASURED, SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
+from dpsql.sql.settings import TextCost, cost_comment, google_options
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
 _ANALYZE = re.compile(r"^\s*ANALYZE\b", re.IGNORECASE)
@@ -62,6 +63,8 @@ class Statement:
     order_by: tuple[OrderKey, ...] = ()
     limit: int | None = None
     offset: int = 0
+    cost: TextCost = TextCost()  # what its text says it costs (``dpsql.sql.settings``)
+    checks: tuple[tuple[str, str], ...] = ()  # Google's options prepare checks against the schema
 
     @property
     def table(self) -> str:
@@ -86,7 +89,7 @@ def parse_text(sql: object) -> ParsedText:
     if explain and _ANALYZE.match(body):
         raise ProgrammingError("EXPLAIN ANALYZE is not supported: it would run the statement; use EXPLAIN")
     try:
-        trees = tuple(t for t in sqlglot.parse(body, read="duckdb") if t is not None)
+        trees = tuple(t for t in dialect.parse(body) if t is not None)
     except SqlglotError as error:
         check_paramstyle(body)
         raise ProgrammingError(f"cannot parse SQL: {first_line(error)}; check the syntax there. {SUPPORTED}") from error
@@ -108,6 +111,12 @@ def bind_statement(tree: exp.Expression, parameters: Sequence[object] | None, sq
     """Bind ``tree``'s parameters (on a copy: a parsed text can be bound many times) and check it."""
     bound = tree.copy()
     bind_parameters(bound, parameters)
+    cost, checks = statement_cost(bound, sql)
+    return check_statement(bound, sql, cost, checks)
+
+
+def check_statement(bound: exp.Expression, sql: str, cost: TextCost, checks: tuple[tuple[str, str], ...]) -> Statement:
+    """Check a statement tree whose parameters are bound (it is changed in place) as one private core."""
     selects = _union_members(bound)
     havings = [select.args.get("having") for select in selects]
     for select in selects:
@@ -137,6 +146,8 @@ def bind_statement(tree: exp.Expression, parameters: Sequence[object] | None, sq
         if len(branches) > MAX_GROUPING_SETS:
             raise NotSupportedError(f"the statement expands to more than {MAX_GROUPING_SETS} grouping sets; use fewer")
     assert names is not None
+    if not any(select.args.get("group") for select in selects) and not any(isinstance(i, MEASURED) for b in branches for i in b.query.select):
+        raise NotSupportedError(f"SELECT must contain an aggregate (COUNT(*), SUM, AVG, …) or GROUP BY columns; add COUNT(*). {SUPPORTED}")
     tables = {b.query.table.lower() for b in branches}
     if len(tables) > 1:
         raise NotSupportedError(
@@ -144,7 +155,22 @@ def bind_statement(tree: exp.Expression, parameters: Sequence[object] | None, sq
         )
     names = names[: len(names) - len(hidden)]
     order_by = _order_by(bound, selects[0], names, branches)
-    return Statement(sql, names, tuple(branches), order_by, _row_count(bound, "limit"), _row_count(bound, "offset") or 0)
+    return Statement(sql, names, tuple(branches), order_by, _row_count(bound, "limit"), _row_count(bound, "offset") or 0, cost, checks)
+
+
+def statement_cost(tree: exp.Expression, sql: str) -> tuple[TextCost, tuple[tuple[str, str], ...]]:
+    """What a statement's text says it costs — its ``/* dpsql: … */`` comment or Google's ``WITH
+    DIFFERENTIAL_PRIVACY OPTIONS(…)``, taken off ``tree`` — and the options to check against the schema."""
+    found = [options for options in (dialect.dp_options(select) for select in tree.find_all(exp.Select)) if options]
+    if len(found) > 1:
+        raise ProgrammingError("WITH DIFFERENTIAL_PRIVACY OPTIONS(...) is given more than once: give it once, after the first SELECT")
+    comment = TextCost.from_values(cost_comment(sql), "the dpsql comment")
+    if not found:
+        return comment, ()
+    google, checks = google_options(found[0])
+    if comment.given and google.given and (comment.epsilon, comment.rho) != (google.epsilon, None):
+        raise ProgrammingError("the statement gives its cost twice (a dpsql comment and DIFFERENTIAL_PRIVACY OPTIONS): give it once")
+    return google.before(comment), checks
 
 
 def parse_statement(sql: str, parameters: Sequence[object] | None = None) -> Statement:
@@ -201,7 +227,7 @@ def _union_members(tree: exp.Expression) -> list[exp.Select]:
         return [tree]
     if isinstance(tree, (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge)):
         kind = type(tree).__name__.upper()
-        raise NotSupportedError(f"{kind} is not supported: dpsql only reads, through SELECT. {SUPPORTED}")
+        raise NotSupportedError(f"{kind} is not supported: dpsql only reads; write a SELECT. {SUPPORTED}")
     raise ProgrammingError(f"cannot parse SQL: expected a SELECT statement, got {tree.sql(dialect='duckdb')[:60]!r}")
 
 

@@ -1,2 +1,2 @@
 -- expect: NotSupportedError SELECT COUNT
-SELECT COUNT(age + 1) FROM adult
+SELECT COUNT(age + race) FROM adult

@@ -1,2 +1,2 @@
--- expect: NotSupportedError FROM
+-- expect: NotSupportedError private rows
 SELECT COUNT(*) FROM (SELECT * FROM adult) AS t

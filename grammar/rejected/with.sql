@@ -1,2 +1,2 @@
--- expect: NotSupportedError WITH
+-- expect: NotSupportedError private rows
 WITH t AS (SELECT * FROM adult) SELECT COUNT(*) FROM t

@@ -74,14 +74,14 @@ def test_bad_sources(tmp_path: Path) -> None:
         connection.register("t", 42, schema=SCHEMA)
     with pytest.raises(dpsql.ProgrammingError, match="no table or view 'nothing'"):
         connection.register("nothing", schema=SCHEMA)
-    with pytest.raises(dpsql.ProgrammingError, match="plain identifier"):
+    with pytest.raises(dpsql.ProgrammingError, match="must be an identifier"):
         connection.register("bad name", FRAME, schema=SCHEMA)
 
 
 def test_registered_view_is_not_reachable_from_sql() -> None:
     connection = dpsql.connect(budget=dpsql.Budget(10.0))
     connection.register("t", FRAME, schema=SCHEMA)
-    with pytest.raises(dpsql.ProgrammingError, match="unknown table '__dpsql_t'"):
+    with pytest.raises(dpsql.ProgrammingError, match="'__dpsql_t' is reserved"):
         connection.cursor().execute("SELECT COUNT(*) FROM __dpsql_t", epsilon=0.1)
     assert np.isclose(connection.budget_remaining(), 10.0)
 

@@ -295,3 +295,21 @@ def test_tls_is_required_when_configured(tmp_path: Path, frame: pd.DataFrame, ad
             assert connection.execute("SHOW dpsql.budget").fetchone() == (3.0, 0.0, 0.0)
         with pytest.raises(psycopg.OperationalError, match="accepts TLS connections only"):
             psycopg.connect(dsn(server, "bob", sslmode="disable"))
+
+
+def test_bi_statements_run_over_the_wire(server: Server, frame: pd.DataFrame) -> None:
+    """What Superset and Metabase send — a chart's outer SELECT over a native query, a qualified table, the
+    cost in a hint — runs as written: its shell post-processes the released rows, its core is charged once."""
+    statement = (
+        "/*+ dpsql: epsilon=0.25 */ SELECT race AS race, n AS n FROM (SELECT race, COUNT(*) AS n, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS pct "
+        "FROM public.adult GROUP BY race HAVING race = 4 OR COUNT(*) > 50) AS virtual_table ORDER BY n DESC LIMIT 1000"
+    )
+    with psycopg.connect(dsn(server, "bob"), autocommit=True) as connection, dpsql.testing.noise_disabled():
+        before = connection.execute("SHOW dpsql.budget").fetchone()[0]  # type: ignore[index]
+        cursor = connection.execute(statement)
+        assert [column.name for column in cursor.description] == ["race", "n"]
+        rows = cursor.fetchall()
+        spent = before - connection.execute("SHOW dpsql.budget").fetchone()[0]  # type: ignore[index]
+    assert math.isclose(spent, 0.25)
+    truth = exact(frame, "SELECT race, COUNT(*) AS n FROM adult GROUP BY race HAVING race = 4 OR COUNT(*) > 50 ORDER BY n DESC")
+    assert [r[0] for r in rows] == [r[0] for r in truth] and all(math.isclose(a[1], b[1], abs_tol=1e-6) for a, b in zip(rows, truth))

@@ -19,7 +19,8 @@ from dpsql.serve.passwords import ScramExchange, ScramVerifier, decoy_verifier, 
 from dpsql.serve.session import result_columns
 from dpsql.serve.sqlstate import as_pg_error
 from dpsql.result import OutputColumn
-from dpsql.serve.sqltext import cost_comment, first_words, mentions_catalog, placeholders_to_qmark, split_statements
+from dpsql.serve.sqltext import first_words, mentions_catalog, placeholders_to_qmark, split_statements
+from dpsql.sql.settings import cost_comment
 
 # RFC 7677, section 3: user "user", password "pencil"
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")

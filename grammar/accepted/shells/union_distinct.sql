@@ -1,2 +1,1 @@
--- expect: NotSupportedError UNION
 SELECT COUNT(*) FROM adult UNION SELECT COUNT(*) FROM adult

@@ -1,2 +1,1 @@
--- expect: NotSupportedError LIMIT
 SELECT COUNT(*) FROM adult LIMIT 1 + 1

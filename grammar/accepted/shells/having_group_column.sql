@@ -1,2 +1,1 @@
--- expect: NotSupportedError HAVING
 SELECT sex, COUNT(*) FROM adult GROUP BY sex HAVING sex = 'F'

@@ -1,2 +1,1 @@
--- expect: NotSupportedError SELECT
 SELECT age + 1, COUNT(*) FROM adult GROUP BY age

@@ -1,2 +1,1 @@
--- expect: NotSupportedError DISTINCT
 SELECT DISTINCT sex, COUNT(*) FROM adult GROUP BY sex

@@ -1,2 +1,1 @@
--- expect: NotSupportedError UNION
 SELECT sex, COUNT(*) FROM adult GROUP BY CUBE (sex) UNION SELECT sex, COUNT(*) FROM adult GROUP BY sex

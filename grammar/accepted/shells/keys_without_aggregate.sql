@@ -1,2 +1,1 @@
--- expect: NotSupportedError COUNT
 SELECT sex FROM adult GROUP BY sex

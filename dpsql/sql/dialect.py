@@ -1,0 +1,119 @@
+"""The SQL dialect dpsql reads: DuckDB's, plus the spellings other DP SQL tools' users write.
+
+sqlglot parses every statement once, with :class:`Dpsql` — DuckDB's grammar (so what DuckDB runs, dpsql
+reads the same way) extended by:
+
+* T-SQL's ``SELECT TOP n …`` (and ``TOP (n)``), SmartNoise SQL's spelling of LIMIT: parsed into the
+  SELECT's LIMIT, as T-SQL means it (a column named ``top`` still reads as a column);
+* SmartNoise SQL's ``VAR(x)`` and ``STD(x)``: ``VARIANCE(x)`` and ``STDDEV(x)`` (the sample forms, as
+  DuckDB's VARIANCE and STDDEV);
+* Google's differential-privacy SQL: ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=…, delta=…,
+  privacy_unit_column=…, max_groups_contributed=…) …`` — read into a :class:`DifferentialPrivacy` node
+  kept as the SELECT's ``hint`` (:func:`dp_options` takes it off) — and the per-aggregate
+  ``contribution_bounds_per_group => (lo, hi)`` argument of ``SUM``, ``AVG``, ``COUNT`` and the
+  variance/standard-deviation aggregates, kept in the aggregate's ``meta`` under :data:`BOUNDS_KEY`.
+
+>>> tree = parse_one("SELECT TOP 3 sex, VAR(age) FROM t GROUP BY sex")
+>>> tree.sql(dialect="duckdb")
+'SELECT sex, VARIANCE(age) FROM t GROUP BY sex LIMIT 3'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.tokens import TokenType
+
+BOUNDS_KEY = "contribution_bounds_per_group"  # an aggregate's meta entry: the (lo, hi) expression
+_TOP_ARGUMENTS = (TokenType.NUMBER, TokenType.L_PAREN)
+
+
+class DifferentialPrivacy(exp.Expression):
+    """``WITH DIFFERENTIAL_PRIVACY OPTIONS(name = value, …)`` of a SELECT (Google's DP SQL)."""
+
+    arg_types = {"expressions": True}
+
+
+def _with_bounds(kind: type[exp.Func]) -> Callable[[list[exp.Expression]], exp.Expression]:
+    """A builder of ``kind`` that takes a ``contribution_bounds_per_group => (lo, hi)`` argument into the
+    node's meta (sqlglot would count it as one argument too many)."""
+
+    def build(args: list[exp.Expression]) -> exp.Expression:
+        named = [a for a in args if isinstance(a, exp.Kwarg) and a.this.name.lower() == BOUNDS_KEY]
+        args[:] = [a for a in args if a not in named]  # the parser validates the node against this list
+        node = kind.from_arg_list(args)
+        for argument in named:
+            node.meta[BOUNDS_KEY] = argument.expression
+        return node
+
+    return build
+
+
+class Dpsql(DuckDB):
+    """DuckDB's dialect with TOP, SmartNoise's VAR/STD and Google's DIFFERENTIAL_PRIVACY options."""
+
+    class Parser(DuckDB.Parser):
+        FUNCTIONS = {
+            **DuckDB.Parser.FUNCTIONS,
+            "VAR": exp.Variance.from_arg_list,
+            "STD": exp.Stddev.from_arg_list,
+            **{
+                name: _with_bounds(kind)
+                for name, kind in (
+                    ("SUM", exp.Sum), ("AVG", exp.Avg), ("COUNT", exp.Count), ("VARIANCE", exp.Variance),
+                    ("VAR_SAMP", exp.Variance), ("VAR_POP", exp.VariancePop), ("STDDEV", exp.Stddev),
+                    ("STDDEV_SAMP", exp.StddevSamp), ("STDDEV_POP", exp.StddevPop),
+                )
+            },
+        }
+
+        def _parse_hint(self) -> exp.Expression | None:  # type: ignore[override]
+            if self._match_text_seq("WITH", "DIFFERENTIAL_PRIVACY"):
+                if not self._match_text_seq("OPTIONS"):
+                    self.raise_error("expected OPTIONS(name = value, ...) after WITH DIFFERENTIAL_PRIVACY")
+                self._match_l_paren()
+                options = self._parse_csv(self._parse_assignment)
+                self._match_r_paren()
+                return self.expression(DifferentialPrivacy(expressions=options))
+            return super()._parse_hint()
+
+        def _parse_limit(self, this: exp.Expression | None = None, top: bool = False, skip_limit_token: bool = False) -> exp.Expression | None:  # type: ignore[override]
+            if top and self._curr is not None and self._curr.text.upper() == "TOP" and self._next is not None and self._next.token_type in _TOP_ARGUMENTS:
+                self._advance()
+                return super()._parse_limit(this, top=True, skip_limit_token=True)
+            return super()._parse_limit(this, top, skip_limit_token)
+
+
+def parse(sql: str) -> list[exp.Expression | None]:
+    """``sqlglot.parse`` in dpsql's dialect."""
+    return sqlglot.parse(sql, read=Dpsql)
+
+
+def parse_one(sql: str) -> exp.Expression:
+    return sqlglot.parse_one(sql, read=Dpsql)
+
+
+def dp_options(select: exp.Expression) -> dict[str, exp.Expression]:
+    """Take a SELECT's ``WITH DIFFERENTIAL_PRIVACY OPTIONS(…)`` off it: lower-case option name → value node."""
+    hint = select.args.get("hint") if isinstance(select, exp.Select) else None
+    if not isinstance(hint, DifferentialPrivacy):
+        return {}
+    select.set("hint", None)
+    options: dict[str, exp.Expression] = {}
+    for option in hint.expressions:
+        if not isinstance(option, exp.EQ) or not isinstance(option.this, exp.Column) or option.this.table:
+            raise_option(option)
+        options[option.this.name.lower()] = option.expression
+    return options
+
+
+def raise_option(option: exp.Expression) -> None:
+    from dpsql.errors import ProgrammingError
+
+    raise ProgrammingError(
+        f"WITH DIFFERENTIAL_PRIVACY OPTIONS: cannot read {option.sql(dialect='duckdb')[:60]!r}; write name = value, "
+        "e.g. OPTIONS(epsilon = 1, delta = 1e-6, privacy_unit_column = person_id)"
+    )

@@ -1,0 +1,1 @@
+SELECT race, CAST(COUNT(*) AS INTEGER) AS n, CAST(AVG(age) AS DECIMAL(10, 2)) AS mean_age FROM adult GROUP BY race

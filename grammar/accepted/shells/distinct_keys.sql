@@ -1,0 +1,1 @@
+SELECT DISTINCT sex FROM adult

@@ -1,0 +1,1 @@
+SELECT sex, race, COUNT(*) AS n FROM adult GROUP BY ALL

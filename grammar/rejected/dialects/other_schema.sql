@@ -1,0 +1,2 @@
+-- expect: ProgrammingError unknown table
+SELECT COUNT(*) FROM sales.adult

@@ -1,0 +1,2 @@
+-- expect: DataError unquoted
+SELECT COUNT(*) FROM adult WHERE age > 'thirty'

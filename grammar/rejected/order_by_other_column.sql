@@ -1,2 +1,0 @@
--- expect: NotSupportedError ORDER BY
-SELECT sex, COUNT(*) FROM adult GROUP BY sex, race ORDER BY race

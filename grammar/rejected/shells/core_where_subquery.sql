@@ -1,0 +1,2 @@
+-- expect: NotSupportedError WHERE
+SELECT COUNT(*) FROM adult WHERE age > (SELECT AVG(age) FROM adult)

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError private rows
+SELECT race, COUNT(*) AS n FROM adult GROUP BY race HAVING race IN (SELECT race FROM adult)

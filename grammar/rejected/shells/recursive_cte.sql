@@ -1,0 +1,2 @@
+-- expect: NotSupportedError RECURSIVE
+WITH RECURSIVE r AS (SELECT COUNT(*) AS n FROM adult UNION ALL SELECT n - 1 FROM r WHERE n > 0) SELECT * FROM r

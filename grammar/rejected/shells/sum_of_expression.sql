@@ -1,0 +1,2 @@
+-- expect: NotSupportedError SUM
+SELECT sex, SUM(age + race) FROM adult GROUP BY sex
