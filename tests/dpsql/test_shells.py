@@ -163,4 +163,4 @@ def test_prepare_is_an_ordered_list_of_stages_a_prefix_of_which_runs(adult_conne
     compiled = pipeline.draft(session, request, until="compile")
     assert compiled.batch is not None and compiled.prepared is None  # compiled, not yet planned
     ready = pipeline.draft(session, request)
-    assert ready.prepared is not None and ready.prepared.plan is not None and ready.prepared.layouts[0] is not None
+    assert ready.prepared is not None and ready.prepared.plan is not None and ready.prepared.shells[0] is not None
