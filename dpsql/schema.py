@@ -2,7 +2,7 @@
 
 A schema is loaded from YAML, JSON or a dict of the same shape::
 
-    privacy_unit: person_id        # or null: one row = one unit; or {via: visit_id} (below)
+    privacy_unit: person_id        # or null: one row = one unit
     foreign_keys:                  # the keys joins may use (column: table.column); see "Joins" below
       person_id: persons.id
       clinic_id: clinics.id
@@ -38,18 +38,16 @@ released. Columns of the table that the schema does not list have an unknown dom
 **Joins.** A table is either *private* (the default) or *public* (``public: true``: no privacy unit and no
 contribution bounds — its rows are not protected, so statements may join it freely and read it as they like;
 its ``columns`` may declare domains, else a public column's values are read from the table itself).
-A private table reaches its privacy unit in one of three ways:
-
-* ``privacy_unit: person_id`` — the column holds the unit. When it is also a foreign key to another private
-  table (``foreign_keys: {person_id: persons.id}``), the referenced column must be that table's unit: both
-  tables then protect the same units, and joins between them along the unit are allowed;
-* ``privacy_unit: {via: visit_id}`` — the table has no unit column; ``visit_id`` is a foreign key to a private
-  table (``visits.id``) whose rows belong to units, and each row belongs to the unit of the row it references;
-* ``privacy_unit: null`` — one row is one unit (such a table joins public tables only).
+A private table names the column that holds its privacy unit (``privacy_unit: person_id``), or none
+(``privacy_unit: null``: one row is one unit; such a table joins public tables only). The unit column may be a
+foreign key to the table that has the unit (``visits.person_id → persons.id``); the referenced column must then
+be that table's unit. Two private tables protect the same units when they are one table, when one's unit
+column references the other's, or when both reference the same table's unit; only then may a statement join
+them, and only along the unit (Google's rule for DP SQL: ``visits.person_id = persons.id``).
 
 ``foreign_keys`` maps a column to the ``table.column`` it references (a private or a public table). Joins use
-declared keys only: a join between private tables must equate their units (Google's rule for DP SQL), and a
-private table joins a public one on a declared foreign key. ``max_rows_per_unit`` and ``max_groups_per_unit``
+declared keys only: a private table joins a public one on a declared foreign key
+(``visits.clinic_id → clinics.id``), and private tables join each other along their unit. ``max_rows_per_unit`` and ``max_groups_per_unit``
 are declared per private table and bound what a unit contributes *after* the joins of a statement, by the same
 salted order as today. Whether referenced tables and columns exist is checked when both tables are registered
 (in either order), before any row is read.
@@ -289,7 +287,6 @@ class Schema:
     max_rows_per_group: int | None = None  # rows per unit and unknown key (None: max_rows_per_unit)
     public: bool = False  # no privacy unit, no bounds: the rows are not protected (module doc, "Joins")
     foreign_keys: tuple[ForeignKey, ...] = ()
-    unit_via: str | None = None  # privacy_unit: {via: column}: the unit is that of the row this foreign key references
 
     def foreign_key(self, column: str) -> ForeignKey | None:
         """The declared foreign key of ``column``, if any."""
@@ -367,16 +364,12 @@ class Schema:
             parsed = tuple(_column_from_spec(str(name), spec) for name, spec in columns.items())
             return cls(privacy_unit=None, max_rows_per_unit=1, columns=parsed, public=True, foreign_keys=foreign_keys)
         unit = canonical_value(document.get("privacy_unit"))
-        unit_via = None
-        if isinstance(unit, Mapping):
-            unit_via = _unit_via(unit, foreign_keys)
-            unit = None
-        elif unit is not None and (not isinstance(unit, str) or not unit):
-            raise ProgrammingError(f"privacy_unit must be a column name, {{via: <foreign key column>}} or null, got {_shown(unit)}")
+        if unit is not None and (not isinstance(unit, str) or not unit):
+            raise ProgrammingError(f"privacy_unit must be a column name or null, got {_shown(unit)}")
         bound = canonical_value(document.get("max_rows_per_unit", 1))
         if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
             raise ProgrammingError(f"max_rows_per_unit must be a positive integer, got {_shown(bound)}")
-        if unit is None and unit_via is None and bound != 1:
+        if unit is None and bound != 1:
             raise ProgrammingError(
                 "max_rows_per_unit must be 1 when privacy_unit is null (one row = one unit); "
                 "name the privacy-unit column to bound several rows per unit"
@@ -390,14 +383,14 @@ class Schema:
                     "contributes to a GROUP BY on a column with no declared domain"
                     + (" and the groups COUNT(DISTINCT unit) counts it in" if key == "max_groups_per_unit" else "")
                 )
-            if unit is None and unit_via is None and value not in (None, 1):
+            if unit is None and value not in (None, 1):
                 raise ProgrammingError(f"{key} must be 1 when privacy_unit is null (one row = one unit)")
             key_bounds[key] = value
         columns = document.get("columns", {})
         if not isinstance(columns, Mapping):
             raise ProgrammingError("columns must map column names to domains")
         parsed = tuple(_column_from_spec(str(name), spec) for name, spec in columns.items())
-        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed, foreign_keys=foreign_keys, unit_via=unit_via, **key_bounds)
+        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed, foreign_keys=foreign_keys, **key_bounds)
 
 
 def _foreign_keys(document: object) -> tuple[ForeignKey, ...]:
@@ -415,21 +408,6 @@ def _foreign_keys(document: object) -> tuple[ForeignKey, ...]:
             )
         keys.append(ForeignKey(column, ".".join(parts[:-1]), parts[-1]))
     return tuple(keys)
-
-
-def _unit_via(unit: Mapping[object, object], foreign_keys: tuple[ForeignKey, ...]) -> str:
-    """``privacy_unit: {via: column}``: the column must be a declared foreign key."""
-    column = canonical_value(unit.get("via"))
-    if set(unit) != {"via"} or not isinstance(column, str) or not column:
-        raise ProgrammingError(
-            f"privacy_unit must be a column name, {{via: <foreign key column>}} or null, got {_shown(dict(unit))}"
-        )
-    if column not in {k.column for k in foreign_keys}:
-        raise ProgrammingError(
-            f"privacy_unit: {{via: {column}}} needs {column} declared in foreign_keys (e.g. foreign_keys: {{{column}: visits.id}}): "
-            "the unit is that of the row it references"
-        )
-    return column
 
 
 def _looks_like_path(text: str) -> bool:

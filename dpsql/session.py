@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from sqlglot import exp
+
 import planner
 from dpsql import progress, testing
 from dpsql.accountant import Budget, Cost, Ledger
@@ -27,6 +29,7 @@ from dpsql.backends.dialects import engine_name
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.keys import ReleasedKeys
 from dpsql.post_processing import PublicEngine
+from dpsql.relations import check_keys
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.literals import ColumnType, canonical_schema
 from dpsql.sql.parse import names_table
@@ -107,6 +110,7 @@ class Session:
         self.said = TextCost(where="SET dpsql")  # the connection's ``SET dpsql.*`` settings (``dpsql.sql.settings``)
         self.bounded = BoundedTables(backend)
         self.public = PublicEngine()  # public tables and the shells over released rows (``dpsql.post_processing``)
+        self.public_tables: dict[str, Table | None] = {}  # public tables as the backend holds them (None: in the shells' engine only)
         self.plans = PlanCache()
         self._memo: OrderedDict[Hashable, object] = OrderedDict()
         self.closed = False
@@ -131,37 +135,70 @@ class Session:
 
     # -- tables ------------------------------------------------------------------------------------------
     def register(self, name: str, source: object, schema: object, public: bool = False) -> None:
-        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read); or, with
-        ``public``, copy a public table into the engine of shells (its rows are not protected)."""
+        """Check ``schema`` against the relation's columns and types, cast its domains and check its declared keys
+        against the tables registered so far (no rows read); or, for a public table (``public=True`` or a schema
+        saying ``public: true``), make it readable by statements (joined inside private aggregations, in the
+        backend) and by shells (copied into the engine of shells): its rows are not protected."""
         self.check_open()
         if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")) or name.count(".") > 2:
             raise ProgrammingError(
                 f"table name must be an identifier, optionally qualified (schema.table, catalog.schema.table), got {name!r}"
             )
-        if public:
-            if schema is not None:
-                raise ProgrammingError(f"register({name!r}, ..., public=True) takes no schema: a public table's rows are not protected")
-            if name.lower() in self.tables:
-                raise ProgrammingError(f"{name!r} is a registered private table; give the public table another name")
-            self.public.register(name, source)
-            return
-        if name.lower() in self.public.tables:
-            raise ProgrammingError(f"{name!r} is a registered public table; give the private table another name")
-        if schema is None:
+        parsed = Schema.load(schema) if schema is not None else (Schema.load({"public": True}) if public else None)  # type: ignore[arg-type]
+        if parsed is None:
             raise ProgrammingError(f"register({name!r}, ...) needs schema=: a dict, YAML or JSON (see dpsql.schema)")
-        parsed = Schema.load(schema)  # type: ignore[arg-type]
-        relation = self._relation_for(name, source)
-        dialect = self.backend.dialect
-        types = {column: ColumnType.of(type_name, dialect) for column, type_name in self.backend.describe(relation).items()}
-        self._check_columns(name, parsed, types)
-        try:
-            checked = canonical_schema(parsed, types, name, self.backend.run, dialect)
-        except ProgrammingError as error:
-            raise ProgrammingError(f"{error} (column types as {engine_name(dialect)} reports them)") from None
-        table = Table(name, relation, checked, types, testing.bounding_salt())
+        if public and not parsed.public:
+            raise ProgrammingError(
+                f"register({name!r}, ..., public=True) takes no schema, or a public one (public: true, with optional column "
+                "domains): a public table's rows are not protected"
+            )
+        if parsed.public and name.lower() in self.tables:
+            raise ProgrammingError(f"{name!r} is a registered private table; give the public table another name")
+        if not parsed.public and name.lower() in self.public_tables:
+            raise ProgrammingError(f"{name!r} is a registered public table; give the private table another name")
+        if parsed.public:
+            self._register_public(name, source, parsed)
+            return
+        table = self._checked_table(name, self._relation_for(name, source), parsed)
         self.bounded.register(table, self.tables.get(name.lower()))
         self.tables[name.lower()] = table
         self.store.forget(lambda rows: rows[0] == name.lower())
+
+    def _checked_table(self, name: str, relation: str, schema: Schema) -> Table:
+        """The relation's columns and types checked against ``schema`` (domains cast, declared keys checked)."""
+        dialect = self.backend.dialect
+        types = {column: ColumnType.of(type_name, dialect) for column, type_name in self.backend.describe(relation).items()}
+        self._check_columns(name, schema, types)
+        try:
+            checked = canonical_schema(schema, types, name, self.backend.run, dialect)
+        except ProgrammingError as error:
+            raise ProgrammingError(f"{error} (column types as {engine_name(dialect)} reports them)") from None
+        table = Table(name, relation, checked, types, 0 if schema.public else testing.bounding_salt())
+        check_keys(table, [t for t in self.all_tables() if t.name.lower() != name.lower()])
+        return table
+
+    def _register_public(self, name: str, source: object, schema: Schema) -> None:
+        """A public table in the backend (private aggregations join it there) and in the engine of shells. A
+        backend that cannot hold the source (PostgreSQL takes tables by name) leaves it to the shells."""
+        from_engine = source is None or (isinstance(source, str) and not Path(source).suffix and self.backend.has_relation(source))  # type: ignore[attr-defined]
+        try:
+            relation = self._relation_for(name, source)
+        except ProgrammingError:
+            if from_engine:
+                raise
+            relation = None
+        table = None if relation is None else self._checked_table(name, relation, schema)
+        if from_engine:  # a relation of the engine: its rows, read once (they are public) into the engine of shells
+            assert table is not None
+            everything = exp.select(exp.Star()).from_(exp.Table(this=exp.to_identifier(table.relation, quoted=True)))
+            self.public.register_rows(name, {c: t.kind for c, t in table.column_types.items()}, self.backend.run(everything.sql(dialect=self.backend.dialect)))
+        else:
+            self.public.register(name, source)
+        self.public_tables[name.lower()] = table
+
+    def all_tables(self) -> list[Table]:
+        """The registered private and public tables."""
+        return [*self.tables.values(), *(t for t in self.public_tables.values() if t is not None)]
 
     def _relation_for(self, name: str, source: object) -> str:
         if source is None:
@@ -174,9 +211,7 @@ class Session:
 
     def _check_columns(self, name: str, schema: Schema, types: dict[str, ColumnType]) -> None:
         engine = engine_name(self.backend.dialect)
-        missing = [c for c in schema.column_names if c not in types]
-        if schema.privacy_unit is not None and schema.privacy_unit not in types:
-            missing.insert(0, schema.privacy_unit)
+        missing = [c for c in (*schema.key_columns, *schema.column_names) if c not in types]
         if missing:
             raise ProgrammingError(
                 f"the schema of {name!r} names column(s) {missing} that the data does not have; its columns in {engine} "
@@ -185,7 +220,7 @@ class Session:
 
     def public_names(self) -> frozenset[str]:
         """The registered public tables' names, lower case (statements read them in their shells)."""
-        return frozenset(self.public.tables)
+        return frozenset(self.public_tables)
 
     def table(self, name: str) -> Table:
         """The registered table a statement names: by its registered name, qualified or not (case-insensitive, as
