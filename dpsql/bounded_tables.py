@@ -29,14 +29,31 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING
 
+from sqlglot import exp
+
 from dpsql.errors import OperationalError
-from dpsql.sql.bounded_rows import bounded_rows
+from dpsql.joined_tables import JoinedTable
+from dpsql.sql.bounded_rows import bounded_rows, in_domain, relation_source
 
 if TYPE_CHECKING:
     from dpsql.backends.base import Backend
-    from dpsql.session import Table
+    from dpsql.table import Table
 
 PROBE_QUERY = "SELECT 1 AS one"
+
+
+def _bounded(table: Table) -> exp.Query:
+    """A table's bounded rows (``dpsql.sql.bounded_rows``): the same query whether kept or inlined."""
+    return bounded_rows(
+        table.relation, table.declared_columns(), table.column_types, table.schema.privacy_unit,  # type: ignore[arg-type]
+        table.schema.max_rows_per_unit, table.salt, tuple(table.column_types),
+    )
+
+
+def _domain_tests(table: Table) -> exp.Expression:
+    """A table without a privacy unit: its rows within every declared domain (what its statements count)."""
+    tests = [in_domain(exp.column(n, quoted=True), d, table.column_types[n]) for n, d in table.declared_columns().items()]
+    return exp.and_(*tests) if tests else exp.true()
 
 
 class BoundedTables:
@@ -60,17 +77,30 @@ class BoundedTables:
         """Where ``table``'s bounded rows are kept (created by :meth:`ensure`), or None: inline them."""
         return self._names.get(table)
 
+    def rows_of(self, table: Table) -> tuple[str | exp.Query, bool]:
+        """What a statement over ``table`` reads, and whether those rows are bounded already: the kept bounded rows;
+        for a joined relation (``dpsql.joined_tables``) its rows over its private part's bounded rows (kept, or
+        computed inline); else the table itself (its statements bound it inline)."""
+        if isinstance(table, JoinedTable):
+            private = table.private
+            kept = self._names.get(private)
+            if kept is not None:
+                return table.rows(kept), True
+            if private.schema.privacy_unit is None:
+                return table.rows(exp.select(exp.Star()).from_(relation_source(private.relation, "rows")).where(_domain_tests(private))), True
+            return table.rows(_bounded(private)), True
+        kept = self._names.get(table)
+        return (table.relation, False) if kept is None else (kept, True)
+
     def ensure(self, table: Table) -> None:
-        """Compute and keep ``table``'s bounded rows unless they are kept already. Reads private rows:
-        call it only inside a charged statement's read."""
+        """Compute and keep ``table``'s bounded rows (a joined relation's: its private part's) unless they are kept
+        already. Reads private rows: call it only inside a charged statement's read."""
+        if isinstance(table, JoinedTable):
+            table = table.private
         name = self._names.get(table)
         if name is None or name in self._created:
             return
-        query = bounded_rows(
-            table.relation, table.declared_columns(), table.column_types, table.schema.privacy_unit,  # type: ignore[arg-type]
-            table.schema.max_rows_per_unit, table.salt, tuple(table.column_types),
-        )
-        self._backend.create_temporary(name, query.sql(dialect=self._backend.dialect))  # type: ignore[attr-defined]
+        self._backend.create_temporary(name, _bounded(table).sql(dialect=self._backend.dialect))  # type: ignore[attr-defined]
         self._created.add(name)
 
     def forget(self, table: Table) -> None:

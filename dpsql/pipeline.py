@@ -276,9 +276,9 @@ def _relation(session: Session, draft: Draft) -> Draft:
     """The one registered table every planned statement reads (one pass over its rows); Google's options
     checked against its schema."""
     statements = draft.request.statements
-    table = session.table(statements[0].table)
+    table = session.relation(statements[0].branches[0].query)
     for statement in statements[1:]:
-        if session.table(statement.table) is not table:
+        if session.relation(statement.branches[0].query) is not table:
             raise NotSupportedError(
                 f"a batch reads one table (one pass over its rows); {table.name!r} and {statement.table!r} are both used: "
                 "send one workload per table"
@@ -708,9 +708,9 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         marginals = batch.read_marginals(prepared.decision.plan.required_marginals())
     attributes = [a for a in batch.read_attributes(domain.attributes) if a in columns]  # not an aggregated column's moment cells
     ordered = {name: columns[name] for name in (*attributes, *(c for c in columns if c not in attributes))}
-    kept = session.bounded.relation(table)
+    relation, bounded = session.bounded.rows_of(table)
     return BoundedAggregation(
-        table=table.relation if kept is None else kept,
+        table=relation,
         columns=ordered,
         column_types={c: table.column_types[c] for c in ordered},
         marginals=marginals,
@@ -721,7 +721,7 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         row_filters=batch.row_filters,
         keyed=keyed,
         value=batch.encoding,
-        bounded=kept is not None,
+        bounded=bounded,
         distinct=batch.distinct,
     )
 

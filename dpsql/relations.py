@@ -26,7 +26,7 @@ from dpsql.schema import ForeignKey
 from dpsql.sql.parse import names_table
 
 if TYPE_CHECKING:
-    from dpsql.session import Table
+    from dpsql.table import Table
 
 
 def find_table(name: str, tables: Sequence[Table]) -> Table | None:

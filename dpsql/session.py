@@ -29,10 +29,13 @@ from dpsql.backends.dialects import engine_name
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.keys import ReleasedKeys
 from dpsql.post_processing import PublicEngine
+from dpsql.joined_tables import JoinedTable, PrivateJoin, joined_table
 from dpsql.relations import check_keys
-from dpsql.schema import ColumnDomain, Schema
+from dpsql.schema import Schema
+from dpsql.table import Table
 from dpsql.sql.literals import ColumnType, canonical_schema
-from dpsql.sql.parse import names_table
+from dpsql.sql.joins import JoinSpec
+from dpsql.sql.parse import Query, names_table
 from dpsql.sql.settings import TextCost
 from planner import MeasurementStore
 
@@ -44,29 +47,6 @@ _MISSING = object()
 _ATOMS = frozenset({str, int, float, bool, type(None), bytes})
 T = TypeVar("T")
 DEFAULT_SELECTION_DELTA_SHARE = 0.1  # of the budget's δ, spent by one key selection unless configured
-
-
-@dataclass(frozen=True, eq=False)
-class Table:
-    """A registered table: its name in the backend, its checked schema and its column types. A new
-    registration is a new object: what was kept or released for the old one no longer applies."""
-
-    name: str
-    relation: str
-    schema: Schema
-    column_types: dict[str, ColumnType]
-    salt: int  # secret (OS entropy): orders every unit's rows for contribution bounding, the same way for every statement
-
-    def declared_columns(self) -> dict[str, ColumnDomain]:
-        """The columns with a declared domain: their domain tests decide which rows every statement counts."""
-        return {c.name: c for c in self.schema.columns if c.is_known and c.name in self.column_types}
-
-    def resolve(self, name: str) -> str | None:
-        """The table's spelling of a column name (exact, else the one case-insensitive match)."""
-        if name in self.column_types:
-            return name
-        matches = [c for c in self.column_types if c.lower() == name.lower()]
-        return matches[0] if len(matches) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -111,6 +91,7 @@ class Session:
         self.bounded = BoundedTables(backend)
         self.public = PublicEngine()  # public tables and the shells over released rows (``dpsql.post_processing``)
         self.public_tables: dict[str, Table | None] = {}  # public tables as the backend holds them (None: in the shells' engine only)
+        self.joined: dict[JoinSpec, JoinedTable] = {}  # the joined relations statements read (``dpsql.joined_tables``)
         self.plans = PlanCache()
         self._memo: OrderedDict[Hashable, object] = OrderedDict()
         self.closed = False
@@ -158,11 +139,36 @@ class Session:
             raise ProgrammingError(f"{name!r} is a registered public table; give the private table another name")
         if parsed.public:
             self._register_public(name, source, parsed)
+            self._forget_joins(name)
             return
         table = self._checked_table(name, self._relation_for(name, source), parsed)
         self.bounded.register(table, self.tables.get(name.lower()))
         self.tables[name.lower()] = table
         self.store.forget(lambda rows: rows[0] == name.lower())
+        self._forget_joins(name)
+
+    def _forget_joins(self, name: str) -> None:
+        """A table was registered again: the joined relations that read it are built anew (new salt, new rows), and
+        what was kept or measured for them is dropped."""
+        stale = [spec for spec, joined in self.joined.items() if name.lower() in joined.tables]
+        names = {self.joined[spec].name.lower() for spec in stale}
+        for spec in stale:
+            joined = self.joined.pop(spec)
+            if isinstance(joined.private, PrivateJoin):
+                self.bounded.forget(joined.private)
+        self.store.forget(lambda rows: rows[0] in names)
+
+    def relation(self, query: Query) -> Table:
+        """The table a private aggregation reads: a registered table, or the joined relation of its FROM clause."""
+        if query.join is None:
+            return self.table(query.table)
+        found = self.joined.get(query.join)
+        if found is None:
+            found = joined_table(query.join, list(self.tables.values()), self.public_tables, self.backend.run, self.backend.dialect)
+            if isinstance(found.private, PrivateJoin):
+                self.bounded.register(found.private, None)
+            self.joined[query.join] = found
+        return found
 
     def _checked_table(self, name: str, relation: str, schema: Schema) -> Table:
         """The relation's columns and types checked against ``schema`` (domains cast, declared keys checked)."""
@@ -234,6 +240,11 @@ class Session:
         if len(matches) == 1:
             return matches[0]
         registered = sorted(t.name for t in self.tables.values())
+        if name.lower() in self.public_tables or any(names_table(path, tuple(k.split("."))) for k in self.public_tables):
+            raise NotSupportedError(
+                f"FROM: {name!r} is a public table; a private aggregation reads a private table (joined with public ones as it likes): "
+                f"use one of {registered}, or query the public table's own data directly"
+            )
         if matches:
             raise ProgrammingError(f"FROM: table {name!r} could be any of {sorted(t.name for t in matches)}; qualify it")
         raise ProgrammingError(

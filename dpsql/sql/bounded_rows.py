@@ -80,8 +80,15 @@ def in_domain(reference: exp.Expression, column: ColumnDomain, column_type: Colu
     return exp.paren(test)
 
 
+def relation_source(relation: str | exp.Query, alias: str) -> exp.Expression:
+    """A FROM source for ``relation``: a table or view of the backend by name, or a query (a joined relation)."""
+    if isinstance(relation, str):
+        return exp.Table(this=exp.to_identifier(relation, quoted=True))
+    return relation.subquery(exp.to_identifier(alias, quoted=True))
+
+
 def bounded_rows(
-    table: str,
+    table: str | exp.Query,
     columns: Mapping[str, ColumnDomain],
     column_types: Mapping[str, ColumnType],
     privacy_unit: str,
@@ -99,7 +106,7 @@ def bounded_rows(
     tests.append(unit.copy().is_(exp.null()).not_())
     candidates = (
         exp.select(*(r.copy() for r in references), exp.alias_(exp.func("HASH", *identity), ROW_KEY_NAME))
-        .from_(exp.Table(this=exp.to_identifier(table, quoted=True)))
+        .from_(relation_source(table, "__dpsql_rows"))
         .where(exp.and_(*tests))
     )
     bound = exp.Literal.number(max_rows_per_unit)
