@@ -141,8 +141,9 @@ def joined_table(spec: JoinSpec, private: Sequence[Table], public: Mapping[str, 
     order = _ordered(spec, tables)
     first = order[0][0]
     private_joins = [(source, join) for source, join in order[1:] if not tables[source.key].schema.public]
+    registered = [*private, *(t for t in public.values() if t is not None)]
     for position, (source, join) in enumerate(order[1:], start=1):
-        _check_join(source, join, tables, {s.key for s, _ in order[:position]})
+        _check_join(source, join, tables, {s.key for s, _ in order[:position]}, registered)
     part, renamed, bound = _private_part(first, private_joins, tables, dialect)
     unit = f"{first.key}.{tables[first.key].schema.privacy_unit}" if tables[first.key].schema.privacy_unit else None
     public_joins = tuple(_public(source, join, tables, run, dialect) for source, join in order[1:] if tables[source.key].schema.public)
@@ -257,7 +258,7 @@ def _refuse_cross(source: Source, tables: Mapping[str, Table]) -> None:
     )
 
 
-def _check_join(source: Source, join: Join, tables: Mapping[str, Table], before: set[str]) -> None:
+def _check_join(source: Source, join: Join, tables: Mapping[str, Table], before: set[str], registered: Sequence[Table]) -> None:
     table = tables[source.key]
     if join.kind == "cross":
         _refuse_cross(source, tables)
@@ -268,7 +269,7 @@ def _check_join(source: Source, join: Join, tables: Mapping[str, Table], before:
             if name not in tables[key].column_types:
                 raise ProgrammingError(f"JOIN {source.table}: {tables[key].name!r} has no column {name!r}; its columns are {list(tables[key].column_types)}")
     if not table.schema.public:
-        _check_private_join(source, join, tables)
+        _check_private_join(source, join, tables, registered)
         return
     for left, column, _, other in join.pairs:
         owner = tables[left]
@@ -282,10 +283,9 @@ def _check_join(source: Source, join: Join, tables: Mapping[str, Table], before:
             )
 
 
-def _check_private_join(source: Source, join: Join, tables: Mapping[str, Table]) -> None:
+def _check_private_join(source: Source, join: Join, tables: Mapping[str, Table], everything: Sequence[Table]) -> None:
     table = tables[source.key]
     unit = table.schema.privacy_unit
-    everything = list(tables.values())
     if unit is None:
         raise NotSupportedError(
             f"JOIN {source.table}: the table has no privacy unit column (one row is one unit), so it joins public tables only; declare its "

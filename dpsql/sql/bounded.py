@@ -185,7 +185,7 @@ class BoundedAggregation:
         if self.value is not None:
             weights = self.value.weights(exp.column(self.value.column, quoted=True))
             projections += [exp.alias_(w, name) for w, name in zip(weights, self.weight_names)]
-        cells = exp.select(*projections).from_(self._source())
+        cells = exp.select(*(projections or [exp.alias_(exp.Literal.number(1), "one")])).from_(self._source())  # a SELECT needs a column
         tests = [self._in_domain(c) for c in self.columns if c not in self._tested_elsewhere]
         tests += [self._filter(f) for f in self.row_filters]
         kept: exp.Query = exp.select(*self._counted_references()).from_(cells.subquery("cells"))
