@@ -407,7 +407,8 @@ def _public_join(query: exp.Select, join: PublicJoin, reference: Callable[[str],
         rows = rows.where(keys[0].copy().is_(exp.null()).not_())
         condition = exp.EQ(this=reference(join.pairs[0][0]), expression=exp.column(_KEY, table=key, quoted=True))
         return query.join(rows.subquery(exp.to_identifier(key, quoted=True)), on=condition, join_type="LEFT")
-    rank = exp.Window(this=exp.RowNumber(), partition_by=[k.copy() for k in keys])
+    order = exp.Order(expressions=[exp.Ordered(this=exp.column(c, quoted=True)) for c in table.column_types])  # Spark wants one; any order will do
+    rank = exp.Window(this=exp.RowNumber(), partition_by=[k.copy() for k in keys], order=order)
     ranked = exp.select(exp.Star(), exp.alias_(rank, _RANK, quoted=True)).from_(_public_rows(table).subquery("rows"))
     kept = exp.select(*(exp.column(c, quoted=True) for c in table.column_types)).from_(ranked.subquery("ranked"))
     kept = kept.where(exp.column(_RANK, quoted=True) <= exp.Literal.number(join.fan_out))
