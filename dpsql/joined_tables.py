@@ -54,6 +54,7 @@ from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.bounded_rows import in_domain
 from dpsql.sql.joins import MATCHED, Join, JoinSpec, Source
 from dpsql.sql.literals import ColumnType, python_value
+from dpsql.sql.parse import names_table
 from dpsql.table import Table
 
 REFERENCE = "docs/sql.md"
@@ -186,7 +187,7 @@ def _table(source: Source, private: Sequence[Table], public: Mapping[str, Table 
             )
         return found
     path = tuple(source.table.lower().split("."))
-    names = [name for name in public if name.split(".")[-len(path):] == list(path) or name == source.table.lower()]
+    names = [name for name in public if names_table(path, tuple(name.split(".")))]
     if len(names) == 1:
         table = public[names[0]]
         if table is None:
