@@ -46,7 +46,7 @@ def _bounded(table: Table) -> exp.Query:
     """A table's bounded rows (``dpsql.sql.bounded_rows``): the same query whether kept or inlined."""
     return bounded_rows(
         table.relation, table.declared_columns(), table.column_types, table.schema.privacy_unit,  # type: ignore[arg-type]
-        table.schema.max_rows_per_unit, table.salt, tuple(table.column_types),
+        table.schema.max_rows_per_unit, table.salt, tuple(table.column_types), with_levels=table.schema.choose_bound,
     )
 
 
@@ -90,6 +90,8 @@ class BoundedTables:
                 return table.rows(exp.select(exp.Star()).from_(relation_source(private.relation, "rows")).where(_domain_tests(private))), True
             return table.rows(_bounded(private)), True
         kept = self._names.get(table)
+        if kept is None and table.schema.choose_bound:  # its rows carry their levels: bounded here, not by the statement
+            return _bounded(table), True
         return (table.relation, False) if kept is None else (kept, True)
 
     def ensure(self, table: Table) -> None:

@@ -120,7 +120,7 @@ def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
                   f"summed into them before the noise ({_see('derived-column')})")
         rows.append(ExplainRow("column", name, None, detail))
     schema = prepared.table.schema
-    unit = prepared.table.bounding()
+    unit = prepared.table.bounding() if prepared.chosen is None else f"the bound is {prepared.chosen.describe()}"
     rows.append(ExplainRow("bounding", "rows per unit", float(schema.contributions), f"{unit}; rows outside the declared domains are dropped first ({_see('rows-per-unit')})"))
     if batch.distinct is not None:
         rows.append(ExplainRow("bounding", "groups per unit", float(batch.distinct.contributions), batch.distinct.describe()))

@@ -51,7 +51,7 @@ from sqlglot import exp
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.relations import find_table, unit_root
 from dpsql.schema import ColumnDomain, Schema
-from dpsql.sql.bounded_rows import in_domain
+from dpsql.sql.bounded_rows import LEVEL_NAME, TOP_LEVEL_NAME, in_domain
 from dpsql.sql.joins import MATCHED, Join, JoinSpec, Source
 from dpsql.sql.literals import ColumnType, python_value
 from dpsql.sql.parse import names_table
@@ -118,6 +118,10 @@ class JoinedTable(Table):
         key, column = name.split(".", 1)
         return exp.column(column, table=key, quoted=True)
 
+    @property
+    def fan_out(self) -> int:
+        return math.prod(j.fan_out for j in self.public_joins)
+
     def bounding(self) -> str:
         schema = self.schema
         fans = [f"{j.fan_out} row(s) of {j.table.name} per key" for j in self.public_joins if j.fan_out > 1]
@@ -172,7 +176,7 @@ def joined_table(spec: JoinSpec, private: Sequence[Table], public: Mapping[str, 
             if domain is not None:
                 columns.append(dataclasses.replace(domain, name=f"{key}.{name}"))
     groups = max(tables[k].schema.max_groups_per_unit for k in private_keys)
-    schema = Schema(unit, contributions, tuple(columns), max_groups_per_unit=groups)
+    schema = Schema(unit, contributions, tuple(columns), max_groups_per_unit=groups, choose_bound=part.schema.choose_bound)
     read = frozenset(t.name.lower() for t in tables.values())
     return JoinedTable(spec.describe(), "", schema, types, part.salt, part, renamed, public_joins, read, bound)
 
@@ -321,7 +325,8 @@ def _private_part(first: Source, joins: list[tuple[Source, Join]], tables: Mappi
     their columns; and ``m``, the rows per unit they keep."""
     head = tables[first.key]
     if not joins:
-        return head, tuple((c, f"{first.key}.{c}") for c in head.column_types), head.schema.max_rows_per_unit
+        levels = ((LEVEL_NAME, LEVEL_NAME), (TOP_LEVEL_NAME, TOP_LEVEL_NAME)) if head.schema.choose_bound else ()
+        return head, tuple((c, f"{first.key}.{c}") for c in head.column_types) + levels, head.schema.max_rows_per_unit
     keys = [first.key, *(s.key for s, _ in joins)]
     query = exp.select(*(
         exp.alias_(exp.column(c, table=k, quoted=True), f"{k}.{c}", quoted=True) for k in keys for c in tables[k].column_types
@@ -336,8 +341,9 @@ def _private_part(first: Source, joins: list[tuple[Source, Join]], tables: Mappi
     unit = f"{first.key}.{head.schema.privacy_unit}"
     salt = int.from_bytes(hashlib.sha256(repr((sorted(tables[k].salt for k in keys), query.sql(dialect="duckdb"))).encode()).digest()[:8], "big") >> 2
     name = " ⋈ ".join(f"{tables[k].name} {k}" for k in keys)
-    part = PrivateJoin(name, query, Schema(unit, bound, ()), types, salt, frozenset(tables[k].name.lower() for k in keys))
-    return part, tuple((c, c) for c in types), bound
+    chooses = any(tables[k].schema.choose_bound for k in keys)
+    part = PrivateJoin(name, query, Schema(unit, bound, (), choose_bound=chooses), types, salt, frozenset(tables[k].name.lower() for k in keys))
+    return part, tuple((c, c) for c in types) + (((LEVEL_NAME, LEVEL_NAME), (TOP_LEVEL_NAME, TOP_LEVEL_NAME)) if chooses else ()), bound
 
 
 def _filtered(table: Table, key: str) -> exp.Expression:

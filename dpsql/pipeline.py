@@ -37,7 +37,7 @@ import numpy as np
 from sqlglot import exp
 
 import planner
-from dpsql import keys, nonnegative, progress, selection, testing
+from dpsql import keys, nonnegative, progress, selection, testing, truncation
 from dpsql.accountant import Cost, check_number
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
 from dpsql.explain import Explanation, Outcome, explain_result
@@ -46,6 +46,8 @@ from dpsql.request import Decision, Output, Prepared, Request
 from dpsql.result import OutputColumn, ResultSet, output_columns
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
+from dpsql.sql.bounded_rows import LEVEL_NAME
+from dpsql.sql.literals import ColumnType
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn
 from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
 from dpsql.sql.settings import COST_SETTINGS, SettingCommand, TextCost
@@ -382,6 +384,13 @@ def _plan(session: Session, draft: Draft) -> Draft:
     table, batch, cost, request = draft.table, draft.batch, draft.cost, draft.request
     assert table is not None and batch is not None and batch.workload is not None and cost is not None
     privacy = _privacy(cost)
+    cached = None if draft.cached is None else len(draft.cached)
+    if table.schema.choose_bound:  # the statement chooses its bound (``dpsql.truncation``): no kept measurement applies
+        chosen = truncation.design(table, batch, privacy, draft.keyed, table.fan_out)
+        widest = chosen.plan(batch.workload, chosen.choice.truncations[-1])
+        everything = tuple(range(len(batch.workload.products)))
+        decision = Decision(widest, everything, (), widest)
+        return dataclasses.replace(draft, prepared=Prepared(request, table, batch, draft.rows, privacy, draft.keyed, None, decision, cost, cached, chosen=chosen))
     contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
     if batch.distinct is not None and not privacy.is_laplace:
         # a unit's pairs lie in distinct cells of the group marginal, the one marginal the summed identity
@@ -392,7 +401,6 @@ def _plan(session: Session, draft: Draft) -> Draft:
     _check_spent(fresh.privacy, privacy)
     decision = _decision(session, batch.workload, fresh, draft.rows, privacy, contributions, request.cost is not None)
     spent = cost if decision.plan is not None else _free(cost)
-    cached = None if draft.cached is None else len(draft.cached)
     return dataclasses.replace(draft, prepared=Prepared(request, table, batch, draft.rows, privacy, draft.keyed, None, decision, spent, cached))
 
 
@@ -422,6 +430,7 @@ def _shells(session: Session, draft: Draft) -> Draft:
     return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, shells=shells))
 
 
+LEVEL_TYPE = ColumnType.of("INTEGER", "duckdb")  # a row's level (``dpsql.truncation``)
 Stage = Callable[[Session, Draft], Draft]
 PREPARE_STAGES: tuple[tuple[str, Stage], ...] = (
     ("relation", _relation),
@@ -708,11 +717,16 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         marginals = batch.read_marginals(prepared.decision.plan.required_marginals())
     attributes = [a for a in batch.read_attributes(domain.attributes) if a in columns]  # not an aggregated column's moment cells
     ordered = {name: columns[name] for name in (*attributes, *(c for c in columns if c not in attributes))}
+    types = {c: table.column_types[c] for c in ordered}
+    if prepared.chosen is not None:  # every marginal per level of the rows, and the units' histogram (``dpsql.truncation``)
+        for name, domain in prepared.chosen.domains().items():
+            ordered[name], types[name] = domain, LEVEL_TYPE
+        marginals = (*((*m, LEVEL_NAME) for m in marginals), truncation.HISTOGRAM)
     relation, bounded = session.bounded.rows_of(table)
     return BoundedAggregation(
         table=relation,
         columns=ordered,
-        column_types={c: table.column_types[c] for c in ordered},
+        column_types=types,
         marginals=marginals,
         privacy_unit=table.schema.privacy_unit,
         max_rows_per_unit=table.schema.max_rows_per_unit,
@@ -737,6 +751,8 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
         report = Outcome("measured", released=outcome.released, plan=outcome.plan, note=note)
         return _with_explanation(session, prepared, outcome.batch.results(answers.values, answers.variances), report)
     plan, measured, kept = decision.plan, decision.measured, decision.kept
+    if prepared.chosen is not None:
+        return _measured_at_chosen_bound(session, prepared, aggregation, result)
     if prepared.keyed is not None:  # a released key set: the column's cells come from key bounding
         assert batch.workload is not None
         domain = next(c for s in batch.statements for b in s.branches for n, c in b.columns.items() if n == prepared.keyed)
@@ -763,6 +779,21 @@ def _measured(session: Session, prepared: Prepared, aggregation: BoundedAggregat
     outcome = Outcome("combined" if combined else "measured", note=note)
     variances_of = plan.variances_of if not from_store else None  # the plan's covariances hold for its own answers only
     return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, variances_of), outcome)
+
+
+def _measured_at_chosen_bound(session: Session, prepared: Prepared, aggregation: BoundedAggregation, result: dict[str, np.ndarray]) -> list[ResultSet]:
+    """Choose the bound from the levels' totals (R2T), then measure the rows it keeps (``dpsql.truncation``)."""
+    chosen, batch = prepared.chosen, prepared.batch
+    assert chosen is not None and batch.workload is not None and prepared.decision.plan is not None
+    arrays = aggregation.marginal_arrays(result)
+    bound = chosen.bound(arrays, rng=testing.random_source(), noise=testing.noise_enabled())
+    plan = chosen.plan(batch.workload, bound)
+    required = batch.folded(plan.required_marginals(), truncation.bounded_to(arrays, bound.bit_length() - 1))
+    measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
+    fresh = plan.answer(measurement)
+    answers, note = _finished(session, prepared, fresh, plan, measurement, from_store=False, batch=batch)
+    note = f"rows per unit chosen: {bound} ({chosen.describe()})" + (f"; {note}" if note else "")
+    return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, plan.variances_of), Outcome("measured", plan=plan, note=note))
 
 
 def _zero_results(batch: CompiledBatch) -> list[ResultSet]:

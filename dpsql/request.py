@@ -12,6 +12,7 @@ from dpsql.accountant import Cost
 from dpsql.keys import KeyBounds
 from dpsql.post_processing import ShellPlan
 from dpsql.session import Table
+from dpsql.truncation import ChosenBound
 from dpsql.sql.split import Shell
 from dpsql.sql.statement import Statement
 from dpsql.workloads import CompiledBatch
@@ -95,6 +96,7 @@ class Prepared:
     cost: Cost  # what release charges when it reads
     cached_keys: int | None = None  # size of the released key set the statement uses (not selecting)
     shells: tuple[ShellPlan | None, ...] = ()  # per statement as written: its shell's cores and columns (None: no shell)
+    chosen: ChosenBound | None = None  # the bound on rows per unit is chosen by the statement (``dpsql.truncation``)
 
     @property
     def plan(self) -> planner.Plan | None:

@@ -6,7 +6,8 @@ A schema is loaded from YAML, JSON or a dict of the same shape::
     foreign_keys:                  # the keys joins may use (column: table.column); see "Joins" below
       person_id: persons.id
       clinic_id: clinics.id
-    max_rows_per_unit: 3           # rows kept per unit (chosen at random); must be 1 when privacy_unit is null
+    max_rows_per_unit: 3           # rows kept per unit (chosen at random); must be 1 when privacy_unit is null;
+                                   # or auto ({auto: 256}): chosen per statement (R2T), at most 1024 (256)
     max_groups_per_unit: 2         # groups one unit counts in (random): COUNT(DISTINCT unit), keys of an unknown GROUP BY column; default 1
     max_rows_per_group: 1          # ... and rows kept per unit and key (default max_rows_per_unit)
     columns:
@@ -45,6 +46,10 @@ be that table's unit. Two private tables protect the same units when they are on
 column references the other's, or when both reference the same table's unit; only then may a statement join
 them, and only along the unit (Google's rule for DP SQL: ``visits.person_id = persons.id``).
 
+``max_rows_per_unit: auto`` leaves the bound to each statement: it spends :data:`CHOICE_SHARE` of its budget
+to choose it privately among 1, 2, 4, … up to :data:`AUTO_LIMIT` (or ``{auto: N}``) by R2T
+(``planner.RaceToTheTop``, Dong, Fang, Yi, Tao and Machanavajjhala, SIGMOD 2022), then measures with that bound.
+
 ``foreign_keys`` maps a column to the ``table.column`` it references (a private or a public table). Joins use
 declared keys only: a private table joins a public one on a declared foreign key
 (``visits.clinic_id → clinics.id``), and private tables join each other along their unit. ``max_rows_per_unit`` and ``max_groups_per_unit``
@@ -80,6 +85,8 @@ OUT_OF_DOMAIN_RULE = (
 
 Scalar = str | int | float | bool | datetime.date | datetime.datetime
 DomainKind = Literal["categories", "range", "bins", "keys", "unknown"]
+AUTO_LIMIT = 1024  # the largest bound ``max_rows_per_unit: auto`` may choose
+CHOICE_SHARE = 0.2  # of a statement's budget, spent choosing its bound when ``max_rows_per_unit: auto``
 MAX_RANGE_CELLS = 1 << 20
 """Most values a ``range`` column may span (as many as a WHERE clause may mask): wider columns need
 ``bins``."""
@@ -286,6 +293,7 @@ class Schema:
     max_groups_per_unit: int = 1  # group cells of COUNT(DISTINCT unit), and keys of an unknown GROUP BY column, one unit may count in
     max_rows_per_group: int | None = None  # rows per unit and unknown key (None: max_rows_per_unit)
     public: bool = False  # no privacy unit, no bounds: the rows are not protected (module doc, "Joins")
+    choose_bound: bool = False  # max_rows_per_unit: auto — the bound is chosen per statement, max_rows_per_unit is its largest
     foreign_keys: tuple[ForeignKey, ...] = ()
 
     def foreign_key(self, column: str) -> ForeignKey | None:
@@ -366,9 +374,9 @@ class Schema:
         unit = canonical_value(document.get("privacy_unit"))
         if unit is not None and (not isinstance(unit, str) or not unit):
             raise ProgrammingError(f"privacy_unit must be a column name or null, got {_shown(unit)}")
-        bound = canonical_value(document.get("max_rows_per_unit", 1))
-        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
-            raise ProgrammingError(f"max_rows_per_unit must be a positive integer, got {_shown(bound)}")
+        bound, choose_bound = _rows_per_unit(canonical_value(document.get("max_rows_per_unit", 1)))
+        if choose_bound and unit is None:
+            raise ProgrammingError("max_rows_per_unit: auto needs a privacy_unit column: without one, one row is one unit")
         if unit is None and bound != 1:
             raise ProgrammingError(
                 "max_rows_per_unit must be 1 when privacy_unit is null (one row = one unit); "
@@ -390,7 +398,21 @@ class Schema:
         if not isinstance(columns, Mapping):
             raise ProgrammingError("columns must map column names to domains")
         parsed = tuple(_column_from_spec(str(name), spec) for name, spec in columns.items())
-        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed, foreign_keys=foreign_keys, **key_bounds)
+        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed, foreign_keys=foreign_keys, choose_bound=choose_bound, **key_bounds)
+
+
+def _rows_per_unit(value: object) -> tuple[int, bool]:
+    """``max_rows_per_unit``: a positive integer, ``auto`` or ``{auto: N}`` (the bound, and whether it is chosen)."""
+    if value == "auto":
+        return AUTO_LIMIT, True
+    if isinstance(value, Mapping) and set(value) == {"auto"}:
+        value = canonical_value(value["auto"])
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 30:
+            raise ProgrammingError(f"max_rows_per_unit: {{auto: N}} needs the largest bound N, a positive integer up to 2^30; got {_shown(value)}")
+        return value, True
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ProgrammingError(f"max_rows_per_unit must be a positive integer, auto or {{auto: <largest>}}, got {_shown(value)}")
+    return value, False
 
 
 def _foreign_keys(document: object) -> tuple[ForeignKey, ...]:

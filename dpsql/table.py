@@ -34,6 +34,11 @@ class Table:
         """The columns with a declared domain: their domain tests decide which rows every statement counts."""
         return {c.name: c for c in self.schema.columns if c.is_known and c.name in self.column_types}
 
+    @property
+    def fan_out(self) -> int:
+        """The rows of the relation one kept private row can become (joined public tables' rows per key; 1 for a table)."""
+        return 1
+
     def bounding(self) -> str:
         """How the rows one unit contributes are bounded (EXPLAIN)."""
         schema = self.schema

@@ -3,6 +3,7 @@
 This module is the planner's public API: ``dpsql`` imports from here (and from the ``planner.ldp``
 subpackage) only, never from the modules behind it (tests/test_architecture.py)."""
 
+from planner.bound_choice import BoundChoice
 from planner.domain import Domain
 from planner.privacy import Privacy
 from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predicate, Prefix, Product, Total, Workload, marginal_for
@@ -25,6 +26,7 @@ __all__ = [
     "AllRange",
     "Answers",
     "Block",
+    "BoundChoice",
     "BoundUnavailableError",
     "Domain",
     "Explicit",

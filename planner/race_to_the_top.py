@@ -134,6 +134,30 @@ class RaceToTheTop:
         ``noise=False`` (tests only, behind ``dpsql.testing``) releases the shifted answers without noise.
         ``rng`` (a seed, generator or :class:`planner.noise.RandomSource`) is for tests; by default the noise
         comes from the OS CSPRNG."""
+        table = self._checked(answers)
+        shifted = self._noisy(table, rng, noise)
+        best = np.argmax(shifted, axis=0)
+        top = shifted[best, np.arange(table.shape[1])]
+        floor_wins = top < self.floor
+        values = np.where(floor_wins, self.floor, top)
+        levels = np.where(floor_wins, 0, np.asarray(self.truncations, dtype=np.int64)[best])
+        return TruncatedRelease(values, levels)
+
+    def choose(self, answers: np.ndarray, penalty: float, rng: RandomLike = None, noise: bool = True) -> int:
+        """A truncation for a later measurement: the level maximising its noisy, shifted answer minus ``penalty·τ_j``
+        (``answers``: one cell's per-level integers). ``penalty`` is what each unit of truncation costs the later
+        measurement in noise, in the answers' units — public, so the choice is post-processing of the same noisy
+        levels as :meth:`release` and spends what it does. Shifting makes the choice conservative: a level is not
+        chosen for noise that happened to lift it."""
+        if not math.isfinite(penalty) or penalty < 0:
+            raise ValueError(f"penalty must be a finite number at least 0, got {penalty!r}")
+        table = self._checked(answers)
+        if table.shape[1] != 1:
+            raise ValueError(f"choose takes one cell's answers, got {table.shape[1]} cells")
+        scores = self._noisy(table, rng, noise)[:, 0] - penalty * np.asarray(self.truncations, dtype=np.float64)
+        return int(self.truncations[int(np.argmax(scores))])
+
+    def _checked(self, answers: np.ndarray) -> np.ndarray:
         table = np.asarray(answers)
         if table.ndim == 1:
             table = table[:, None]
@@ -141,6 +165,10 @@ class RaceToTheTop:
             raise ValueError(f"answers must have one row per level ({self.level_count}) and at least one cell, got shape {np.shape(answers)}")
         if not np.issubdtype(table.dtype, np.integer):
             raise ValueError(f"answers must be integers (counts, or sums in units of the row weight's scale), got {table.dtype}")
+        return table
+
+    def _noisy(self, table: np.ndarray, rng: RandomLike, noise: bool) -> np.ndarray:
+        """Every level's answers plus its noise, minus its shift (the mechanism: module doc)."""
         parameters = np.repeat(self.noise_parameters[:, None], table.shape[1], axis=1)
         if not noise:
             draws = np.zeros(table.shape, dtype=np.int64)
@@ -148,13 +176,7 @@ class RaceToTheTop:
             draws = discrete_laplace(parameters, rng=rng)
         else:
             draws = discrete_gaussian(parameters, rng=rng)
-        shifted = table.astype(np.float64) + draws - self.shifts[:, None]
-        best = np.argmax(shifted, axis=0)
-        top = shifted[best, np.arange(table.shape[1])]
-        floor_wins = top < self.floor
-        values = np.where(floor_wins, self.floor, top)
-        levels = np.where(floor_wins, 0, np.asarray(self.truncations, dtype=np.int64)[best])
-        return TruncatedRelease(values, levels)
+        return table.astype(np.float64) + draws - self.shifts[:, None]
 
     # -- error ---------------------------------------------------------------------------------------------
     def error_bound(self, largest_contribution: int) -> float:

@@ -46,6 +46,9 @@ ROW_KEY_NAME = "__dpsql_row_key"  # HASH of every column of a row: its identity 
 ROW_NUMBER_NAME = "__dpsql_row_in_unit"
 CANDIDATES_NAME = "__dpsql_candidates"  # the rows that pass the domain tests, before bounding
 OVER_BOUND_NAME = "__dpsql_over_bound"  # the units with more candidate rows than the bound
+LEVEL_NAME = "__dpsql_level"  # a ranked row's level: the first 2^j rows of a unit are those of levels ≤ j
+TOP_LEVEL_NAME = "__dpsql_top_level"  # the level of its unit's last row: how many rows the unit has, in levels
+UNIT_ROWS_NAME = "__dpsql_unit_rows"
 
 
 def salted_order_key(values: list[exp.Expression], salt: int) -> exp.Expression:
@@ -80,6 +83,15 @@ def in_domain(reference: exp.Expression, column: ColumnDomain, column_type: Colu
     return exp.paren(test)
 
 
+def _level(rank: exp.Expression, bound: int) -> exp.Expression:
+    """The level of a rank: 0 for 1, ``j`` for ``2^(j−1) < rank ≤ 2^j``, the last level for any rank beyond the bound."""
+    levels = (bound - 1).bit_length() + 1
+    case = exp.Case()
+    for j in range(levels - 1):
+        case = case.when(rank.copy() <= exp.Literal.number(1 << j), exp.Literal.number(j))
+    return case.else_(exp.Literal.number(levels - 1))
+
+
 def relation_source(relation: str | exp.Query, alias: str) -> exp.Expression:
     """A FROM source for ``relation``: a table or view of the backend by name, or a query (a joined relation)."""
     if isinstance(relation, str):
@@ -95,9 +107,14 @@ def bounded_rows(
     max_rows_per_unit: int,
     salt: int,
     row_columns: tuple[str, ...],
+    with_levels: bool = False,
 ) -> exp.Query:
     """The bounded rows of ``table`` (module doc): ``row_columns`` of the rows whose values of ``columns``
-    lie in their domains, at most ``max_rows_per_unit`` per unit of ``privacy_unit``."""
+    lie in their domains, at most ``max_rows_per_unit`` per unit of ``privacy_unit``. ``with_levels``: every unit's
+    rows are ranked (none left unranked) and each row carries its level, :data:`LEVEL_NAME` — ``j`` for the rows of
+    rank ``2^(j−1) < r ≤ 2^j`` (0 for the first), so the rows of levels ``≤ j`` are the first ``2^j`` of the unit:
+    a statement that chooses its bound keeps those (``dpsql.truncation``) — and the level its unit's last row would
+    have, :data:`TOP_LEVEL_NAME` (the last level for units beyond the bound)."""
     kept_columns = tuple(dict.fromkeys((*row_columns, *columns, privacy_unit)))
     references = [exp.column(c, quoted=True) for c in kept_columns]
     identity = [exp.column(c, quoted=True) for c in row_columns] or [exp.Literal.number(0)]
@@ -122,5 +139,17 @@ def bounded_rows(
     ranked = exp.select(*(r.copy() for r in references)).from_(numbered.subquery("__dpsql_numbered"))
     ranked = ranked.where(exp.column(ROW_NUMBER_NAME) <= bound.copy())
     unranked = exp.select(*(r.copy() for r in references)).from_(CANDIDATES_NAME).where(exp.Not(this=over.copy()))
+    if with_levels:
+        unit_rows = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[unit.copy()])
+        everyone = exp.select(
+            *(r.copy() for r in references), exp.alias_(window.copy(), ROW_NUMBER_NAME), exp.alias_(unit_rows, UNIT_ROWS_NAME)
+        ).from_(CANDIDATES_NAME)
+        leveled = exp.select(
+            *(r.copy() for r in references),
+            exp.alias_(_level(exp.column(ROW_NUMBER_NAME), max_rows_per_unit), LEVEL_NAME),
+            exp.alias_(_level(exp.column(UNIT_ROWS_NAME), max_rows_per_unit), TOP_LEVEL_NAME),
+        ).from_(everyone.subquery("__dpsql_numbered"))
+        leveled = leveled.where(exp.column(ROW_NUMBER_NAME) <= bound.copy())
+        return leveled.with_(CANDIDATES_NAME, as_=candidates)
     both = exp.union(unranked, ranked, distinct=False)
     return both.with_(CANDIDATES_NAME, as_=candidates).with_(OVER_BOUND_NAME, as_=over_bound)

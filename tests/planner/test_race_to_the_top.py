@@ -88,3 +88,35 @@ def test_bad_inputs_are_refused() -> None:
         r2t.release(np.zeros((3, 1), dtype=np.int64))
     with pytest.raises(ValueError, match="integers"):
         r2t.release(np.zeros(2))
+
+
+def test_choose_trades_the_truncated_rows_against_the_penalty() -> None:
+    """Noise off: the level maximising answer − shift − penalty·τ; a larger penalty never chooses a larger level."""
+    r2t = RaceToTheTop.design(Privacy.laplace(10.0), largest=8)
+    answers = np.array([1000, 1800, 2500, 2600])  # most of the gain is reached at τ = 4
+    s = r2t.shifts
+    for penalty in (0.0, 10.0, 200.0, 5000.0):
+        expected = [1, 2, 4, 8][int(np.argmax(answers - s - penalty * np.array([1, 2, 4, 8])))]
+        assert r2t.choose(answers, penalty, noise=False) == expected
+    chosen = [r2t.choose(answers, p, noise=False) for p in (0.0, 10.0, 200.0, 5000.0)]
+    assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]
+    with pytest.raises(ValueError, match="penalty"):
+        r2t.choose(answers, -1.0)
+
+
+def test_bound_choice_estimates_lost_rows_and_prices_the_bound() -> None:
+    """The rows each bound loses, from the histogram of units by the level of their last row, in closed form; the choice
+    is the least of lost rows plus the penalty; the noise is calibrated to the fan-out (one unit: one bucket)."""
+    from planner import BoundChoice
+
+    choice = BoundChoice(Privacy.laplace(0.5), (1, 2, 4, 8), penalty=30.0, fan_out=3)
+    histogram = np.array([500, 300, 100, 40])  # middles of the buckets: 1, 1.5, 3, 6 rows
+    np.testing.assert_allclose(choice.lost_rows(histogram), [300 * 0.5 + 100 * 2 + 40 * 5, 100 * 1 + 40 * 4, 40 * 2, 0])
+    assert choice.choose(histogram, noise=False) == 4  # 550 + 30, 260 + 60, 80 + 120, 0 + 240
+    assert BoundChoice(Privacy.laplace(0.5), (1, 2, 4, 8), penalty=0.0).choose(histogram, noise=False) == 8
+    assert choice.noise_parameter == pytest.approx(3 / 0.5)
+    assert BoundChoice(Privacy.zcdp(0.5), (1, 2), 1.0, fan_out=2).noise_parameter == pytest.approx(4 / 1.0)
+    draws = [choice.choose(histogram, rng=seed) for seed in range(200)]
+    assert set(draws) <= {2, 4, 8} and draws.count(4) > 150  # the noise (scale 6) rarely moves a choice this clear
+    with pytest.raises(ValueError, match="one integer per level"):
+        choice.choose(np.array([1, 2]))
