@@ -76,7 +76,13 @@ KEPT_NAME = "key_kept"  # 1 when a row keeps its key after key bounding, 0 when 
 KEY_RANK_NAME = "key_in_unit"
 ROW_KEY_NAME = "row_key"  # HASH of every column of a row: its identity in the salted order
 ROW_IN_KEY_NAME = "row_in_key"
+
 BOUNDED_NAME = "bounded_rows"  # the subquery of bounded rows, when they are not materialised
+
+
+def _one() -> exp.Expression:
+    """``1 AS one``: the column of a SELECT that needs none (a count of rows only)."""
+    return exp.alias_(exp.Literal.number(1), "one")
 
 
 @dataclass(frozen=True)
@@ -185,7 +191,7 @@ class BoundedAggregation:
         if self.value is not None:
             weights = self.value.weights(exp.column(self.value.column, quoted=True))
             projections += [exp.alias_(w, name) for w, name in zip(weights, self.weight_names)]
-        cells = exp.select(*(projections or [exp.alias_(exp.Literal.number(1), "one")])).from_(self._source())  # a SELECT needs a column
+        cells = exp.select(*(projections or [_one()])).from_(self._source())  # SELECT needs a column
         tests = [self._in_domain(c) for c in self.columns if c not in self._tested_elsewhere]
         tests += [self._filter(f) for f in self.row_filters]
         kept: exp.Query = exp.select(*self._counted_references()).from_(cells.subquery("cells"))
@@ -270,7 +276,7 @@ class BoundedAggregation:
             counted += [exp.column(UNIT_NAME), exp.column(ROW_KEY_NAME)]
         elif self.distinct is not None:
             counted.append(exp.column(UNIT_NAME))
-        return counted or [exp.alias_(exp.Literal.number(1), "one")]
+        return counted or [_one()]
 
     def _key_bounded(self, bounded: exp.Query) -> exp.Select:
         """The bounded rows with the keyed column's value kept where key bounding allows, else NULL and

@@ -25,6 +25,7 @@ import pytest
 import sqlglot
 
 import dpsql
+import dpsql.sql.dialect
 import dpsql.testing
 from dpsql.backends.dbapi import DBAPIBackend
 from dpsql.backends.dialects import POSTGRES, SPARK, STOCK_DIALECTS
@@ -193,6 +194,11 @@ def noise_free_rows(connection: dpsql.Connection, sql: str) -> list[tuple]:
     return cursor.fetchall()
 
 
+def has_top_level_order(sql: str) -> bool:
+    """Whether the statement fixes its row order (ORDER BY on the outermost query)."""
+    return dpsql.sql.dialect.parse_one(sql).args.get("order") is not None
+
+
 def assert_same_rows(rows: list[tuple], expected: list[tuple]) -> None:
     assert len(rows) == len(expected)
     for row, reference in zip(rows, expected):
@@ -275,7 +281,10 @@ def test_accepted_statements_give_duckdb_answers(
     try:
         with dpsql.testing.seeded(REFERENCE_SEED):
             rows = noise_free_rows(connection, path.read_text())
-        assert_same_rows(rows, duckdb_answer(path).rows)
+        expected = duckdb_answer(path).rows
+        if not has_top_level_order(path.read_text()):  # SQL leaves the row order undefined
+            rows, expected = sorted(rows, key=repr), sorted(expected, key=repr)
+        assert_same_rows(rows, expected)
     finally:
         connection.close()
 

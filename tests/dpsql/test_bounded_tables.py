@@ -188,3 +188,16 @@ def test_a_backend_that_cannot_keep_rows_gives_the_same_answers(database: duckdb
         connection.close()
     assert answers[0] == answers[1]
     assert kept_relations(database) == []
+
+
+@pytest.mark.parametrize("first", ["SELECT COUNT(*) FROM t", "SELECT SUM(p) FROM t"])
+def test_a_count_over_a_table_of_bounded_values_only_reads(first: str) -> None:
+    """A schema whose only column has bounds (no domain to test or count by): the rows' cells have no
+    column, and the read once sent ``SELECT FROM …`` — a parser error after the charge, every time."""
+    frame = pd.DataFrame({"pid": np.repeat(np.arange(50), 3), "p": np.linspace(0, 1, 150)})
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=10.0))
+    connection.register("t", frame, schema={"privacy_unit": "pid", "max_rows_per_unit": 2, "columns": {"p": {"bounds": [0, 1]}}})
+    with dpsql.testing.noise_disabled():
+        for sql in (first, "SELECT COUNT(*) FROM t"):
+            connection.execute(sql, epsilon=1.0)
+        assert connection.execute("SELECT COUNT(*) FROM t", epsilon=1.0).fetchone()[0] == pytest.approx(100.0)
