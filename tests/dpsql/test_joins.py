@@ -113,6 +113,24 @@ def test_cube_and_a_shell_over_a_join(joined: dpsql.Connection, data: dict[str, 
     connection.close()
 
 
+def test_a_median_and_a_batch_over_a_join(data: dict[str, pd.DataFrame]) -> None:
+    """Quantiles of a joined column, and a workload of statements over one join planned and charged together."""
+    connection = connect(data, {**VISITS_SCHEMA, "max_rows_per_unit": 12})
+    median = "SELECT c.region, MEDIAN(v.cost) AS m FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
+    rows, errors = released(connection, median)
+    assert_cells_match(rows, errors, duckdb_rows(median, data)[1])
+    batch = [
+        "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region",
+        "SELECT v.kind, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id WHERE c.region = 'north' GROUP BY v.kind",
+    ]
+    with dpsql.testing.noise_disabled():
+        results = connection.workload(batch, epsilon=1.0)
+    for sql, result in zip(batch, results):
+        assert_cells_match(result.rows, result.errors, duckdb_rows(sql, data)[1])
+    assert connection.budget_spent().statements == 2  # the median, then the batch charged once
+    connection.close()
+
+
 def _truncated_visits(connection: dpsql.Connection, data: dict[str, pd.DataFrame], bound: int) -> pd.DataFrame:
     """visits kept by the salted rule, written out in DuckDB: each person's visits ranked by
     HASH(HASH(person_id, HASH(<every column>), salt)), the first ``bound`` kept."""
