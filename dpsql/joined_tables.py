@@ -316,7 +316,7 @@ def _check_private_join(source: Source, join: Join, tables: Mapping[str, Table],
         example = f"{source.key}.{unit} = {others[0]}.{tables[others[0]].schema.privacy_unit}" if others else f"{source.key}.{unit} = …"
         raise NotSupportedError(
             f"JOIN {source.table}: a join between private tables must go through the privacy unit (each unit's rows then join only its own "
-            f"rows); join ON {example}"
+            f"rows); write the join ON {example}"
         )
 
 
