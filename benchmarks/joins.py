@@ -143,16 +143,21 @@ def r2t_choice(data: dict[str, pd.DataFrame], task: Task, trials: int) -> list[i
     return [r2t.choose(totals, chosen.choice.penalty * chosen.weight) for _ in range(trials)]
 
 
-def tumult_runs(folder: Path, task: Task, bound: int, trials: int) -> list[pd.DataFrame] | None:
+def tumult_runs(folder: Path, runs: list[tuple[Task, int]], trials: int) -> dict[tuple[str, int], list[pd.DataFrame]]:
+    """Tumult's releases for every (task, bound), from ONE run of the peer (one Spark session); empty when no peer
+    environment is given."""
     python = os.environ.get("DPSQL_TUMULT_PYTHON")
     if not python:
         print("  (Tumult Analytics skipped: set DPSQL_TUMULT_PYTHON)", file=sys.stderr)
-        return None
+        return {}
+    names = {f"{task.name}, τ = {bound}": (task, bound) for task, bound in runs}
     request = {"data": str(folder), "epsilon": EPSILON, "trials": trials, "bounds": list(BOUNDS),
-               "tasks": [{"name": task.name, "group": task.group, "truncation": bound, "categories": task.categories}]}
+               "tasks": [{"name": name, "group": task.group, "truncation": bound, "categories": task.categories} for name, (task, bound) in names.items()]}
     done = subprocess.run([python, str(HERE / "peers" / "tumult_joins.py")], input=json.dumps(request), capture_output=True, text=True, check=True)
-    print(f"  {task.name}, τ = {bound}: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
-    return [pd.DataFrame(rows, columns=[task.group, "n", "s"]).set_index(task.group) for rows in json.loads(done.stdout)[task.name]]
+    print(f"  {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+    released = json.loads(done.stdout)
+    return {(task.name, bound): [pd.DataFrame(rows, columns=[task.group, "n", "s"]).set_index(task.group) for rows in released[name]]
+            for name, (task, bound) in names.items()}
 
 
 def mae(exact: pd.DataFrame, released: list[pd.DataFrame]) -> tuple[float, float]:
@@ -174,6 +179,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dpsql-joins-") as folder:
         for name, frame in data.items():
             frame.to_csv(Path(folder) / f"{name}.csv", index=False)
+        peer = tumult_runs(Path(folder), [(task, bound) for task in TASKS for bound in (DECLARED, *BAD)], arguments.tumult_trials)
         for task in TASKS:
             exact = truth(data, task)
             declared, _ = dpsql_runs(data, task, DECLARED, arguments.trials)
@@ -185,14 +191,11 @@ def main() -> None:
             rows.append([task.name, f"dpsql, declared τ = {DECLARED}", *mine, None, None])
             rows.append([task.name, f"dpsql, chosen (median τ = {int(np.median(chosen))})", *chosen_mae, None, None])
             rows.append([task.name, f"dpsql, chosen by R2T (median τ = {int(np.median(r2t_bounds))})", *mae(exact, r2t_runs), None, None])
-            for bound in (DECLARED, *BAD):
-                theirs = tumult_runs(Path(folder), task, bound, arguments.tumult_trials)
-                if theirs is None:
-                    continue
-                peer = mae(exact, theirs)
+            for bound in (DECLARED, *BAD) if peer else ():
+                theirs = mae(exact, peer[task.name, bound])
                 baseline = mine if bound == DECLARED else chosen_mae
                 label = "dpsql declared" if bound == DECLARED else "dpsql chosen"
-                rows.append([task.name, f"Tumult, τ = {bound} (ratio to {label})", *peer, peer[0] / baseline[0], peer[1] / baseline[1]])
+                rows.append([task.name, f"Tumult, τ = {bound} (ratio to {label})", *theirs, theirs[0] / baseline[0], theirs[1] / baseline[1]])
     columns = ["task", "method", "count MAE", "sum MAE", "count ratio", "sum ratio"]
     rows = [dict(zip(columns, row)) for row in rows]
     print_table(rows, columns, number_text)
