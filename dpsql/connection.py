@@ -375,11 +375,13 @@ class Cursor(ResultCursor):
         epsilon: float | None = None,
         rho: float | None = None,
         non_negative: bool | None = None,
+        **unexpected: object,
     ) -> Cursor:
         """Run one statement at privacy cost ``epsilon`` (or ``rho`` with Gaussian noise); ``EXPLAIN …``
         returns the plan as rows, reading and charging nothing. ``non_negative`` (default: the
         connection's): release answers of non-negative counts, free post-processing of the same
         measurement (:mod:`dpsql.nonnegative`); standard errors stay GLS's."""
+        _refuse_unexpected("execute", unexpected)
         self._check_open()
         self._released(None)
         session = self.connection._session
@@ -400,17 +402,28 @@ class Cursor(ResultCursor):
         epsilon: float | None = None,
         rho: float | None = None,
         non_negative: bool | None = None,
+        **unexpected: object,
     ) -> Cursor:
         """Run the statement once per parameter set — planned, read and charged as ONE batch costing the
         sum of the per-run costs (each run at ``epsilon``/``rho``); the rows of all runs are concatenated.
         ``seq_of_parameters`` may be any iterable (a list, a generator). Nothing is read or charged if the
         batch does not fit in the budget."""
+        _refuse_unexpected("executemany", unexpected)
         self._check_open()
         self._released(None)
         session = self.connection._session
         request = pipeline.many_request(session, operation, seq_of_parameters, epsilon, rho, self.connection._non_negative(non_negative))
         self._released(_concatenated(pipeline.run(session, request)))
         return self
+
+
+def _refuse_unexpected(method: str, unexpected: dict[str, object]) -> None:
+    """A keyword ``execute`` does not take is a ProgrammingError that names the ones it does (a Python
+    TypeError would escape the DB-API's exception classes)."""
+    if unexpected:
+        names = ", ".join(f"{name}=" for name in unexpected)
+        hint = " (δ is set on the connection: dpsql.Budget(delta=…), connect(selection_delta=…))" if "delta" in unexpected else ""
+        raise ProgrammingError(f"{method}() takes epsilon=, rho= and non_negative=, not {names}{hint}")
 
 
 def _concatenated(results: list[ResultSet]) -> ResultSet:

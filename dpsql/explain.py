@@ -34,7 +34,7 @@ import numpy as np
 
 import planner
 from dpsql.request import Prepared
-from dpsql.result import ResultSet
+from dpsql.result import ResultSet, clean_number
 from dpsql.schema import ColumnDomain
 from dpsql.sql.parse import Quantile
 from dpsql.types import NUMBER, STRING
@@ -60,7 +60,9 @@ class ExplainRow:
     detail: str | None
 
     def as_tuple(self) -> tuple[object, ...]:
-        return (self.section, self.name, self.value, self.detail)
+        """The row as EXPLAIN returns it: figures without float residue (``clean_number``)."""
+        value = clean_number(float(self.value)) if isinstance(self.value, (float, np.floating)) else self.value
+        return (self.section, self.name, value, self.detail)
 
 
 GLOSSARY_ROW = ExplainRow("glossary", GLOSSARY, None, "what every section and term above means")

@@ -121,7 +121,10 @@ class Plan:
         if isinstance(self._singular_term, BoundUnavailableError):
             return None
         bound = self._bound(discrete)
-        return self.expected_error() / bound if bound > 0 else None
+        if bound <= 0:
+            return None
+        ratio = self.expected_error() / bound
+        return 1.0 if discrete and 1.0 - 1e-9 < ratio < 1.0 else ratio  # an optimal plan's rounding, not below the bound
 
     @property
     def bound_unavailable(self) -> str | None:

@@ -245,3 +245,12 @@ def test_executemany_takes_any_iterable_of_parameters(connection: dpsql.Connecti
     assert rounded(cursor.fetchall()) == [(3.0,), (2.0,)]
     with pytest.raises(dpsql.ProgrammingError, match="at least one parameter sequence"):
         connection.cursor().executemany("SELECT COUNT(*) FROM t WHERE sex = ?", iter(()), epsilon=0.5)
+
+
+@pytest.mark.parametrize("call", ["execute", "executemany"])
+def test_an_unknown_keyword_is_a_programming_error(call: str) -> None:
+    """``execute(..., delta=1e-5)`` raised Python's TypeError, outside the DB-API's exception classes."""
+    cursor = dpsql.connect(budget=dpsql.Budget(epsilon=1.0)).cursor()
+    arguments = ("SELECT 1",) if call == "execute" else ("SELECT 1", [])
+    with pytest.raises(dpsql.ProgrammingError, match=r"takes epsilon=, rho= and non_negative=, not delta= \(δ is set on the connection"):
+        getattr(cursor, call)(*arguments, epsilon=1.0, delta=1e-5)

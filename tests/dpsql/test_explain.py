@@ -161,3 +161,14 @@ def test_every_glossary_link_explain_prints_has_its_entry(adult_connection: dpsq
         assert term in anchors
     for word in ("share of epsilon", "p-identity+ridge(p=…)", "identity (summed)", "composite(", "hierarchy(b=…)"):
         assert word in glossary
+
+
+def test_an_optimal_plan_shows_a_ratio_of_one_and_figures_without_residue(adult_connection: dpsql.Connection) -> None:
+    """The identity plan of a full marginal meets the lower bound: its ratio showed as 0.9999999999999998
+    (below 1, which EXPLAIN promises never to show) and the bound with 17 digits."""
+    rows = adult_connection.execute("EXPLAIN SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race", epsilon=1.0).fetchall()
+    figures = {name: value for section, name, value, _ in rows if section == "error"}
+    assert figures["ratio to lower bound"] == 1.0
+    for _, name, value, _ in rows:
+        if isinstance(value, float):
+            assert len(repr(value)) <= 12 or "e" in repr(value), (name, value)
