@@ -43,15 +43,34 @@ import secrets
 import threading
 from typing import TYPE_CHECKING
 
+from sqlglot import exp
+
 from dpsql.errors import OperationalError
-from dpsql.sql.bounded_rows import bounded_rows
+from dpsql.joined_tables import JoinedTable
+from dpsql.sql.bounded_rows import BoundingForm, bounded_rows, in_domain, relation_source
 
 if TYPE_CHECKING:
     from dpsql.backends.base import Backend
-    from dpsql.session import Table
+    from dpsql.table import Table
 
 PROBE_QUERY = "SELECT 1 AS one"
 INLINE_READS = 1  # charged reads of a registration that compute its bounded rows inline before one keeps them
+
+
+def _bounded(table: Table, form: BoundingForm = "window") -> exp.Query:
+    """A table's bounded rows (``dpsql.sql.bounded_rows``): the same rows whether kept or inlined (with their
+    levels, in the window form, when its statements choose their bound)."""
+    return bounded_rows(
+        table.relation, table.declared_columns(), table.column_types, table.schema.privacy_unit,  # type: ignore[arg-type]
+        table.schema.max_rows_per_unit, table.salt, tuple(table.column_types),
+        form="window" if table.schema.choose_bound else form, with_levels=table.schema.choose_bound,
+    )
+
+
+def _domain_tests(table: Table) -> exp.Expression:
+    """A table without a privacy unit: its rows within every declared domain (what its statements count)."""
+    tests = [in_domain(exp.column(n, quoted=True), d, table.column_types[n]) for n, d in table.declared_columns().items()]
+    return exp.and_(*tests) if tests else exp.true()
 
 
 class BoundedTables:
@@ -90,19 +109,34 @@ class BoundedTables:
                 return None
             return name
 
+    def rows_of(self, table: Table) -> tuple[str | exp.Query, bool, bool]:
+        """What this charged read over ``table`` reads; whether those rows are bounded already; and whether they
+        are the kept relation, which the read must :meth:`ensure` first. The kept bounded rows
+        (:meth:`relation`); for a joined relation (``dpsql.joined_tables``) its rows over its private part's
+        bounded rows (kept, or computed inline); else the table itself (the statement bounds it inline). Call it
+        once per charged read, as :meth:`relation`."""
+        if isinstance(table, JoinedTable):
+            private = table.private
+            if private.schema.privacy_unit is None:
+                return table.rows(exp.select(exp.Star()).from_(relation_source(private.relation, "rows")).where(_domain_tests(private))), True, False
+            kept = self.relation(private)
+            return table.rows(_bounded(private) if kept is None else kept), True, kept is not None
+        kept = self.relation(table)
+        if kept is None:  # inline: rows whose levels a statement chooses from are bounded here, others by the statement
+            return (_bounded(table), True, False) if table.schema.choose_bound else (table.relation, False, False)
+        return kept, True, True
+
     def ensure(self, table: Table) -> None:
-        """Compute and keep ``table``'s bounded rows unless they are kept already; for a read that
-        :meth:`relation` sent to the kept relation. Reads private rows: call it only inside a charged
-        statement's read."""
+        """Compute and keep ``table``'s bounded rows (a joined relation's: its private part's) unless they are kept
+        already; for a read that :meth:`rows_of` sent to the kept relation. Reads private rows: call it only
+        inside a charged statement's read."""
+        if isinstance(table, JoinedTable):
+            table = table.private
         with self._lock:
             name = self._names.get(table)
             if name is None or name in self._created:
                 return
-            query = bounded_rows(
-                table.relation, table.declared_columns(), table.column_types, table.schema.privacy_unit,  # type: ignore[arg-type]
-                table.schema.max_rows_per_unit, table.salt, tuple(table.column_types), form="thresholds",
-            )
-            getattr(self._backend, self._create)(name, query.sql(dialect=self._backend.dialect))
+            getattr(self._backend, self._create)(name, _bounded(table, "thresholds").sql(dialect=self._backend.dialect))
             self._created.add(name)
 
     def forget(self, table: Table) -> None:

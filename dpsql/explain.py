@@ -123,7 +123,7 @@ def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
                   f"summed into them before the noise ({_see('derived-column')})")
         rows.append(ExplainRow("column", name, None, detail))
     schema = prepared.table.schema
-    unit = f"at most {schema.max_rows_per_unit} random row(s) per {schema.privacy_unit!r}" if schema.privacy_unit else "one row = one unit"
+    unit = prepared.table.bounding() if prepared.chosen is None else f"the bound is {prepared.chosen.describe()}"
     rows.append(ExplainRow("bounding", "rows per unit", float(schema.contributions), f"{unit}; rows outside the declared domains are dropped first ({_see('rows-per-unit')})"))
     if batch.distinct is not None:
         rows.append(ExplainRow("bounding", "groups per unit", float(batch.distinct.contributions), batch.distinct.describe()))

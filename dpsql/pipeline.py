@@ -37,7 +37,7 @@ import numpy as np
 from sqlglot import exp
 
 import planner
-from dpsql import keys, nonnegative, progress, selection, testing
+from dpsql import keys, nonnegative, progress, selection, testing, truncation
 from dpsql.accountant import Cost, check_number
 from dpsql.backends.dialects import engine_name
 from dpsql.costs import privacy_of
@@ -49,6 +49,8 @@ from dpsql.result import OutputColumn, ResultSet, output_columns
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn, KeyHistogram
+from dpsql.sql.bounded_rows import LEVEL_NAME
+from dpsql.sql.literals import ColumnType
 from dpsql.sql import clipping, quantile_paths
 from dpsql.sql.compile import MAX_RELEASED_CELLS, too_many_cells
 from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
@@ -293,9 +295,9 @@ def _relation(session: Session, draft: Draft) -> Draft:
     """The one registered table every planned statement reads (one pass over its rows); Google's options
     checked against its schema."""
     statements = draft.request.statements
-    table = session.table(statements[0].table)
+    table = session.relation(statements[0].branches[0].query)
     for statement in statements[1:]:
-        if session.table(statement.table) is not table:
+        if session.relation(statement.branches[0].query) is not table:
             raise NotSupportedError(
                 f"a batch reads one table (one pass over its rows); {table.name!r} and {statement.table!r} are both used: "
                 "send one workload per table"
@@ -395,6 +397,13 @@ def _plan(session: Session, draft: Draft) -> Draft:
     table, batch, cost, request = draft.table, draft.batch, draft.cost, draft.request
     assert table is not None and batch is not None and batch.workload is not None and cost is not None
     whole = privacy_of(cost)
+    cached = None if draft.cached is None else len(draft.cached)
+    if table.schema.choose_bound:  # the statement chooses its bound (``dpsql.truncation``): no kept measurement applies
+        chosen = truncation.design(table, batch, whole, draft.keyed, table.fan_out)
+        widest = chosen.plan(batch.workload, chosen.choice.truncations[-1])
+        everything = tuple(range(len(batch.workload.products)))
+        decision = Decision(widest, everything, (), widest)
+        return dataclasses.replace(draft, prepared=Prepared(request, table, batch, draft.rows, whole, draft.keyed, None, decision, cost, cached, chosen=chosen))
     clip = None if draft.keyed is not None else clipping.design(batch.encoding, whole, table.schema.contributions)
     privacy = whole if clip is None else whole.scaled(1 - clip.share)  # the clip first, then the rest
     contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
@@ -417,7 +426,6 @@ def _plan(session: Session, draft: Draft) -> Draft:
     if decision.plan is not None:
         _check_feasible(session, batch, decision.plan)
     spent = cost if decision.plan is not None else _free(cost)
-    cached = None if draft.cached is None else len(draft.cached)
     prepared = Prepared(request, table, batch, draft.rows, privacy, draft.keyed, None, decision, spent, cached, paths, clip, balance)
     return dataclasses.replace(draft, prepared=prepared)
 
@@ -465,6 +473,7 @@ def _shells(session: Session, draft: Draft) -> Draft:
     return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, shells=shells))
 
 
+LEVEL_TYPE = ColumnType.of("INTEGER", "duckdb")  # a row's level (``dpsql.truncation``)
 Stage = Callable[[Session, Draft], Draft]
 PREPARE_STAGES: tuple[tuple[str, Stage], ...] = (
     ("relation", _relation),
@@ -724,8 +733,8 @@ def _release_cores(session: Session, prepared: Prepared) -> list[ResultSet]:
         answers, note = _finished(session, prepared, gls, None, None, from_store=True)
         return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), Outcome("free", note=note))
     session.ledger.charge(prepared.cost, prepared.request.text)  # durable; refuses an overspend before the read
-    aggregation = _aggregation(session, prepared)
-    result = _read(session, prepared.table, aggregation)
+    aggregation, kept = _aggregation(session, prepared)
+    result = _read(session, prepared.table, aggregation, kept)
     try:
         rng = testing.random_source()
         counts, clip = _counted(prepared, aggregation, result, rng)
@@ -739,14 +748,14 @@ def _release_cores(session: Session, prepared: Prepared) -> list[ResultSet]:
                             "This is a dpsql defect: please report it") from None
 
 
-def _read(session: Session, table: Table, aggregation: BoundedAggregation) -> dict[str, np.ndarray]:
-    """The one read of private rows: the table's bounded rows are kept first if they are not yet
-    (``dpsql.bounded_tables``), then the aggregation runs. The engine's message is withheld: it may
+def _read(session: Session, table: Table, aggregation: BoundedAggregation, kept: bool) -> dict[str, np.ndarray]:
+    """The one read of private rows: when it reads the kept bounded rows (``kept``), they are computed first if
+    they are not yet (``dpsql.bounded_tables``), then the aggregation runs. The engine's message is withheld: it may
     quote row values."""
     sql = session.memoised("sql", aggregation, lambda: aggregation.statement().sql(dialect=session.backend.dialect, copy=False))
 
     def read() -> dict[str, np.ndarray]:
-        if aggregation.bounded:  # it reads the kept bounded rows: computed by this read if not yet
+        if kept:  # it reads the kept bounded rows: computed by this read if not yet
             session.bounded.ensure(table)
         return session.backend.run(sql)
 
@@ -760,9 +769,9 @@ def _read(session: Session, table: Table, aggregation: BoundedAggregation) -> di
         ) from None
 
 
-def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
+def _aggregation(session: Session, prepared: Prepared) -> tuple[BoundedAggregation, bool]:
     """The bounded aggregation release sends: the plan's marginals, or — when a column's cells are decided
-    by key bounding — every (key, other cells) count."""
+    by key bounding — every (key, other cells) count; and whether it reads the kept bounded rows."""
     table, batch = prepared.table, prepared.batch
     assert batch.workload is not None
     domain = batch.workload.domain
@@ -781,11 +790,16 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         marginals = batch.read_marginals(prepared.decision.plan.required_marginals() + paths)
     attributes = [a for a in batch.read_attributes(domain.attributes) if a in columns]  # not an aggregated column's moment cells
     ordered = {name: columns[name] for name in (*attributes, *(c for c in columns if c not in attributes))}
-    kept = session.bounded.relation(table)
-    return BoundedAggregation(
-        table=table.relation if kept is None else kept,
+    types = {c: table.column_types[c] for c in ordered}
+    if prepared.chosen is not None:  # every marginal per level of the rows, and the units' histogram (``dpsql.truncation``)
+        for name, domain in prepared.chosen.domains().items():
+            ordered[name], types[name] = domain, LEVEL_TYPE
+        marginals = (*((*m, LEVEL_NAME) for m in marginals), truncation.HISTOGRAM)
+    relation, bounded, kept = session.bounded.rows_of(table)
+    aggregation = BoundedAggregation(
+        table=relation,
         columns=ordered,
-        column_types={c: table.column_types[c] for c in ordered},
+        column_types=types,
         marginals=marginals,
         privacy_unit=table.schema.privacy_unit,
         max_rows_per_unit=table.schema.max_rows_per_unit,
@@ -794,9 +808,10 @@ def _aggregation(session: Session, prepared: Prepared) -> BoundedAggregation:
         row_filters=batch.row_filters,
         keyed=keyed,
         value=batch.encoding,
-        bounded=kept is not None,
+        bounded=bounded,
         distinct=batch.distinct,
     )
+    return aggregation, kept
 
 
 def _counted(
@@ -826,6 +841,9 @@ def _measured(
         return _with_explanation(session, prepared, outcome.batch.results(answers.values, answers.variances), report)
     plan, measured, kept = decision.plan, decision.measured, decision.kept
     arrays: dict[tuple[str, ...], np.ndarray] = {}
+    if prepared.chosen is not None:
+        assert isinstance(counts, dict)
+        return _measured_at_chosen_bound(session, prepared, counts, rng)
     if prepared.keyed is not None:  # a released key set: the column's cells come from key bounding
         assert batch.workload is not None
         released = session.keys.get(prepared.table, prepared.keyed)
@@ -865,6 +883,22 @@ def _measured(
     outcome = Outcome("combined" if combined else "measured", note=note, clip=released_clip)
     variances_of = plan.variances_of if not from_store else None  # the plan's covariances hold for its own answers only
     return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, variances_of, chosen), outcome)
+
+
+def _measured_at_chosen_bound(
+    session: Session, prepared: Prepared, arrays: dict[tuple[str, ...], np.ndarray], rng: np.random.Generator
+) -> list[ResultSet]:
+    """Choose the bound from the levels' totals (R2T), then measure the rows it keeps (``dpsql.truncation``)."""
+    chosen, batch = prepared.chosen, prepared.batch
+    assert chosen is not None and batch.workload is not None and prepared.decision.plan is not None
+    bound = chosen.bound(arrays, rng=rng, noise=testing.noise_enabled())
+    plan = chosen.plan(batch.workload, bound)
+    required = batch.folded(plan.required_marginals(), truncation.bounded_to(arrays, bound.bit_length() - 1))
+    measurement = plan.measure(required, rng=rng, noise=testing.noise_enabled())
+    fresh = plan.answer(measurement)
+    answers, note = _finished(session, prepared, fresh, plan, measurement, from_store=False, batch=batch)
+    note = f"rows per unit chosen: {bound} ({chosen.describe()})" + (f"; {note}" if note else "")
+    return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, plan.variances_of), Outcome("measured", plan=plan, note=note))
 
 
 def _zero_results(batch: CompiledBatch) -> list[ResultSet]:

@@ -17,17 +17,20 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 from dpsql.errors import DataError, ProgrammingError
 from dpsql.result import OutputColumn, ResultSet
+from dpsql.sql.literals import python_value
 from dpsql.sql.split import ERROR, VALUE, Shell
 from dpsql.types import DATETIME, NUMBER, STRING
 
+_DUCKDB_TYPES = {"boolean": "BOOLEAN", "integer": "BIGINT", "float": "DOUBLE", "date": "DATE", "timestamp": "TIMESTAMP", "text": "VARCHAR"}
 _LOADERS = {".csv": "read_csv_auto", ".tsv": "read_csv_auto", ".json": "read_json_auto", ".parquet": "read_parquet"}
 
 
@@ -117,6 +120,16 @@ class PublicEngine:
         finally:
             loader.close()
         self._create(name, columns, types, rows, temporary=False)
+        self.tables[name.lower()] = name
+        self.generation += 1
+
+    def register_rows(self, name: str, kinds: Mapping[str, str], columns: Mapping[str, np.ndarray]) -> None:
+        """Copy a public table read from the backend (``columns``: its values by column, as ``Backend.run`` returns
+        them; ``kinds``: each column's ``ColumnType.kind``) into the engine."""
+        names = list(kinds)
+        values = [[None if masked else python_value(v) for v, masked in zip(np.ma.getdata(columns[c]), np.ma.getmaskarray(columns[c]))] for c in names]
+        rows = list(zip(*values)) if names else []
+        self._create(name, names, [_DUCKDB_TYPES[kinds[c]] for c in names], rows, temporary=False)
         self.tables[name.lower()] = name
         self.generation += 1
 

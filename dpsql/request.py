@@ -14,6 +14,7 @@ from dpsql.post_processing import ShellPlan
 from dpsql.session import Table
 from dpsql.sql.clipping import AutomaticClip
 from dpsql.sql.quantile_paths import QuantilePaths
+from dpsql.truncation import ChosenBound
 from dpsql.sql.split import Shell
 from dpsql.sql.statement import Statement
 from dpsql.workloads import CompiledBatch
@@ -100,6 +101,7 @@ class Prepared:
     clip: AutomaticClip | None = None  # the aggregated column's private clip (``clip: auto``, dpsql.sql.clipping)
     balance: planner.Balance | None = None  # grouping sets held to their own shares' accuracy (planner.plan_balanced)
     shells: tuple[ShellPlan | None, ...] = ()  # per statement as written: its shell's cores and columns (None: no shell)
+    chosen: ChosenBound | None = None  # the bound on rows per unit is chosen by the statement (``dpsql.truncation``)
 
     @property
     def plan(self) -> planner.Plan | None:

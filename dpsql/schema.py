@@ -1,9 +1,13 @@
-"""Table metadata: the privacy unit, the contribution bound, and each column's public domain.
+"""Table metadata: the privacy unit, the contribution bound, each column's public domain, declared keys.
 
 A schema is loaded from YAML, JSON or a dict of the same shape::
 
     privacy_unit: person_id        # or null: one row = one unit
-    max_rows_per_unit: 3           # rows kept per unit (chosen at random); must be 1 when privacy_unit is null
+    foreign_keys:                  # the keys joins may use (column: table.column); see "Joins" below
+      person_id: persons.id
+      clinic_id: clinics.id
+    max_rows_per_unit: 3           # rows kept per unit (chosen at random); must be 1 when privacy_unit is null;
+                                   # or auto ({auto: 256}): chosen per statement (R2T), at most 1024 (256)
     max_groups_per_unit: 2         # groups one unit counts in (random): COUNT(DISTINCT unit), keys of an unknown GROUP BY column; default 1
     max_rows_per_group: 1          # ... and rows kept per unit and key (default max_rows_per_unit)
     columns:
@@ -31,6 +35,27 @@ domain is NULL (in a column not declared ``nullable``) or outside that domain is
 bounded SQL, before contribution bounding. The rule looks at one row at a time, so it is
 data-independent and the privacy guarantee is unaffected; nothing about how many rows were dropped is
 released. Columns of the table that the schema does not list have an unknown domain.
+
+**Joins.** A table is either *private* (the default) or *public* (``public: true``: no privacy unit and no
+contribution bounds — its rows are not protected, so statements may join it freely and read it as they like;
+its ``columns`` may declare domains, else a public column's values are read from the table itself).
+A private table names the column that holds its privacy unit (``privacy_unit: person_id``), or none
+(``privacy_unit: null``: one row is one unit; such a table joins public tables only). The unit column may be a
+foreign key to the table that has the unit (``visits.person_id → persons.id``); the referenced column must then
+be that table's unit. Two private tables protect the same units when they are one table, when one's unit
+column references the other's, or when both reference the same table's unit; only then may a statement join
+them, and only along the unit (Google's rule for DP SQL: ``visits.person_id = persons.id``).
+
+``max_rows_per_unit: auto`` leaves the bound to each statement: it spends :data:`CHOICE_SHARE` of its budget
+to choose it privately among 1, 2, 4, … up to :data:`AUTO_LIMIT` (or ``{auto: N}``) by R2T
+(``planner.RaceToTheTop``, Dong, Fang, Yi, Tao and Machanavajjhala, SIGMOD 2022), then measures with that bound.
+
+``foreign_keys`` maps a column to the ``table.column`` it references (a private or a public table). Joins use
+declared keys only: a private table joins a public one on a declared foreign key
+(``visits.clinic_id → clinics.id``), and private tables join each other along their unit. ``max_rows_per_unit`` and ``max_groups_per_unit``
+are declared per private table and bound what a unit contributes *after* the joins of a statement, by the same
+salted order as today. Whether referenced tables and columns exist is checked when both tables are registered
+(in either order), before any row is read.
 """
 
 from __future__ import annotations
@@ -60,6 +85,8 @@ OUT_OF_DOMAIN_RULE = (
 
 Scalar = str | int | float | bool | datetime.date | datetime.datetime
 DomainKind = Literal["categories", "range", "bins", "keys", "unknown"]
+AUTO_LIMIT = 1024  # the largest bound ``max_rows_per_unit: auto`` may choose
+CHOICE_SHARE = 0.2  # of a statement's budget, spent choosing its bound when ``max_rows_per_unit: auto``
 MAX_RANGE_CELLS = 1 << 20
 """Most values a ``range`` column may span (as many as a WHERE clause may mask): wider columns need
 ``bins``."""
@@ -94,7 +121,8 @@ class BinLabel(str):
     def __reduce__(self) -> tuple[type[BinLabel], tuple[float, float]]:
         return (BinLabel, (self.low, self.high))
 _COLUMN_KEYS = {"categories", "range", "bins", "nullable", "bounds", "clip"}
-_SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns"}
+_SCHEMA_KEYS = {"privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group", "columns", "public", "foreign_keys"}
+_PRIVATE_KEYS = ("privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group")
 _SHOWN = reprlib.Repr()  # what an error message shows of a declared value: bounded, whatever its depth
 _SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 24, 24, 8, 80, 60
 
@@ -249,12 +277,27 @@ def _fmt(number: Scalar) -> str:
 
 
 @dataclass(frozen=True)
+class ForeignKey:
+    """A declared key: ``column`` of this table references ``referenced`` of ``table`` (``visits.person_id → persons.id``)."""
+
+    column: str
+    table: str
+    referenced: str
+
+    def __str__(self) -> str:
+        return f"{self.column} → {self.table}.{self.referenced}"
+
+
+@dataclass(frozen=True)
 class Schema:
     """Privacy metadata of one table.
 
     >>> s = Schema.load({"privacy_unit": None, "columns": {"sex": {"categories": ["F", "M"]}}})
     >>> s.contributions, s.column("sex").size, s.column("other").kind
     (1, 2, 'unknown')
+    >>> v = Schema.load({"privacy_unit": "person_id", "foreign_keys": {"person_id": "persons.id"}, "max_rows_per_unit": 5})
+    >>> str(v.foreign_key("person_id")), Schema.load({"public": True}).public
+    ('person_id → persons.id', True)
     """
 
     privacy_unit: str | None
@@ -262,6 +305,22 @@ class Schema:
     columns: tuple[ColumnDomain, ...]
     max_groups_per_unit: int = 1  # group cells of COUNT(DISTINCT unit), and keys of an unknown GROUP BY column, one unit may count in
     max_rows_per_group: int | None = None  # rows per unit and unknown key (None: max_rows_per_unit)
+    public: bool = False  # no privacy unit, no bounds: the rows are not protected (module doc, "Joins")
+    choose_bound: bool = False  # max_rows_per_unit: auto — the bound is chosen per statement, max_rows_per_unit is its largest
+    foreign_keys: tuple[ForeignKey, ...] = ()
+
+    def foreign_key(self, column: str) -> ForeignKey | None:
+        """The declared foreign key of ``column``, if any."""
+        for key in self.foreign_keys:
+            if key.column == column:
+                return key
+        return None
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The columns the schema names outside ``columns``: the unit column and the foreign keys."""
+        named = [self.privacy_unit] if self.privacy_unit is not None else []
+        return tuple(dict.fromkeys(named + [k.column for k in self.foreign_keys]))
 
     @property
     def contributions(self) -> int:
@@ -309,12 +368,28 @@ class Schema:
             raise ProgrammingError(
                 f"unknown schema key(s) {sorted(map(str, unexpected))}; allowed: {sorted(_SCHEMA_KEYS)}"
             )
+        foreign_keys = _foreign_keys(document.get("foreign_keys", {}))
+        public = canonical_value(document.get("public", False))
+        if not isinstance(public, bool):
+            raise ProgrammingError(f"public must be true or false, got {_shown(public)}")
+        if public:
+            private = [key for key in _PRIVATE_KEYS if key in document]
+            if private:
+                raise ProgrammingError(
+                    f"a public table has no privacy unit and no contribution bounds: remove {private} (or drop public: true "
+                    "to protect its rows)"
+                )
+            columns = document.get("columns", {})
+            if not isinstance(columns, Mapping):
+                raise ProgrammingError("columns must map column names to domains")
+            parsed = tuple(_column_from_spec(str(name), spec) for name, spec in columns.items())
+            return cls(privacy_unit=None, max_rows_per_unit=1, columns=parsed, public=True, foreign_keys=foreign_keys)
         unit = canonical_value(document.get("privacy_unit"))
         if unit is not None and (not isinstance(unit, str) or not unit):
             raise ProgrammingError(f"privacy_unit must be a column name or null, got {_shown(unit)}")
-        bound = canonical_value(document.get("max_rows_per_unit", 1))
-        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
-            raise ProgrammingError(f"max_rows_per_unit must be a positive integer, got {_shown(bound)}")
+        bound, choose_bound = _rows_per_unit(canonical_value(document.get("max_rows_per_unit", 1)))
+        if choose_bound and unit is None:
+            raise ProgrammingError("max_rows_per_unit: auto needs a privacy_unit column: without one, one row is one unit")
         if unit is None and bound != 1:
             raise ProgrammingError(
                 "max_rows_per_unit must be 1 when privacy_unit is null (one row = one unit); "
@@ -336,7 +411,38 @@ class Schema:
         if not isinstance(columns, Mapping):
             raise ProgrammingError("columns must map column names to domains")
         parsed = tuple(_column_from_spec(str(name), spec) for name, spec in columns.items())
-        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed, **key_bounds)
+        return cls(privacy_unit=unit, max_rows_per_unit=bound, columns=parsed, foreign_keys=foreign_keys, choose_bound=choose_bound, **key_bounds)
+
+
+def _rows_per_unit(value: object) -> tuple[int, bool]:
+    """``max_rows_per_unit``: a positive integer, ``auto`` or ``{auto: N}`` (the bound, and whether it is chosen)."""
+    if value == "auto":
+        return AUTO_LIMIT, True
+    if isinstance(value, Mapping) and set(value) == {"auto"}:
+        value = canonical_value(value["auto"])
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 30:
+            raise ProgrammingError(f"max_rows_per_unit: {{auto: N}} needs the largest bound N, a positive integer up to 2^30; got {_shown(value)}")
+        return value, True
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ProgrammingError(f"max_rows_per_unit must be a positive integer, auto or {{auto: <largest>}}, got {_shown(value)}")
+    return value, False
+
+
+def _foreign_keys(document: object) -> tuple[ForeignKey, ...]:
+    """``foreign_keys: {column: table.column, …}`` (the table may be qualified: ``schema.table.column``)."""
+    if not isinstance(document, Mapping):
+        raise ProgrammingError(f"foreign_keys must map columns to the table.column they reference, got {_shown(document)}")
+    keys = []
+    for column, target in document.items():
+        target = canonical_value(target)
+        parts = target.split(".") if isinstance(target, str) else []
+        if not isinstance(column, str) or not column or len(parts) < 2 or not all(parts):
+            raise ProgrammingError(
+                f"foreign_keys: {_shown(column)}: {_shown(target)} must name the referenced table and column as table.column "
+                "(e.g. person_id: persons.id)"
+            )
+        keys.append(ForeignKey(column, ".".join(parts[:-1]), parts[-1]))
+    return tuple(keys)
 
 
 def _looks_like_path(text: str) -> bool:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from sqlglot import exp
+
 import planner
 from dpsql import progress, testing
 from dpsql.accountant import Budget, Cost, Ledger
@@ -27,9 +29,13 @@ from dpsql.backends.dialects import engine_name
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.keys import ReleasedKeys
 from dpsql.post_processing import PublicEngine
-from dpsql.schema import ColumnDomain, Schema
+from dpsql.joined_tables import JoinedTable, PrivateJoin, joined_table
+from dpsql.relations import check_keys
+from dpsql.schema import Schema
+from dpsql.table import Table
 from dpsql.sql.literals import ColumnType, canonical_schema
-from dpsql.sql.parse import names_table
+from dpsql.sql.joins import JoinSpec
+from dpsql.sql.parse import Query, names_table
 from dpsql.sql.settings import TextCost
 from planner import MeasurementStore
 
@@ -41,29 +47,6 @@ _MISSING = object()
 _ATOMS = frozenset({str, int, float, bool, type(None), bytes})
 T = TypeVar("T")
 DEFAULT_SELECTION_DELTA_SHARE = 0.1  # of the budget's δ, spent by one key selection unless configured
-
-
-@dataclass(frozen=True, eq=False)
-class Table:
-    """A registered table: its name in the backend, its checked schema and its column types. A new
-    registration is a new object: what was kept or released for the old one no longer applies."""
-
-    name: str
-    relation: str
-    schema: Schema
-    column_types: dict[str, ColumnType]
-    salt: int  # secret (OS entropy): orders every unit's rows for contribution bounding, the same way for every statement
-
-    def declared_columns(self) -> dict[str, ColumnDomain]:
-        """The columns with a declared domain: their domain tests decide which rows every statement counts."""
-        return {c.name: c for c in self.schema.columns if c.is_known and c.name in self.column_types}
-
-    def resolve(self, name: str) -> str | None:
-        """The table's spelling of a column name (exact, else the one case-insensitive match)."""
-        if name in self.column_types:
-            return name
-        matches = [c for c in self.column_types if c.lower() == name.lower()]
-        return matches[0] if len(matches) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -102,35 +85,102 @@ def check_name(name: object) -> None:
 
 
 class Registrations:
-    """The tables registered on one database — checked schemas, salts — and their kept bounded rows
-    (:mod:`dpsql.bounded_tables`). A connection has its own. ``shared``: the sessions of ``dpsql serve`` on
-    its DuckDB database share one, registered once at start-up, so every session reads the same registration
-    of a table (its salt, its one kept relation, computed by the first charged read of any of them)."""
+    """The tables registered on one database — private tables (checked schemas, salts), public tables, the joined
+    relations statements read — and their kept bounded rows (:mod:`dpsql.bounded_tables`). A connection has its
+    own. ``shared``: the sessions of ``dpsql serve`` on its DuckDB database share one, registered once at
+    start-up, so every session reads the same registration of a table (its salt, its one kept relation,
+    computed by a charged read of any of them)."""
 
     def __init__(self, backend: Backend, shared: bool = False) -> None:
         self.backend = backend
         self.shared = shared
         self.tables: dict[str, Table] = {}
+        self.public_tables: dict[str, Table | None] = {}  # public tables as the backend holds them (None: in the shells' engine only)
+        self.public_sources: dict[str, Callable[[PublicEngine], None]] = {}  # how each public table enters a session's engine of shells
+        self.joined: dict[JoinSpec, JoinedTable] = {}  # the joined relations statements read (``dpsql.joined_tables``)
         self.bounded = BoundedTables(backend, shared=shared)
+        self._lock = threading.Lock()  # sessions sharing the registrations build joined relations one at a time
 
-    def register(self, name: str, source: object, schema: object) -> Table:
-        """Check ``schema`` against the relation's columns and types, cast its domains (no rows read)."""
+    def register(self, name: str, source: object, schema: Schema) -> set[str]:
+        """Check ``schema`` against the relation's columns and types, cast its domains and check its declared keys
+        against the tables registered so far (no rows read); a public table (``public: true``) is made readable by
+        statements (joined inside private aggregations, in the backend) and by shells. Returns the names (lower
+        case) whose kept measurements no longer answer anything: the table's and those of the joins reading it."""
         check_name(name)
-        if schema is None:
-            raise ProgrammingError(f"register({name!r}, ...) needs schema=: a dict, YAML or JSON (see dpsql.schema)")
-        parsed = Schema.load(schema)  # type: ignore[arg-type]
-        relation = self._relation_for(name, source)
+        if schema.public and name.lower() in self.tables:
+            raise ProgrammingError(f"{name!r} is a registered private table; give the public table another name")
+        if not schema.public and name.lower() in self.public_tables:
+            raise ProgrammingError(f"{name!r} is a registered public table; give the private table another name")
+        if schema.public:
+            self._register_public(name, source, schema)
+        else:
+            table = self._checked_table(name, self._relation_for(name, source), schema)
+            self.bounded.register(table, self.tables.get(name.lower()))
+            self.tables[name.lower()] = table
+        return {name.lower(), *self._forget_joins(name)}
+
+    def _forget_joins(self, name: str) -> set[str]:
+        """A table was registered again: the joined relations that read it are built anew (new salt, new rows); the
+        names of the old ones (their kept measurements answer nothing now)."""
+        stale = [spec for spec, joined in self.joined.items() if name.lower() in joined.tables]
+        names = {self.joined[spec].name.lower() for spec in stale}
+        for spec in stale:
+            joined = self.joined.pop(spec)
+            if isinstance(joined.private, PrivateJoin):
+                self.bounded.forget(joined.private)
+        return names
+
+    def relation(self, query: Query, table: Callable[[str], Table]) -> Table:
+        """The table a private aggregation reads: a registered table (found by ``table``), or the joined relation
+        of its FROM clause."""
+        if query.join is None:
+            return table(query.table)
+        with self._lock:
+            found = self.joined.get(query.join)
+            if found is None:
+                found = joined_table(query.join, list(self.tables.values()), self.public_tables, self.backend.run, self.backend.dialect)
+                if isinstance(found.private, PrivateJoin):
+                    self.bounded.register(found.private, None)
+                self.joined[query.join] = found
+            return found
+
+    def _checked_table(self, name: str, relation: str, schema: Schema) -> Table:
+        """The relation's columns and types checked against ``schema`` (domains cast, declared keys checked)."""
         dialect = self.backend.dialect
         types = {column: ColumnType.of(type_name, dialect) for column, type_name in self.backend.describe(relation).items()}
-        self._check_columns(name, parsed, types)
+        self._check_columns(name, schema, types)
         try:
-            checked = canonical_schema(parsed, types, name, self.backend.run, dialect)
+            checked = canonical_schema(schema, types, name, self.backend.run, dialect)
         except ProgrammingError as error:
             raise ProgrammingError(f"{error} (column types as {engine_name(dialect)} reports them)") from None
-        table = Table(name, relation, checked, types, testing.bounding_salt())
-        self.bounded.register(table, self.tables.get(name.lower()))
-        self.tables[name.lower()] = table
+        table = Table(name, relation, checked, types, 0 if schema.public else testing.bounding_salt())
+        check_keys(table, [t for t in self.all_tables() if t.name.lower() != name.lower()])
         return table
+
+    def _register_public(self, name: str, source: object, schema: Schema) -> None:
+        """A public table in the backend (private aggregations join it there) and, for every session, in the engine
+        of shells. A backend that cannot hold the source (PostgreSQL takes tables by name) leaves it to the shells."""
+        from_engine = source is None or (isinstance(source, str) and not Path(source).suffix and self.backend.has_relation(source))  # type: ignore[attr-defined]
+        try:
+            relation = self._relation_for(name, source)
+        except ProgrammingError:
+            if from_engine:
+                raise
+            relation = None
+        table = None if relation is None else self._checked_table(name, relation, schema)
+        if from_engine:  # a relation of the engine: its rows, read once (they are public) into the engines of shells
+            assert table is not None
+            everything = exp.select(exp.Star()).from_(exp.Table(this=exp.to_identifier(table.relation, quoted=True)))
+            kinds = {c: t.kind for c, t in table.column_types.items()}
+            rows = self.backend.run(everything.sql(dialect=self.backend.dialect))
+            self.public_sources[name.lower()] = lambda engine: engine.register_rows(name, kinds, rows)
+        else:
+            self.public_sources[name.lower()] = lambda engine: engine.register(name, source)
+        self.public_tables[name.lower()] = table
+
+    def all_tables(self) -> list[Table]:
+        """The registered private and public tables."""
+        return [*self.tables.values(), *(t for t in self.public_tables.values() if t is not None)]
 
     def _relation_for(self, name: str, source: object) -> str:
         if source is None:
@@ -143,9 +193,7 @@ class Registrations:
 
     def _check_columns(self, name: str, schema: Schema, types: dict[str, ColumnType]) -> None:
         engine = engine_name(self.backend.dialect)
-        missing = [c for c in schema.column_names if c not in types]
-        if schema.privacy_unit is not None and schema.privacy_unit not in types:
-            missing.insert(0, schema.privacy_unit)
+        missing = [c for c in (*schema.key_columns, *schema.column_names) if c not in types]
         if missing:
             raise ProgrammingError(
                 f"the schema of {name!r} names column(s) {missing} that the data does not have; its columns in {engine} "
@@ -176,6 +224,8 @@ class Session:
         self.keys = ReleasedKeys()
         self.said = TextCost(where="SET dpsql")  # the connection's ``SET dpsql.*`` settings (``dpsql.sql.settings``)
         self.public = PublicEngine()  # public tables and the shells over released rows (``dpsql.post_processing``)
+        for enter in self.registrations.public_sources.values():
+            enter(self.public)
         self.plans = PlanCache()
         self._memo: OrderedDict[Hashable, object] = OrderedDict()
         self.closed = False
@@ -189,6 +239,10 @@ class Session:
     @property
     def tables(self) -> dict[str, Table]:
         return self.registrations.tables
+
+    @property
+    def public_tables(self) -> dict[str, Table | None]:
+        return self.registrations.public_tables
 
     @property
     def bounded(self) -> BoundedTables:
@@ -211,28 +265,34 @@ class Session:
 
     # -- tables ------------------------------------------------------------------------------------------
     def register(self, name: str, source: object, schema: object, public: bool = False) -> None:
-        """Register a private table of this session's own (:meth:`Registrations.register`: what was kept for an
-        earlier registration of the name no longer answers anything); or, with ``public``, copy a public table
-        into the engine of shells (its rows are not protected)."""
+        """Register a table of this session's own (:meth:`Registrations.register`: what was kept for an earlier
+        registration of the name, or for joins reading it, no longer answers anything); a public table
+        (``public=True`` or a schema saying ``public: true``) also enters this session's engine of shells: its rows
+        are not protected."""
         self.check_open()
         check_name(name)
-        if public:
-            if schema is not None:
-                raise ProgrammingError(f"register({name!r}, ..., public=True) takes no schema: a public table's rows are not protected")
-            if name.lower() in self.tables:
-                raise ProgrammingError(f"{name!r} is a registered private table; give the public table another name")
-            self.public.register(name, source)
-            return
-        if name.lower() in self.public.tables:
-            raise ProgrammingError(f"{name!r} is a registered public table; give the private table another name")
+        parsed = Schema.load(schema) if schema is not None else (Schema.load({"public": True}) if public else None)  # type: ignore[arg-type]
+        if parsed is None:
+            raise ProgrammingError(f"register({name!r}, ...) needs schema=: a dict, YAML or JSON (see dpsql.schema)")
+        if public and not parsed.public:
+            raise ProgrammingError(
+                f"register({name!r}, ..., public=True) takes no schema, or a public one (public: true, with optional column "
+                "domains): a public table's rows are not protected"
+            )
         if self.registrations.shared:
             raise ProgrammingError("this session reads tables registered for every session of its server; register them there")
-        self.registrations.register(name, source, schema)
-        self.store.forget(lambda rows: rows[0] == name.lower())
+        stale = self.registrations.register(name, source, parsed)
+        if parsed.public:
+            self.registrations.public_sources[name.lower()](self.public)
+        self.store.forget(lambda rows: rows[0] in stale)
+
+    def relation(self, query: Query) -> Table:
+        """The table a private aggregation reads: a registered table, or the joined relation of its FROM clause."""
+        return self.registrations.relation(query, self.table)
 
     def public_names(self) -> frozenset[str]:
         """The registered public tables' names, lower case (statements read them in their shells)."""
-        return frozenset(self.public.tables)
+        return frozenset(self.public_tables)
 
     def table(self, name: str) -> Table:
         """The registered table a statement names: by its registered name, qualified or not (case-insensitive, as
@@ -246,6 +306,11 @@ class Session:
         if len(matches) == 1:
             return matches[0]
         registered = sorted(t.name for t in self.tables.values())
+        if name.lower() in self.public_tables or any(names_table(path, tuple(k.split("."))) for k in self.public_tables):
+            raise NotSupportedError(
+                f"FROM: {name!r} is a public table; a private aggregation reads a private table (joined with public ones as it likes): "
+                f"use one of {registered}, or query the public table's own data directly"
+            )
         if matches:
             raise ProgrammingError(f"FROM: table {name!r} could be any of {sorted(t.name for t in matches)}; qualify it")
         raise ProgrammingError(

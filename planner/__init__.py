@@ -5,6 +5,7 @@ subpackage) only, never from the modules behind it (tests/test_architecture.py).
 
 from planner.balance import Balance, plan_balanced
 from planner.clipping import CLIP_SHARE, UpperClip
+from planner.bound_choice import BoundChoice
 from planner.domain import Domain
 from planner.privacy import Privacy
 from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predicate, Prefix, Product, ShiftedPrefix, Total, Workload, marginal_for
@@ -15,6 +16,7 @@ from planner.noise import NoiseParameterError
 from planner.partition import PartitionSelection, PartitionSelectionImpossibleError
 from planner.quantile_mechanisms import ExponentialQuantiles, QuantileChoice, QuantileColumn
 from planner.quantile_mechanisms import choose as choose_quantiles
+from planner.race_to_the_top import RaceToTheTop, TruncatedRelease
 from planner.select import BoundUnavailableError
 from planner.selected_intervals import selected_variances
 from planner.selection_split import SelectionSplit, split
@@ -27,6 +29,7 @@ __all__ = [
     "Answers",
     "Balance",
     "Block",
+    "BoundChoice",
     "BoundUnavailableError",
     "Domain",
     "Explicit",
@@ -46,10 +49,12 @@ __all__ = [
     "Product",
     "QuantileChoice",
     "QuantileColumn",
+    "RaceToTheTop",
     "SelectionSplit",
     "ShiftedPrefix",
     "Total",
     "UpperClip",
+    "TruncatedRelease",
     "Workload",
     "design_keyed_release",
     "choose_quantiles",

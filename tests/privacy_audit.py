@@ -111,8 +111,8 @@ def half_ridge_noise(monkeypatch: pytest.MonkeyPatch) -> None:
 def no_contribution_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bounded rows without their bound: every row of a unit is kept and counted (whether they are
     kept in the backend or computed within the statement)."""
-    def unbounded(table, columns, column_types, privacy_unit, max_rows_per_unit, salt, row_columns, **form):  # type: ignore[no-untyped-def]
-        return bounded_rows(table, columns, column_types, privacy_unit, 2**31 - 1, salt, row_columns, **form)
+    def unbounded(table, columns, column_types, privacy_unit, max_rows_per_unit, salt, row_columns, **options):  # type: ignore[no-untyped-def]
+        return bounded_rows(table, columns, column_types, privacy_unit, 2**31 - 1, salt, row_columns, **options)
 
     for module in (dpsql.bounded_tables, dpsql.sql.bounded):
         monkeypatch.setattr(module, "bounded_rows", unbounded)

@@ -152,6 +152,7 @@ class Tables:
             CatalogTable(
                 t.name,
                 tuple(CatalogColumn(c, type_oid(postgres_type(kind)), False, domain_comment(t.schema, c)) for c, kind in t.column_types.items()),
+                "public table: its rows are not protected; statements join it with private tables" if t.schema.public else
                 f"dpsql table: {'one privacy unit per ' + repr(t.schema.privacy_unit) if t.schema.privacy_unit else 'one row per privacy unit'}; "
                 "statements release differentially private aggregates, never rows",
             )

@@ -69,7 +69,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.schema import ColumnDomain, range_value
-from dpsql.sql.bounded_rows import bounded_rows, in_domain, in_range, salted_order_key
+from dpsql.sql.bounded_rows import bounded_rows, in_domain, in_range, relation_source, salted_order_key
 from dpsql.sql.compile import CellFilter
 from dpsql.sql.distinct_units import DistinctUnits, pairs
 from dpsql.sql.literals import ColumnType, python_value, sql_literal
@@ -127,7 +127,7 @@ class KeyHistogram:
 class BoundedAggregation:
     """Marginals over the bounded rows of ``table`` that pass ``row_filters`` (module doc)."""
 
-    table: str
+    table: str | exp.Query  # a relation of the backend by name, or the query of a joined relation's rows
     columns: Mapping[str, ColumnDomain]  # every column the statement mentions, by name
     column_types: Mapping[str, ColumnType]  # backend type of each mentioned column
     marginals: tuple[tuple[str, ...], ...]  # attribute tuples to count over
@@ -268,7 +268,7 @@ class BoundedAggregation:
 
     def _source(self) -> exp.Expression:
         """The table (materialised bounded rows, or no privacy unit), else the bounded rows as a subquery."""
-        table = exp.Table(this=exp.to_identifier(self.table, quoted=True))
+        table = relation_source(self.table, "joined_rows")
         if self.privacy_unit is None or self.bounded:
             return table
         tested = {c: d for c, d in self.columns.items() if self.keyed is None or c != self.keyed.name}

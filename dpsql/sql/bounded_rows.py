@@ -58,6 +58,9 @@ TIES_NAME = "__dpsql_ties"  # how many rows whose key equals the threshold that 
 CANDIDATES_NAME = "__dpsql_candidates"  # the rows that pass the domain tests, before bounding
 OVER_BOUND_NAME = "__dpsql_over_bound"  # the units with more candidate rows than the bound
 THRESHOLDS_NAME = "__dpsql_thresholds"
+LEVEL_NAME = "__dpsql_level"  # a ranked row's level: the first 2^j rows of a unit are those of levels ≤ j
+TOP_LEVEL_NAME = "__dpsql_top_level"  # the level of its unit's last row: how many rows the unit has, in levels
+UNIT_ROWS_NAME = "__dpsql_unit_rows"
 
 
 def salted_order_key(values: list[exp.Expression], salt: int) -> exp.Expression:
@@ -92,8 +95,24 @@ def in_domain(reference: exp.Expression, column: ColumnDomain, column_type: Colu
     return exp.paren(test, copy=False)  # (no copies: a domain of 10⁶ categories is one long IN list)
 
 
+def _level(rank: exp.Expression, bound: int) -> exp.Expression:
+    """The level of a rank: 0 for 1, ``j`` for ``2^(j−1) < rank ≤ 2^j``, the last level for any rank beyond the bound."""
+    levels = (bound - 1).bit_length() + 1
+    case = exp.Case()
+    for j in range(levels - 1):
+        case = case.when(rank.copy() <= exp.Literal.number(1 << j), exp.Literal.number(j))
+    return case.else_(exp.Literal.number(levels - 1))
+
+
+def relation_source(relation: str | exp.Query, alias: str) -> exp.Expression:
+    """A FROM source for ``relation``: a table or view of the backend by name, or a query (a joined relation)."""
+    if isinstance(relation, str):
+        return exp.Table(this=exp.to_identifier(relation, quoted=True))
+    return relation.subquery(exp.to_identifier(alias, quoted=True))
+
+
 def bounded_rows(
-    table: str,
+    table: str | exp.Query,
     columns: Mapping[str, ColumnDomain],
     column_types: Mapping[str, ColumnType],
     privacy_unit: str,
@@ -101,9 +120,14 @@ def bounded_rows(
     salt: int,
     row_columns: tuple[str, ...],
     form: BoundingForm = "window",
+    with_levels: bool = False,
 ) -> exp.Query:
     """The bounded rows of ``table`` (module doc): ``row_columns`` of the rows whose values of ``columns``
-    lie in their domains, at most ``max_rows_per_unit`` per unit of ``privacy_unit``, in the given form."""
+    lie in their domains, at most ``max_rows_per_unit`` per unit of ``privacy_unit``, in the given form.
+    ``with_levels`` (the window form): every row carries its level, :data:`LEVEL_NAME` — ``j`` for the rows of
+    rank ``2^(j−1) < r ≤ 2^j`` (0 for the first), so the rows of levels ``≤ j`` are the first ``2^j`` of the unit:
+    a statement that chooses its bound keeps those (``dpsql.truncation``) — and the level its unit's last row would
+    have, :data:`TOP_LEVEL_NAME` (the last level for units beyond the bound)."""
     kept_columns = tuple(dict.fromkeys((*row_columns, *columns, privacy_unit)))
     identity = [exp.column(c, quoted=True) for c in row_columns] or [exp.Literal.number(0)]
     unit = exp.column(privacy_unit, quoted=True)
@@ -112,10 +136,22 @@ def bounded_rows(
     order_key = salted_order_key([unit.copy(), exp.func("HASH", *identity)], salt)
     candidates = (
         exp.select(*(exp.column(c, quoted=True) for c in kept_columns), exp.alias_(order_key, ORDER_NAME))
-        .from_(exp.Table(this=exp.to_identifier(table, quoted=True)))
+        .from_(relation_source(table, "__dpsql_rows"))
         .where(exp.and_(*tests, copy=False), copy=False)
     )
     bound = exp.Literal.number(max_rows_per_unit)
+    if with_levels:
+        unit_rows = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[unit.copy()])
+        everyone = exp.select(
+            *_columns(kept_columns), exp.alias_(_row_number(unit), ROW_NUMBER_NAME), exp.alias_(unit_rows, UNIT_ROWS_NAME)
+        ).from_(CANDIDATES_NAME)
+        leveled = exp.select(
+            *_columns(kept_columns),
+            exp.alias_(_level(exp.column(ROW_NUMBER_NAME), max_rows_per_unit), LEVEL_NAME),
+            exp.alias_(_level(exp.column(UNIT_ROWS_NAME), max_rows_per_unit), TOP_LEVEL_NAME),
+        ).from_(everyone.subquery("__dpsql_numbered"))
+        leveled = leveled.where(exp.column(ROW_NUMBER_NAME) <= bound.copy())
+        return leveled.with_(CANDIDATES_NAME, as_=candidates)
     if form == "window":
         numbered = exp.select(*_columns(kept_columns), exp.alias_(_row_number(unit), ROW_NUMBER_NAME)).from_(CANDIDATES_NAME)
         kept = exp.select(*_columns(kept_columns)).from_(numbered.subquery("__dpsql_numbered")).where(exp.column(ROW_NUMBER_NAME) <= bound)

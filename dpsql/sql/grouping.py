@@ -64,7 +64,25 @@ def _column_name(node: exp.Expression, clause: str) -> str:
             f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a plain column or a derived group column; write GROUP BY the "
             f"column and the expression in the SELECT list (it is computed on the released keys). {SUPPORTED}"
         )
+    return column_name(node)
+
+
+def column_name(node: exp.Column) -> str:
+    """A column's name as a group key: ``<qualifier>.<name>`` in a SELECT that joins tables (``dpsql.sql.joins``),
+    its plain name otherwise."""
+    select = node.find_ancestor(exp.Select)
+    qualifier = [part.name for part in (node.args.get("table"),) if part is not None and part.name]
+    if select is not None and select.args.get("joins") and qualifier:
+        return f"{qualifier[0].lower()}.{node.name}"
     return node.name
+
+
+def _key_column(name: str, joined: bool) -> exp.Column:
+    """The column of a group key's name (:func:`column_name`), for a rebuilt GROUP BY."""
+    if joined and "." in name:
+        qualifier, plain = name.split(".", 1)
+        return exp.column(plain, table=qualifier, quoted=not plain.isidentifier())
+    return exp.column(name, quoted=not name.isidentifier())
 
 
 def _composite(node: exp.Expression, clause: str) -> GroupingSet:
@@ -140,7 +158,7 @@ def _items(select: exp.Select) -> list[_Item]:
             columns = tuple(_column_name(c, "GROUPING") for c in inner.expressions)
             items.append(_Item(name or inner.sql(dialect="duckdb"), inner, "grouping", columns))
         elif isinstance(inner, exp.Column):
-            items.append(_Item(name or inner.name, inner, "key", (inner.name,)))
+            items.append(_Item(name or inner.name, inner, "key", (column_name(inner),)))
         elif is_derived(inner):
             items.append(_Item(name or inner.sql(dialect="duckdb"), inner, "key", (derived_key(inner),)))
         else:
@@ -188,7 +206,8 @@ def _branch(select: exp.Select, items: list[_Item], grouping_set: GroupingSet, d
         plain.set(arg, None)
     plain.set("expressions", kept)
     if grouping_set:
-        keys = (derived[c.lower()].copy() if c.lower() in derived else exp.column(c, quoted=not c.isidentifier()) for c in grouping_set)
+        joined = bool(select.args.get("joins"))
+        keys = (derived[c.lower()].copy() if c.lower() in derived else _key_column(c, joined) for c in grouping_set)
         plain = plain.group_by(*keys, copy=False)
     return SelectBranch(grouping_set, plain, tuple(layout))
 

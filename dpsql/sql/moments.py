@@ -41,6 +41,7 @@ from statistics import NormalDist
 import numpy as np
 from sqlglot import exp
 
+from dpsql.table import HIDDEN_SOURCE, matching_columns
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.schema import MAX_VALUE_BOUND, Schema
 from dpsql.sql.parse import Aggregate, Count, Query
@@ -378,10 +379,11 @@ def counted_by_moments(item: object, schema: Schema, table_columns: Sequence[str
 
 
 def resolve(name: str, table_columns: Sequence[str], table: str, clause: str) -> str:
-    """The table's spelling of a column (exact, else its one case-insensitive match)."""
-    if name in table_columns:
-        return name
-    matches = [c for c in table_columns if c.lower() == name.lower()]
-    if len(matches) != 1:
-        raise ProgrammingError(f"{clause}: unknown column {name!r}; use one of the columns of {table!r}: {list(table_columns)}")
+    """The table's spelling of a column (``dpsql.table.matching_columns``: exact, else its one case-insensitive match,
+    else in a joined relation the one source that has it)."""
+    matches = matching_columns(name, table_columns)
+    if len(matches) > 1:
+        raise ProgrammingError(f"{clause}: column {name!r} is in several of the joined tables ({matches}); qualify it with its table's name or alias")
+    if not matches:
+        raise ProgrammingError(f"{clause}: unknown column {name!r}; use one of the columns of {table!r}: {list(c for c in table_columns if not c.startswith(HIDDEN_SOURCE))}")
     return matches[0]

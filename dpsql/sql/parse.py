@@ -25,6 +25,7 @@ from sqlglot import exp
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.derived import Derived, derived_column, is_derived
 from dpsql.sql.dialect import BOUNDS_KEY
+from dpsql.sql.joins import MATCHED, JoinSpec, Source, column_qualifier, join_spec, semi_join, table_path
 
 SUPPORTED = "(the SQL dpsql runs: docs/sql.md)"  # ends a refusal that names what to write instead
 
@@ -155,6 +156,7 @@ class Query:
     group_by: tuple[str, ...]
     where: Predicate | None
     derived: tuple[Derived, ...] = ()
+    join: JoinSpec | None = None  # the FROM clause's joins (``dpsql.sql.joins``): column names are then ``<source key>.<column>`` when qualified
 
     def group_sources(self) -> tuple[str, ...]:
         """The columns the GROUP BY entries read (a derived entry's source column)."""
@@ -196,7 +198,7 @@ _CLAUSE_NAMES = {
     "match": "MATCH_RECOGNIZE",
     "pivots": "PIVOT",
 }
-_ACCEPTED_ARGS = {"expressions", "from_", "where", "group"}
+_ACCEPTED_ARGS = {"expressions", "from_", "where", "group", "joins"}
 SAMPLING_REFUSED = (
     "TABLESAMPLE / USING SAMPLE is not supported: every statement counts all of the table's bounded rows and "
     f"sampling is not accounted for; remove the sampling clause (use a smaller epsilon for a cheaper, noisier answer) {SUPPORTED}"
@@ -212,11 +214,6 @@ _COMPARISONS: dict[type[exp.Expression], str] = {
 _FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
-def table_path(table: exp.Table) -> tuple[str, ...]:
-    """A table reference's name with its qualifiers: ``(catalog, schema, name)``, as far as written."""
-    return tuple(part.name for part in (table.args.get("catalog"), table.args.get("db"), table.this) if part is not None and part.name)
-
-
 DEFAULT_SCHEMAS = ("main", "public")  # DuckDB's and PostgreSQL's: an unqualified registered table lives in either
 
 
@@ -228,11 +225,6 @@ def names_table(path: tuple[str, ...], registered: tuple[str, ...]) -> bool:
         return path == registered[len(registered) - len(path):]
     leading, rest = path[: len(path) - len(registered)], path[len(path) - len(registered):]
     return rest == registered and (len(registered) > 1 or leading[-1] in DEFAULT_SCHEMAS)
-
-
-def column_qualifier(column: exp.Column) -> tuple[str, ...]:
-    """What qualifies a column reference: ``(catalog, schema, table)``, as far as written (``()``: none)."""
-    return tuple(part.name for part in (column.args.get("catalog"), column.args.get("db"), column.args.get("table")) if part is not None and part.name)
 
 
 def first_line(error: Exception) -> str:
@@ -469,6 +461,7 @@ class BranchChecker:
         self.path: tuple[str, ...] = ()  # the FROM table's qualified name, lower case
         self.qualifiers: set[str] = set()
         self.derived: dict[str, Derived] = {}  # by key
+        self.join: JoinSpec | None = None  # the FROM clause's joins, semi-joins of IN (SELECT …) appended
 
     def query(self) -> Query:
         select = self._require_select()
@@ -488,7 +481,9 @@ class BranchChecker:
                 )
         where = select.args.get("where")
         predicate = self._predicate(where.this) if where is not None else None
-        return Query(table=self.table, select=items, group_by=group_by, where=predicate, derived=tuple(self.derived.values()))
+        if self.join is not None:
+            self.table = self.join.describe()
+        return Query(table=self.table, select=items, group_by=group_by, where=predicate, derived=tuple(self.derived.values()), join=self.join)
 
     # -- statement and FROM ----------------------------------------------------------------------
     def _require_select(self) -> exp.Select:
@@ -512,16 +507,32 @@ class BranchChecker:
         table = source.this
         if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
             raise NotSupportedError(f"FROM must name one registered table, not {table.sql(dialect='duckdb')[:60]!r}. {SUPPORTED}")
-        if table.args.get("joins") or table.args.get("laterals"):
-            raise NotSupportedError(f"a JOIN of a private table is not supported; aggregate each table in a subquery of its own and join the released rows. {SUPPORTED}")
-        if table.args.get("sample"):
+        if table.args.get("laterals"):
+            raise NotSupportedError(f"LATERAL is not supported in a private aggregation; see {SUPPORTED}")
+        joined = [join.this for join in select.args.get("joins") or ()]
+        if any(isinstance(source, exp.Table) and source.args.get("sample") for source in (table, *joined)):
             raise NotSupportedError(SAMPLING_REFUSED)
         path = table_path(table)
         self.path = tuple(part.lower() for part in path)
         self.qualifiers = {self.path[-1]}
         if table.alias:
             self.qualifiers.add(table.alias.lower())
+        if select.args.get("joins"):
+            self.join = join_spec(select, table)
+            self.qualifiers = {source.key for source in self.join.sources}
         return ".".join(path)
+
+    def _semi_join(self, node: exp.In) -> Predicate:
+        """``column IN (SELECT key FROM public WHERE …)``: a semi-join source (``dpsql.sql.joins``) and the predicate
+        that its ``matched`` column is TRUE."""
+        column = self._column(node.this, "WHERE")
+        first = self.join.first if self.join is not None else Source(self.path[-1] if not self.qualifiers - {self.path[-1]} else sorted(self.qualifiers - {self.path[-1]})[0], self.table)
+        joins = self.join.joins if self.join is not None else ()
+        key, name = column.rsplit(".", 1) if self.join is not None and "." in column else (None, column)
+        semi = semi_join(node, (key if key is not None else (first.key if self.join is None else None), name), 1 + sum(j.kind == "semi" for j in joins))
+        self.join = JoinSpec(first, (*joins, semi))
+        self.qualifiers |= {first.key}
+        return Comparison(f"{semi.source.key}.{MATCHED}", "=", True)
 
     def _column(self, node: exp.Expression, clause: str) -> str:
         """The name of a plain column reference, checking any qualifier (the table's alias, its name, or the
@@ -532,6 +543,12 @@ class BranchChecker:
                 f"compute on its result, e.g. SUM(age) + COUNT(*) for SUM(age + 1). {SUPPORTED}"
             )
         qualifier = tuple(part.lower() for part in column_qualifier(node))
+        if self.join is not None:
+            if not qualifier:
+                return node.name
+            if len(qualifier) != 1 or qualifier[0] not in self.qualifiers:
+                raise ProgrammingError(f"{clause}: {'.'.join(column_qualifier(node))!r} is not one of the tables or aliases in FROM {sorted(self.qualifiers)}; use one of them")
+            return f"{qualifier[0]}.{node.name}"
         if qualifier and not (qualifier == self.path[-len(qualifier):] or (len(qualifier) == 1 and qualifier[0] in self.qualifiers)):
             raise ProgrammingError(f"{clause}: {'.'.join(column_qualifier(node))!r} is not the table or its alias in FROM; use the table's name or alias")
         return node.name
@@ -557,7 +574,7 @@ class BranchChecker:
             key = self._derived(node)
             return GroupKey(alias or node.sql(dialect="duckdb"), key)
         column = self._column(node, "SELECT")
-        return GroupKey(alias or column, column)
+        return GroupKey(alias or node.name, column)
 
     def _derived(self, node: exp.Expression) -> str:
         """Check a derived group column (``dpsql.sql.derived``) and return its key."""
@@ -593,8 +610,10 @@ class BranchChecker:
         if type(node) in _COMPARISONS:
             return self._comparison(node, _COMPARISONS[type(node)])
         if isinstance(node, exp.In):
-            if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
-                raise NotSupportedError(f"WHERE: IN (subquery) is not supported; list literal values. {SUPPORTED}")
+            if node.args.get("query") and not node.args.get("unnest") and not node.args.get("field"):
+                return self._semi_join(node)
+            if node.args.get("unnest") or node.args.get("field"):
+                raise NotSupportedError(f"WHERE: IN (UNNEST …) is not supported; list literal values. {SUPPORTED}")
             column = self._column(node.this, "WHERE")
             values = tuple(self._literal(v, f"WHERE {column} IN") for v in node.expressions)
             if any(v is None for v in values):

@@ -190,7 +190,7 @@ class _Splitter:
         sources = _sources(select)
         private = [s for s in sources if isinstance(s, exp.Table) and self._is_private(s, ctes)]
         if private:
-            if len(sources) > 1:
+            if len(sources) > 1 and not all(isinstance(s, exp.Table) and s.name.lower() not in ctes for s in sources):
                 raise NotSupportedError(
                     f"a JOIN that reads the private table {'.'.join(table_path(private[0]))!r} is not supported: aggregate each private "
                     f"table in a subquery of its own and join the released rows; see {REFERENCE}"
@@ -253,7 +253,8 @@ class _Splitter:
                 f"SELECT * FROM {name} would show private rows: dpsql releases aggregates; write SELECT <columns>, COUNT(*) "
                 f"FROM {name} GROUP BY <columns>; see {REFERENCE}"
             )
-        _check_qualifiers(select, table)
+        if not select.args.get("joins"):  # a join's qualifiers are checked with its FROM clause (``dpsql.sql.parse``)
+            _check_qualifiers(select, table)
         for node in _aggregates(select):
             rewritten = _of_a_column(node)
             if rewritten is not None:
@@ -281,6 +282,8 @@ class _Splitter:
             *(exp.alias_(node.copy(), aggregate_names[text]) for text, node in _distinct(aggregates).items()),
         ])
         core.set("from_", select.args["from_"].copy())
+        if select.args.get("joins"):
+            core.set("joins", [join.copy() for join in select.args["joins"]])
         for arg in ("where", "sample"):  # a sampling clause goes to the core, whose check refuses it
             if select.args.get(arg) is not None:
                 core.set(arg, select.args[arg].copy())
@@ -314,6 +317,7 @@ class _Splitter:
             if value is not None:
                 select.set(arg, value.transform(rewrite, copy=False) if not isinstance(value, list) else [v.transform(rewrite, copy=False) for v in value])
         select.set("from_", exp.From(this=exp.to_table(relation)))
+        select.set("joins", None)
         _check_no_private_columns(select, name, aliases)
         errors = {aggregate_names[text]: ERROR + aggregate_names[text] for text in aggregate_names}
         scope = {None: _Output(None, {n.lower(): e for n, e in errors.items()}, list(errors.values()))}

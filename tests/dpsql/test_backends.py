@@ -69,6 +69,11 @@ def visits_frame() -> pd.DataFrame:
     return pd.DataFrame({"unit_id": np.repeat(np.arange(UNITS), 3), "slot": np.tile(np.arange(3), UNITS)})
 
 
+def slots_frame() -> pd.DataFrame:
+    """A public table the visits join on their slot (slot 2 listed twice: a fan-out of 2)."""
+    return pd.DataFrame({"slot": [0, 1, 2, 2], "half": ["low", "low", "high", "top"]})
+
+
 def text_age_frame(adult: pd.DataFrame) -> pd.DataFrame:
     """The adult table with `age` stored as text: a type mismatch for its integer-range domain."""
     return adult.assign(age=adult["age"].astype(str))
@@ -102,6 +107,7 @@ def postgres_dsn(adult_frame: pd.DataFrame) -> Iterator[str]:
         admin.execute(f"SET search_path TO {schema}")
         _postgres_create(admin, "adult", adult_frame)
         _postgres_create(admin, "visits", visits_frame())
+        _postgres_create(admin, "slots", slots_frame())
         _postgres_create(admin, "adult_text_age", text_age_frame(adult_frame))
         admin.execute(f"CREATE VIEW poisoned AS SELECT {POISONED_COLUMNS.format(poison=POSTGRES_POISON)} FROM adult")
         admin.execute(f"CREATE VIEW stalled AS SELECT {POISONED_COLUMNS.format(poison=POSTGRES_STALL)} FROM adult")
@@ -115,7 +121,7 @@ def postgres_dsn(adult_frame: pd.DataFrame) -> Iterator[str]:
 def spark(adult_frame: pd.DataFrame) -> Iterator[object]:
     """One local SparkSession per test process, with the same tables as temporary views."""
     session = engines.local_spark_session("dpsql-tests")
-    for name, frame in (("adult", adult_frame), ("visits", visits_frame()), ("adult_text_age", text_age_frame(adult_frame))):
+    for name, frame in (("adult", adult_frame), ("visits", visits_frame()), ("slots", slots_frame()), ("adult_text_age", text_age_frame(adult_frame))):
         session.createDataFrame(no_nan(frame)).cache().createOrReplaceTempView(name)
     session.sql(f"CREATE OR REPLACE TEMP VIEW poisoned AS SELECT {POISONED_COLUMNS.format(poison=SPARK_POISON)} FROM adult")
     yield session
@@ -126,7 +132,7 @@ def spark(adult_frame: pd.DataFrame) -> Iterator[object]:
 def duckdb_database(adult_frame: pd.DataFrame) -> Iterator[duckdb.DuckDBPyConnection]:
     """An existing DuckDB database holding the same tables (registered by name, like the others)."""
     connection = duckdb.connect()
-    for name, frame in (("adult", adult_frame), ("visits", visits_frame()), ("adult_text_age", text_age_frame(adult_frame))):
+    for name, frame in (("adult", adult_frame), ("visits", visits_frame()), ("slots", slots_frame()), ("adult_text_age", text_age_frame(adult_frame))):
         connection.register("frame", no_nan(frame))
         connection.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
         connection.unregister("frame")
@@ -322,6 +328,20 @@ def test_bounding_keeps_one_uniformly_random_row_per_unit(engine: tuple[str, obj
     assert np.all(np.abs(counts - UNITS / 3) < spread), counts
     assert not np.array_equal(counts, bounded_slot_counts(backend, salt=987_654_321)), "the salt does not change the choice"
     backend.close()
+
+
+def test_joins_are_pushed_into_every_engine(engine: tuple[str, object]) -> None:
+    """A private table joined with a public one (a fan-out of 2) and with itself along the unit: the same exact answers on
+    every engine, the join computed there (the public table registered by name, as the engine holds it)."""
+    _, spec = engine
+    connection = dpsql.connect(backend=spec, budget=dpsql.Budget(epsilon=1000.0, delta=1e-6))
+    connection.register("slots", public=True)
+    connection.register("visits", schema={"privacy_unit": "unit_id", "max_rows_per_unit": 3, "foreign_keys": {"slot": "slots.slot"}, "columns": {"slot": {"range": [0, 2]}}})
+    public = "SELECT s.half, COUNT(*) AS n FROM visits v JOIN slots s ON v.slot = s.slot GROUP BY s.half ORDER BY s.half"
+    assert noise_free_rows(connection, public) == [("high", float(UNITS)), ("low", float(2 * UNITS)), ("top", float(UNITS))]
+    pairs = "SELECT b.slot, COUNT(*) AS n FROM visits a JOIN visits b ON a.unit_id = b.unit_id WHERE a.slot = 0 GROUP BY b.slot"
+    assert noise_free_rows(connection, pairs) == [(slot, float(UNITS)) for slot in range(3)]
+    connection.close()
 
 
 # -- errors and the ledger -----------------------------------------------------------------------------

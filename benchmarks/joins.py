@@ -1,0 +1,206 @@
+"""Counts and sums over joins at ε = 1: dpsql against Tumult Analytics, with the same declared bound and with dpsql
+choosing the bound itself.
+
+Data (generated, seed 2027): ``persons`` (20,000, an age band 0–5), ``visits`` of persons with skewed counts — most
+persons 1–4 visits, one in ten between 20 and 300 — each at one of 40 ``clinics`` with a cost of 0–100, and the
+public ``clinics`` table (its region, one of 5). The privacy unit is the person: every method hides all rows of one
+person. Truth: the exact, untruncated answers.
+
+Tasks (each releases the count of visits and the sum of their cost per group, at a total ε = 1):
+
+* ``region``: visits ⋈ clinics (public) grouped by the clinic's region;
+* ``age band``: visits ⋈ persons (private, along the person) grouped by the person's age band.
+
+Methods:
+
+* dpsql, declared bound ``τ`` (``max_rows_per_unit: τ`` on visits): ``SELECT g, COUNT(*), SUM(v.cost) … JOIN … GROUP
+  BY g``, one statement (the count and the sum planned jointly), truncation after the join by the salted order;
+* Tumult Analytics 0.21 with the same ``τ`` (``benchmarks/peers/tumult_joins.py``): persons and visits protected as
+  ``AddRowsWithID`` in one ID space, ``join_public`` / ``join_private`` on the ID, ``enforce(MaxRowsPerID(τ))``, then
+  ``count()`` and ``sum("cost", 0, 100)`` at ε/2 each (Tumult answers one aggregate per query). The issue that
+  asked for this comparison names ``join_private`` with ``TruncationStrategy.DropExcess``: that strategy belongs to
+  tables protected row by row (``AddMaxRows``), where a person's visits are not hidden together; the ID model is
+  Tumult's way to protect persons, and truncates as ``DropExcess`` does (the excess rows of an ID are dropped);
+* dpsql choosing the bound (``max_rows_per_unit: {auto: 1024}``): 20 % of ε on a histogram of the persons' visit
+  counts by level, the bound that minimises the visits it loses plus the noise it costs, the rest measured with it;
+* the same choice from R2T's noisy truncated totals (``RaceToTheTop.choose``) instead, for comparison (computed here
+  from the same levels, the measurement as dpsql's at the chosen bound).
+
+Columns: mean absolute error over groups and trials of the count and of the sum, and the ratio of Tumult's MAE
+(declared bound ``τ``, or a badly chosen one) to dpsql's.
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/joins.py [--trials 100] [--tumult-trials 10]
+    # Tumult in its own environment (never a dpsql dependency), with Java:
+    #   python3 -m venv /tmp/tumult && /tmp/tumult/bin/pip install tmlt.analytics   -> DPSQL_TUMULT_PYTHON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import dpsql
+import dpsql.pipeline
+from results_io import number_text, print_table, write_csv
+
+HERE = Path(__file__).resolve().parent
+EPSILON = 1.0
+PERSONS = 20_000
+CLINICS = 40
+REGIONS = ("north", "south", "east", "west", "centre")
+BOUNDS = (0, 100)
+DECLARED = 300  # the declared bound that keeps every visit: the heaviest person has 300
+BAD = (1, 4096)  # badly chosen bounds: one visit per person (most visits lost), or far above anyone (noise)
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    group: str  # the released group column, as Tumult names it
+    sql: str  # dpsql's statement
+    categories: list[object]
+
+
+TASKS = (
+    Task("region", "region", "SELECT c.region, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region", list(REGIONS)),
+    Task("age band", "age_band", "SELECT p.age_band, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY p.age_band", list(range(6))),
+)
+
+
+def generate(seed: int = 2027) -> dict[str, pd.DataFrame]:
+    """persons, visits (skewed per person) and clinics (module doc)."""
+    rng = np.random.default_rng(seed)
+    heavy = rng.random(PERSONS) < 0.1
+    visits_per = np.where(heavy, rng.integers(20, 301, PERSONS), rng.integers(1, 5, PERSONS))
+    person = np.repeat(np.arange(PERSONS), visits_per)
+    clinic = rng.integers(0, CLINICS, person.size)
+    return {
+        "persons": pd.DataFrame({"id": np.arange(PERSONS), "age_band": rng.integers(0, 6, PERSONS)}),
+        "visits": pd.DataFrame({"person_id": person, "clinic_id": clinic, "cost": rng.integers(BOUNDS[0], BOUNDS[1] + 1, person.size)}),
+        "clinics": pd.DataFrame({"id": np.arange(CLINICS), "region": [REGIONS[i % len(REGIONS)] for i in range(CLINICS)]}),
+    }
+
+
+def truth(data: dict[str, pd.DataFrame], task: Task) -> pd.DataFrame:
+    visits = data["visits"].merge(data["clinics"].rename(columns={"id": "clinic_id"}), on="clinic_id").merge(
+        data["persons"].rename(columns={"id": "person_id"}), on="person_id"
+    )
+    grouped = visits.groupby(task.group).agg(n=("cost", "size"), s=("cost", "sum"))
+    return grouped.reindex(task.categories).fillna(0.0)
+
+
+def connect(data: dict[str, pd.DataFrame], bound: object) -> dpsql.Connection:
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e9), reuse=False)  # every trial measured afresh
+    connection.register("clinics", data["clinics"], public=True)
+    connection.register("persons", data["persons"], schema={"privacy_unit": "id", "columns": {"age_band": {"range": [0, 5]}}})
+    connection.register("visits", data["visits"], schema={
+        "privacy_unit": "person_id", "max_rows_per_unit": bound, "foreign_keys": {"person_id": "persons.id", "clinic_id": "clinics.id"},
+        "columns": {"cost": {"bounds": list(BOUNDS)}},
+    })
+    return connection
+
+
+def dpsql_runs(data: dict[str, pd.DataFrame], task: Task, bound: object, trials: int) -> tuple[list[pd.DataFrame], list[int]]:
+    """dpsql's releases (reuse off: a fresh measurement each trial) and, with a chosen bound, the bounds chosen."""
+    connection = connect(data, bound)
+    cursor = connection.cursor()
+    released, chosen = [], []
+    for _ in range(trials):
+        cursor.execute(task.sql, epsilon=EPSILON)
+        released.append(pd.DataFrame(cursor.fetchall(), columns=[task.group, "n", "s"]).set_index(task.group))
+        explanation = str(cursor.explanation)
+        if "rows per unit chosen:" in explanation:
+            chosen.append(int(explanation.split("rows per unit chosen:")[1].split()[0]))
+    connection.close()
+    return released, chosen
+
+
+def r2t_choice(data: dict[str, pd.DataFrame], task: Task, trials: int) -> list[int]:
+    """The bound R2T's choice would take on the same truncated totals: its levels at the choice's share of ε, each
+    level's total the statement's rows kept at that bound, the penalty dpsql's measurement pays per unit of bound."""
+    import planner
+    from dpsql.schema import CHOICE_SHARE
+
+    connection = connect(data, {"auto": 1024})
+    session = connection._session
+    prepared = dpsql.pipeline.prepare(session, dpsql.pipeline.execute_request(session, task.sql, None, EPSILON, None, None))
+    chosen = prepared.chosen
+    assert chosen is not None
+    r2t = planner.RaceToTheTop.design(planner.Privacy.laplace(EPSILON * CHOICE_SHARE), largest=1024, row_weight=chosen.weight)
+    counts = data["visits"].person_id.value_counts().to_numpy()
+    totals = np.array([np.minimum(counts, t).sum() * chosen.weight for t in r2t.truncations], dtype=np.int64)
+    connection.close()
+    return [r2t.choose(totals, chosen.choice.penalty * chosen.weight) for _ in range(trials)]
+
+
+def tumult_runs(folder: Path, runs: list[tuple[Task, int]], trials: int) -> dict[tuple[str, int], list[pd.DataFrame]]:
+    """Tumult's releases for every (task, bound), from ONE run of the peer (one Spark session); empty when no peer
+    environment is given."""
+    python = os.environ.get("DPSQL_TUMULT_PYTHON")
+    if not python:
+        print("  (Tumult Analytics skipped: set DPSQL_TUMULT_PYTHON)", file=sys.stderr)
+        return {}
+    names = {f"{task.name}, τ = {bound}": (task, bound) for task, bound in runs}
+    request = {"data": str(folder), "epsilon": EPSILON, "trials": trials, "bounds": list(BOUNDS),
+               "tasks": [{"name": name, "group": task.group, "truncation": bound, "categories": task.categories} for name, (task, bound) in names.items()]}
+    done = subprocess.run([python, str(HERE / "peers" / "tumult_joins.py")], input=json.dumps(request), capture_output=True, text=True, check=True)
+    print(f"  {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+    released = json.loads(done.stdout)
+    return {(task.name, bound): [pd.DataFrame(rows, columns=[task.group, "n", "s"]).set_index(task.group) for rows in released[name]]
+            for name, (task, bound) in names.items()}
+
+
+def mae(exact: pd.DataFrame, released: list[pd.DataFrame]) -> tuple[float, float]:
+    errors = [np.abs(frame.reindex(exact.index).fillna(0.0).astype(float) - exact) for frame in released]
+    stacked = pd.concat(errors)
+    return float(stacked["n"].mean()), float(stacked["s"].mean())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--tumult-trials", type=int, default=10)
+    arguments = parser.parse_args()
+    data = generate()
+    counts = data["visits"].person_id.value_counts()
+    print(f"{len(data['visits']):,} visits of {PERSONS:,} persons; visits per person: median {int(counts.median())}, "
+          f"99th percentile {int(counts.quantile(0.99))}, max {int(counts.max())}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="dpsql-joins-") as folder:
+        for name, frame in data.items():
+            frame.to_csv(Path(folder) / f"{name}.csv", index=False)
+        peer = tumult_runs(Path(folder), [(task, bound) for task in TASKS for bound in (DECLARED, *BAD)], arguments.tumult_trials)
+        for task in TASKS:
+            exact = truth(data, task)
+            declared, _ = dpsql_runs(data, task, DECLARED, arguments.trials)
+            auto, chosen = dpsql_runs(data, task, {"auto": 1024}, arguments.trials)
+            mine = mae(exact, declared)
+            chosen_mae = mae(exact, auto)
+            r2t_bounds = r2t_choice(data, task, arguments.trials)
+            r2t_runs = [run for bound, times in Counter(r2t_bounds).items() for run in dpsql_runs(data, task, bound, times)[0]]
+            rows.append([task.name, f"dpsql, declared τ = {DECLARED}", *mine, None, None])
+            rows.append([task.name, f"dpsql, chosen (median τ = {int(np.median(chosen))})", *chosen_mae, None, None])
+            rows.append([task.name, f"dpsql, chosen by R2T (median τ = {int(np.median(r2t_bounds))})", *mae(exact, r2t_runs), None, None])
+            for bound in (DECLARED, *BAD) if peer else ():
+                theirs = mae(exact, peer[task.name, bound])
+                baseline = mine if bound == DECLARED else chosen_mae
+                label = "dpsql declared" if bound == DECLARED else "dpsql chosen"
+                rows.append([task.name, f"Tumult, τ = {bound} (ratio to {label})", *theirs, theirs[0] / baseline[0], theirs[1] / baseline[1]])
+    columns = ["task", "method", "count MAE", "sum MAE", "count ratio", "sum ratio"]
+    rows = [dict(zip(columns, row)) for row in rows]
+    print_table(rows, columns, number_text)
+    write_csv("joins.csv", rows, columns)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""Joins in private aggregations (dpsql/joined_tables.py): every accepted form equals DuckDB's exact answer with the
+noise off (after the same truncation, written out here in DuckDB), one person's removal moves the answers by at
+most the bound EXPLAIN states, and the joins that are not through the unit or not on declared keys are refused
+before anything is charged, with what to declare."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+import dpsql.pipeline
+import dpsql.testing
+from duckdb_answers import assert_cells_match, assert_same_rows, duckdb_rows
+
+PERSONS_SCHEMA = {"privacy_unit": "id", "columns": {"age": {"range": [0, 4]}, "sex": {"categories": ["F", "M"]}}}
+VISITS_SCHEMA = {
+    "privacy_unit": "person_id", "max_rows_per_unit": 50,
+    "foreign_keys": {"person_id": "persons.id", "clinic_id": "clinics.id"},
+    "columns": {"cost": {"range": [0, 40]}, "kind": {"categories": ["a", "b", "c"]}},
+}
+LABS_SCHEMA = {"privacy_unit": "person_id", "max_rows_per_unit": 20, "foreign_keys": {"person_id": "persons.id"}, "columns": {"value": {"range": [0, 9]}}}
+
+
+def frames(persons: int = 120, seed: int = 7) -> dict[str, pd.DataFrame]:
+    """Persons with 1–12 visits each (skewed), labs for some of them, 6 clinics in 3 regions of 2 zones."""
+    rng = np.random.default_rng(seed)
+    visits_per = np.minimum(rng.geometric(0.3, persons), 12)
+    person = np.repeat(np.arange(persons), visits_per)
+    labs_per = rng.integers(0, 4, persons)
+    return {
+        "persons": pd.DataFrame({"id": np.arange(persons), "age": rng.integers(0, 5, persons), "sex": rng.choice(["F", "M"], persons)}),
+        "visits": pd.DataFrame({
+            "person_id": person, "clinic_id": rng.integers(0, 6, person.size), "cost": rng.integers(0, 41, person.size),
+            "kind": rng.choice(["a", "b", "c"], person.size),
+        }),
+        "labs": pd.DataFrame({"person_id": np.repeat(np.arange(persons), labs_per), "value": rng.integers(0, 10, labs_per.sum())}),
+        "clinics": pd.DataFrame({"id": np.arange(6), "region": ["north", "south", "east", "north", "south", "east"]}),
+        "regions": pd.DataFrame({"region": ["north", "south", "east"], "zone": [1, 1, 2]}),
+    }
+
+
+def connect(data: dict[str, pd.DataFrame], visits_schema: dict[str, object] = VISITS_SCHEMA) -> dpsql.Connection:
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1000.0, delta=1e-6))
+    connection.register("clinics", data["clinics"], public=True)
+    connection.register("regions", data["regions"], public=True)
+    connection.register("persons", data["persons"], schema=PERSONS_SCHEMA)
+    connection.register("visits", data["visits"], schema=visits_schema)
+    connection.register("labs", data["labs"], schema=LABS_SCHEMA)
+    return connection
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, pd.DataFrame]:
+    return frames()
+
+
+@pytest.fixture()
+def joined(data: dict[str, pd.DataFrame]) -> dpsql.Connection:
+    connection = connect(data)
+    yield connection
+    connection.close()
+
+
+def released(connection: dpsql.Connection, sql: str) -> tuple[list[tuple], list[tuple]]:
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.execute(sql, epsilon=1.0)
+    return cursor.fetchall(), cursor.errors
+
+
+UNTRUNCATED = [  # the bounds hold every person's rows: the answers are DuckDB's on the raw tables
+    "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region",
+    "SELECT c.region, COUNT(*) AS n, SUM(v.cost) AS s, AVG(v.cost) AS a FROM visits AS v JOIN clinics AS c ON v.clinic_id = c.id GROUP BY c.region",
+    "SELECT r.zone, v.kind, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id JOIN regions r ON c.region = r.region GROUP BY r.zone, v.kind",
+    "SELECT c.region, COUNT(*) AS n FROM clinics c JOIN visits v ON v.clinic_id = c.id WHERE v.kind = 'a' GROUP BY c.region",
+    "SELECT v.kind, COUNT(*) AS n FROM visits v LEFT JOIN clinics c ON v.clinic_id = c.id WHERE c.region = 'north' OR v.cost > 30 GROUP BY v.kind",
+    "SELECT COUNT(*) AS n, SUM(cost) AS s FROM visits WHERE clinic_id IN (SELECT id FROM clinics WHERE region = 'north')",
+    "SELECT p.age, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY p.age",
+    "SELECT p.sex, c.region, COUNT(*) AS n FROM visits v JOIN persons p ON p.id = v.person_id JOIN clinics c ON v.clinic_id = c.id GROUP BY p.sex, c.region",
+    "SELECT p.age, COUNT(*) AS n FROM persons p LEFT JOIN labs l ON l.person_id = p.id WHERE p.sex = 'F' GROUP BY p.age",
+    "SELECT v.kind, COUNT(*) AS n FROM visits v JOIN labs l ON v.person_id = l.person_id WHERE l.value > 4 GROUP BY v.kind",
+    "SELECT p.age, COUNT(DISTINCT v.person_id) AS people FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY p.age",
+]
+
+
+@pytest.mark.parametrize("sql", UNTRUNCATED)
+def test_every_join_form_equals_duckdb_without_truncation(sql: str, data: dict[str, pd.DataFrame]) -> None:
+    bounds = {**VISITS_SCHEMA, "max_rows_per_unit": 12}  # the most visits anyone has: nothing truncated
+    connection = connect(data, bounds)
+    rows, errors = released(connection, sql)
+    _, exact = duckdb_rows(sql, data)
+    if "GROUP BY" in sql:
+        assert_cells_match(rows, errors, exact)
+    else:
+        assert_same_rows(rows, exact)
+    assert connection.budget_spent().statements == 1
+    connection.close()
+
+
+def test_cube_and_a_shell_over_a_join(joined: dpsql.Connection, data: dict[str, pd.DataFrame]) -> None:
+    connection = connect(data, {**VISITS_SCHEMA, "max_rows_per_unit": 12})
+    cube = "SELECT c.region, p.sex, COUNT(*) AS n FROM visits v JOIN persons p ON v.person_id = p.id JOIN clinics c ON v.clinic_id = c.id GROUP BY CUBE (c.region, p.sex)"
+    rows, errors = released(connection, cube)
+    _, exact = duckdb_rows(cube, data)
+    assert_same_rows(rows, exact)
+    shell = ("SELECT region, n * 2 AS twice FROM (SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id "
+             "GROUP BY c.region) AS t ORDER BY twice DESC LIMIT 2")
+    rows, _ = released(connection, shell)
+    _, exact = duckdb_rows(shell, data)
+    assert_same_rows(rows, exact, ordered=True)
+    connection.close()
+
+
+def test_a_median_and_a_batch_over_a_join(data: dict[str, pd.DataFrame]) -> None:
+    """Quantiles of a joined column, and a workload of statements over one join planned and charged together."""
+    connection = connect(data, {**VISITS_SCHEMA, "max_rows_per_unit": 12})
+    median = "SELECT c.region, MEDIAN(v.cost) AS m FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
+    rows, errors = released(connection, median)
+    assert_cells_match(rows, errors, duckdb_rows(median, data)[1])
+    batch = [
+        "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region",
+        "SELECT v.kind, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id WHERE c.region = 'north' GROUP BY v.kind",
+    ]
+    with dpsql.testing.noise_disabled():
+        results = connection.workload(batch, epsilon=1.0)
+    for sql, result in zip(batch, results):
+        assert_cells_match(result.rows, result.errors, duckdb_rows(sql, data)[1])
+    assert connection.budget_spent().statements == 2  # the median, then the batch charged once
+    connection.close()
+
+
+def _truncated_visits(connection: dpsql.Connection, data: dict[str, pd.DataFrame], bound: int) -> pd.DataFrame:
+    """visits kept by the salted rule, written out in DuckDB: each person's visits ranked by
+    HASH(HASH(person_id, HASH(<every column>), salt)), the first ``bound`` kept."""
+    salt = connection._session.tables["visits"].salt
+    sql = (f"SELECT person_id, clinic_id, cost, kind FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY person_id ORDER BY "
+           f"HASH(HASH(person_id, HASH(person_id, clinic_id, cost, kind), {salt}))) AS r FROM visits) WHERE r <= {bound}")
+    return pd.DataFrame(duckdb_rows(sql, data)[1], columns=["person_id", "clinic_id", "cost", "kind"])
+
+
+def test_private_join_public_counts_the_truncated_rows(data: dict[str, pd.DataFrame]) -> None:
+    connection = connect(data, {**VISITS_SCHEMA, "max_rows_per_unit": 2})
+    sql = "SELECT c.region, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
+    rows, errors = released(connection, sql)
+    kept = _truncated_visits(connection, data, 2)
+    assert len(kept) < len(data["visits"])  # some persons lost visits
+    _, exact = duckdb_rows(sql, {**data, "visits": kept})
+    assert_cells_match(rows, errors, exact)
+    connection.close()
+
+
+def test_private_join_private_is_bounded_after_the_join(data: dict[str, pd.DataFrame]) -> None:
+    """visits ⋈ labs along the unit: a person keeps at most 3 · 2 = 6 joined rows, chosen by the salted order of the
+    joined rows (written out in DuckDB with the relation's salt and the joined row's identity)."""
+    connection = connect(data, {**VISITS_SCHEMA, "max_rows_per_unit": 3})
+    connection.register("labs", data["labs"], schema={**LABS_SCHEMA, "max_rows_per_unit": 2})
+    sql = "SELECT v.kind, COUNT(*) AS n FROM visits v JOIN labs l ON v.person_id = l.person_id GROUP BY v.kind"
+    rows, errors = released(connection, sql)
+    relation = next(iter(connection._session.registrations.joined.values()))
+    assert relation.schema.max_rows_per_unit == 6
+    identity = 'HASH(v.person_id, v.clinic_id, v.cost, v.kind, l.person_id, l.value)'
+    truth = (f"SELECT kind, COUNT(*) AS n FROM (SELECT v.kind, ROW_NUMBER() OVER (PARTITION BY v.person_id ORDER BY "
+             f"HASH(HASH(v.person_id, {identity}, {relation.salt}))) AS r FROM visits v JOIN labs l ON v.person_id = l.person_id) "
+             "WHERE r <= 6 GROUP BY kind")
+    _, exact = duckdb_rows(truth, data)
+    _, untruncated = duckdb_rows(sql, data)
+    assert exact != untruncated  # the bound binds
+    assert_cells_match(rows, errors, exact)
+    connection.close()
+
+
+def test_a_self_join_on_the_unit_counts_pairs_of_a_persons_visits(data: dict[str, pd.DataFrame]) -> None:
+    connection = connect(data, {**VISITS_SCHEMA, "max_rows_per_unit": 12})
+    sql = "SELECT COUNT(*) AS pairs FROM visits a JOIN visits b ON a.person_id = b.person_id WHERE a.kind = 'a' AND b.kind = 'b'"
+    rows, _ = released(connection, sql)
+    assert_same_rows(rows, duckdb_rows(sql, data)[1])
+    assert "144" in str(connection.cursor().execute("EXPLAIN " + sql).fetchall())  # 12 · 12 pairs per person
+    connection.close()
+
+
+def test_public_fan_out_enters_the_bound(data: dict[str, pd.DataFrame]) -> None:
+    """A clinic listed under two names: each visit meets 2 rows of the public table, so a person adds 2 · m rows."""
+    doubled = pd.concat([data["clinics"], data["clinics"].assign(region=data["clinics"].region + "-old")])
+    connection = connect({**data, "clinics": doubled}, {**VISITS_SCHEMA, "max_rows_per_unit": 12})
+    sql = "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
+    rows, errors = released(connection, sql)
+    assert_cells_match(rows, errors, duckdb_rows(sql, {**data, "clinics": doubled})[1])
+    bound = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
+    assert bound[2] == 24 and "2 row(s) of clinics per key" in bound[3]
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT p.age, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY p.age",
+        "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region",
+        "SELECT v.kind, COUNT(*) AS n FROM visits v JOIN labs l ON v.person_id = l.person_id GROUP BY v.kind",
+    ],
+)
+def test_removing_one_person_with_all_their_rows_moves_the_counts_by_at_most_the_bound(sql: str) -> None:
+    """Neighbouring data: the heaviest person and every row of theirs removed from every table. The released counts
+    (noise off) move by at most the EXPLAINed rows per unit in L1 — and by exactly that person's kept rows."""
+    data = frames(persons=60, seed=3)
+    heaviest = int(data["visits"].person_id.value_counts().idxmax())
+    neighbour = {**data, **{name: data[name][data[name][key] != heaviest] for name, key in (("persons", "id"), ("visits", "person_id"), ("labs", "person_id"))}}
+    bound = {**VISITS_SCHEMA, "max_rows_per_unit": 4}
+    answers, limit = [], None
+    for tables in (data, neighbour):
+        with dpsql.testing.seeded(11):  # the same bounding salts on both datasets: the one person is the only difference
+            connection = connect(tables, bound)
+        rows, _ = released(connection, sql)
+        answers.append(np.array([row[1] for row in rows], dtype=float))
+        limit = [r[2] for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
+        connection.close()
+    moved = np.abs(answers[0] - answers[1]).sum()
+    assert 0 < moved <= limit, (moved, limit)
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT COUNT(*) FROM visits v JOIN persons p ON v.clinic_id = p.id", r"must go through the privacy unit .*join ON p.id = v.person_id"),
+        ("SELECT COUNT(*) FROM visits v JOIN labs l ON v.cost = l.value", r"must go through the privacy unit"),
+        ("SELECT COUNT(*) FROM visits v, persons p", r"CROSS JOIN .* of private tables"),
+        ("SELECT COUNT(*) FROM visits v CROSS JOIN clinics c", r"CROSS JOIN .* of a private table with clinics"),
+        ("SELECT COUNT(*) FROM visits v JOIN clinics c ON v.cost = c.id", r"v.cost = c.id is not a declared key.*declare foreign_keys: \{cost: clinics.id\} in the schema of 'visits'"),
+        ("SELECT COUNT(*) FROM visits v JOIN regions r ON v.kind = r.region", r"declare foreign_keys: \{kind: regions.region\}"),
+        ("SELECT COUNT(*) FROM visits WHERE clinic_id IN (SELECT person_id FROM labs)", r"the subquery reads a private table"),
+        ("SELECT COUNT(*) FROM visits WHERE cost IN (SELECT id FROM clinics)", r"declare foreign_keys: \{cost: clinics.id\}"),
+        ("SELECT COUNT(*) FROM clinics c LEFT JOIN visits v ON v.clinic_id = c.id", r"LEFT JOIN from the public table clinics would keep its rows"),
+        ("SELECT COUNT(*) FROM visits v RIGHT JOIN clinics c ON v.clinic_id = c.id", r"RIGHT JOIN clinics is not supported"),
+        ("SELECT COUNT(*) FROM visits v JOIN clinics c ON v.clinic_id > c.id", r"a join condition equates declared keys"),
+        ("SELECT COUNT(*) FROM visits v JOIN clinics c ON v.clinic_id = c.id JOIN labs l ON l.person_id = c.id", r"joined to the public table 'clinics'"),
+    ],
+)
+def test_joins_not_through_the_unit_or_not_on_declared_keys_are_refused_free(joined: dpsql.Connection, sql: str, message: str) -> None:
+    with pytest.raises((dpsql.NotSupportedError, dpsql.ProgrammingError), match=message):
+        joined.cursor().execute(sql, epsilon=1.0)
+    assert joined.budget_spent().statements == 0
+
+
+def test_private_tables_that_protect_different_units_are_not_joined(data: dict[str, pd.DataFrame]) -> None:
+    connection = connect(data)
+    connection.register("devices", pd.DataFrame({"owner": [0, 1], "model": ["x", "y"]}), schema={"privacy_unit": "owner"})
+    with pytest.raises(dpsql.NotSupportedError, match=r"'visits' and 'devices' do not declare the same privacy unit; declare their unit columns as foreign keys"):
+        connection.cursor().execute("SELECT COUNT(*) FROM visits v JOIN devices d ON v.person_id = d.owner", epsilon=1.0)
+    assert connection.budget_spent().statements == 0
+    connection.close()
+
+
+def test_a_join_is_reused_and_forgotten_when_a_table_is_registered_again(joined: dpsql.Connection, data: dict[str, pd.DataFrame]) -> None:
+    sql = "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
+    cursor = joined.cursor()
+    first = cursor.execute(sql, epsilon=0.5).fetchall()
+    assert cursor.execute(sql, epsilon=0.5).fetchall() == first and joined.budget_spent().statements == 1  # answered free
+    joined.register("clinics", data["clinics"], public=True)
+    cursor.execute(sql, epsilon=0.5)
+    assert joined.budget_spent().statements == 2  # the relation changed: measured afresh
+    assert cursor.execute("EXPLAIN " + sql).fetchall()[0][0] == "statement" and joined.budget_spent().statements == 2
+
+
+def test_a_statement_chooses_its_bound_and_counts_the_rows_it_keeps(data: dict[str, pd.DataFrame]) -> None:
+    """max_rows_per_unit: auto — with the noise off the bound is the one the exact histogram of persons by their visits'
+    level chooses (computed here from the frame), and the answers are DuckDB's on the visits that bound keeps."""
+    from planner import BoundChoice
+
+    connection = connect(data, {**VISITS_SCHEMA, "max_rows_per_unit": {"auto": 16}})
+    sql = "SELECT c.region, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        rows = cursor.execute(sql, epsilon=1.0).fetchall()
+    chosen = next(iter(connection._session.registrations.joined.values()))
+    prepared_choice = dpsql.pipeline.prepare(connection._session, dpsql.pipeline.execute_request(connection._session, sql, None, 1.0, None, None)).chosen
+    visits_per_person = data["visits"].person_id.value_counts().to_numpy()
+    levels = np.array([0 if c == 1 else int(c - 1).bit_length() for c in visits_per_person])
+    histogram = np.bincount(levels, minlength=5)[:5]
+    expected = BoundChoice(prepared_choice.choice.privacy, prepared_choice.choice.truncations, prepared_choice.choice.penalty).choose(histogram, noise=False)
+    assert f"rows per unit chosen: {expected} " in cursor.explanation and chosen.schema.choose_bound
+    assert expected < 12  # some persons lose visits: the truncation is exercised
+    kept = _truncated_visits(connection, data, expected)
+    assert_cells_match(rows, cursor.errors, duckdb_rows(sql, {**data, "visits": kept})[1])
+    explained = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
+    assert "chosen privately among 1, 2, 4, 8, … up to 16" in explained[3]
+    with pytest.raises(dpsql.NotSupportedError, match="whose max_rows_per_unit is auto, is not supported: declare a bound"):
+        connection.cursor().execute("SELECT COUNT(DISTINCT v.person_id) FROM visits v JOIN clinics c ON v.clinic_id = c.id", epsilon=1.0)
+    assert connection.budget_spent().statements == 1
+    connection.close()
