@@ -1,4 +1,4 @@
-"""Accuracy of the planner: expected total squared error as a multiple of the SVD lower bound (MATH.md §7).
+"""Accuracy of the planner: expected total squared error as a multiple of the SVD lower bound (docs/math.md §7).
 
 Each strategy family gets its own column (its best candidate; "—" when it does not apply or its
 answers would be inconsistent is marked "*"), the planner's choice comes last. ε = 1 (Laplace) and

@@ -5,7 +5,7 @@ For prefixes on x and on y, all ranges on x beside the (y, s) marginal, and all 
 beside the s marginal, with ordered x and y of n ∈ {64, 256} cells and a categorical s of 4; and for
 all ranges of age by sex beside the (sex, race) marginal (parts sharing Z = {sex}), with an ordered age
 of n ∈ {74, 256}, sex of 2 and race of 5; under ρ = 1 zCDP and ε = 1 Laplace: the chosen strategy and its exact expected error divided by the SVD bound
-(MATH.md §7), without the composite family ("before": the best single family) and with it ("after"),
+(docs/math.md §7), without the composite family ("before": the best single family) and with it ("after"),
 and CPU times on one core (BLAS threads pinned to 1) of planning and of answering (discrete noise, GLS,
 the total correction, every answer with its variance) on 48 842 rows spread uniformly.
 

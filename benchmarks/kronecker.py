@@ -2,7 +2,7 @@
 
 For all 2-D ranges, 2-D prefixes (one product ``W_x ⊗ W_y``) and all ranges on x and y grouped by a
 categorical s (``AllRange ⊗ Identity(4) ⊗ AllRange``), at n × n cells, under ρ = 1 zCDP and ε = 1
-Laplace: the chosen strategy and its exact expected error divided by the SVD bound (MATH.md §7), without
+Laplace: the chosen strategy and its exact expected error divided by the SVD bound (docs/math.md §7), without
 the Kronecker family ("before": what ``plan`` chose until it was registered) and with it ("after"), with
 CPU times on one core (BLAS threads pinned to 1) of planning and of answering (discrete noise, GLS and
 every answer with its variance; when a workload has more than ``MAX_ANSWERED`` queries — all 2-D ranges

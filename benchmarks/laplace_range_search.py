@@ -1,7 +1,7 @@
 """How far below p-Identity can an ε-DP strategy for ranges go *with independent Laplace noise*? A
 search, not a planner feature.
 
-Issue 3 asks for ratios to the SVD bound of ≤ 4.8 (all ranges) and ≤ 5.2 (prefixes) at n = 1024 under
+The target: ratios to the SVD bound of ≤ 4.8 (all ranges) and ≤ 5.2 (prefixes) at n = 1024 under
 ε-DP; p-Identity reaches 5.000 and 5.437 (HDMM's published p-Identity: 4.98 / 5.39). This search shows
 the matrix mechanism with Laplace noise stalls near there; the planner meets the targets by changing the
 noise instead (ridge pairs, ``planner.strategies.ridge``: 4.45 / 4.76; ``benchmarks/noise_lp.py``).

@@ -1,8 +1,8 @@
-"""Sample complexity of local-DP mechanisms on seed 000's workloads, optimized vs classic protocols.
+"""Sample complexity of local-DP mechanisms on McKenna et al. 2020's workloads, optimized vs classic protocols.
 
 For each workload (Histogram, Prefix, All Range over n = 64 ordered types; All Marginals, 3-way
 Marginals and Parity over 6 binary attributes) and ε ∈ {0.5, 1, 2, 4}: the number of users each
-protocol needs for a worst-case normalized variance of α = 0.01 (seed 000, Corollary "Sample
+protocol needs for a worst-case normalized variance of α = 0.01 (McKenna et al. 2020, Corollary "Sample
 complexity"), for every classic protocol, for the projected-gradient-descent strategy alone ("PGD")
 and for what `optimize` returns ("Optimized": PGD, or a classic protocol if one is better).
 Then, for the PGD strategy, the empirical total variance over repeated simulated surveys of

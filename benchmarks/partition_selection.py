@@ -2,7 +2,7 @@
 
 For ε ∈ {0.1, 1, 5} and δ ∈ {1e-5, 1e-8} (one partition per unit) it prints the midpoint (n where
 P[keep] = 1/2) of the optimal primitive, discrete-Laplace and discrete-Gaussian thresholding, next
-to the reference midpoints of issue 5 (another library's optimal implementation), and the fraction
+to reference midpoints measured from another library's optimal implementation, and the fraction
 of keys released on a Zipf(1) key distribution with 10⁶ rows (one unit each) over 10⁵ keys, both
 expected (mean of π over the keys present) and sampled once with a fixed seed. A second table
 shows what ``choose`` picks when a unit may touch k partitions (ε = 1, δ = 1e-5).
@@ -23,7 +23,7 @@ from results_io import RESULTS, write_csv
 
 ROWS, KEYS, ZIPF_EXPONENT, SEED = 1_000_000, 100_000, 1.0, 20261122
 EPSILONS, DELTAS = (0.1, 1.0, 5.0), (1e-5, 1e-8)
-# (ε, δ) → (optimal, Laplace thresholding, Gaussian thresholding) midpoints quoted in issue 5
+# (ε, δ) → (optimal, Laplace thresholding, Gaussian thresholding) midpoints measured from another library's optimal implementation
 REFERENCE = {(1.0, 1e-5): (11.4, 11.8, 18.2), (0.1, 1e-5): (85.7, 109.2, 144.6), (5.0, 1e-8): (4.5, 4.5, 7.7)}
 PRIMITIVES = (optimal, laplace_threshold, gaussian_threshold)
 

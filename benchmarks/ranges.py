@@ -1,7 +1,7 @@
 """Range workloads on one ordered attribute: accuracy against the SVD bound, and speed.
 
 Accuracy: expected total squared error (exact, for the discrete noise actually released) divided by
-the SVD bound (MATH.md §7, with the closed-form range spectra of ``planner.strategies.eigen``), for the
+the SVD bound (docs/math.md §7, with the closed-form range spectra of ``planner.strategies.eigen``), for the
 best hierarchy (over b), the eigen-design (zCDP only), the hat hierarchy, p-Identity (HDMM's published
 method) and p-Identity with ridge-pair noise (ε-DP only), and the planner's choice; ε = 1 or ρ = 1.
 Speed: planning (``planner.plan``: every family, the choice, budgets) and answering (measurement with

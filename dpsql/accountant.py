@@ -1,7 +1,7 @@
 """The privacy budget and its durable ledger.
 
 Every statement has a cost: pure ε (discrete Laplace noise) or ρ-zCDP (discrete Gaussian noise).
-Spending is accounted two ways and the smaller (ε, δ) is reported (MATH.md §1):
+Spending is accounted two ways and the smaller (ε, δ) is reported (docs/math.md §1):
 
 * pure: when every charge is pure ε-DP, ε adds up and δ = 0;
 * zCDP: ε-DP implies ε²/2-zCDP, ρ adds up, and ρ-zCDP implies

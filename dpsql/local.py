@@ -4,7 +4,7 @@ In the local model there is no trusted curator. A *survey* is designed from a sc
 ``SELECT … COUNT(*) … [WHERE …] GROUP BY …`` statements: the columns they read (GROUP BY, WHERE and
 counted nullable columns, never the rest of the table) span the survey's domain, whose cells are the
 user types of an ε-LDP randomizer optimized for the statements' workload (``planner.ldp.design``,
-MATH.md §8). Each privacy unit sends ONE report: its record's cell, randomized on its own device.
+docs/math.md §8). Each privacy unit sends ONE report: its record's cell, randomized on its own device.
 The reports then answer the same SQL through a DB-API-like cursor, with error bars::
 
     survey = dpsql.local.design(schema, ["SELECT sex, COUNT(*) FROM t GROUP BY sex",

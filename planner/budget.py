@@ -1,9 +1,9 @@
-"""Optimal non-uniform noise budgets (MATH.md §2) and the noise they buy.
+"""Optimal non-uniform noise budgets (docs/math.md §2) and the noise they buy.
 
 Closed forms for strategies with the grouping property: group ``g`` has recovery mass ``a_g`` (how much
 of the workload's error each unit of its noise variance causes) and column magnitude ``C_g``.
 
->>> budgets = laplace_budgets([2.0, 4.0], [1.0, 1.0], epsilon=1.0)   # seed 004, Figure 1, R = I
+>>> budgets = laplace_budgets([2.0, 4.0], [1.0, 1.0], epsilon=1.0)   # Cormode et al. 2013, Figure 1, R = I
 >>> round(grouped_error([2.0, 4.0], [1.0, 1.0], budgets, Privacy.laplace(1.0)), 2)
 46.17
 
@@ -141,7 +141,7 @@ def continuous_laplace_variance(scale: float | np.ndarray) -> float | np.ndarray
 @dataclass(frozen=True)
 class Sensitivity:
     """How one privacy unit moves the data: at most ``rows`` rows, optionally in distinct cells of every
-    measured marginal (then Gaussian L2 sensitivity of a marginal group is ``√rows``, MATH.md §1)."""
+    measured marginal (then Gaussian L2 sensitivity of a marginal group is ``√rows``, docs/math.md §1)."""
 
     rows: int = 1
     distinct_cells: bool = False
@@ -243,7 +243,7 @@ def noises_for_groups(
 def optimal_row_budgets_cvx(
     strategy: np.ndarray, masses: Sequence[float], privacy: Privacy, contributions: int = 1
 ) -> np.ndarray:
-    """Per-row budgets for a strategy without grouping (MATH.md §2, last paragraph), by cvxpy.
+    """Per-row budgets for a strategy without grouping (docs/math.md §2, last paragraph), by cvxpy.
 
     Laplace: minimise ``Σ_i 2 a_i k²/ε_i²`` subject to ``Σ_i |S_ij| ε_i ≤ ε`` for every column ``j``.
     Gaussian (row ``i`` gets noise ``k²/(2 p_i)``, i.e. precision ``2p_i/k²``): minimise

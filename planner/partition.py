@@ -1,10 +1,10 @@
 """Partition selection: which GROUP BY keys with no public domain may appear in a release
-(MATH.md §6, seed 001).
+(docs/math.md §6, Desfontaines 2020).
 
 Every primitive keeps a partition holding ``n`` distinct privacy units with probability
 ``π(n)``, ``π(0) = 0``, independently across partitions. Three primitives:
 
-* :func:`optimal` — the optimal (ε, δ) primitive of seed 001, computed exactly on a grid of
+* :func:`optimal` — the optimal (ε, δ) primitive of Desfontaines 2020, computed exactly on a grid of
   multiples of 2^-62 (see :class:`OptimalSelection`; the real-valued recurrence, in 60-digit decimal
   arithmetic, is :func:`optimal_keep_probabilities_by_recurrence`). It dominates every (ε, δ)-DP
   primitive, up to the grid.
@@ -208,7 +208,7 @@ class PartitionSelection(ABC):
 
 
 # --------------------------------------------------------------------------------------------
-# The optimal primitive (seed 001, Theorems 13 and 14)
+# The optimal primitive (Desfontaines 2020, Theorems 13 and 14)
 
 
 def _growth_lower_bound(epsilon: float) -> Fraction:
@@ -222,7 +222,7 @@ def _growth_lower_bound(epsilon: float) -> Fraction:
 class _OptimalGrid:
     """The optimal primitive's keep probabilities as integers ``π(n)·2^62``, exactly (ε, δ)-DP.
 
-    The recurrence ``π(n) = min(L π(n−1) + δ, 1 + (π(n−1) + δ − 1)/L, 1)`` of MATH.md §6 is run in
+    The recurrence ``π(n) = min(L π(n−1) + δ, 1 + (π(n−1) + δ − 1)/L, 1)`` of docs/math.md §6 is run in
     integer arithmetic with ``L ≤ e^ε`` (:func:`_growth_lower_bound`) and ``δ`` rounded down to the
     grid, each step rounded down to the grid from the previous *rounded* value. So for every ``n``
     both DP inequalities hold exactly for the values the sampler uses:
@@ -261,7 +261,7 @@ class _OptimalGrid:
 
 
 def optimal_keep_probabilities_by_recurrence(epsilon: float, delta: float, n_max: int) -> np.ndarray:
-    """``π(0), …, π(n_max)`` of the real-valued optimal primitive from seed 001's recurrence
+    """``π(0), …, π(n_max)`` of the real-valued optimal primitive from Desfontaines 2020's recurrence
     ``π(n) = min(e^ε π(n−1) + δ, 1 + e^{−ε}(π(n−1) + δ − 1), 1)``, in 60-digit decimal arithmetic
     (a reference for the grid the sampler uses; it dominates every (ε, δ)-DP primitive)."""
     _validate(epsilon, delta, 1)

@@ -1,4 +1,4 @@
-"""Recovery in an orthogonal per-attribute basis: GLS for marginal-type strategies (MATH.md §3, §4).
+"""Recovery in an orthogonal per-attribute basis: GLS for marginal-type strategies (docs/math.md §3, §4).
 
 Every attribute ``a`` gets an orthonormal basis ``U_a`` of ``ℝ^{p_a}`` whose first column is constant
 (``p_a ≥ n_a`` is the padded size: Hadamard bases pad to a power of two, the extra cells being structural
@@ -432,7 +432,7 @@ def nonnegative_fit(
     variances: Mapping[Subset, np.ndarray],
     bases: Bases,
 ) -> np.ndarray:
-    """Non-negative weighted least squares (MATH.md §3 with ``x ≥ 0``) on the marginal over
+    """Non-negative weighted least squares (docs/math.md §3 with ``x ≥ 0``) on the marginal over
     ``attributes``: minimise ``Σ_T Σ_c (φ_T(m)[c] − φ̂_T[c])² / Var φ̂_T[c]`` over ``m ≥ 0`` (L-BFGS-B),
     from the clipped GLS marginal. Subsets with zero variance entries are left out of the fit."""
     from scipy.optimize import Bounds, minimize  # only non-negative answers need it

@@ -1,4 +1,4 @@
-"""Candidate generation, the choice of strategy, and the SVD lower bound (MATH.md §7).
+"""Candidate generation, the choice of strategy, and the SVD lower bound (docs/math.md §7).
 
 Every family is a function ``(workload, privacy, contributions) -> list[Candidate]``; the selector asks
 all of them (identity, marginals, Fourier, residual, hierarchies, eigen-designs, hats, ridge pairs,

@@ -4,7 +4,7 @@ A measurement made by a marginal-type strategy (identity, marginals, residual) d
 :meth:`planner.Plan.kept_estimates`, as a list of :class:`CoefficientEstimate`: unbiased estimates of
 residual coefficients ``φ_T`` in the Helmert basis (``planner.recovery``), one array per attribute subset
 ``T``, with per-coefficient variances, mutually uncorrelated. A noisy marginal on ``B`` with i.i.d. cell
-variance ``v_B`` estimates every ``φ_T, T ⊆ B`` with variance ``v_B Π_{a∈B∖T} n_a`` (MATH.md §4 in an
+variance ``v_B`` estimates every ``φ_T, T ⊆ B`` with variance ``v_B Π_{a∈B∖T} n_a`` (docs/math.md §4 in an
 orthonormal basis); the residual strategy estimates its coefficients directly. Uncorrelated estimates of
 the same coefficient combine by their inverse-variance mean, so the union of every kept measurement —
 one linear system — is summarised exactly, per *rows key* and subset ``T``, by the precision-weighted

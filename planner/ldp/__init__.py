@@ -1,4 +1,4 @@
-"""Local differential privacy: workload factorization mechanisms (MATH.md §8).
+"""Local differential privacy: workload factorization mechanisms (docs/math.md §8).
 
 `optimize(W, ε)` finds a randomizer adapted to the workload; the classic protocols are available as
 factorizations for comparison; `design`/`Mechanism`/`Aggregator` ship a randomizer to clients and

@@ -1,4 +1,4 @@
-"""Workload factorization mechanisms (MATH.md §8, seed 000 §3).
+"""Workload factorization mechanisms (docs/math.md §8, McKenna et al. 2020 §3).
 
 Each user of type `u ∈ {0..n-1}` reports output `o ∈ {0..m-1}` with probability `Q[o, u]`; the
 analyst estimates the workload answers `W x` as `V y` from the response counts `y`, which is unbiased

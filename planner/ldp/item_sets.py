@@ -1,4 +1,4 @@
-"""Item-set randomizers: protocols whose report supports a set of items (seed 002's "pure" protocols).
+"""Item-set randomizers: protocols whose report supports a set of items (Wang et al. 2017's "pure" protocols).
 
 Unary encoding (one bit per item, RAPPOR / OUE), optimized local hashing (a random hash into `g`
 buckets, randomized response on the bucket) and subset selection (`k` items, the true one favoured)
@@ -134,7 +134,7 @@ def bucket_of(seed: int, item: int, buckets: int) -> int:
 
 
 def local_hashing_buckets(epsilon: float) -> int:
-    """`g = ⌈e^ε + 1⌉` hash buckets (MATH.md §8)."""
+    """`g = ⌈e^ε + 1⌉` hash buckets (docs/math.md §8)."""
     return math.ceil(math.exp(epsilon) + 1)
 
 

@@ -1,4 +1,4 @@
-"""Workload-adaptive strategy optimization by projected gradient descent (MATH.md §8, seed 000 §4).
+"""Workload-adaptive strategy optimization by projected gradient descent (docs/math.md §8, McKenna et al. 2020 §4).
 
 The objective is `L(Q) = tr[(QᵀD⁻¹Q)⁻¹ WᵀW]`, `D = diag(Q 1)`: the average-case variance up to
 constants when `V` is optimal for `Q`. The ε-LDP constraints are handled through an auxiliary vector

@@ -1,7 +1,7 @@
-"""Euclidean projection onto bounded simplices, one column at a time (seed 000, Algorithm 1).
+"""Euclidean projection onto bounded simplices, one column at a time (McKenna et al. 2020, Algorithm 1).
 
 The projection of a column `v` onto `{q : lower ≤ q ≤ upper, Σ q = total}` is `clip(v + λ, lower, upper)`
-with the scalar `λ` that makes the sum `total` (MATH.md §8). `f(λ) = Σ clip(v + λ, lower, upper)` is
+with the scalar `λ` that makes the sum `total` (docs/math.md §8). `f(λ) = Σ clip(v + λ, lower, upper)` is
 piecewise linear and non-decreasing, so `λ` is found by Newton steps `λ ← λ − (f(λ) − total) / #free`
 (exact once the free set is right) safeguarded by bisection on a bracket, for all columns at once;
 a final step solves for `λ` exactly on the free set. Starting near a feasible point — as projected

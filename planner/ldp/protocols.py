@@ -1,7 +1,7 @@
-"""Classic LDP protocols as workload factorizations (MATH.md §8, seeds 000 and 002).
+"""Classic LDP protocols as workload factorizations (docs/math.md §8, McKenna et al. 2020; Wang et al. 2017).
 
 Protocols with a small output space (randomized response, Hadamard response, hierarchical, Fourier)
-return a dense `Q` with the optimal reconstruction `V` for the workload (as seed 000 evaluates them).
+return a dense `Q` with the optimal reconstruction `V` for the workload (as McKenna et al. 2020 evaluates them).
 The *item-set* protocols — unary encoding / RAPPOR, optimized local hashing, subset selection — have
 very many outputs; each report supports a set of items and the standard estimator is
 `x̂ = Σ_reports (support − q) / (p − q)`, answers `W x̂`. Their variances come in closed form from four
@@ -160,7 +160,7 @@ def _dense_outputs(scheme: ItemSetScheme) -> tuple[np.ndarray, np.ndarray] | Non
 
 
 def unary_encoding(workload: np.ndarray, epsilon: float, optimized: bool = True) -> Factorization:
-    """Unary encoding: one bit per item, each flipped independently (OUE by default; seed 002 "UE")."""
+    """Unary encoding: one bit per item, each flipped independently (OUE by default; Wang et al. 2017 "UE")."""
     W, epsilon = _inputs(workload, epsilon)
     name = "optimized unary encoding" if optimized else "RAPPOR"
     return _item_set_factorization(W, UnaryEncoding(W.shape[1], epsilon, optimized), name, dense=True)

@@ -1,4 +1,4 @@
-"""Workload non-negative least squares (seed 000, Appendix A): consistent, lower-variance answers.
+"""Workload non-negative least squares (McKenna et al. 2020, Appendix A): consistent, lower-variance answers.
 
 The unbiased estimates `a = V y` may be inconsistent with any real data vector (negative counts).
 `min_{x ≥ 0} ‖W x − a‖²` (L-BFGS-B with bounds) finds the closest non-negative data vector; its

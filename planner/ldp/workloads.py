@@ -1,4 +1,4 @@
-"""Dense reference workloads of seed 000's experiments (small domains only).
+"""Dense reference workloads of McKenna et al. 2020's experiments (small domains only).
 
 Ordered domains of size `n`: `histogram`, `prefix`, `all_range`. Binary domains of `d` attributes
 (`n = 2^d` types, type index = bit vector, bit `i` = attribute `i`): `marginals` of chosen orders and

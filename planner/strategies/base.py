@@ -24,7 +24,7 @@ from planner.workload import Product, Workload
 
 @dataclass(frozen=True)
 class GroupBudget:
-    """One group of strategy rows (MATH.md §2) and the share of the budget it receives."""
+    """One group of strategy rows (docs/math.md §2) and the share of the budget it receives."""
 
     name: str  # e.g. "marginal (sex, race)", "level 3", "coefficient 0101"
     rows: int  # measurement rows in the group

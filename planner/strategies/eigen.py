@@ -1,6 +1,6 @@
 """Range spectra (for the SVD bound) and the near-optimal eigen-design for ranges under zCDP.
 
-Spectra (MATH.md §7). ``AllRange``'s Gram ``G_uv = (min(u,v)+1)(n−max(u,v))`` is ``n+1`` times the
+Spectra (docs/math.md §7). ``AllRange``'s Gram ``G_uv = (min(u,v)+1)(n−max(u,v))`` is ``n+1`` times the
 covariance of a discrete Brownian bridge: ``G⁻¹ = tridiag(−1, 2, −1)/(n+1)``, eigenvectors are the DST-I
 sines ``√(2/(n+1)) sin(π(u+1)k/(n+1))`` and eigenvalues ``(n+1)/(2 − 2cos(πk/(n+1)))``, ``k = 1..n``.
 ``Prefix``'s Gram ``n − max(u,v)`` is, with ``i = n − u``, the Brownian-motion covariance ``min(i, i')``:

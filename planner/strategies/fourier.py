@@ -1,4 +1,4 @@
-"""Fourier (Hadamard) coefficients over the bit-encoded domain, with non-uniform budgets (MATH.md §4).
+"""Fourier (Hadamard) coefficients over the bit-encoded domain, with non-uniform budgets (docs/math.md §4).
 
 Every attribute of size ``n`` takes ``⌈log₂ n⌉`` bits; codes beyond ``n`` are structural zeros. Only the
 coefficients ``θ_α`` with ``α`` inside a workload product's bits are measured, each a ±1 row (``C = 1``,

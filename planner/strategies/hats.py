@@ -9,7 +9,7 @@ about 14% less total error than the best box tree for all ranges or prefixes of 
 
 Budgets start from the best box tree's per-level shares (``planner.strategies.hierarchy``, same levels,
 boxes kept for the root and identity for the leaves) and are polished by budget ↔ GLS alternation
-(MATH.md §2–3, magnitudes ``C_ℓ = s``). GLS is dense (``Σ_t = (Σ_ℓ H_ℓᵀH_ℓ/v_ℓ)⁻¹``), so the family is
+(docs/math.md §2–3, magnitudes ``C_ℓ = s``). GLS is dense (``Σ_t = (Σ_ℓ H_ℓᵀH_ℓ/v_ℓ)⁻¹``), so the family is
 offered for ordered attributes of at most ``MAX_SIZE`` cells; variances are exact for the discrete noise.
 """
 

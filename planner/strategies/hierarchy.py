@@ -1,4 +1,4 @@
-"""b-ary hierarchies over an ordered attribute (MATH.md §5), per-level budgets (§2), tree GLS (§3).
+"""b-ary hierarchies over an ordered attribute (docs/math.md §5), per-level budgets (§2), tree GLS (§3).
 
 The ``size`` ordered cells are padded with structural zeros to ``N = Π fanouts`` leaves (``b`` per level,
 the root's fanout reduced so that little padding is needed). Level ``ℓ`` (root ``ℓ = 0`` … leaves ``ℓ = h``)
@@ -300,7 +300,7 @@ def _descend(tree: Tree, masses: np.ndarray, start: np.ndarray, privacy: Privacy
 
 def _alternate(tree: Tree, masses: np.ndarray, shares: np.ndarray, privacy: Privacy) -> np.ndarray:
     """Closed-form budgets (§2) for the GLS recovery masses, then GLS for those budgets, until the error
-    stops falling (MATH.md §3)."""
+    stops falling (docs/math.md §3)."""
     unit = Privacy.laplace(1.0) if privacy.is_laplace else Privacy.zcdp(1.0)
     error = tree_error(tree, _continuous_variances(shares, privacy), masses)
     for _ in range(MAX_ITERATIONS):

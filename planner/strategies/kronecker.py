@@ -1,4 +1,4 @@
-"""Kronecker products of 1-D range strategies over several ordered attributes (MATH.md §3, §5).
+"""Kronecker products of 1-D range strategies over several ordered attributes (docs/math.md §3, §5).
 
 A workload whose products put range blocks (``Prefix``, ``AllRange``, interval ``Predicate``) on two or
 more ordered attributes ``T`` — all 2-D ranges, prefix × prefix, ``AllRange(x) ⊗ Identity(s) ⊗ AllRange(y)``

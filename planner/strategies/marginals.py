@@ -8,7 +8,7 @@ Each measured marginal ``B`` is one group of §2 (``C = 1``): a privacy unit's r
 
 The workload's error is ``E = Σ_T c_T V_T`` (``c_T`` = its recovery mass on ``T``), and the recovery mass
 of group ``B`` under GLS is ``a_B = ∂E/∂v_B = Σ_{T⊆B} c_T V_T² / (v_B² Π_{B∖T} n_a)``. Budgets alternate
-with GLS (MATH.md §3): closed-form budgets for the current masses, then GLS masses for those budgets.
+with GLS (docs/math.md §3): closed-form budgets for the current masses, then GLS masses for those budgets.
 Each step minimises an upper bound of ``E`` that is tight at the current point (GLS is the best recovery
 for any budgets), so the error never rises; for zCDP a fixed point satisfies the KKT conditions of the
 joint problem, which is convex in the precisions, so it is the optimum.

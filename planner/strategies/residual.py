@@ -10,7 +10,7 @@ attribute subset ``T`` it is the *residual* strategy (Gaussian only): each row `
 ``σ_T²‖r‖²``, so every orthonormal coefficient of ``T`` has variance ``σ_T²``; its zCDP cost is
 ``k² Π_{a∈T}(1 − 1/n_a) / (2σ_T²)``, the same for every data cell, so §2's Gaussian closed form with
 ``C_T² = Π_{a∈T}(1 − 1/n_a)`` gives the optimal ``σ_T``. For a marginal workload this reaches the SVD
-bound (MATH.md §7) exactly: ``(WᵀW)^{1/2}`` is diagonal in the residual basis.
+bound (docs/math.md §7) exactly: ``(WᵀW)^{1/2}`` is diagonal in the residual basis.
 """
 
 from __future__ import annotations

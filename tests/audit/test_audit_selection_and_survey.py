@@ -8,7 +8,7 @@ released] must stay below the δ the ledger charged. Broken variant: keep probab
 
 Survey: ``Survey.randomize`` on a device, for a record in the domain, another one, and a record whose
 value has no cell (NULL where the column is not nullable): every report must satisfy ε-LDP against
-every other record, on every report value. Broken variant: the behaviour before issue 17, where a
+every other record, on every report value. Broken variant: the earlier behaviour, where a
 record without a cell sent nothing (a missing report is an output too).
 """
 
@@ -130,7 +130,7 @@ def test_every_record_reports_under_the_surveys_epsilon(survey: dpsql.local.Surv
 def test_the_survey_audit_detects_a_record_that_sends_nothing(
     survey: dpsql.local.Survey, monkeypatch: pytest.MonkeyPatch, audit_runs: int | None
 ) -> None:
-    """The pre-issue-17 client: a value without a cell raised, and no report was sent."""
+    """The earlier client: a value without a cell raised, and no report was sent."""
     monkeypatch.setattr(dpsql.local.Survey, "reported_cell", lambda self, record, rng: self.cell(record))
     results = survey_audits(survey, audit_runs or SURVEY_RUNS)
     assert results[0].passes() and not results[1].passes(), str(results[1])

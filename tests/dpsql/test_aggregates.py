@@ -1,4 +1,4 @@
-"""SUM, AVG, VARIANCE, STDDEV (issue 14 parts 1, 2): schema bounds, the moment-cell encoding, answers equal
+"""SUM, AVG, VARIANCE, STDDEV: schema bounds, the moment-cell encoding, answers equal
 to DuckDB's on the clamped values with noise off (GROUP BY, CUBE, ROLLUP, GROUPING SETS, WHERE, NULLs,
 batches), closed-form standard errors, empirical coverage of the AVG, VAR_POP and STDDEV intervals, and refusals."""
 

@@ -479,7 +479,7 @@ def test_spark_registers_spark_and_pandas_frames(spark: object, adult_frame: pd.
     connection.close()
 
 
-# -- released keys of every type (issue 17, part 5) --------------------------------------------------------
+# -- released keys of every type --------------------------------------------------------
 ODD_TEXT = ["it's", "back\\slash", 'say "hi"', "plain", "", "  spaced  "]
 ODD_FLOATS = [1.5, -0.0, float("inf"), float("-inf"), 1e300, float("nan")]
 ODD_DATES = [datetime.date(2024, 1, 1), datetime.date(1970, 1, 1), datetime.date(2099, 12, 31)]

@@ -39,7 +39,7 @@ def test_query_prints_rows_with_standard_errors(files: dict[str, str], capsys: p
     assert code == 0
     rows = json.loads(out)
     assert [(r["sex"], round(r["n"], 6)) for r in rows] == [("F", 3.0), ("M", 1.0)]
-    scale = 2 / 0.5  # discrete Laplace, b = k/ε, variance 2e^{-1/b}/(1-e^{-1/b})² (MATH.md §1)
+    scale = 2 / 0.5  # discrete Laplace, b = k/ε, variance 2e^{-1/b}/(1-e^{-1/b})² (docs/math.md §1)
     laplace_sd = math.sqrt(2 * math.exp(-1 / scale) / (1 - math.exp(-1 / scale)) ** 2)
     assert [r["n_stderr"] for r in rows] == pytest.approx([laplace_sd, laplace_sd], rel=1e-6)
     assert "budget left: epsilon = 0" in err

@@ -1,6 +1,6 @@
-"""Inputs that crashed with a non-dpsql exception (issue 17, part 4), each now a clear dpsql error.
+"""Inputs that crashed with a non-dpsql exception, each now a clear dpsql error.
 
-The last cases crashed in the statement pipeline before it was rewritten (issue 12); they are dpsql
+The last cases crashed in the statement pipeline before it was rewritten; they are dpsql
 errors now.
 """
 
@@ -109,7 +109,7 @@ def test_a_selection_delta_below_the_grid_is_a_programming_error() -> None:
     assert opened.budget_spent().statements == 0
 
 
-# -- in the statement pipeline's files (issue 12) ---------------------------------------------------------------
+# -- in the statement pipeline's files ---------------------------------------------------------------
 
 
 def test_count_without_an_argument() -> None:

@@ -1,4 +1,4 @@
-"""Derived GROUP BY columns and HAVING (issue 14, parts 5 and 6).
+"""Derived GROUP BY columns and HAVING.
 
 Derived columns: values and types equal DuckDB's for the same expression on every cell of the declared
 domain (negative integers, dates), noise-free answers equal DuckDB's on a table with a date column, the

@@ -1,4 +1,4 @@
-"""Only dpsql exceptions escape the public API (issue 17): a seeded hypothesis fuzz over SQL text,
+"""Only dpsql exceptions escape the public API: a seeded hypothesis fuzz over SQL text,
 schemas and API parameters.
 
 Every case builds what it needs through the public API (``dpsql.connect``, ``register``, ``execute``,

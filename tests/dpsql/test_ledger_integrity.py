@@ -72,7 +72,7 @@ def test_running_totals_are_exact_and_match_the_history(tmp_path: Path) -> None:
 
 
 def test_a_check_reads_one_row_at_any_length_of_history(tmp_path: Path) -> None:
-    """O(1): check() and charge() never read the charges table (issue 17: the re-sum cost 1.76 s at
+    """O(1): check() and charge() never read the charges table (the earlier re-sum cost 1.76 s at
     100,000 charges)."""
     ledger = Ledger(tmp_path / "fast.ledger", Budget(1000.0))
     for _ in range(50):

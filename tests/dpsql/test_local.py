@@ -370,11 +370,11 @@ def test_simulation_reports_each_units_record_as_the_client_would() -> None:
     assert simulated(survey, table, 4) == expected
 
 
-# -- every unit reports, and no seed drives real randomization (issue 17) ------------------------------
+# -- every unit reports, and no seed drives real randomization ------------------------------
 
 
 def test_a_value_without_a_cell_is_reported_through_the_fallback(survey: local.Survey) -> None:
-    """Before issue 17 such a client sent nothing (randomize raised): whether a report arrives was a
+    """Earlier, such a client sent nothing (randomize raised): whether a report arrives was a
     function of the private value. Now: a non-nullable column's bad value becomes a uniformly random
     cell of that column (the other columns keep theirs), a nullable column's its NULL cell."""
     assert isinstance(survey.randomize({"sex": "X", "age": 2}), int) and isinstance(survey.randomize({"age": 99}), int)
@@ -391,7 +391,7 @@ def test_a_value_without_a_cell_is_reported_through_the_fallback(survey: local.S
 
 
 def test_seeds_are_refused_on_real_records(survey: local.Survey) -> None:
-    """Issue 17: with simulate(data, seed=s) anyone knowing s recovered 37 % of Adult's true cells."""
+    """Earlier, with simulate(data, seed=s) anyone knowing s recovered 37 % of Adult's true cells."""
     with pytest.raises(dpsql.ProgrammingError, match="anyone who knows a seed can undo the randomization"):
         survey.simulate(population(), seed=1)
     with pytest.raises(dpsql.ProgrammingError, match="dpsql.testing.seeded"):

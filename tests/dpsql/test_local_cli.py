@@ -53,7 +53,7 @@ def test_design_simulate_answer(files: dict[str, str], capsys: pytest.CaptureFix
 
 
 def test_simulate_takes_no_seed(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 17: ``--seed`` made real records' randomization reproducible by anyone knowing it."""
+    """Earlier, ``--seed`` made real records' randomization reproducible by anyone knowing it."""
     _run(["ldp", "design", "--schema", files["schema"], "--epsilon", "1", "--output", files["survey"], *FAST, BY_SEX], capsys)
     with pytest.raises(SystemExit) as exit_status:
         cli.main(["ldp", "simulate", "--survey", files["survey"], "--data", files["data"], "--seed", "1"])

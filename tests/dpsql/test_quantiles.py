@@ -1,4 +1,4 @@
-"""Quantiles (issue 14 part 3): MEDIAN, PERCENTILE_CONT/DISC, QUANTILE*, MIN, MAX from one measured CDF per
+"""Quantiles: MEDIAN, PERCENTILE_CONT/DISC, QUANTILE*, MIN, MAX from one measured CDF per
 group — equal to DuckDB's exact answers with noise off (GROUP BY, CUBE, ROLLUP, WHERE, HAVING, batches with
 the WHERE as masks), bins and dates to the resolution of their domains, error bars from the plan with the rank
 error's covariance, the projected CDF's inversion (raw and clipping variants are measurably worse), interval

@@ -1,4 +1,4 @@
-"""dpsql.testing's hooks work only where DPSQL_TEST_HOOKS=1 was set before dpsql was imported (issue 17)."""
+"""dpsql.testing's hooks work only where DPSQL_TEST_HOOKS=1 was set before dpsql was imported."""
 
 from __future__ import annotations
 

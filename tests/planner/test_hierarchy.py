@@ -112,7 +112,7 @@ def test_tree_gls_equals_dense_gls(size: int, branching: int, drop: bool) -> Non
 
 
 def test_recovery_masses_are_the_gls_recovery_norms_per_level() -> None:
-    """``a_ℓ = Σ_{i∈ℓ} ‖R_{:,i}‖²`` with ``R = W Σ SᵀD⁻¹`` (MATH.md §2), computed densely."""
+    """``a_ℓ = Σ_{i∈ℓ} ‖R_{:,i}‖²`` with ``R = W Σ SᵀD⁻¹`` (docs/math.md §2), computed densely."""
     size, rng = 11, np.random.default_rng(3)
     tree = Tree.with_branching(size, 2)
     variances = rng.uniform(0.5, 3.0, tree.levels)
@@ -202,7 +202,7 @@ def test_discrete_noise_variances_are_used() -> None:
 
 
 def test_gaussian_budgets_reach_the_published_ratio_for_all_ranges() -> None:
-    """Per-level budgets + GLS on all ranges of 1024 cells: 1.48× the SVD bound (seed 004's figure),
+    """Per-level budgets + GLS on all ranges of 1024 cells: 1.48× the SVD bound (Cormode et al. 2013's figure),
     and the budgets satisfy the KKT conditions of the convex zCDP problem (equal ∂E/∂ρ_ℓ)."""
     size = 1024
     dom = Domain({"age": size}, ordered={"age"})

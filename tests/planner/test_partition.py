@@ -1,4 +1,4 @@
-"""Partition selection primitives (MATH.md §6): closed forms, DP inequalities, sampling, audits."""
+"""Partition selection primitives (docs/math.md §6): closed forms, DP inequalities, sampling, audits."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ EXTREME_GRID = [
 
 @pytest.mark.parametrize(("epsilon", "delta", "max_groups"), EXTREME_GRID)
 def test_optimal_dp_inequalities_hold_exactly_for_the_sampled_probabilities(epsilon: float, delta: float, max_groups: int) -> None:
-    """Issue 17: in doubles, π(n) near 1 broke the second inequality by up to 9,300 δ at ε = 20,
+    """In doubles (the earlier code), π(n) near 1 broke the second inequality by up to 9,300 δ at ε = 20,
     δ = 1e-12. The grid values the sampler uses satisfy both, in exact rational arithmetic, at
     every (ε, δ) the primitive accepts: π(n) ≤ e^ε π(n−1) + δ and 1 − π(n−1) ≤ e^ε (1 − π(n)) + δ."""
     primitive = optimal(epsilon * max_groups, delta * max_groups, max_groups)
@@ -159,7 +159,7 @@ def test_delta_zero_keeps_nothing_and_is_reported_as_impossible() -> None:
 
 
 def test_reference_midpoints() -> None:
-    """Midpoints measured from another library's optimal implementation (issue 5), and the
+    """Midpoints measured from another library's optimal implementation, and the
     continuous Laplace threshold τ = 1 + ln(1/(2δ))/ε that our discrete version must match."""
     for epsilon, delta, reference in ((1.0, 1e-5, 11.4), (0.1, 1e-5, 85.7), (5.0, 1e-8, 4.5)):
         assert round(optimal(epsilon, delta).midpoint(), 1) == reference

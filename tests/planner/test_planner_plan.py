@@ -1,4 +1,4 @@
-"""The planner's public API and the papers' worked numbers (MATH.md §1, §2, §7)."""
+"""The planner's public API and the papers' worked numbers (docs/math.md §1, §2, §7)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_figure1_planner_choice_beats_identity(epsilon: float) -> None:
 
 
 def bmi_workload() -> Workload:
-    """Seed 003: males with BMI<25, males, females with BMI<25, females (bmi cell 0 = BMI<25)."""
+    """Machanavajjhala's lecture: males with BMI<25, males, females with BMI<25, females (bmi cell 0 = BMI<25)."""
     dom = Domain({"sex": 2, "bmi": 2})
     under_25 = Product(dom, (Factor(("sex",), Identity(2)), Factor(("bmi",), Predicate([True, False]))))
     return Workload(dom, (under_25,)) + Workload.marginals(dom, [("sex",)])
