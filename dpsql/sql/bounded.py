@@ -503,7 +503,7 @@ class BoundedAggregation:
         if not (len(self.grouping_sets) > 1 and self.counted_columns):
             return {m: everything for m in self.grouping_sets}
         ids = np.stack([np.asarray(np.ma.filled(result[name], -1), dtype=np.int64) for name in self.grouping_names], axis=1)
-        found, inverse = np.unique(ids.reshape(count, -1), axis=0, return_inverse=True)
+        found, inverse = np.unique(ids, axis=0, return_inverse=True)  # ids: (count, chunks), also for no rows
         inverse = inverse.reshape(-1)
         order = np.argsort(inverse, kind="stable")
         starts = np.searchsorted(inverse[order], np.arange(len(found) + 1))
