@@ -1,9 +1,9 @@
 """The client matrix of docs/serve.md: every client × connect / COUNT / AVG / CUBE / parameterised /
 refused / SHOW / SET, each cell checked against DuckDB's exact answer with the noise switched off in
 this process (the server runs on a thread of it). Clients that install with the ``test`` extra run
-always (psql where PostgreSQL's client is installed); node-postgres, pgjdbc and SQLAlchemy 1.4 run when
-their environment is there (``benchmarks/clients/README.md``: ``DPSQL_NODE_MODULES``, the pgjdbc jar,
-``DPSQL_SQLALCHEMY14_PYTHON``) and are skipped otherwise. Also here: what the catalog shows BI tools
+always (psql where PostgreSQL's client is installed); node-postgres, pgjdbc, SQLAlchemy 1.4 and Superset
+run when their environment is there (``benchmarks/clients/README.md``: ``DPSQL_NODE_MODULES``, the pgjdbc
+jar, ``DPSQL_SQLALCHEMY14_PYTHON``, ``DPSQL_SUPERSET_PYTHON``) and are skipped otherwise. Also here: what the catalog shows BI tools
 (SQLAlchemy's inspector, information_schema), parameters every driver sends, error bars over the wire."""
 
 from __future__ import annotations
@@ -350,6 +350,67 @@ SQLALCHEMY14 = textwrap.dedent("""
 """)
 
 
+
+# Superset reformats each statement with sqlglot before it sends it, which keeps a comment after a SELECT item
+# but drops one that opens a subquery: a SQL dataset's cost comment goes after an item
+SUPERSET_DATASET = "SELECT sex, COUNT(*) AS n /* dpsql: epsilon=0.25 */ FROM adult GROUP BY sex"
+SUPERSET = textwrap.dedent("""
+    import json, os, shutil, sys
+    from importlib.metadata import version
+    from pathlib import Path
+    uri, virtual_sql, home = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    # a fresh copy of the metadata database setup.sh migrated (and gave an admin), so runs do not share state
+    shutil.copy(Path(sys.prefix) / "superset-metadata.db", home / "superset.db")
+    (home / "superset_config.py").write_text(f"SECRET_KEY = 'dpsql-client-matrix'\\nSQLALCHEMY_DATABASE_URI = 'sqlite:///{home}/superset.db'\\n")
+    os.environ["SUPERSET_CONFIG_PATH"] = str(home / "superset_config.py")
+    from superset.app import create_app
+    app = create_app()
+    with app.test_request_context():
+        from superset.commands.chart.data.get_data_command import ChartDataCommand
+        from superset.commands.database.create import CreateDatabaseCommand
+        from superset.commands.database.test_connection import TestConnectionDatabaseCommand
+        from superset.commands.dataset.create import CreateDatasetCommand
+        from superset.common.query_context_factory import QueryContextFactory
+        from superset.exceptions import SupersetErrorsException
+        from superset.extensions import security_manager
+        from superset.sql.parse import Table
+        from superset.utils.core import override_user
+        found = {"superset": version("apache-superset")}
+        with override_user(security_manager.find_user("admin")):
+            try:  # the connection form's "Test connection" button, then saving the database
+                TestConnectionDatabaseCommand({"sqlalchemy_uri": uri.replace("matrix:", "nobody:")}).run()
+            except SupersetErrorsException as error:
+                found["wrong_password"] = [e.error_type.value for e in error.errors]
+            TestConnectionDatabaseCommand({"sqlalchemy_uri": uri}).run()
+            database = CreateDatabaseCommand({"database_name": "dpsql", "sqlalchemy_uri": uri}).run()
+            found["tables"] = sorted(name for name, _, _ in database.get_all_table_names_in_schema(None, "public"))
+            found["columns"] = [[c["column_name"], str(c["type"])] for c in database.get_columns(Table("adult", "public"))]
+            # datasets as "+ Dataset" saves them: a table (its columns from the inspector) and a SQL query
+            # (its columns from the cursor of the query run with a small LIMIT)
+            physical = CreateDatasetCommand({"database": database.id, "schema": "public", "table_name": "adult"}).run()
+            found["dataset_columns"] = [[c.column_name, c.type, c.is_dttm] for c in physical.columns]
+            virtual = CreateDatasetCommand({"database": database.id, "schema": "public", "table_name": "by_sex", "sql": virtual_sql}).run()
+            found["virtual_columns"] = [[c.column_name, c.type] for c in virtual.columns]
+            found["filter_values"] = sorted(physical.values_for_column("sex", limit=10000))  # a dashboard filter's choices
+
+            def chart(dataset, metric, filters=()):  # what /api/v1/chart/data runs for a bar chart by sex
+                context = QueryContextFactory().create(
+                    datasource={"id": dataset.id, "type": "table"},
+                    queries=[{"columns": ["sex"], "metrics": [metric], "filters": list(filters), "row_limit": 1000, "orderby": [[metric, False]]}],
+                    result_type="full", force=True,
+                )
+                command = ChartDataCommand(context)
+                command.validate()
+                query = command.run()["queries"][0]
+                return {"sql": query["query"], "error": query.get("error"), "rows": [list(r.values()) for r in query["data"]]}
+
+            found["COUNT"] = chart(physical, "count")
+            found["AVG"] = chart(physical, {"expressionType": "SIMPLE", "column": {"column_name": "age"}, "aggregate": "AVG", "label": "AVG(age)"})
+            found["filtered"] = chart(physical, "count", [{"col": "age", "op": ">", "val": 40}])
+            found["virtual"] = chart(virtual, {"expressionType": "SIMPLE", "column": {"column_name": "n"}, "aggregate": "SUM", "label": "SUM(n)"})
+        print(json.dumps(found))
+""")
+
 def test_node_postgres_matrix(server: Server, frame: pd.DataFrame, tmp_path: Path) -> None:
     host, port = server.address  # type: ignore[misc]
     with dpsql.testing.noise_disabled():
@@ -380,6 +441,45 @@ def test_sqlalchemy_14_inspector_lists_columns(server: Server, frame: pd.DataFra
     assert [c[:3] for c in found["columns"]][:3] == [["person_id", "BIGINT", True], ["sex", "TEXT", True], ["race", "BIGINT", True]]
     assert found["columns"][1][3] == "declared domain: categories [F, M]"
     assert same([tuple(r) for r in found["parameterised"]], truth(frame)["parameterised"])
+
+
+def test_superset_connection_test_datasets_and_charts(server: Server, frame: pd.DataFrame, tmp_path: Path) -> None:
+    """Superset's own commands, as its UI calls them: the connection test, saving the database, a dataset
+    of the table and one of a SQL query, a dashboard filter's values and the chart-data queries."""
+    python = os.environ.get("DPSQL_SUPERSET_PYTHON")
+    if not python:
+        pytest.skip(reason="Superset: set DPSQL_SUPERSET_PYTHON to the Python of benchmarks/clients/setup.sh's Superset environment")
+    host, port = server.address  # type: ignore[misc]
+    with psycopg.connect(f"host={host} port={port} user={USER} password={PASSWORD} dbname=dpsql", autocommit=True) as connection, \
+            dpsql.testing.noise_disabled():
+        before = connection.execute("SHOW dpsql.budget").fetchone()[0]  # type: ignore[index]
+        done = subprocess.run(
+            [python, "-c", SUPERSET, f"postgresql+psycopg2://{USER}:{PASSWORD}@{host}:{port}/dpsql", SUPERSET_DATASET, str(tmp_path)],
+            capture_output=True, text=True, timeout=300,
+        )
+        spent = before - connection.execute("SHOW dpsql.budget").fetchone()[0]  # type: ignore[index]
+    assert done.returncode == 0, done.stderr[-4000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["wrong_password"] == ["CONNECTION_INVALID_PASSWORD_ERROR"]  # Superset reads PostgreSQL's message
+    assert found["tables"] == ["adult"]
+    names_types = [["person_id", "BIGINT"], ["sex", "TEXT"], ["race", "BIGINT"], ["age", "BIGINT"], ["income", "BIGINT"], ["job", "TEXT"], ["browser", "TEXT"]]
+    assert found["columns"] == names_types
+    assert found["dataset_columns"] == [[name, kind, False] for name, kind in names_types]
+    assert found["virtual_columns"] == [["sex", "STRING"], ["n", "FLOAT"]]
+    assert found["filter_values"] == ["F", "M"]
+    expected = truth(frame)
+    expected["filtered"] = exact(frame, "SELECT sex, COUNT(*) FROM adult WHERE age > 40 GROUP BY sex")
+    expected["virtual"] = expected["COUNT"]  # SUM(n) over the dataset's released counts
+    for name in ("COUNT", "AVG", "filtered", "virtual"):
+        assert found[name]["error"] is None, found[name]
+        assert same([tuple(r) for r in found[name]["rows"]], expected[name]), (name, found[name], expected[name])
+    assert "FROM public.adult" in found["COUNT"]["sql"] and "WHERE age > 40" in found["filtered"]["sql"]
+    assert ") AS virtual_table GROUP BY sex" in found["virtual"]["sql"]
+    # charged (each on a connection of its own, so nothing is answered from an earlier release): the three
+    # charts on the table at the analyst's default_epsilon 0.5, the SQL dataset's column read and its chart
+    # at its cost comment's 0.25; the connection test, the catalog and the filter's values (the declared
+    # domain) are free
+    assert math.isclose(spent, 3 * 0.5 + 2 * 0.25)
 
 
 # -- what BI tools browse ---------------------------------------------------------------------------------
