@@ -32,8 +32,8 @@ from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_nois
 from planner.privacy import Privacy
 from planner.strategies import hats
 from planner.strategies.base import Candidate, GroupBudget, Measurement
-from planner.strategies.ranges import DenseCovariance, RangeCandidate, RangeLayout
-from planner.workload import AllRange, Identity, Prefix, Total, Workload
+from planner.strategies.ranges import DenseCovariance, GramOperator, RangeCandidate, RangeLayout
+from planner.workload import Workload
 
 MAX_SIZE = hats.MAX_SIZE  # dense n × n GLS of the rounded strategy
 MIN_SIZE = 16  # below this the hats (or boxes) are as good and the optimisation is not worth it
@@ -41,71 +41,6 @@ MAX_ITERATIONS = 120  # L-BFGS-B iterations (n = 1024: about a second)
 SCALE_BITS = 16  # the real strategy (entries ≤ 1) is scaled by 2^16 before rounding
 MIN_LEAF_WEIGHT = 2.0**-8  # least weight of a cell's identity row in the released strategy
 GROUP = "p-identity rows"
-
-
-class GramOperator:
-    """``X ↦ G X`` for the workload Gram on the ordered attribute: prefixes and all ranges by cumulative
-    sums, identities and totals directly (one weight per kind), every other block's rows stacked into
-    one matrix ``F`` (``FᵀF`` instead when ``F`` has more rows than cells)."""
-
-    STRUCTURED = (Prefix, AllRange, Identity, Total)
-
-    def __init__(self, layout: RangeLayout) -> None:
-        self.size = layout.size
-        self.weights = dict.fromkeys(self.STRUCTURED, 0.0)
-        others = [np.zeros((0, self.size))]
-        for product in layout.workload.products:
-            weight, block = product.weight**2 * layout.other_mass(product), layout.ordered_block(product)
-            if isinstance(block, self.STRUCTURED):
-                self.weights[type(block)] += weight
-            else:
-                others.append(math.sqrt(weight) * block.matrix())
-        stacked = np.vstack(others)
-        self.diagonal = self._structured_diagonal() + (stacked**2).sum(axis=0)
-        self.factor: np.ndarray | None = stacked if stacked.shape[0] <= self.size else None
-        self.dense: np.ndarray | None = None if self.factor is not None else stacked.T @ stacked
-
-    def _structured_diagonal(self) -> np.ndarray:
-        cells = np.arange(self.size, dtype=float)
-        return (
-            self.weights[Prefix] * (self.size - cells)
-            + self.weights[AllRange] * (cells + 1) * (self.size - cells)
-            + self.weights[Identity]
-            + self.weights[Total]
-        )
-
-    def partner_entries(self, partners: np.ndarray) -> np.ndarray:
-        """``G[j, partners[j]]`` for every cell ``j``."""
-        cells, other = np.arange(self.size), partners
-        low, high = np.minimum(cells, other).astype(float), np.maximum(cells, other).astype(float)
-        entries = (
-            self.weights[Prefix] * (self.size - high)
-            + self.weights[AllRange] * (low + 1) * (self.size - high)
-            + self.weights[Identity] * (cells == other)
-            + self.weights[Total]
-        )
-        if self.factor is not None:
-            return entries + np.sum(self.factor * self.factor[:, other], axis=0)
-        return entries + self.dense[cells, other]
-
-    def signature(self) -> tuple[object, ...]:
-        """Everything ``G`` depends on, hashable."""
-        kinds = tuple(sorted((kind.__name__, weight) for kind, weight in self.weights.items()))
-        rows = self.factor if self.factor is not None else self.dense
-        return (self.size, kinds, caches.digest(rows), rows.shape)
-
-    def __call__(self, matrix: np.ndarray) -> np.ndarray:
-        result = self.weights[Identity] * matrix + self.weights[Total] * matrix.sum(axis=0)
-        if self.weights[Prefix]:  # LᵀL: prefix sums, then suffix sums
-            result += self.weights[Prefix] * np.cumsum(np.cumsum(matrix, axis=0)[::-1], axis=0)[::-1]
-        if self.weights[AllRange]:  # rows P_h − P_l over prefix ends 0..n: DᵀD = (n+1)I − 11ᵀ
-            prefixes = np.zeros((self.size + 1, matrix.shape[1]))
-            np.cumsum(matrix, axis=0, out=prefixes[1:])
-            spread = (self.size + 1) * prefixes - prefixes.sum(axis=0)
-            result += self.weights[AllRange] * np.cumsum(spread[::-1], axis=0)[::-1][1:]
-        if self.factor is not None:
-            return result + self.factor.T @ (self.factor @ matrix)
-        return result + self.dense @ matrix
 
 
 @dataclass(frozen=True)
@@ -131,10 +66,15 @@ class PairNoise:
         return self.size - self.size % 2
 
     def __matmul__(self, matrix: np.ndarray) -> np.ndarray:
+        return self.along(matrix, 0)
+
+    def along(self, matrix: np.ndarray, axis: int) -> np.ndarray:
+        """``N`` applied along ``axis`` of ``matrix`` (``axis = 1`` of rows ``X``: ``X N``, as ``N`` is symmetric)."""
         result = matrix.copy()
-        even, odd = matrix[0 : self.paired : 2], matrix[1 : self.paired : 2]
-        result[0 : self.paired : 2] = self.alpha * even + self.beta * odd
-        result[1 : self.paired : 2] = self.beta * even + self.alpha * odd
+        moved, out = np.moveaxis(matrix, axis, 0), np.moveaxis(result, axis, 0)
+        even, odd = moved[0 : self.paired : 2], moved[1 : self.paired : 2]
+        out[0 : self.paired : 2] = self.alpha * even + self.beta * odd
+        out[1 : self.paired : 2] = self.beta * even + self.alpha * odd
         return result
 
     def diagonal(self) -> np.ndarray:
@@ -168,13 +108,15 @@ def objective(
         f(Θ) = tr(G̃ X),  X = (N⁻¹ + ΘᵀM⁻¹Θ)⁻¹ = N − NΘᵀY,  Y = (M + ΘNΘᵀ)⁻¹ΘN = M⁻¹ΘX,
         ∂f/∂Θ = −2 Y G̃ X + 2·1 dᵀ,  d_j = (G C X)_jj.
 
-    ``theta`` is ``Θ`` flattened; ``N`` is applied in O(n) per column, so the cost stays O(n p)."""
+    ``theta`` is ``Θ`` flattened; ``N`` is applied in O(n) per column, so the cost stays O(n p). Every
+    ``n × p`` product is kept transposed, ``p × n`` like ``Θ``, so the cumulative sums of ``G`` and ``N``
+    run along contiguous rows."""
     terms = _ObjectiveTerms(theta, gram, cell_noise, row_noise)
-    c, Y, GCNT, cells = terms.c, terms.Y, terms.GCNT, terms.cells
-    GCY = gram(c[:, None] * Y.T)  # G C Yᵀ
-    YGNT = Y @ (c[:, None] * GCNT)  # Y G̃ N Θᵀ
-    gradient = -2.0 * ((cells @ (c[:, None] * GCY)).T - YGNT @ Y)
-    gradient += 2.0 * (terms.gcn_diagonal - np.sum(GCNT * Y.T, axis=1))[None, :]
+    c, Y, NTGC, cells = terms.c, terms.Y, terms.NTGC, terms.cells
+    YCG = gram((Y * c).T).T  # (G C Yᵀ)ᵀ
+    YGNT = Y @ (NTGC * c).T  # Y G̃ N Θᵀ
+    gradient = -2.0 * (cells.along(YCG * c, 1) - YGNT @ Y)
+    gradient += 2.0 * (terms.gcn_diagonal - np.sum(NTGC * Y, axis=0))[None, :]
     return terms.value, gradient.ravel()
 
 
@@ -186,22 +128,25 @@ def objective_value(
 
 
 class _ObjectiveTerms:
-    """What ``f`` and its gradient share: ``c``, ``Y``, ``G C N Θᵀ``, ``diag(G C N)`` and the value."""
+    """What ``f`` and its gradient share: ``c``, ``Y``, ``(G C N Θᵀ)ᵀ``, ``diag(G C N)`` and the value."""
 
     def __init__(self, theta: np.ndarray, gram: GramOperator, cell_noise: PairNoise | None, row_noise: PairNoise | None) -> None:
+        from scipy.linalg import cho_factor, cho_solve  # loaded with scipy.optimize, which calls this
+
         n = gram.size
         T = theta.reshape(-1, n)
         self.cells = cell_noise or PairNoise(n)
         rows = row_noise or PairNoise(T.shape[0])
         self.c = c = 1.0 + T.sum(axis=0)
-        NT = self.cells @ T.T  # N Θᵀ
-        self.Y = np.linalg.solve(rows.dense() + T @ NT, NT.T)
-        self.GCNT = gram(c[:, None] * NT)  # G C N Θᵀ
+        TN = self.cells.along(T, 1)  # Θ N = (N Θᵀ)ᵀ
+        system = cho_factor(rows.dense() + T @ TN.T, lower=True, check_finite=False)  # M + ΘNΘᵀ: positive definite
+        self.Y = cho_solve(system, TN, check_finite=False)
+        self.NTGC = gram((TN * c).T).T  # (G C N Θᵀ)ᵀ
         partners = self.cells.partners()
         self.gcn_diagonal = (
             gram.diagonal * c * self.cells.diagonal() + gram.partner_entries(partners) * c[partners] * self.cells.offdiagonal()
         )
-        self.value = float(np.sum(c * self.gcn_diagonal) - np.sum(self.Y.T * (c[:, None] * self.GCNT)))
+        self.value = float(np.sum(c * self.gcn_diagonal) - np.sum(self.Y * (self.NTGC * c)))
 
 
 def optimised_theta(layout: RangeLayout, start: np.ndarray) -> np.ndarray:
