@@ -145,6 +145,16 @@ def coverage(exact: pd.DataFrame, intervals: list[pd.DataFrame], column: str) ->
     return float(np.mean(covered))
 
 
+def mean_half_width(exact: pd.DataFrame, intervals: list[pd.DataFrame]) -> float:
+    """The mean half-width of dpsql's 95 % AVG intervals (groups with rows and an interval): what coverage costs."""
+    widths = []
+    for frame in intervals:
+        for key, band in frame.reindex(exact.index)["avg"].items():
+            if exact.loc[key, "count"] > 0 and isinstance(band, tuple):
+                widths.append((band[1] - band[0]) / 2)
+    return float(np.mean(widths))
+
+
 def even_split_trials(task: Task, data: pd.DataFrame, trials: int, rng: np.random.Generator) -> list[pd.DataFrame]:
     low, high = task.bounds
     mid, half = (low + high) / 2, (high - low) / 2
@@ -337,6 +347,7 @@ def main() -> None:
                 "sum_mae": sum_mae, "avg_mae": avg_mae, "avg_mae_vs_dpsql": avg_mae / measured["dpsql"][1],
                 "sum_coverage_95": coverage(exact, dpsql_intervals, "sum") if name == "dpsql" else "",
                 "avg_coverage_95": coverage(exact, dpsql_intervals, "avg") if name == "dpsql" else "",
+                "avg_half_width_95": mean_half_width(exact, dpsql_intervals) if name == "dpsql" else "",
             })
     if any(word in "PUMS_10k income by CUBE (sex, married)" for word in args.tasks):
         rows += cube_rows(args.trials, rng)
@@ -344,8 +355,9 @@ def main() -> None:
         rows += cube_sum_rows(args.trials, peer_trial_counts)
     for row in rows:
         row.setdefault("sum_mae_vs_dpsql", "")
+        row.setdefault("avg_half_width_95", "")
     columns = ["task", "method", "groups", "trials", "epsilon", "sum_mae", "avg_mae", "avg_mae_vs_dpsql", "sum_mae_vs_dpsql",
-               "sum_coverage_95", "avg_coverage_95"]
+               "sum_coverage_95", "avg_coverage_95", "avg_half_width_95"]
     print_table(rows, columns, number_text)
     print(f"written to {write_csv(args.csv, rows, columns)}")
     print_clip_summary(rows)

@@ -12,6 +12,8 @@ import pytest
 
 import dpsql
 import dpsql.testing
+import planner
+from dpsql.sql.clipping import design
 from dpsql.sql.moments import ValueEncoding
 from planner import CLIP_SHARE
 
@@ -106,3 +108,13 @@ def test_under_zcdp_the_clip_spends_its_share_of_rho(frame: pd.DataFrame) -> Non
     rows = conn.cursor().execute("SELECT g, SUM(v), STDDEV(v) FROM t GROUP BY g", rho=0.5).fetchall()
     assert len(rows) == 2 and all(r[1] > 0 for r in rows) and conn.budget_spent().rho == pytest.approx(0.5)
     conn.close()
+
+
+def test_the_error_bars_assume_the_rows_the_clip_mechanism_cannot_tell_apart() -> None:
+    """At ε = 2 the clip spends 0.3: the error bars take 3 + 2/0.3 rows as clipped (3 alone before)."""
+    encoding = ValueEncoding("v", 0.0, 1000.0, 4096, 1, False, clip_base=1000)
+    clip = design(encoding, planner.Privacy.laplace(2.0), 1)
+    assert clip is not None
+    clipped = clip.clipped(500)
+    assert clipped.high == 500.0 and clipped.clipped_excess == 0.5
+    assert clipped.clipped_rows == pytest.approx(3 + 2 / (CLIP_SHARE * 2.0), rel=1e-4)  # ε rounded to 2^-16 steps

@@ -76,3 +76,13 @@ def test_the_zcdp_clip_runs_at_the_square_root_of_eight_rho() -> None:
     clip = UpperClip(1000, Privacy.zcdp(0.125 * 0.15**2))
     assert clip._epsilon() == pytest.approx(0.15)
     assert "rho" in clip.describe()
+
+
+@pytest.mark.parametrize(("privacy", "contributions", "rows"), [
+    (Privacy.laplace(0.5), 1, 3 + 2 / 0.5),  # m + 2k/ε: one temperature of the mechanism above the aimed rows
+    (Privacy.laplace(0.25), 2, 3 + 4 / 0.25),
+    (Privacy.zcdp(0.125), 1, 3 + 2 / 1.0),  # ε = √(8ρ) = 1
+])
+def test_the_error_bars_assume_one_temperature_of_rows_above_the_aimed_ones(privacy: Privacy, contributions: int, rows: float) -> None:
+    clip = UpperClip(64, privacy, contributions)
+    assert clip.rows_above == pytest.approx(rows) and clip.relative_excess == 0.5
