@@ -66,15 +66,10 @@ class PairNoise:
         return self.size - self.size % 2
 
     def __matmul__(self, matrix: np.ndarray) -> np.ndarray:
-        return self.along(matrix, 0)
-
-    def along(self, matrix: np.ndarray, axis: int) -> np.ndarray:
-        """``N`` applied along ``axis`` of ``matrix`` (``axis = 1`` of rows ``X``: ``X N``, as ``N`` is symmetric)."""
         result = matrix.copy()
-        moved, out = np.moveaxis(matrix, axis, 0), np.moveaxis(result, axis, 0)
-        even, odd = moved[0 : self.paired : 2], moved[1 : self.paired : 2]
-        out[0 : self.paired : 2] = self.alpha * even + self.beta * odd
-        out[1 : self.paired : 2] = self.beta * even + self.alpha * odd
+        even, odd = matrix[0 : self.paired : 2], matrix[1 : self.paired : 2]
+        result[0 : self.paired : 2] = self.alpha * even + self.beta * odd
+        result[1 : self.paired : 2] = self.beta * even + self.alpha * odd
         return result
 
     def diagonal(self) -> np.ndarray:
@@ -108,15 +103,13 @@ def objective(
         f(Θ) = tr(G̃ X),  X = (N⁻¹ + ΘᵀM⁻¹Θ)⁻¹ = N − NΘᵀY,  Y = (M + ΘNΘᵀ)⁻¹ΘN = M⁻¹ΘX,
         ∂f/∂Θ = −2 Y G̃ X + 2·1 dᵀ,  d_j = (G C X)_jj.
 
-    ``theta`` is ``Θ`` flattened; ``N`` is applied in O(n) per column, so the cost stays O(n p). Every
-    ``n × p`` product is kept transposed, ``p × n`` like ``Θ``, so the cumulative sums of ``G`` and ``N``
-    run along contiguous rows."""
+    ``theta`` is ``Θ`` flattened; ``N`` is applied in O(n) per column, so the cost stays O(n p)."""
     terms = _ObjectiveTerms(theta, gram, cell_noise, row_noise)
-    c, Y, NTGC, cells = terms.c, terms.Y, terms.NTGC, terms.cells
-    YCG = gram((Y * c).T).T  # (G C Yᵀ)ᵀ
-    YGNT = Y @ (NTGC * c).T  # Y G̃ N Θᵀ
-    gradient = -2.0 * (cells.along(YCG * c, 1) - YGNT @ Y)
-    gradient += 2.0 * (terms.gcn_diagonal - np.sum(NTGC * Y, axis=0))[None, :]
+    c, Y, GCNT, cells = terms.c, terms.Y, terms.GCNT, terms.cells
+    GCY = gram(c[:, None] * Y.T)  # G C Yᵀ
+    YGNT = Y @ (c[:, None] * GCNT)  # Y G̃ N Θᵀ
+    gradient = -2.0 * ((cells @ (c[:, None] * GCY)).T - YGNT @ Y)
+    gradient += 2.0 * (terms.gcn_diagonal - np.sum(GCNT * Y.T, axis=1))[None, :]
     return terms.value, gradient.ravel()
 
 
@@ -128,25 +121,22 @@ def objective_value(
 
 
 class _ObjectiveTerms:
-    """What ``f`` and its gradient share: ``c``, ``Y``, ``(G C N Θᵀ)ᵀ``, ``diag(G C N)`` and the value."""
+    """What ``f`` and its gradient share: ``c``, ``Y``, ``G C N Θᵀ``, ``diag(G C N)`` and the value."""
 
     def __init__(self, theta: np.ndarray, gram: GramOperator, cell_noise: PairNoise | None, row_noise: PairNoise | None) -> None:
-        from scipy.linalg import cho_factor, cho_solve  # loaded with scipy.optimize, which calls this
-
         n = gram.size
         T = theta.reshape(-1, n)
         self.cells = cell_noise or PairNoise(n)
         rows = row_noise or PairNoise(T.shape[0])
         self.c = c = 1.0 + T.sum(axis=0)
-        TN = self.cells.along(T, 1)  # Θ N = (N Θᵀ)ᵀ
-        system = cho_factor(rows.dense() + T @ TN.T, lower=True, check_finite=False)  # M + ΘNΘᵀ: positive definite
-        self.Y = cho_solve(system, TN, check_finite=False)
-        self.NTGC = gram((TN * c).T).T  # (G C N Θᵀ)ᵀ
+        NT = self.cells @ T.T  # N Θᵀ
+        self.Y = np.linalg.solve(rows.dense() + T @ NT, NT.T)
+        self.GCNT = gram(c[:, None] * NT)  # G C N Θᵀ
         partners = self.cells.partners()
         self.gcn_diagonal = (
             gram.diagonal * c * self.cells.diagonal() + gram.partner_entries(partners) * c[partners] * self.cells.offdiagonal()
         )
-        self.value = float(np.sum(c * self.gcn_diagonal) - np.sum(self.Y * (self.NTGC * c)))
+        self.value = float(np.sum(c * self.gcn_diagonal) - np.sum(self.Y.T * (c[:, None] * self.GCNT)))
 
 
 def optimised_theta(layout: RangeLayout, start: np.ndarray) -> np.ndarray:
