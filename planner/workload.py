@@ -192,15 +192,19 @@ class AllRange(Block):
         return ((low + 1) * (self.size - high)).astype(float)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Predicate(Block):
-    """One row: the 0/1 indicator of the cells satisfying a predicate (WHERE)."""
+    """One row: the 0/1 indicator of the cells satisfying a predicate (WHERE).
 
-    mask: tuple[bool, ...] = field(default=())
+    The mask is a read-only boolean array (a WHERE on a column of 10⁶ values is one row of 10⁶ cells):
+    its hash and its interval are computed once, not per planning question."""
+
+    mask: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     def __init__(self, mask: Sequence[bool] | np.ndarray) -> None:
-        values = tuple(bool(v) for v in np.asarray(mask, dtype=bool).ravel())
-        object.__setattr__(self, "size", len(values))
+        values = np.array(mask, dtype=bool).ravel()
+        values.setflags(write=False)
+        object.__setattr__(self, "size", int(values.size))
         object.__setattr__(self, "mask", values)
         Block.__post_init__(self)
 
@@ -209,14 +213,28 @@ class Predicate(Block):
         return 1
 
     def matrix(self) -> np.ndarray:
-        return np.asarray(self.mask, dtype=float)[None, :]
+        return self.mask.astype(float)[None, :]
 
     def interval(self) -> tuple[int, int] | None:
         """``(lo, hi)`` if the selected cells are one contiguous non-empty run, else ``None``."""
+        return self._interval
+
+    @functools.cached_property
+    def _interval(self) -> tuple[int, int] | None:
         selected = np.flatnonzero(self.mask)
         if selected.size == 0 or selected[-1] - selected[0] + 1 != selected.size:
             return None
         return int(selected[0]), int(selected[-1])
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.size, self.mask.tobytes()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Predicate) and np.array_equal(self.mask, other.mask)
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True, eq=False)

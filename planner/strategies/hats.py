@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,13 +36,18 @@ from planner.strategies.base import Candidate, GroupBudget, Measurement
 from planner.strategies.hierarchy import candidates as tree_candidates
 from planner.strategies.ranges import (
     DenseCovariance,
+    GramOperator,
     RangeCandidate,
     RangeLayout,
     range_layouts,
 )
 from planner.workload import Workload
 
+if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
+
 MAX_SIZE = 1024  # dense n × n GLS
+DENSE_LEVEL_ROWS = 32  # a level with more rows than this is multiplied as a sparse matrix
 LEAF_SHARE = 2.0**-8  # least share of ε for the finest level (see _floored); costs at most ~0.8 % of error
 POLISH_STEPS = 2
 
@@ -70,12 +76,29 @@ def spd_inverse(matrix: np.ndarray) -> np.ndarray:
         inverse, info = lapack.dpotri(factor, lower=1)
     if info != 0:
         raise np.linalg.LinAlgError("the GLS precision matrix is not positive definite")
-    return np.tril(inverse) + np.tril(inverse, -1).T
+    return np.where(np.tri(inverse.shape[0], dtype=bool), inverse, inverse.T)  # the lower triangle, mirrored
 
 
-def _gram(rows: np.ndarray) -> np.ndarray:
-    dense = rows.astype(float)  # exact: small integers; float products use BLAS
-    return dense.T @ dense
+def _level_matrix(rows: np.ndarray) -> np.ndarray | csr_matrix:
+    """A level's integer rows as floats (exact: small integers), sparse when the level has many rows (a
+    hat covers ``2s − 1`` of the ``n`` cells): a product with it costs ``O(n)`` per column, not ``O(n · rows)``."""
+    dense = rows.astype(float)
+    if rows.shape[0] <= DENSE_LEVEL_ROWS:
+        return dense
+    from scipy import sparse  # loaded with scipy.optimize, which every plan's box trees import
+
+    return sparse.csr_matrix(dense)
+
+
+def _gram(level: np.ndarray | csr_matrix) -> np.ndarray:
+    """``HᵀH`` of a :func:`_level_matrix`, dense (exact: sums of small integers)."""
+    gram = level.T @ level
+    return gram if isinstance(gram, np.ndarray) else gram.toarray()
+
+
+def _spread_mass(level: np.ndarray | csr_matrix, covariance: np.ndarray, weighted: np.ndarray) -> float:
+    """``tr(HᵀH Σ G Σ) = ⟨HΣ, HΣG⟩`` from ``weighted = ΣG``: two products with the level's rows."""
+    return float(np.einsum("ij,ij->", level @ covariance, level @ weighted))
 
 
 def magnitude(size: int, spacing: int) -> int:
@@ -96,16 +119,11 @@ class HatCovariance(DenseCovariance):
 
     @cached_property
     def _matrix(self) -> np.ndarray:
-        precision = sum(_gram(rows) / v for rows, v in zip(self.levels, self.level_variances))
+        precision = sum(_gram(_level_matrix(rows)) / v for rows, v in zip(self.levels, self.level_variances))
         return spd_inverse(precision)
 
     def matrix(self) -> np.ndarray:
         return self._matrix
-
-
-def _workload_gram(layout: RangeLayout) -> np.ndarray:
-    """``Σ_p w² ‖W_o‖²_F B_pᵀB_p`` on the ordered attribute: the error is ``tr(Σ_t ·)`` of it."""
-    return sum(p.weight**2 * layout.other_mass(p) * layout.ordered_block(p).gram() for p in layout.workload.products)
 
 
 def _polished(layout: RangeLayout, spacings: list[int], budgets: np.ndarray, epsilon: float) -> np.ndarray:
@@ -113,9 +131,9 @@ def _polished(layout: RangeLayout, spacings: list[int], budgets: np.ndarray, eps
     polish is scale-free, so it runs on the shares ``budgets/ε`` (rounded to 12 decimals) at unit budget
     and is memoized by the workload Gram, the levels and those shares (p-Identity asks for the same hat
     hierarchy again, composite parts at their budget share)."""
-    gram = _workload_gram(layout)
+    gram = GramOperator(layout)
     shares = np.round(np.asarray(budgets, dtype=float) / epsilon, 12)
-    key = (caches.digest(gram), layout.size, tuple(spacings), shares.tobytes())
+    key = (gram.signature(), tuple(spacings), shares.tobytes())
     polished = _SHARES_CACHE.get(key, lambda: _polished_shares(layout.size, spacings, shares, gram))
     return within(polished * epsilon, epsilon)
 
@@ -123,9 +141,12 @@ def _polished(layout: RangeLayout, spacings: list[int], budgets: np.ndarray, eps
 _SHARES_CACHE = caches.ArrayMemo(size=64)
 
 
-def _polished_shares(n: int, spacings: list[int], budgets: np.ndarray, gram: np.ndarray, epsilon: float = 1.0) -> np.ndarray:
-    rows = [hat_rows(n, s).astype(float) for s in spacings]
-    grams = [r.T @ r for r in rows]
+def _polished_shares(n: int, spacings: list[int], budgets: np.ndarray, gram: GramOperator, epsilon: float = 1.0) -> np.ndarray:
+    """Each round: ``Σ`` by one Cholesky inverse, the error ``tr(GΣ)`` and the recovery masses
+    ``tr(H_ℓᵀH_ℓ Σ G Σ)`` from ``GΣ`` (cumulative sums for prefixes and ranges) and products with the
+    levels' sparse rows: no dense ``n × n × n`` product."""
+    levels = [_level_matrix(hat_rows(n, s)) for s in spacings]
+    grams = [_gram(level) for level in levels]
     magnitudes = np.array([magnitude(n, s) for s in spacings], dtype=float)
     budgets = _floored(budgets, epsilon)
     best, best_error = budgets, np.inf
@@ -133,12 +154,12 @@ def _polished_shares(n: int, spacings: list[int], budgets: np.ndarray, gram: np.
         with np.errstate(divide="ignore"):  # an unmeasured level (budget 0) has infinite variance
             variances = 2 * (magnitudes / budgets) ** 2
         covariance = spd_inverse(sum(g / v for g, v in zip(grams, variances)))
-        error = float(np.einsum("ij,ji->", covariance, gram))
+        weighted = np.ascontiguousarray(gram(covariance).T)  # ΣG (G and Σ are symmetric)
+        error = float(np.trace(weighted))
         if error >= best_error:
             break
         best, best_error = budgets, error
-        spread = covariance @ gram @ covariance
-        masses = np.array([np.einsum("ij,ij->", g, spread) for g in grams]) / variances**2  # tr(H Σ G Σ Hᵀ)
+        masses = np.array([_spread_mass(level, covariance, weighted) for level in levels]) / variances**2
         if not np.all(np.isfinite(masses)):  # an ill-conditioned GLS: keep the best budgets so far
             break
         budgets = _floored(laplace_budgets(np.maximum(masses, 0.0), magnitudes, epsilon), epsilon)

@@ -56,6 +56,7 @@ BRANCHINGS = (2, 4, 8, 16, 32, 64)
 MAX_ITERATIONS = 200
 TOLERANCE = 1e-10  # stop alternating when an iteration improves the error by less than this fraction
 RANDOM_STARTS = 8  # sparse random starting budgets (fixed seed: planning is deterministic)
+FEW_INTERVALS = 8  # fewer intervals than size / this are priced level by level, without per-cell tables
 PRUNE_SHARE = 2.0**-8  # a non-leaf level below this share is not measured, and the leaves keep at least it:
 # shares down to 10⁻⁶ made the tree GLS ill-conditioned (variance ratios ~10¹²: noise-free answers off by
 # 1e-2, stated variances by 1e-3); a level this small carries under 1e-5 of the information of a full one
@@ -103,12 +104,13 @@ class Tree:
         return leaves.reshape(leaves.shape[:-1] + (self.padded // block, block)).sum(axis=-1)
 
     def interval_masses(self, rows: Intervals, level: int) -> np.ndarray:
-        """``q_ℓ(r) = Σ_blocks |r ∩ block|² / s_ℓ`` for every interval."""
-        block = self.block_sizes[level]
+        """``q_ℓ(r) = Σ_blocks |r ∩ block|² / s_ℓ`` for every interval (``level`` an int, or an array of
+        levels broadcasting against the intervals)."""
+        block = np.asarray(self.block_sizes)[level]
         first, last = rows.lows // block, rows.highs // block
         left = ((first + 1) * block - rows.lows).astype(float)
         right = (rows.highs - last * block + 1).astype(float)
-        split = (left**2 + right**2) / block + (last - first - 1) * float(block)
+        split = (left**2 + right**2) / block + (last - first - 1) * block.astype(float)
         return np.where(first == last, rows.lengths**2 / block, split)
 
     def dense_masses(self, rows: np.ndarray, level: int) -> np.ndarray:
@@ -118,28 +120,30 @@ class Tree:
         return (self.level_sums(padded, level) ** 2).sum(axis=1) / block
 
     def block_masses(self, block: Block) -> np.ndarray:
-        """``Σ_rows q_ℓ`` per level: closed forms for prefixes, all ranges and the identity."""
-        n = self.size
-        masses = np.empty(self.levels)
-        for level, width in enumerate(self.block_sizes):
-            starts = np.arange(0, n, width, dtype=float)
-            real = np.minimum(width, n - starts)  # cells of each block inside the domain
-            squares = real * (real + 1) * (2 * real + 1) / 6  # Σ_{l ≤ s'} l²
-            if isinstance(block, AllRange):
-                pairs = (real + 1) * squares - (real * (real + 1) / 2) ** 2  # Σ over inner intervals of len²
-                after = n - starts - real + 1  # right ends available past the block
-                node = pairs + (starts + after - 1) * squares + starts * (after - 1) * real**2
-                masses[level] = node.sum() / width
-            elif isinstance(block, Prefix):
-                masses[level] = (squares + (n - starts - real) * real**2).sum() / width
-            elif isinstance(block, Identity):
-                masses[level] = n / width
-            else:
-                rows = block_rows(block)
-                masses[level] = float(
-                    (self.interval_masses(rows, level) if isinstance(rows, Intervals) else self.dense_masses(rows, level)).sum()
-                )
-        return masses
+        """``Σ_rows q_ℓ`` per level: closed forms for prefixes, all ranges and the identity; a block of a
+        few intervals (a WHERE range) in ``O(rows · levels)``, never ``O(size)``."""
+        if isinstance(block, (AllRange, Prefix)):
+            return np.array([self._closed_form_mass(block, level) for level in range(self.levels)])
+        if isinstance(block, Identity):
+            return self.size / np.asarray(self.block_sizes, dtype=float)
+        rows = block_rows(block)
+        if isinstance(rows, Intervals):
+            levels = np.arange(self.levels)[:, None]
+            return self.interval_masses(rows, levels).sum(axis=1)
+        return np.array([float(self.dense_masses(rows, level).sum()) for level in range(self.levels)])
+
+    def _closed_form_mass(self, block: AllRange | Prefix, level: int) -> float:
+        """``Σ_rows q_ℓ`` of all ranges or all prefixes, one term per level-ℓ block."""
+        n, width = self.size, self.block_sizes[level]
+        starts = np.arange(0, n, width, dtype=float)
+        real = np.minimum(width, n - starts)  # cells of each block inside the domain
+        squares = real * (real + 1) * (2 * real + 1) / 6  # Σ_{l ≤ s'} l²
+        if isinstance(block, AllRange):
+            pairs = (real + 1) * squares - (real * (real + 1) / 2) ** 2  # Σ over inner intervals of len²
+            after = n - starts - real + 1  # right ends available past the block
+            node = pairs + (starts + after - 1) * squares + starts * (after - 1) * real**2
+            return float(node.sum() / width)
+        return float((squares + (n - starts - real) * real**2).sum() / width)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -200,11 +204,14 @@ class TreeCovariance(OrderedCovariance):
         return result
 
     def interval_variances(self, rows: Intervals) -> np.ndarray:
-        """``Σ_ℓ c_ℓ q_ℓ`` per interval in O(1) each after O(n h) tables.
+        """``Σ_ℓ c_ℓ q_ℓ`` per interval: level by level for fewer intervals than ``size / FEW_INTERVALS``
+        (WHERE ranges over 10⁶ cells need no ``O(n h)`` tables), else in O(1) each after ``O(n h)`` tables.
 
         With ``d`` the deepest level whose block holds both ends, levels ``ℓ ≤ d`` give ``len²/s_ℓ``
         and deeper levels give ``(left_ℓ(lo)² + right_ℓ(hi)²)/s_ℓ + s_ℓ(hi//s_ℓ − lo//s_ℓ − 1)``, a sum of
         a term in ``lo`` and a term in ``hi``: suffix sums over levels of those terms are tabulated."""
+        if rows.lows.size * FEW_INTERVALS < self.tree.size:
+            return self.weights @ self.tree.interval_masses(rows, np.arange(self.tree.levels)[:, None])
         low_terms, high_terms, shared = self._interval_tables
         depth = self._common_depth(rows.lows, rows.highs)
         result = rows.lengths

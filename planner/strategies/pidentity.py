@@ -32,8 +32,8 @@ from planner.budget import GroupNoise, Sensitivity, noise_for_group, sample_nois
 from planner.privacy import Privacy
 from planner.strategies import hats
 from planner.strategies.base import Candidate, GroupBudget, Measurement
-from planner.strategies.ranges import DenseCovariance, RangeCandidate, RangeLayout
-from planner.workload import AllRange, Identity, Prefix, Total, Workload
+from planner.strategies.ranges import DenseCovariance, GramOperator, RangeCandidate, RangeLayout
+from planner.workload import Workload
 
 MAX_SIZE = hats.MAX_SIZE  # dense n × n GLS of the rounded strategy
 MIN_SIZE = 16  # below this the hats (or boxes) are as good and the optimisation is not worth it
@@ -41,71 +41,6 @@ MAX_ITERATIONS = 120  # L-BFGS-B iterations (n = 1024: about a second)
 SCALE_BITS = 16  # the real strategy (entries ≤ 1) is scaled by 2^16 before rounding
 MIN_LEAF_WEIGHT = 2.0**-8  # least weight of a cell's identity row in the released strategy
 GROUP = "p-identity rows"
-
-
-class GramOperator:
-    """``X ↦ G X`` for the workload Gram on the ordered attribute: prefixes and all ranges by cumulative
-    sums, identities and totals directly (one weight per kind), every other block's rows stacked into
-    one matrix ``F`` (``FᵀF`` instead when ``F`` has more rows than cells)."""
-
-    STRUCTURED = (Prefix, AllRange, Identity, Total)
-
-    def __init__(self, layout: RangeLayout) -> None:
-        self.size = layout.size
-        self.weights = dict.fromkeys(self.STRUCTURED, 0.0)
-        others = [np.zeros((0, self.size))]
-        for product in layout.workload.products:
-            weight, block = product.weight**2 * layout.other_mass(product), layout.ordered_block(product)
-            if isinstance(block, self.STRUCTURED):
-                self.weights[type(block)] += weight
-            else:
-                others.append(math.sqrt(weight) * block.matrix())
-        stacked = np.vstack(others)
-        self.diagonal = self._structured_diagonal() + (stacked**2).sum(axis=0)
-        self.factor: np.ndarray | None = stacked if stacked.shape[0] <= self.size else None
-        self.dense: np.ndarray | None = None if self.factor is not None else stacked.T @ stacked
-
-    def _structured_diagonal(self) -> np.ndarray:
-        cells = np.arange(self.size, dtype=float)
-        return (
-            self.weights[Prefix] * (self.size - cells)
-            + self.weights[AllRange] * (cells + 1) * (self.size - cells)
-            + self.weights[Identity]
-            + self.weights[Total]
-        )
-
-    def partner_entries(self, partners: np.ndarray) -> np.ndarray:
-        """``G[j, partners[j]]`` for every cell ``j``."""
-        cells, other = np.arange(self.size), partners
-        low, high = np.minimum(cells, other).astype(float), np.maximum(cells, other).astype(float)
-        entries = (
-            self.weights[Prefix] * (self.size - high)
-            + self.weights[AllRange] * (low + 1) * (self.size - high)
-            + self.weights[Identity] * (cells == other)
-            + self.weights[Total]
-        )
-        if self.factor is not None:
-            return entries + np.sum(self.factor * self.factor[:, other], axis=0)
-        return entries + self.dense[cells, other]
-
-    def signature(self) -> tuple[object, ...]:
-        """Everything ``G`` depends on, hashable."""
-        kinds = tuple(sorted((kind.__name__, weight) for kind, weight in self.weights.items()))
-        rows = self.factor if self.factor is not None else self.dense
-        return (self.size, kinds, caches.digest(rows), rows.shape)
-
-    def __call__(self, matrix: np.ndarray) -> np.ndarray:
-        result = self.weights[Identity] * matrix + self.weights[Total] * matrix.sum(axis=0)
-        if self.weights[Prefix]:  # LᵀL: prefix sums, then suffix sums
-            result += self.weights[Prefix] * np.cumsum(np.cumsum(matrix, axis=0)[::-1], axis=0)[::-1]
-        if self.weights[AllRange]:  # rows P_h − P_l over prefix ends 0..n: DᵀD = (n+1)I − 11ᵀ
-            prefixes = np.zeros((self.size + 1, matrix.shape[1]))
-            np.cumsum(matrix, axis=0, out=prefixes[1:])
-            spread = (self.size + 1) * prefixes - prefixes.sum(axis=0)
-            result += self.weights[AllRange] * np.cumsum(spread[::-1], axis=0)[::-1][1:]
-        if self.factor is not None:
-            return result + self.factor.T @ (self.factor @ matrix)
-        return result + self.dense @ matrix
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
+from planner import caches
 from planner.privacy import Privacy
 from planner.recovery import integer_counts
 from planner.strategies.base import Answers, Candidate, Measurement
@@ -312,6 +313,79 @@ class RangeLayout:
 
     def query_variances(self, covariance: OrderedCovariance) -> tuple[np.ndarray, ...]:
         return tuple(self.product_variances(p, covariance) for p in self.workload.products)
+
+
+class GramOperator:
+    """``X ↦ G X`` for the workload Gram on the ordered attribute, ``G = Σ_p w² ‖W_o‖²_F B_pᵀB_p`` (a
+    strategy whose estimate of ``t`` has covariance ``Σ_t`` has error ``tr(G Σ_t)``): prefixes and all
+    ranges by cumulative sums, identities and totals directly (one weight per kind), every other block's
+    rows stacked into one matrix ``F`` (``FᵀF`` instead when ``F`` has more rows than cells)."""
+
+    STRUCTURED = (Prefix, AllRange, Identity, Total)
+
+    def __init__(self, layout: RangeLayout) -> None:
+        self.size = layout.size
+        self.weights = dict.fromkeys(self.STRUCTURED, 0.0)
+        others = [np.zeros((0, self.size))]
+        for product in layout.workload.products:
+            weight, block = product.weight**2 * layout.other_mass(product), layout.ordered_block(product)
+            if isinstance(block, self.STRUCTURED):
+                self.weights[type(block)] += weight
+            else:
+                others.append(math.sqrt(weight) * block.matrix())
+        stacked = np.vstack(others)
+        self.diagonal = self._structured_diagonal() + (stacked**2).sum(axis=0)
+        self.factor: np.ndarray | None = stacked if stacked.shape[0] <= self.size else None
+        self.dense: np.ndarray | None = None if self.factor is not None else stacked.T @ stacked
+
+    def _structured_diagonal(self) -> np.ndarray:
+        cells = np.arange(self.size, dtype=float)
+        return (
+            self.weights[Prefix] * (self.size - cells)
+            + self.weights[AllRange] * (cells + 1) * (self.size - cells)
+            + self.weights[Identity]
+            + self.weights[Total]
+        )
+
+    def partner_entries(self, partners: np.ndarray) -> np.ndarray:
+        """``G[j, partners[j]]`` for every cell ``j``."""
+        cells, other = np.arange(self.size), partners
+        low, high = np.minimum(cells, other).astype(float), np.maximum(cells, other).astype(float)
+        entries = (
+            self.weights[Prefix] * (self.size - high)
+            + self.weights[AllRange] * (low + 1) * (self.size - high)
+            + self.weights[Identity] * (cells == other)
+            + self.weights[Total]
+        )
+        if self.factor is not None:
+            return entries + np.sum(self.factor * self.factor[:, other], axis=0)
+        return entries + self.dense[cells, other]
+
+    def signature(self) -> tuple[object, ...]:
+        """Everything ``G`` depends on, hashable."""
+        kinds = tuple(sorted((kind.__name__, weight) for kind, weight in self.weights.items()))
+        rows = self.factor if self.factor is not None else self.dense
+        return (self.size, kinds, caches.digest(rows), rows.shape)
+
+    def __call__(self, matrix: np.ndarray) -> np.ndarray:
+        """``G X`` for ``X`` of shape ``(size, columns)``; kinds of weight 0 and an empty ``F`` cost nothing."""
+        result = np.zeros(matrix.shape)
+        if self.weights[Identity]:
+            result += self.weights[Identity] * matrix
+        if self.weights[Total]:
+            result += self.weights[Total] * matrix.sum(axis=0)
+        if self.weights[Prefix]:  # LᵀL: prefix sums, then suffix sums
+            result += self.weights[Prefix] * np.cumsum(np.cumsum(matrix, axis=0)[::-1], axis=0)[::-1]
+        if self.weights[AllRange]:  # rows P_h − P_l over prefix ends 0..n: DᵀD = (n+1)I − 11ᵀ
+            prefixes = np.zeros((self.size + 1, matrix.shape[1]))
+            np.cumsum(matrix, axis=0, out=prefixes[1:])
+            spread = (self.size + 1) * prefixes - prefixes.sum(axis=0)
+            result += self.weights[AllRange] * np.cumsum(spread[::-1], axis=0)[::-1][1:]
+        if self.factor is not None:
+            if self.factor.shape[0]:
+                result += self.factor.T @ (self.factor @ matrix)
+            return result
+        return result + self.dense @ matrix
 
 
 def range_layouts(workload: Workload) -> list[RangeLayout]:

@@ -287,7 +287,7 @@ def test_hats_for_a_few_interval_predicates_stay_well_conditioned() -> None:
     layout = ranges.range_layouts(workload)[0]
     start = tree.budgets[measured].copy()
     start[-1] = 1e-6  # the leaf share trees used to give (PRUNE_SHARE was 1e-6): an ill-conditioned start
-    gram = hats._workload_gram(layout)
+    gram = ranges.GramOperator(layout)
     reference = hats._polished_shares(size, spacings, start, gram)  # the polish itself, not memoized
     rng = np.random.default_rng(5)
     for _ in range(5):
