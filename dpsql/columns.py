@@ -13,6 +13,7 @@ slices like a list (a slice is a list of tuples), and compares equal to any sequ
 from __future__ import annotations
 
 import bisect
+from abc import ABC, abstractmethod
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -58,14 +59,14 @@ def clean_number(value: T, error: object = None) -> T:
     return best  # type: ignore[return-value]
 
 
-class Column:
+class Column(ABC):
     """One column of a part: ``len()`` values, read as a list of plain Python values by :meth:`chunk`."""
 
-    def __len__(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def __len__(self) -> int: ...
 
-    def chunk(self, start: int, stop: int) -> list[object]:
-        raise NotImplementedError
+    @abstractmethod
+    def chunk(self, start: int, stop: int) -> list[object]: ...
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,6 +26,7 @@ import datetime
 import math
 import re
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -422,7 +423,7 @@ class _suppressed:
 Rows = list[tuple[object, ...]]
 
 
-class Routed:
+class Routed(ABC):
     """A routed statement: its parameters' types, its columns, and how it runs."""
 
     sql: str = ""
@@ -437,11 +438,13 @@ class Routed:
         """Bind parameters (text) as the values their types mean."""
         return [_value(t, self.param_oids[i] if i < len(self.param_oids) else None) for i, t in enumerate(texts)]
 
+    @abstractmethod
     async def describe(self, parameters: list[object] | None, state: dict[str, Any]) -> list[ResultColumn] | None:
-        raise NotImplementedError
+        """The result's columns without running it (extended protocol's Describe); None: no rows."""
 
+    @abstractmethod
     async def run(self, parameters: list[object] | None, state: dict[str, Any] | None = None) -> tuple[list[ResultColumn] | None, Rows, str]:
-        raise NotImplementedError
+        """Run it: the columns, the rows and the command tag."""
 
 
 class Fixed(Routed):

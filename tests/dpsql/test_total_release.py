@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 import duckdb
 import numpy as np
-
 import pytest
 from sqlglot import exp
 

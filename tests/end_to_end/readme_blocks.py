@@ -11,7 +11,8 @@ cells of a notebook, in the current directory, and prints one JSON report: per b
 error (or null), then the ε the tour's connection ``conn`` spent. With ``--only`` it first hides every
 installed module whose distribution is not in the given list, so the blocks run with exactly the
 packages an install of those distributions provides. It exits 1 when a block fails that is not marked
-``xfail`` (or an ``xfail`` block runs).
+``xfail`` (or an ``xfail`` block runs). A mark must give its reason (``<!-- readme: skip REASON -->``); a
+comment without one is no mark, so its block runs.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-BLOCK = re.compile(r"(?:<!-- readme: (?P<mark>\w+) (?P<reason>[^\n]*?) -->\n)?^```(?P<language>\w*)\n(?P<code>.*?)^```$", re.S | re.M)
+BLOCK = re.compile(r"(?:<!-- readme: (?P<mark>\w+) (?P<reason>[^\n]*?\S) -->\n)?^```(?P<language>\w*)\n(?P<code>.*?)^```$", re.S | re.M)
 QUICK_START = re.compile(r"^## Quick start\n(?P<section>.*?)^## ", re.S | re.M)
 
 
