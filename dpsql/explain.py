@@ -93,7 +93,30 @@ _HOW = {
 def explain_rows(prepared: Prepared) -> list[ExplainRow]:
     """The rows of the module docstring for a prepared request (reads no data, charges nothing): its batch's
     plan, the post-processing of each statement with a public shell, and the glossary's address."""
-    return _plan_rows(prepared) + _shell_rows(prepared) + [GLOSSARY_ROW]
+    return _prepared_rows(prepared) + _shell_rows(prepared) + [GLOSSARY_ROW]
+
+
+def _prepared_rows(prepared: Prepared) -> list[ExplainRow]:
+    """The plan rows of a request, or of each part of a composed one after its share."""
+    if not prepared.parts:
+        return _plan_rows(prepared)
+    cost = prepared.cost
+    name, value = ("epsilon", cost.epsilon) if cost.epsilon is not None else ("rho", cost.rho)
+    rows = [
+        ExplainRow("statement", str(i + 1), w, s.sql) for i, (s, w) in enumerate(zip(prepared.request.statements, prepared.request.weights))
+    ]
+    rows.append(ExplainRow(
+        "composition", "parts", float(len(prepared.parts)),
+        "aggregates over different data (several aggregated values, or COUNT(DISTINCT) beside rows), each measured on its own; "
+        "the budget split to minimise the total expected error (ε shares ∝ error^(1/3), ρ shares ∝ √error), charged once "
+        f"({_see('composition')})",
+    ))
+    rows.append(ExplainRow("cost", name, float(value), "charged once when executed: the sum of the parts' shares"))
+    for number, part in enumerate(prepared.parts, start=1):
+        statements = ", ".join(str(i + 1) for i in part.statements)
+        rows.append(ExplainRow("composition", f"part {number}", part.share, f"share of the budget for statement(s) {statements}; its plan follows"))
+        rows += [row for row in _plan_rows(part.prepared) if row.section != "statement"]
+    return rows
 
 
 def _shell_rows(prepared: Prepared) -> list[ExplainRow]:
@@ -334,6 +357,19 @@ class Explanation:
             rows.append(ExplainRow("clip", outcome.clip[0], outcome.clip[1], f"released: the values were clamped at it ({_see('clip')})"))
         text = render(rows + _shell_rows(self.prepared) + [GLOSSARY_ROW])
         return text if outcome.note is None else f"{text}\n{outcome.note}"
+
+
+@dataclass
+class ComposedExplanation:
+    """``cursor.explanation`` of a composed request: the composition, then each part's explanation."""
+
+    prepared: Prepared
+    parts: list[object]
+
+    def __str__(self) -> str:
+        head = [row for row in _prepared_rows(self.prepared) if row.section in ("statement", "cost") or row.name == "parts"]
+        shares = [ExplainRow("composition", f"part {n}", p.share, "share of the budget; its explanation follows") for n, p in enumerate(self.prepared.parts, start=1)]
+        return "\n".join([render(head + shares), *(str(part) for part in self.parts), render(_shell_rows(self.prepared) + [GLOSSARY_ROW])])
 
 
 def render(rows: list[ExplainRow]) -> str:

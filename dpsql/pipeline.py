@@ -42,16 +42,16 @@ from dpsql.accountant import Cost, check_number
 from dpsql.backends.dialects import engine_name
 from dpsql.costs import privacy_of
 from dpsql.errors import Error, InternalError, NotSupportedError, OperationalError, ProgrammingError
-from dpsql.explain import Explanation, Outcome, explain_result
+from dpsql.explain import ComposedExplanation, Explanation, Outcome, explain_result
 from dpsql.post_processing import ShellPlan, core_layout
-from dpsql.request import Decision, Output, Prepared, Request
+from dpsql.request import Decision, Output, Part, Prepared, Request
 from dpsql.result import OutputColumn, ResultSet, output_columns
 from dpsql.schema import ColumnDomain
 from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn, KeyHistogram
 from dpsql.sql.bounded_rows import LEVEL_NAME
 from dpsql.sql.literals import ColumnType
-from dpsql.sql import clipping, quantile_paths
+from dpsql.sql import clipping, data_vectors, quantile_paths
 from dpsql.sql.compile import MAX_RELEASED_CELLS, too_many_cells
 from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
 from dpsql.sql.settings import COST_SETTINGS, SettingCommand, TextCost
@@ -283,12 +283,65 @@ def draft(session: Session, request: Request, until: str | None = None) -> Draft
     """The stages of :data:`PREPARE_STAGES` run in order on ``request`` — all of them, or through ``until``."""
     session.check_open()
     known = Draft(request)
+    split = data_vectors.parts([[i for b in s.branches for i in b.query.select] for s in request.statements])
+    if len(split) > 1:  # several data vectors: each part through the core stages on its own (``_composed``)
+        known = dataclasses.replace(known, prepared=_composed(session, request, split))
     for name, stage in PREPARE_STAGES:
         if known.prepared is None or name in _AFTER_CORES:
             known = stage(session, known)
         if name == until:
             break
     return known
+
+
+def _composed(session: Session, request: Request, split: list[list[int]]) -> Prepared:
+    """A request over several data vectors (``dpsql.sql.data_vectors``): each part prepared on its own at the share
+    of the budget ``planner.composition_shares`` chooses from the parts' expected errors at the whole budget (each
+    part planned once at a unit cost to price it), charged once as their sequential composition."""
+    total = request.cost if request.cost is not None else _unit_cost(session)
+    unit = Cost.pure(1.0) if total.epsilon is not None else Cost.zcdp(1.0)
+    errors = []
+    for indices in split:
+        probe = draft(session, _part_request(request, indices, unit, explain=True), until="plan").prepared
+        assert probe is not None
+        if probe.keyed is not None or probe.chosen is not None:
+            what = f"the column {probe.keyed!r}, which has no declared domain" if probe.keyed is not None else "max_rows_per_unit: auto"
+            raise NotSupportedError(
+                f"aggregates over several columns (or COUNT(DISTINCT) beside other aggregates) with {what}, are not supported "
+                "in one statement: send one statement per aggregated column"
+            )
+        fresh = probe.decision.fresh  # its error in count units (a moment block's answers are divided by its scale)
+        errors.append(0.0 if fresh is None else float(fresh.expected_error()) / probe.batch.scale**2)
+    shares = planner.composition_shares(errors, laplace=total.epsilon is not None)
+    costs = [_share_of(total, share) for share in shares[:-1]]
+    if total.epsilon is not None:
+        costs.append(Cost.pure(total.epsilon - math.fsum(c.epsilon for c in costs)))  # type: ignore[misc]
+    else:
+        costs.append(_share_of(total, 1 - math.fsum(shares[:-1])))
+    given = request.cost is not None or request.explain
+    parts = tuple(
+        Part(tuple(indices), share, prepare(session, _part_request(request, indices, cost if given else None, request.explain)))
+        for indices, share, cost in zip(split, shares, costs)
+    )
+    reading = [part.prepared.cost for part in parts if part.prepared.reads]
+    first = next(part for part in parts if 0 in part.statements).prepared
+    charged = Cost.combined(reading) if reading else _free(total)
+    return dataclasses.replace(first, request=request, cost=charged, parts=parts, shells=())
+
+
+def _part_request(request: Request, indices: Sequence[int], cost: Cost | None, explain: bool) -> Request:
+    """The request of one part of a composed request: its statements, weights and cost, no shells."""
+    return Request(
+        tuple(request.statements[i] for i in indices), tuple(request.weights[i] for i in indices), cost, request.non_negative,
+        explain, request.selection_delta,
+    )
+
+
+def _share_of(cost: Cost, share: float) -> Cost:
+    """A share of a cost (sequential composition splits ε, or ρ, linearly)."""
+    if cost.epsilon is not None:
+        return Cost.pure(cost.epsilon * share)
+    return dataclasses.replace(cost, rho=cost.rho * share, approximate_epsilon=cost.approximate_epsilon * share, delta=cost.delta * share)
 
 
 def _relation(session: Session, draft: Draft) -> Draft:
@@ -456,7 +509,7 @@ def _shells(session: Session, draft: Draft) -> Draft:
         return draft
 
     def checked() -> tuple[ShellPlan | None, ...]:
-        empty = _zero_results(prepared.batch)
+        empty = _zero_core_results(prepared)
         found: list[ShellPlan | None] = []
         for output in draft.request.written:
             if output.shell is None:
@@ -469,7 +522,8 @@ def _shells(session: Session, draft: Draft) -> Draft:
     # a pure function of public inputs (the compiled statements, the shells' SQL, the public tables), checked
     # again after a public table is registered
     texts = tuple(o.shell.text if o.shell is not None else None for o in draft.request.written)
-    shells = session.memoised("shells", (draft.compiled_from, texts, session.public.generation), checked)
+    compiled = draft.compiled_from or tuple(p.prepared.batch for p in prepared.parts)
+    shells = session.memoised("shells", (compiled, texts, session.public.generation), checked)
     return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, shells=shells))
 
 
@@ -723,8 +777,20 @@ def release(session: Session, prepared: Prepared) -> list[ResultSet]:
     return written
 
 
-def _release_cores(session: Session, prepared: Prepared) -> list[ResultSet]:
-    """The planned statements' results (a shell's cores among them)."""
+def _release_cores(session: Session, prepared: Prepared, charged: bool = False) -> list[ResultSet]:
+    """The planned statements' results (a shell's cores among them); ``charged``: the charge was made by the
+    composed request this is a part of. A composed request is charged once, before any part reads."""
+    if prepared.parts:
+        if prepared.reads:
+            session.ledger.charge(prepared.cost, prepared.request.text)  # durable; refuses an overspend before any read
+        found: list[ResultSet | None] = [None] * len(prepared.request.statements)
+        explained = ComposedExplanation(prepared, [])
+        for part in prepared.parts:
+            released = _release_cores(session, part.prepared, charged=True)
+            explained.parts.append(released[0].explained_by)
+            for index, result in zip(part.statements, released):
+                found[index] = result
+        return [result.explained(explained) for result in found if result is not None]
     batch = prepared.batch
     if batch.workload is None:
         return _with_explanation(session, prepared, batch.results([], []), Outcome("zero" if batch.measures else "keys"))
@@ -732,7 +798,8 @@ def _release_cores(session: Session, prepared: Prepared) -> list[ResultSet]:
         gls = _from_store(session, prepared, tuple(range(len(batch.workload.products))))
         answers, note = _finished(session, prepared, gls, None, None, from_store=True)
         return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), Outcome("free", note=note))
-    session.ledger.charge(prepared.cost, prepared.request.text)  # durable; refuses an overspend before the read
+    if not charged:
+        session.ledger.charge(prepared.cost, prepared.request.text)  # durable; refuses an overspend before the read
     aggregation, kept = _aggregation(session, prepared)
     result = _read(session, prepared.table, aggregation, kept)
     try:
@@ -899,6 +966,17 @@ def _measured_at_chosen_bound(
     answers, note = _finished(session, prepared, fresh, plan, measurement, from_store=False, batch=batch)
     note = f"rows per unit chosen: {bound} ({chosen.describe()})" + (f"; {note}" if note else "")
     return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, plan.variances_of), Outcome("measured", plan=plan, note=note))
+
+
+def _zero_core_results(prepared: Prepared) -> list[ResultSet]:
+    """Every planned statement's result with zero counts (a composed request's in its statements' order)."""
+    if not prepared.parts:
+        return _zero_results(prepared.batch)
+    found: list[ResultSet | None] = [None] * len(prepared.request.statements)
+    for part in prepared.parts:
+        for index, result in zip(part.statements, _zero_results(part.prepared.batch)):
+            found[index] = result
+    return [result for result in found if result is not None]
 
 
 def _zero_results(batch: CompiledBatch) -> list[ResultSet]:

@@ -102,6 +102,7 @@ class Prepared:
     balance: planner.Balance | None = None  # grouping sets held to their own shares' accuracy (planner.plan_balanced)
     shells: tuple[ShellPlan | None, ...] = ()  # per statement as written: its shell's cores and columns (None: no shell)
     chosen: ChosenBound | None = None  # the bound on rows per unit is chosen by the statement (``dpsql.truncation``)
+    parts: tuple[Part, ...] = ()  # a composed request: its parts over different data vectors (``dpsql.sql.data_vectors``)
 
     @property
     def plan(self) -> planner.Plan | None:
@@ -115,4 +116,16 @@ class Prepared:
     @property
     def reads(self) -> bool:
         """Whether release reads private rows (and so charges)."""
+        if self.parts:
+            return any(part.prepared.reads for part in self.parts)
         return self.batch.workload is not None and (self.selection is not None or self.decision.plan is not None)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One data vector of a composed request: its planned statements (indices into the request's), prepared on
+    their own at ``share`` of the request's budget (``planner.composition_shares``)."""
+
+    statements: tuple[int, ...]
+    share: float
+    prepared: Prepared

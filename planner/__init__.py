@@ -6,6 +6,7 @@ subpackage) only, never from the modules behind it (tests/test_architecture.py).
 from planner.balance import Balance, plan_balanced
 from planner.clipping import CLIP_SHARE, UpperClip
 from planner.bound_choice import BoundChoice
+from planner.composition import composition_shares
 from planner.domain import Domain
 from planner.privacy import Privacy
 from planner.workload import AllRange, Block, Explicit, Factor, Identity, Predicate, Prefix, Product, ShiftedPrefix, Total, Workload, marginal_for
@@ -58,6 +59,7 @@ __all__ = [
     "Workload",
     "design_keyed_release",
     "choose_quantiles",
+    "composition_shares",
     "identity_plan",
     "marginal_for",
     "plan",

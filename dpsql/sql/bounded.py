@@ -244,9 +244,9 @@ class BoundedAggregation:
             identity = [exp.column(c, quoted=True) for c in self.row_columns] or [exp.Literal.number(0)]
             projections.append(exp.alias_(exp.func("HASH", *identity), ROW_KEY_NAME))
         if self.value_index is not None:
-            projections.append(exp.alias_(self.value.index(exp.column(self.value.column, quoted=True)), self.value_index))  # type: ignore[union-attr]
+            projections.append(exp.alias_(self.value.index(self.value.read()), self.value_index))  # type: ignore[union-attr]
         elif self.value is not None:
-            weights = self.value.weights(exp.column(self.value.column, quoted=True))
+            weights = self.value.weights(self.value.read())
             projections += [exp.alias_(w, name) for w, name in zip(weights, self.weight_names)]
         cells = exp.select(*(projections or [_one()])).from_(self._source())  # SELECT needs a column
         tests = [self._in_domain(c) for c in self.columns if c not in self._tested_elsewhere]

@@ -48,7 +48,7 @@ from dpsql.errors import DataError, NotSupportedError, ProgrammingError
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.derived import CaseWhen, Derived, DerivedMap, derived_map
 from dpsql.sql.distinct_units import counted_unit
-from dpsql.sql.moments import ValueEncoding, counted_by_moments, resolve
+from dpsql.sql.moments import ValueEncoding, aggregated, counted_by_moments, resolve
 from dpsql.sql import quantiles
 from dpsql.sql.parse import (
     Aggregate,
@@ -365,7 +365,7 @@ class _Resolver:
             # unaliased, a column is named as the table spells it (DuckDB's rule; PostgreSQL's for a name it accepts)
             return GroupKey(column if item.name == item.column else item.name, column)
         if isinstance(item, Aggregate):  # needs bounds, not a domain (checked by moments.encoding_for)
-            return Aggregate(item.name, item.function, resolve(item.column, self.table_columns, self.query.table, f"SELECT {item.function}"), item.bounds)
+            return dataclasses.replace(item, column=aggregated(item, self.table_columns, self.query.table))
         if isinstance(item, Quantile):
             column = self.name(item.column, f"SELECT {item.function}")
             quantiles.check_column(item, self.columns[column])

@@ -32,10 +32,12 @@ What is refused, in prepare (before anything is read), and why:
   statements: a rollup of distinct counts is not the sum of its finer cells (a unit in two cells is one
   unit in their total), so each grouping set would be a measurement of its own pairs — ask them as
   separate statements, each priced on its own;
-* another aggregate beside it (``COUNT(*)``, ``SUM``, a quantile, …): it is measured over rows, not pairs,
-  a different data vector — ask it in a statement of its own;
 * derived group columns and columns without a declared domain: the pairs are distinct over the cells the
   engine reads, which for those are not the cells released.
+
+Another aggregate beside it (``COUNT(*)``, ``SUM``, a quantile, …) is measured over rows, not pairs — a different
+data vector: the statement is composed of one part per vector (``dpsql.sql.data_vectors``), each planned at its
+share of the budget, charged once.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from dpsql.errors import NotSupportedError
 from dpsql.schema import Schema
 from dpsql.sql.bounded_rows import salted_order_key
 from dpsql.sql.moments import resolve
-from dpsql.sql.parse import Count, GroupKey
+from dpsql.sql.parse import Count
 from dpsql.sql.statement import Statement
 
 GROUP_IN_UNIT_NAME = "group_in_unit"
@@ -114,13 +116,6 @@ def for_batch(statements: Sequence[Statement], schema: Schema, table_columns: Se
             f"SELECT COUNT(DISTINCT {unit}) with several grouping sets (CUBE, ROLLUP, GROUPING SETS, UNION ALL or a batch) "
             "is not supported: distinct counts do not add up over grouping sets (a unit in two cells is one unit in "
             "their total), so each grouping set is a measurement of its own; send one statement per grouping set"
-        )
-    other = next((i for i in query.select if not isinstance(i, GroupKey) and not (isinstance(i, Count) and i.distinct)), None)
-    if other is not None:
-        raise NotSupportedError(
-            f"SELECT COUNT(DISTINCT {unit}) with {other.name}: that is measured over the rows, COUNT(DISTINCT {unit}) over each "
-            "unit's groups (once per group), two measurements of different data; use a separate statement for each (each "
-            "is charged its own cost)"
         )
     if query.derived:
         raise NotSupportedError(

@@ -32,6 +32,7 @@ the delta method needs. With ``w = hi − lo``: ``SUM = lo·C + w·U``, ``AVG = 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,11 +40,13 @@ from decimal import Decimal
 from statistics import NormalDist
 
 import numpy as np
+import sqlglot
 from sqlglot import exp
 
 from dpsql.table import HIDDEN_SOURCE, matching_columns
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.schema import MAX_VALUE_BOUND, Schema
+from dpsql.sql.bounded_expressions import derive, resolved
 from dpsql.sql.parse import Aggregate, Count, Query
 
 GRID = 4096
@@ -71,6 +74,7 @@ class ValueEncoding:
     clipped_rows: float = 0.0  # after a clip: the clipped rows the error bars assume, and ...
     clipped_excess: float = 0.0  # ... how far above the clip each lies, in clip widths (``dpsql.sql.clipping``)
     base_rounding: float = 0.0  # after a clip: the most the base grid moved a value before the clip's grid did
+    expression: str | None = None  # an aggregated expression: its SQL over clamped columns (``dpsql.sql.bounded_expressions``)
 
     @property
     def rounding(self) -> float:
@@ -124,12 +128,17 @@ class ValueEncoding:
         kind = "sums" if self.moments == 1 else "sums, squares"
         null = " (one for NULL)" if self.null_cell else ""
         rounding = "exact" if self.exact else f"each value within {self.rounding:.3g}, in every error"
+        derived = " (bounds by interval arithmetic from the columns' declared bounds)" if self.expression is not None else ""
         return (
-            f"{self.column}: {kind} of values clamped to [{self.low:g}, {self.high:g}] on {self.grid + 1} grid points ({rounding}); "
+            f"{self.column}: {kind} of values clamped to [{self.low:g}, {self.high:g}]{derived} on {self.grid + 1} grid points ({rounding}); "
             f"{self.cells} cells{null}, {self.scale} units per row"
         )
 
     # -- SQL ---------------------------------------------------------------------------------------------
+    def read(self) -> exp.Expression:
+        """The aggregated value of a bounded row: its column, or its expression over the clamped columns."""
+        return exp.column(self.column, quoted=True) if self.expression is None else _value_sql(self.expression)
+
     def _step(self, value: exp.Expression, steps: int) -> exp.Expression:
         """The value clamped to the bounds as the index of its nearest point (ties up: the same in every
         engine) on ``steps`` steps of them; NULL for NULL."""
@@ -266,6 +275,15 @@ class ValueEncoding:
         return spread * (2 * math.sqrt(max(value, 0.0)) + spread)
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed_value(text: str) -> exp.Expression:
+    return sqlglot.parse_one(text, dialect="duckdb")
+
+
+def _value_sql(text: str) -> exp.Expression:
+    return exp.paren(_parsed_value(text).copy())
+
+
 def _number(value: float) -> exp.Expression:
     """A float literal; a negative one in parentheses (``x - (-1.5)``, never ``x - -1.5``)."""
     node = exp.Literal.number(repr(abs(float(value))))
@@ -309,10 +327,12 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
     statement or batch; the column must have bounds (declared, or an integer range)."""
     found: dict[str, set[str]] = {}
     given: set[tuple[float, float]] = set()  # bounds the statements give (Google's contribution_bounds_per_group)
+    expressions: set[str] = set()  # the aggregated values that are expressions (``dpsql.sql.bounded_expressions``)
     for query in queries:
         for item in query.select:
             if isinstance(item, Aggregate):
-                found.setdefault(resolve(item.column, table_columns, query.table, f"SELECT {item.function}"), set()).add(item.function)
+                found.setdefault(aggregated(item, table_columns, query.table), set()).add(item.function)
+                expressions |= {aggregated(item, table_columns, query.table)} if item.expression else set()
                 if item.bounds is not None:
                     given.add(item.bounds)
             elif counted_by_moments(item, schema, table_columns, query.table):
@@ -321,16 +341,18 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
         return None
     if len(found) > 1:
         raise NotSupportedError(
-            f"SELECT: SUM/AVG/VARIANCE/STDDEV over several columns ({sorted(found)}) in one statement or batch is not "
-            "supported; aggregate one column per statement (COUNT(*) may accompany it)"
+            f"SELECT: {sorted(found)} each need moment cells of their own in one part of the statement: COUNT(column) of a column "
+            "with bounds but no declared domain counts that column's moment cells; send that COUNT in a statement of its own"
         )
     column, functions = next(iter(found.items()))
     sum_only = functions == {"SUM"}
-    domain = schema.column(column)
     if len(given) > 1:
         raise NotSupportedError(
             f"SELECT: the aggregates of {column!r} give different contribution bounds {sorted(given)}; give the same bounds to all"
         )
+    if column in expressions:
+        return _expression_encoding(column, functions, schema, next(iter(given)) if given else None)
+    domain = schema.column(column)
     bounds = next(iter(given)) if given else domain.value_bounds
     if bounds is None:
         raise NotSupportedError(
@@ -338,12 +360,7 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
             f"{column}: {{bounds: [lo, hi]}} — values are clamped to them (they must not come from the data)"
         )
     low, high = bounds
-    if max(abs(low), abs(high)) > MAX_VALUE_BOUND:
-        raise NotSupportedError(
-            f"SELECT {sorted(functions)[0]}({column}): the bounds [{low}, {high}] of {column!r} (its range or bins) lie beyond "
-            f"±2^53 ({MAX_VALUE_BOUND:.3g}), where sums of bounded values lose exactness and can overflow; declare "
-            f"{column}: {{bounds: [lo, hi]}} within that, e.g. in larger units"
-        )
+    _check_magnitude(column, functions, low, high)
     moments = 2 if functions & set(SECOND_MOMENT) else 1
     null_cell = domain.nullable or not domain.is_known
     if domain.clip:  # the clip's width is decided after the read: the grid is always GRID steps of it
@@ -354,6 +371,27 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
                              base_rounding=0.0 if exact_base else (high - low) / (2 * base))
     grid, exact = value_grid(low, high, domain.value_resolution)
     return ValueEncoding(column, float(low), float(high), grid, moments, null_cell, exact, sum_only=sum_only and exact)
+
+
+def _expression_encoding(text: str, functions: set[str], schema: Schema, given: tuple[float, float] | None) -> ValueEncoding:
+    """The moment cells of an aggregated expression: its interval by interval arithmetic over the declared domains
+    (or the statement's own contribution bounds), its SQL over clamped columns (``dpsql.sql.bounded_expressions``).
+    It may be NULL on any row (a CASE without ELSE, a nullable column): it always has a NULL cell."""
+    derived = derive(text, schema.column, sorted(functions)[0])
+    low, high = given if given is not None else (derived.low, derived.high)
+    _check_magnitude(text, functions, low, high)
+    grid, exact = value_grid(low, high, derived.resolution if given is None else None)
+    moments = 2 if functions & set(SECOND_MOMENT) else 1
+    return ValueEncoding(text, float(low), float(high), grid, moments, True, exact, sum_only=functions == {"SUM"} and exact, expression=derived.sql)
+
+
+def _check_magnitude(column: str, functions: set[str], low: float, high: float) -> None:
+    if max(abs(low), abs(high)) > MAX_VALUE_BOUND:
+        raise NotSupportedError(
+            f"SELECT {sorted(functions)[0]}({column}): the bounds [{low}, {high}] of {column!r} (its range or bins) lie beyond "
+            f"±2^53 ({MAX_VALUE_BOUND:.3g}), where sums of bounded values lose exactness and can overflow; declare "
+            f"{column}: {{bounds: [lo, hi]}} within that, e.g. in larger units"
+        )
 
 
 def value_grid(low: float, high: float, resolution: float | None) -> tuple[int, bool]:
@@ -376,6 +414,14 @@ def counted_by_moments(item: object, schema: Schema, table_columns: Sequence[str
         return False
     domain = schema.column(resolve(item.column, table_columns, table, "SELECT COUNT"))
     return not domain.is_known and domain.value_bounds is not None
+
+
+def aggregated(item: Aggregate, table_columns: Sequence[str], table: str) -> str:
+    """What an aggregate reads, as the table spells it: its column, or its expression's text with each column so."""
+    clause = f"SELECT {item.function}"
+    if item.expression:
+        return resolved(item.column, lambda name: resolve(name, table_columns, table, clause))
+    return resolve(item.column, table_columns, table, clause)
 
 
 def resolve(name: str, table_columns: Sequence[str], table: str, clause: str) -> str:

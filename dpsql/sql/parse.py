@@ -23,6 +23,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.sql.bounded_expressions import checked_argument
 from dpsql.sql.derived import Derived, derived_column, is_derived
 from dpsql.sql.dialect import BOUNDS_KEY
 from dpsql.sql.joins import MATCHED, JoinSpec, Source, column_qualifier, join_spec, semi_join, table_path
@@ -117,6 +118,7 @@ class Aggregate:
     function: str
     column: str
     bounds: tuple[float, float] | None = None  # the statement's own clamping bounds (Google's contribution_bounds_per_group)
+    expression: bool = False  # ``column`` is the text of a bounded expression (``dpsql.sql.bounded_expressions``)
 
 
 AGGREGATES: dict[type[exp.Expression], str] = {
@@ -369,14 +371,17 @@ def refuse_select_item(node: exp.Expression) -> None:
         raise NotSupportedError(f"SELECT: the aggregate {name}(...) is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, PERCENTILE_CONT, QUANTILE_CONT, MIN or MAX. {SUPPORTED}")
 
 
-def aggregate_argument(node: exp.Expression, column: Callable[[exp.Expression, str], str]) -> str:
-    """The column of ``SUM(column)``, ``AVG(column)``, …: a plain column, not DISTINCT or an expression."""
+def aggregate_argument(node: exp.Expression, column: Callable[[exp.Expression, str], str]) -> tuple[str, bool]:
+    """The argument of ``SUM(column)``, ``AVG(column)``, …: a plain column's name, or the text of an expression whose
+    bounds follow from the columns' (``dpsql.sql.bounded_expressions``); and whether it is an expression."""
     function = AGGREGATES[type(node)]
     if isinstance(node.this, exp.Distinct):
         raise NotSupportedError(f"SELECT: {function}(DISTINCT ...) is not supported; use {function}(column). {SUPPORTED}")
     if node.this is None or isinstance(node.this, exp.Star):
         raise ProgrammingError(f"{function}() needs a column argument: {function}(column). {SUPPORTED}")
-    return column(node.this, f"SELECT {function}")
+    if isinstance(node.this, exp.Column):
+        return column(node.this, f"SELECT {function}"), False
+    return checked_argument(node.this, column, function), True
 
 
 def contribution_bounds(node: exp.Expression) -> tuple[float, float] | None:
@@ -566,7 +571,8 @@ class BranchChecker:
             return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column), distinct)
         if type(node) in AGGREGATES:
             bounds = contribution_bounds(node)
-            return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], aggregate_argument(node, self._column), bounds)
+            argument, expression = aggregate_argument(node, self._column)
+            return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], argument, bounds, expression)
         quantile = quantile_item(node, alias, self._column)
         if quantile is not None:
             return quantile

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.sql.data_vectors import assigned, composed, item_vector, node_vector
 from dpsql.sql.having import is_aggregate
 from dpsql.sql.parse import bind_parameters, column_qualifier, names_table, table_path
 from dpsql.sql.settings import TextCost
@@ -88,11 +89,15 @@ def bind(tree: exp.Expression, parameters: Sequence[object] | None, sql: str, pu
     cost, checks = statement_cost(bound, sql)
     _refuse_reserved(bound)
     try:
-        return check_statement(bound, sql, cost, checks)  # changes ``bound``: the split starts from a fresh copy
+        statement = check_statement(bound, sql, cost, checks)  # changes ``bound``: the split starts from a fresh copy
     except (NotSupportedError, ProgrammingError):
         if not isinstance(tree, _QUERIES):
             raise  # not a query (INSERT, COPY, …): refused as it is
         # not one core as written: split it (which refuses what it cannot run, with its own reason)
+    else:
+        if not composed([item_vector(i) for b in statement.branches for i in b.query.select]):
+            return statement
+        # aggregates over several data vectors: one core per vector, joined in the shell (``dpsql.sql.data_vectors``)
     bound = tree.copy()
     bind_parameters(bound, parameters)
     statement_cost(bound, sql)  # takes Google's OPTIONS off the copy
@@ -276,21 +281,27 @@ class _Splitter:
         key_names = {text: f"{PREFIX}k{i}" for i, text in enumerate(keys)}
         grouping_names = {text: f"{PREFIX}g{i}" for i, text in enumerate(groupings)}
         aggregate_names = {text: f"{VALUE}{i}" for i, text in enumerate(_distinct(aggregates))}
-        core = exp.Select(expressions=[
-            *(exp.alias_(node.copy(), key_names[text]) for text, node in keys.items()),
-            *(exp.alias_(node.copy(), grouping_names[text]) for text, node in groupings.items()),
-            *(exp.alias_(node.copy(), aggregate_names[text]) for text, node in _distinct(aggregates).items()),
-        ])
-        core.set("from_", select.args["from_"].copy())
-        if select.args.get("joins"):
-            core.set("joins", [join.copy() for join in select.args["joins"]])
-        for arg in ("where", "sample"):  # a sampling clause goes to the core, whose check refuses it
-            if select.args.get(arg) is not None:
-                core.set(arg, select.args[arg].copy())
-        if group is not None:
-            core.set("group", group.copy())
-        statement = check_statement(core, core.sql(dialect="duckdb"), TextCost(), ())
-        self.cores.append(Core(relation, statement))
+        distinct = _distinct(aggregates)
+        vectors = assigned([node_vector(node) for node in distinct.values()])
+        relations = []
+        for vector in dict.fromkeys(vectors) or [None]:  # one core per data vector (``dpsql.sql.data_vectors``), in order
+            core = exp.Select(expressions=[
+                *(exp.alias_(node.copy(), key_names[text]) for text, node in keys.items()),
+                *(exp.alias_(node.copy(), grouping_names[text]) for text, node in groupings.items()),
+                *(exp.alias_(node.copy(), aggregate_names[text]) for (text, node), v in zip(distinct.items(), vectors) if v == vector),
+            ])
+            core.set("from_", select.args["from_"].copy())
+            if select.args.get("joins"):
+                core.set("joins", [join.copy() for join in select.args["joins"]])
+            for arg in ("where", "sample"):  # a sampling clause goes to the core, whose check refuses it
+                if select.args.get(arg) is not None:
+                    core.set(arg, select.args[arg].copy())
+            if group is not None:
+                core.set("group", group.copy())
+            statement = check_statement(core, core.sql(dialect="duckdb"), TextCost(), ())
+            relations.append(f"{CORE}{len(self.cores)}")
+            self.cores.append(Core(relations[-1], statement))
+        values = {vector: [aggregate_names[t] for t, v in zip(distinct, vectors) if v == vector] for vector in dict.fromkeys(vectors) or [None]}
         aliases = {o.lower() for o in outputs}
         replaced = {**aggregate_names, **grouping_names}
 
@@ -316,12 +327,30 @@ class _Splitter:
             value = select.args.get(arg)
             if value is not None:
                 select.set(arg, value.transform(rewrite, copy=False) if not isinstance(value, list) else [v.transform(rewrite, copy=False) for v in value])
-        select.set("from_", exp.From(this=exp.to_table(relation)))
+        if len(relations) == 1:
+            select.set("from_", exp.From(this=exp.to_table(relation)))
+        else:
+            select.set("from_", exp.From(this=_joined_cores(relations, [*key_names.values(), *grouping_names.values()], list(values.values()))))
         select.set("joins", None)
         _check_no_private_columns(select, name, aliases)
         errors = {aggregate_names[text]: ERROR + aggregate_names[text] for text in aggregate_names}
         scope = {None: _Output(None, {n.lower(): e for n, e in errors.items()}, list(errors.values()))}
         return _propagate(select, scope, append)
+
+
+def _joined_cores(relations: list[str], keys: list[str], values: list[list[str]]) -> exp.Expression:
+    """The released rows of a statement's cores over different data vectors, side by side: each core's values
+    (and their hidden standard errors) on the rows of equal group keys and GROUPING() ids (NULL equal to NULL:
+    a rolled-up or NULL key). Every core releases every declared group cell, so no row is lost."""
+    aliases = [f"{PREFIX}c{i}" for i in range(len(relations))]
+    columns = [exp.column(k, table=aliases[0]) for k in keys]
+    for alias, names in zip(aliases, values):
+        columns += [exp.column(n, table=alias) for name in names for n in (name, ERROR + name)]
+    joined = exp.select(*columns).from_(exp.to_table(relations[0]).as_(aliases[0]))
+    for relation, alias in zip(relations[1:], aliases[1:]):
+        on = exp.and_(*(exp.NullSafeEQ(this=exp.column(k, table=aliases[0]), expression=exp.column(k, table=alias)) for k in keys)) if keys else exp.true()
+        joined = joined.join(exp.to_table(relation).as_(alias), on=on)
+    return joined.subquery(f"{PREFIX}cores")
 
 
 # ---------------------------------------------------------------------------------------------------

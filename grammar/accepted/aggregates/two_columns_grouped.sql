@@ -1,0 +1,1 @@
+SELECT sex, AVG(age), SUM(income) FROM adult GROUP BY sex

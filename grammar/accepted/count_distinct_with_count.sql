@@ -1,0 +1,1 @@
+SELECT sex, COUNT(DISTINCT person_id) AS persons, COUNT(*) AS n FROM adult GROUP BY sex

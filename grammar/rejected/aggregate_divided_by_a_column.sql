@@ -1,0 +1,2 @@
+-- expect: NotSupportedError division by
+SELECT SUM(age / race) FROM adult

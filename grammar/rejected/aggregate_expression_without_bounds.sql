@@ -1,0 +1,2 @@
+-- expect: NotSupportedError has no bounds
+SELECT SUM(age + browser) FROM adult
