@@ -17,35 +17,24 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from dpsql.sql.parse import AGGREGATES, Aggregate, Count, Quantile, SelectItem
+from dpsql.sql.kinds import item_kind, kind_of
+from dpsql.sql.kinds.counts import ROWS
+from dpsql.sql.parse import SelectItem
 
 Vector = tuple[str, ...]
-ROWS: Vector = ("rows",)
-PAIRS: Vector = ("pairs",)
 
 
 def item_vector(item: SelectItem) -> Vector | None:
-    """The data vector a checked SELECT item is measured over (None for a group key)."""
-    if isinstance(item, Aggregate):
-        return ("moments", item.column.lower())
-    if isinstance(item, Count) and item.distinct:
-        return PAIRS
-    return ROWS if isinstance(item, (Count, Quantile)) else None
+    """The data vector a checked SELECT item is measured over, as its kind says (None for a group key)."""
+    kind = item_kind(item)
+    return None if kind is None else kind.vector(item)
 
 
 def node_vector(node: exp.Expression) -> Vector:
     """The data vector of an aggregate call of the SQL text (as :func:`item_vector` for its checked item)."""
-    inner = node.this if isinstance(node, (exp.Filter, exp.WithinGroup)) else node
-    if isinstance(inner, exp.Count) and isinstance(inner.this, exp.Distinct):
-        return PAIRS
-    if type(inner) in AGGREGATES and inner.this is not None:
-        argument = inner.this
-        copy = argument.copy()
-        for column in copy.find_all(exp.Column):
-            for part in ("table", "db", "catalog"):
-                column.set(part, None)
-        return ("moments", (copy.name if isinstance(copy, exp.Column) else copy.sql(dialect="duckdb")).lower())
-    return ROWS
+    inner = node.this if isinstance(node, exp.Filter) else node
+    kind = kind_of(inner)
+    return ROWS if kind is None else kind.node_vector(inner.this if isinstance(inner, exp.WithinGroup) else inner)
 
 
 def assigned(vectors: Sequence[Vector | None]) -> list[Vector | None]:

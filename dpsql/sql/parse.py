@@ -145,6 +145,7 @@ class Quantile:
 
 
 SelectItem = GroupKey | Count | Aggregate | Quantile
+ItemParser = Callable[[exp.Expression, "str | None", Callable[[exp.Expression, str], str]], "SelectItem | None"]
 MEASURED = (Count, Aggregate, Quantile)  # the SELECT items that are measured (not group keys)
 
 
@@ -366,7 +367,7 @@ def refuse_select_item(node: exp.Expression) -> None:
         raise NotSupportedError(f"SELECT * is not supported: list group columns and COUNT(*). {SUPPORTED}")
     if isinstance(node, exp.Window):
         raise NotSupportedError(f"SELECT: a window function over private rows is not supported; apply it to aggregates, e.g. SUM(COUNT(*)) OVER (). {SUPPORTED}")
-    if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Count) and type(node) not in AGGREGATES and type(node) not in _QUANTILES:
+    if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Count) and type(node) not in AGGREGATES and type(node) not in QUANTILE_FUNCTIONS:
         name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__.upper()
         raise NotSupportedError(f"SELECT: the aggregate {name}(...) is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, PERCENTILE_CONT, QUANTILE_CONT, MIN or MAX. {SUPPORTED}")
 
@@ -405,7 +406,7 @@ def contribution_bounds(node: exp.Expression) -> tuple[float, float] | None:
     return (low, high)
 
 
-_QUANTILES: dict[type[exp.Expression], str] = {
+QUANTILE_FUNCTIONS: dict[type[exp.Expression], str] = {
     exp.Median: "PERCENTILE_CONT",
     exp.PercentileCont: "PERCENTILE_CONT",
     exp.PercentileDisc: "PERCENTILE_DISC",
@@ -421,7 +422,7 @@ def quantile_item(node: exp.Expression, name: str | None, column: Callable[[exp.
     ``PERCENTILE_CONT(q) / PERCENTILE_DISC(q) WITHIN GROUP (ORDER BY c)``."""
     shown = name or node.sql(dialect="duckdb")
     if isinstance(node, exp.WithinGroup):
-        function = _QUANTILES.get(type(node.this))
+        function = QUANTILE_FUNCTIONS.get(type(node.this))
         order = node.expression
         if function not in ("PERCENTILE_CONT", "PERCENTILE_DISC") or not isinstance(order, exp.Order) or len(order.expressions) != 1:
             raise NotSupportedError(f"SELECT: {node.sql(dialect='duckdb')[:60]!r} is not supported; write PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY column). {SUPPORTED}")
@@ -429,7 +430,7 @@ def quantile_item(node: exp.Expression, name: str | None, column: Callable[[exp.
         if ordered.args.get("desc"):
             raise NotSupportedError(f"SELECT {function}: WITHIN GROUP (ORDER BY ... DESC) is not supported; ask for the 1 − q quantile in ascending order")
         return Quantile(shown, function, column(ordered.this, f"SELECT {function}"), _fraction(node.this.this, function))
-    function = _QUANTILES.get(type(node))
+    function = QUANTILE_FUNCTIONS.get(type(node))
     if function is None:
         return None
     if isinstance(node.this, exp.Distinct) or node.this is None or isinstance(node.this, exp.Star):
@@ -460,8 +461,9 @@ class BranchChecker:
     """Walks the plain SELECT of one grouping set (parameters bound, no ORDER BY / LIMIT: those belong
     to the whole statement) and accepts the grammar's subset, returning its :class:`Query`."""
 
-    def __init__(self, select: exp.Expression) -> None:
+    def __init__(self, select: exp.Expression, parse_item: ItemParser) -> None:
         self.statement = select
+        self.parse_item = parse_item  # a SELECT item read by its aggregate kind (``dpsql.sql.kinds.parse_item``)
         self.table = ""
         self.path: tuple[str, ...] = ()  # the FROM table's qualified name, lower case
         self.qualifiers: set[str] = set()
@@ -565,17 +567,9 @@ class BranchChecker:
             alias = node.alias
             node = node.this
         refuse_select_item(node)
-        if isinstance(node, exp.Count):
-            distinct = isinstance(node.this, exp.Distinct)
-            contribution_bounds(node)  # checked; a count's contributions are the schema's rows per unit
-            return Count(alias or node.sql(dialect="duckdb"), count_argument(node, self._column), distinct)
-        if type(node) in AGGREGATES:
-            bounds = contribution_bounds(node)
-            argument, expression = aggregate_argument(node, self._column)
-            return Aggregate(alias or node.sql(dialect="duckdb"), AGGREGATES[type(node)], argument, bounds, expression)
-        quantile = quantile_item(node, alias, self._column)
-        if quantile is not None:
-            return quantile
+        item = self.parse_item(node, alias, self._column)
+        if item is not None:
+            return item
         if is_derived(node):
             key = self._derived(node)
             return GroupKey(alias or node.sql(dialect="duckdb"), key)

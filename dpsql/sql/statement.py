@@ -26,7 +26,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dpsql.errors import NotSupportedError, ProgrammingError
-from dpsql.sql import dialect
+from dpsql.sql import dialect, kinds
 from dpsql.sql.grouping import MAX_GROUPING_SETS, Constant, GroupingSet, Slot, split_select
 from dpsql.sql.having import Condition, aggregates, having_condition, is_aggregate
 from dpsql.sql.parse import MEASURED, SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
@@ -142,7 +142,7 @@ def check_statement(bound: exp.Expression, sql: str, cost: TextCost, checks: tup
                 f"{len(member_names) - len(hidden)} in another)"
             )
         condition = None if having is None else having_condition(having.this, lambda n, s=select: _output_position(n, s, len(hidden)))
-        branches += [Branch(b.grouping_set, BranchChecker(b.select).query(), b.layout, condition) for b in member_branches]
+        branches += [Branch(b.grouping_set, BranchChecker(b.select, kinds.parse_item).query(), b.layout, condition) for b in member_branches]
         if len(branches) > MAX_GROUPING_SETS:
             raise NotSupportedError(f"the statement expands to more than {MAX_GROUPING_SETS} grouping sets; use fewer")
     assert names is not None

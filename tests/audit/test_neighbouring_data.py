@@ -11,8 +11,9 @@ runs the statement on both through the public API (``connect``, ``register``, ``
 * **the same charge** (the ledger's ε, ρ and (ε, δ) part);
 * with the noise off, **every released count moves by at most what one unit may contribute**:
   ``max_rows_per_group`` rows per key of a column without declared domain, ``max_rows_per_unit`` rows
-  in any other cell, and a SUM by at most ``max_rows_per_unit·max(|lo|, |hi|)`` (keys that merge after
-  bounding, as HUGEINT keys read as doubles did, break this).
+  in any other cell, and a SUM by at most ``max_rows_per_unit·max(|lo|, |hi|)`` over the interval of what it sums
+  (a column's bounds, or an expression's by interval arithmetic; keys that merge after bounding, as HUGEINT keys
+  read as doubles did, break this).
 
 Tables are typed in several ways (:data:`TYPINGS`): the group-key column without a declared domain as
 VARCHAR, HUGEINT, UBIGINT, DECIMAL(38,18), DATE and DOUBLE — with keys that collide as doubles — and
@@ -58,6 +59,8 @@ import dpsql
 import dpsql.testing
 import engines
 from conftest import ADULT_SCHEMA
+from dpsql.schema import Schema
+from dpsql.sql.bounded_expressions import derive
 
 BASE_SEED = int(os.environ.get("DPSQL_FUZZ_SEED", "23"))
 ACCEPTED = Path(__file__).resolve().parents[2] / "grammar" / "accepted"
@@ -124,10 +127,6 @@ class Typing:
     def rows_per_key(self) -> int:
         return int(self.schema.get("max_rows_per_group", self.rows_per_unit))  # type: ignore[call-overload]
 
-    @property
-    def age_bounds(self) -> tuple[float, float]:
-        age = self.schema["columns"]["age"]  # type: ignore[index]
-        return tuple(age.get("bounds", age.get("range")))  # type: ignore[union-attr,return-value]
 
 
 HUGE = 10**37  # keys HUGE + i collide as doubles (and fit DECIMAL(38, 0) on Spark)
@@ -424,6 +423,19 @@ def _kind(item: exp.Expression) -> str | None:
     return None
 
 
+def _sum_bound(item: exp.Expression, typing: Typing) -> float:
+    """What one unit may move ``SUM(x)`` by: ``max_rows_per_unit·max(|lo|, |hi|)`` over the interval of ``x`` — a
+    column's bounds, or an expression's by interval arithmetic from them (``dpsql.sql.bounded_expressions``)."""
+    inner = item.this if isinstance(item, exp.Alias) else item
+    schema = Schema.from_dict(typing.schema)
+    if isinstance(inner.this, exp.Column):
+        low, high = schema.column(inner.this.name).value_bounds  # type: ignore[misc]
+    else:
+        derived = derive(inner.this.sql(dialect="duckdb"), schema.column, "SUM")
+        low, high = derived.low, derived.high
+    return typing.rows_per_unit * max(abs(low), abs(high))
+
+
 def _key_column(item: exp.Expression) -> str | None:
     inner = item.this if isinstance(item, exp.Alias) else item
     return inner.name if isinstance(inner, exp.Column) else None
@@ -437,8 +449,6 @@ def movement_violations(typing: Typing, sql: str, first: Sequence[tuple[object, 
     kinds = [_kind(i) for i in items]
     keys = [p for p, k in enumerate(kinds) if k is None]
     keyed = [p for p in keys if _key_column(items[p]) in typing.unknown_columns]
-    low, high = typing.age_bounds
-    sum_bound = typing.rows_per_unit * max(abs(low), abs(high))
 
     def index(rows: Sequence[tuple[object, ...]]) -> dict[tuple[object, ...], tuple[object, ...]]:
         seen: Counter[tuple[str, ...]] = Counter()
@@ -457,6 +467,7 @@ def movement_violations(typing: Typing, sql: str, first: Sequence[tuple[object, 
         for position, kind in enumerate(kinds):
             if kind is None or position >= len(one) or one[position] is None or two[position] is None:
                 continue
+            sum_bound = _sum_bound(items[position], typing) if kind == "sum" else 0.0
             bound = (typing.rows_per_key if per_key else typing.rows_per_unit) if kind == "count" else sum_bound
             if kind == "sum" and not sum_bound < 1e12:
                 continue
