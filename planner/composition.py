@@ -25,6 +25,7 @@ def composition_shares(errors: Sequence[float], laplace: bool) -> tuple[float, .
     """The fractions of the budget (summing to 1) that minimise the total expected squared error of measurements
     whose errors at the whole budget are ``errors`` (module doc). A measurement without error (nothing to
     measure) gets a share as small as the others allow; non-finite errors are treated as the largest finite one."""
+    errors = [float(e) for e in errors]
     if not errors:
         raise ValueError("composition_shares needs at least one measurement")
     finite = [e for e in errors if math.isfinite(e) and e > 0]

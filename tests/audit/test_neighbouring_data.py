@@ -428,11 +428,16 @@ def _sum_bound(item: exp.Expression, typing: Typing) -> float:
     column's bounds, or an expression's by interval arithmetic from them (``dpsql.sql.bounded_expressions``)."""
     inner = item.this if isinstance(item, exp.Alias) else item
     schema = Schema.from_dict(typing.schema)
-    if isinstance(inner.this, exp.Column):
-        low, high = schema.column(inner.this.name).value_bounds  # type: ignore[misc]
-    else:
-        derived = derive(inner.this.sql(dialect="duckdb"), schema.column, "SUM")
-        low, high = derived.low, derived.high
+    age = schema.column("age").value_bounds  # a shell's SUM over released values (a count, a sum of age): as before
+    try:
+        if isinstance(inner.this, exp.Column):
+            bounds = schema.column(inner.this.name).value_bounds if inner.this.name in schema.column_names else None
+            low, high = bounds or age  # type: ignore[misc]
+        else:
+            derived = derive(inner.this.sql(dialect="duckdb"), schema.column, "SUM")
+            low, high = derived.low, derived.high
+    except (dpsql.Error, KeyError):  # not an expression of the table's columns: a shell's
+        low, high = age  # type: ignore[misc]
     return typing.rows_per_unit * max(abs(low), abs(high))
 
 
