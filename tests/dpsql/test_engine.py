@@ -185,7 +185,7 @@ def test_bad_connection_options() -> None:
     with pytest.raises(dpsql.ProgrammingError, match="needs a budget"):
         dpsql.connect()
     with pytest.raises(dpsql.ProgrammingError, match="dpsql.Budget"):
-        dpsql.connect(budget=1.0)  # type: ignore[arg-type]
+        dpsql.connect(budget="1.0")  # type: ignore[arg-type]
 
 
 def test_default_epsilon_is_the_documented_default_cost() -> None:
