@@ -63,12 +63,22 @@ def core_layout(relation: str, result: ResultSet) -> CoreLayout:
     return CoreLayout(relation, tuple(columns), tuple(types + ["DOUBLE"] * len(values)), values)
 
 
+def _integer_type(values: Sequence[int]) -> str:
+    """The narrowest of DuckDB's BIGINT, HUGEINT and UHUGEINT that holds every value (keys of any integer width)."""
+    low, high = min(values), max(values)
+    if -(1 << 63) <= low and high < 1 << 63:
+        return "BIGINT"
+    if -(1 << 127) <= low and high < 1 << 127:
+        return "HUGEINT"
+    return "UHUGEINT" if low >= 0 and high < 1 << 128 else "VARCHAR"
+
+
 def _duckdb_type(values: Sequence[object], type_code: object) -> str:
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, bool) for v in present):
         return "BOOLEAN"
     if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-        return "BIGINT"
+        return _integer_type(present)  # type: ignore[arg-type]
     if present and all(isinstance(v, (int, float, decimal.Decimal)) and not isinstance(v, bool) for v in present):
         return "DOUBLE"
     if present and all(isinstance(v, datetime.datetime) for v in present):
