@@ -216,6 +216,15 @@ def test_having_on_an_aggregate_of_an_empty_group_drops_the_group(database: duck
     assert 2 not in [row[0] for row in rows]
 
 
+def test_an_empty_group_counts_exactly_zero_and_averages_null(database: duckdb.DuckDBPyConnection) -> None:
+    """Least squares left the empty group's count at 1.2e-14, not 0, so its AVG was a ratio of residues (66.4,
+    error 2·10¹⁵) where docs/math.md defines NULL."""
+    database.execute("CREATE TABLE t AS SELECT i AS pid, i % 2 AS race, 30 + i % 40 AS age FROM range(200) r(i)")  # race 2: no row
+    schema = {"privacy_unit": "pid", "max_rows_per_unit": 1, "columns": {"race": {"categories": [0, 1, 2]}, "age": {"range": [17, 90]}}}
+    rows = released(connect(database, "t", schema), "SELECT race, COUNT(*), AVG(age) FROM t GROUP BY race")
+    assert rows[2] == (2, 0.0, None)
+
+
 # -- declared values read back from the result (one row = one unit) ------------------------------------------
 def test_without_a_privacy_unit_a_date_infinity_in_a_declared_column_is_tested_in_sql(database: duckdb.DuckDBPyConnection) -> None:
     """A table without privacy unit may test a grouped column's domain on the (small) result — but a DATE
