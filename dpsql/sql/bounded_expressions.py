@@ -69,7 +69,7 @@ def checked_argument(node: exp.Expression, column: Callable[[exp.Expression, str
         if not isinstance(part, _SHAPES) or isinstance(part, exp.AggFunc):
             shown = part.sql(dialect="duckdb")[:40]
             raise NotSupportedError(f"SELECT {function}({node.sql(dialect='duckdb')[:60]}): {shown!r} is not supported there; {SUPPORTED}")
-        if isinstance(part, exp.Div) and _number(part.expression) is None:
+        if isinstance(part, exp.Div) and number_of(part.expression) is None:
             raise NotSupportedError(
                 f"SELECT {function}({node.sql(dialect='duckdb')[:60]}): division by {part.expression.sql(dialect='duckdb')[:40]!r} "
                 f"has no bound; write a division by a number, or divide the aggregates in an outer SELECT (e.g. SUM(a) / SUM(b))"
@@ -172,16 +172,16 @@ class _Evaluator:
         if isinstance(node, exp.Paren):
             return self.number(node.this)
         if node.find(exp.Column) is None and node.find(exp.Null) is None and not isinstance(node, _CONDITIONS):
-            folded = self._number(node)  # a constant: computed here, written as one DOUBLE literal (no engine arithmetic)
+            folded = self.number_of(node)  # a constant: computed here, written as one DOUBLE literal (no engine arithmetic)
             if folded.low == folded.high:
                 return Bounded(folded.low, folded.high, folded.integral, _literal(folded.low, double=True), nullable=False)
             return folded
-        return self._number(node)
+        return self.number_of(node)
 
-    def _number(self, node: exp.Expression) -> Bounded:
+    def number_of(self, node: exp.Expression) -> Bounded:
         if isinstance(node, exp.Paren):
             return self.number(node.this)
-        constant = _number(node)
+        constant = number_of(node)
         if constant is not None:
             return Bounded(constant, constant, float(constant).is_integer(), _literal(constant), nullable=False)
         if isinstance(node, exp.Null):
@@ -205,7 +205,7 @@ class _Evaluator:
             made = type(node)(this=exp.paren(left.sql), expression=exp.paren(right.sql))
             return Bounded(low, high, left.integral and right.integral, made, left.nullable or right.nullable)
         if isinstance(node, exp.Div):
-            divisor = _number(node.expression)
+            divisor = number_of(node.expression)
             if divisor is None or divisor == 0:
                 raise self._refuse(node, "divides by zero or by a column, which has no bound")
             inner = self.number(node.this)
@@ -322,9 +322,9 @@ class _Evaluator:
         domain = self.columns(column.name)
         literal = node.this if isinstance(node, exp.Paren) else node
         if isinstance(literal, exp.Literal):
-            value: object = literal.this if literal.is_string else _number(literal)
+            value: object = literal.this if literal.is_string else number_of(literal)
         else:
-            value = _number(literal) if isinstance(literal, exp.Neg) else None
+            value = number_of(literal) if isinstance(literal, exp.Neg) else None
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if value is None or value not in domain.cell_of_value:
@@ -340,11 +340,12 @@ def _affine_part(node: exp.Expression) -> bool:
     return isinstance(node, _AFFINE) and not (isinstance(node, exp.Cast) and node.to.this not in _NUMERIC_TYPES)
 
 
-def _number(node: exp.Expression) -> float | None:
+def number_of(node: exp.Expression) -> float | None:
+    """The value of a finite number literal (signed, in parentheses or not); None for anything else."""
     if isinstance(node, exp.Paren):
-        return _number(node.this)
+        return number_of(node.this)
     if isinstance(node, exp.Neg):
-        inner = _number(node.this)
+        inner = number_of(node.this)
         return None if inner is None else -inner
     if isinstance(node, exp.Literal) and not node.is_string:
         try:

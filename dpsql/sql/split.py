@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.sql.bounded_expressions import number_of
 from dpsql.sql.data_vectors import assigned, composed, item_vector, node_vector
 from dpsql.sql.having import is_aggregate
 from dpsql.sql.parse import bind_parameters, column_qualifier, names_table, table_path
@@ -44,6 +45,7 @@ from dpsql.sql.statement import Statement, check_statement, statement_cost
 PREFIX = "__dpsql_"
 CORE = "__dpsql_core_"
 ERROR = "__dpsql_se_"  # the hidden standard-error column of a released column: ERROR + its name
+SET_ID = "__dpsql_set"  # the GROUPING() id of a core's row, when the cores of one statement are joined over grouping sets
 VALUE = "__dpsql_a"  # a core's released aggregates: VALUE + their number (keys: __dpsql_k<i>, GROUPING(): __dpsql_g<i>)
 REFERENCE = "docs/sql.md"
 _NUMERIC_CASTS = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DECIMAL}
@@ -284,11 +286,17 @@ class _Splitter:
         distinct = _distinct(aggregates)
         vectors = assigned([node_vector(node) for node in distinct.values()])
         relations = []
+        sets = group is not None and keys and (any(group.args.get(a) for a in ("rollup", "cube", "grouping_sets"))
+                                               or any(isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets)) for e in group.expressions))
+        # several cores of grouping sets: a rolled-up key and a NULL key are both NULL, so the cores' rows are matched
+        # on which grouping set they belong to too
+        set_id = [exp.alias_(exp.Grouping(expressions=[node.copy() for node in keys.values()]), SET_ID)] if sets and len(set(vectors)) > 1 else []
         for vector in dict.fromkeys(vectors) or [None]:  # one core per data vector (``dpsql.sql.data_vectors``), in order
             core = exp.Select(expressions=[
                 *(exp.alias_(node.copy(), key_names[text]) for text, node in keys.items()),
                 *(exp.alias_(node.copy(), grouping_names[text]) for text, node in groupings.items()),
                 *(exp.alias_(node.copy(), aggregate_names[text]) for (text, node), v in zip(distinct.items(), vectors) if v == vector),
+                *(s.copy() for s in set_id),
             ])
             core.set("from_", select.args["from_"].copy())
             if select.args.get("joins"):
@@ -330,7 +338,8 @@ class _Splitter:
         if len(relations) == 1:
             select.set("from_", exp.From(this=exp.to_table(relation)))
         else:
-            select.set("from_", exp.From(this=_joined_cores(relations, [*key_names.values(), *grouping_names.values()], list(values.values()))))
+            matched = [*key_names.values(), *grouping_names.values(), *([SET_ID] if set_id else [])]
+            select.set("from_", exp.From(this=_joined_cores(relations, matched, list(values.values()))))
         select.set("joins", None)
         _check_no_private_columns(select, name, aliases)
         errors = {aggregate_names[text]: ERROR + aggregate_names[text] for text in aggregate_names}
@@ -343,7 +352,7 @@ def _joined_cores(relations: list[str], keys: list[str], values: list[list[str]]
     (and their hidden standard errors) on the rows of equal group keys and GROUPING() ids (NULL equal to NULL:
     a rolled-up or NULL key). Every core releases every declared group cell, so no row is lost."""
     aliases = [f"{PREFIX}c{i}" for i in range(len(relations))]
-    columns = [exp.column(k, table=aliases[0]) for k in keys]
+    columns = [exp.column(k, table=aliases[0]) for k in keys if k != SET_ID]
     for alias, names in zip(aliases, values):
         columns += [exp.column(n, table=alias) for name in names for n in (name, ERROR + name)]
     joined = exp.select(*columns).from_(exp.to_table(relations[0]).as_(aliases[0]))
@@ -701,7 +710,7 @@ def _linear(node: exp.Expression) -> tuple[exp.Column, float, float] | None:
     if not isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         return None
     left, right = node.this, node.expression
-    left_number, right_number = _number(left), _number(right)
+    left_number, right_number = number_of(left), number_of(right)
     if isinstance(node, (exp.Add, exp.Sub)):
         sign = -1.0 if isinstance(node, exp.Sub) else 1.0
         if right_number is not None:
@@ -735,8 +744,8 @@ def _of_a_column(node: exp.Expression) -> exp.Expression | None:
     argument = node.expression.expressions[0].this if isinstance(node, exp.WithinGroup) and node.expression.expressions else inner.this
     if not isinstance(inner, (exp.Count, *_MOMENTS, *_ORDER_STATISTICS)) or argument is None or isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
         return None
-    if isinstance(inner, exp.Sum) and _number(argument) is not None:  # SUM(1) (Tableau's count): a multiple of COUNT(*)
-        return exp.paren(exp.Mul(this=_literal(_number(argument)), expression=exp.Count(this=exp.Star())))  # type: ignore[arg-type]
+    if isinstance(inner, exp.Sum) and number_of(argument) is not None:  # SUM(1) (Tableau's count): a multiple of COUNT(*)
+        return exp.paren(exp.Mul(this=_literal(number_of(argument)), expression=exp.Count(this=exp.Star())))  # type: ignore[arg-type]
     found = _linear(argument)
     if found is None:
         return None
@@ -772,7 +781,7 @@ def _reversed(node: exp.Expression) -> exp.Expression | None:
     if isinstance(inner, exp.Median):
         return node
     fraction = inner.this if isinstance(node, exp.WithinGroup) else (inner.args.get("quantile") if isinstance(inner, exp.Quantile) else inner.expression)
-    value = _number(fraction) if fraction is not None else None
+    value = number_of(fraction) if fraction is not None else None
     if value is None:
         return None
     fraction.replace(_literal(1 - value))
@@ -782,20 +791,6 @@ def _reversed(node: exp.Expression) -> exp.Expression | None:
 def _literal(number: float) -> exp.Expression:
     text = repr(int(number)) if float(number).is_integer() else repr(number)
     return exp.Neg(this=exp.Literal.number(text[1:])) if text.startswith("-") else exp.Literal.number(text)
-
-
-def _number(node: exp.Expression) -> float | None:
-    if isinstance(node, exp.Paren):
-        return _number(node.this)
-    if isinstance(node, exp.Neg):
-        inner = _number(node.this)
-        return None if inner is None else -inner
-    if isinstance(node, exp.Literal) and not node.is_string:
-        try:
-            return float(str(node.this))
-        except ValueError:
-            return None
-    return None
 
 
 def core_statements(bound: Sequence[Bound]) -> list[Statement]:

@@ -185,3 +185,17 @@ def test_refused_in_prepare_without_charge(connection: dpsql.Connection, sql: st
     with pytest.raises(error, match=fragment):
         connection.cursor().execute(sql, epsilon=1.0)
     assert connection.budget_spent().epsilon == 0
+
+
+def test_parts_over_grouping_sets_match_rows_by_their_set(adult_frame: pd.DataFrame, adult_schema: dict[str, object]) -> None:
+    """A ROLLUP over a nullable column has two rows whose key is NULL (the NULL group and the total): the parts'
+    rows are joined on their grouping set too, so each appears once, as in DuckDB."""
+    conn = dpsql.connect(budget=dpsql.Budget(epsilon=100.0), reuse=False)
+    columns = {**adult_schema["columns"], "race": {"range": [0, 4]}}  # type: ignore[dict-item]  # an exact grid: AVG equals DuckDB's
+    conn.register("adult", adult_frame, schema={**adult_schema, "columns": columns})
+    sql = "SELECT job, SUM(age) AS years, AVG(race) AS mean_race FROM adult GROUP BY ROLLUP (job) ORDER BY job NULLS FIRST, years"
+    with dpsql.testing.noise_disabled():
+        released = conn.cursor().execute(sql, epsilon=1.0).fetchall()
+    frame = adult_frame  # noqa: F841 - read by DuckDB below
+    assert _close(released, duckdb.sql(sql.replace("FROM adult", "FROM frame")).fetchall())
+    conn.close()
