@@ -28,6 +28,7 @@ under zCDP) and says so: expected variances scale as 1/ε² (1/ρ).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 import numpy as np
@@ -346,30 +347,38 @@ class Explanation:
     outcome: Outcome
 
     def __str__(self) -> str:
+        text = render(_plan_rows(self.prepared) + self.outcome_rows() + _shell_rows(self.prepared) + [GLOSSARY_ROW])
+        return text if self.outcome.note is None else f"{text}\n{self.outcome.note}"
+
+    def outcome_rows(self) -> list[ExplainRow]:
+        """What release did: how it answered, the keys it released, the plan it measured them with, the clip."""
         outcome = self.outcome
-        rows = _plan_rows(self.prepared)
-        rows.append(ExplainRow("answered", outcome.how, None, _HOW[outcome.how]))
+        rows = [ExplainRow("answered", outcome.how, None, _HOW[outcome.how])]
         if outcome.released is not None:
             rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {self.prepared.keyed!r}, newly selected and cached on the connection"))
         if outcome.plan is not None:
             rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
         if outcome.clip is not None:
             rows.append(ExplainRow("clip", outcome.clip[0], outcome.clip[1], f"released: the values were clamped at it ({_see('clip')})"))
-        text = render(rows + _shell_rows(self.prepared) + [GLOSSARY_ROW])
-        return text if outcome.note is None else f"{text}\n{outcome.note}"
+        return rows
 
 
 @dataclass
 class ComposedExplanation:
-    """``cursor.explanation`` of a composed request: the composition, then each part's explanation."""
+    """``cursor.explanation`` of a composed request: its EXPLAIN rows (each part's share and plan), then what release
+    did in each part."""
 
     prepared: Prepared
-    parts: list[object]
+    parts: list[Explanation]
 
     def __str__(self) -> str:
-        head = [row for row in _prepared_rows(self.prepared) if row.section in ("statement", "cost") or row.name == "parts"]
-        shares = [ExplainRow("composition", f"part {n}", p.share, "share of the budget; its explanation follows") for n, p in enumerate(self.prepared.parts, start=1)]
-        return "\n".join([render(head + shares), *(str(part) for part in self.parts), render(_shell_rows(self.prepared) + [GLOSSARY_ROW])])
+        rows = _prepared_rows(self.prepared)
+        for number, part in enumerate(self.parts, start=1):
+            answered, *rest = part.outcome_rows()
+            rows += [dataclasses.replace(answered, detail=f"part {number}: {answered.detail}"), *rest]
+        text = render(rows + _shell_rows(self.prepared) + [GLOSSARY_ROW])
+        notes = [f"part {n}: {p.outcome.note}" for n, p in enumerate(self.parts, start=1) if p.outcome.note is not None]
+        return "\n".join([text, *notes])
 
 
 def render(rows: list[ExplainRow]) -> str:

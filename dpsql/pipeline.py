@@ -787,7 +787,7 @@ def _release_cores(session: Session, prepared: Prepared, charged: bool = False) 
         explained = ComposedExplanation(prepared, [])
         for part in prepared.parts:
             released = _release_cores(session, part.prepared, charged=True)
-            explained.parts.append(released[0].explained_by)
+            explained.parts.append(released[0].explained_by)  # type: ignore[arg-type]  # an Explanation: a part has no parts
             for index, result in zip(part.statements, released):
                 found[index] = result
         return [result.explained(explained) for result in found if result is not None]

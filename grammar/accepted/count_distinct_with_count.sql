@@ -1,1 +1,1 @@
-SELECT sex, COUNT(DISTINCT person_id) AS persons, COUNT(*) AS n FROM adult GROUP BY sex
+SELECT COUNT(DISTINCT person_id) AS persons, COUNT(*) AS n FROM adult
