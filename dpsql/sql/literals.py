@@ -44,6 +44,10 @@ from dpsql.schema import ColumnDomain, Schema
 Run = Callable[[str], Mapping[str, np.ndarray]]
 
 
+WIDER_THAN_BIGINT = (exp.DataType.Type.UBIGINT, exp.DataType.Type.INT128, exp.DataType.Type.UINT128, exp.DataType.Type.INT256, exp.DataType.Type.UINT256)
+"""Integer types whose values may lie beyond a 64-bit signed integer: shown as ``numeric`` (PostgreSQL's NUMERIC)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ColumnType:
     """A column's engine type, parsed once: what kind of values it holds."""
@@ -105,12 +109,12 @@ class ColumnType:
 
     @property
     def kind(self) -> str:
-        """What its values are, as a result column or a parameter shows them: ``boolean``, ``integer``,
-        ``float``, ``date``, ``timestamp`` or ``text``."""
+        """What its values are, as a result column or a parameter shows them: ``boolean``, ``integer`` (64
+        bits), ``numeric`` (integers beyond: HUGEINT, UBIGINT), ``float``, ``date``, ``timestamp`` or ``text``."""
         if self.is_boolean:
             return "boolean"
         if self.is_integer:
-            return "integer"
+            return "numeric" if self._is(WIDER_THAN_BIGINT) else "integer"
         if self.is_numeric:
             return "float"
         if self.is_date:
@@ -124,6 +128,7 @@ class ColumnType:
 
 
 _DOUBLE = ColumnType.of("DOUBLE", "duckdb")
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def python_value(value: object, column_type: ColumnType | None = None) -> object:
@@ -163,11 +168,23 @@ def _declared_literal(value: object) -> exp.Expression:
 
 
 def _lossless(declared: object, cast: object) -> bool:
-    """Whether casting kept a number a number of the same value (0/1 may become booleans)."""
+    """Whether casting kept a number a number of the same value (0/1 may become booleans); integers are
+    compared exactly (through a double, 2^127 - 1 and 2^127 would look alike)."""
+    if isinstance(declared, int) and isinstance(cast, int) and not isinstance(declared, bool):
+        return declared == cast
     if isinstance(declared, (int, float)) and not isinstance(declared, str):
         if isinstance(cast, (int, float)):
             return float(declared) == float(cast)
     return cast is not None
+
+
+def _as_text(expression: exp.Expression) -> exp.Expression:
+    return exp.cast(expression, exp.DataType.build("TEXT"))
+
+
+def _integer(text: object) -> int | None:
+    """An integer the engine returned as text (None for NULL)."""
+    return None if text is None or (isinstance(text, float) and math.isnan(text)) else int(str(text))
 
 
 def canonical_column(column: ColumnDomain, column_type: ColumnType, table: str, run: Run, dialect: str) -> ColumnDomain:
@@ -218,8 +235,9 @@ def _casts_to_itself(values: tuple[object, ...], data_type: exp.DataType) -> boo
 def _cast_in_engine(column: ColumnDomain, data_type: exp.DataType, where: str, run: Run, dialect: str) -> tuple[object, ...]:
     """The categories cast to the column's type by a constant ``SELECT`` (reads no table); refused when one
     does not cast, or changes a number."""
+    integers = ColumnType("", data_type).is_integer  # read back as text: exact at any width (HUGEINT, UBIGINT)
     casts = [
-        exp.alias_(exp.cast(_declared_literal(v), data_type.copy()), f"v{i}")
+        exp.alias_(_as_text(exp.cast(_declared_literal(v), data_type.copy())) if integers else exp.cast(_declared_literal(v), data_type.copy()), f"v{i}")
         for i, v in enumerate(column.values)
     ]
     try:
@@ -230,7 +248,10 @@ def _cast_in_engine(column: ColumnDomain, data_type: exp.DataType, where: str, r
             f"{where}; its categories {list(column.values)} do not all cast to that type ({reason}); declare values "
             "of the column's type (ISO dates for DATE, true/false for BOOLEAN, numbers for numeric columns)"
         ) from None
-    values = tuple(python_value(np.ravel(returned[f"v{i}"])[0], ColumnType("", data_type)) for i in range(len(column.values)))
+    values = tuple(
+        _integer(np.ravel(returned[f"v{i}"])[0]) if integers else python_value(np.ravel(returned[f"v{i}"])[0], ColumnType("", data_type))
+        for i in range(len(column.values))
+    )
     for declared, cast in zip(column.values, values):
         if not _lossless(declared, cast):
             raise ProgrammingError(f"{where}; its category {declared!r} becomes {cast!r} in that type: declare exact values")
