@@ -4,10 +4,7 @@ binomial band, so an interval half as wide, or one that ignores a covariance, fa
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
-from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -15,15 +12,7 @@ import pytest
 
 import dpsql
 import dpsql.testing
-from dpsql.sql import quantile_paths
-
-
-@contextlib.contextmanager
-def cdf_path() -> Iterator[None]:
-    """Every quantile from its measured CDF (the planner may give some to an exponential mechanism, which
-    ``tests/audit/test_audit_quantile_paths.py`` audits)."""
-    with mock.patch.object(quantile_paths, "choose", lambda *args, **kwargs: None):
-        yield
+from pipeline_helpers import cdf_path
 
 
 def test_avg_interval_covers_at_the_stated_rate() -> None:

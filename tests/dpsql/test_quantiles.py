@@ -7,12 +7,9 @@ coverage, and refusals before anything is read."""
 from __future__ import annotations
 
 import bisect
-import contextlib
 import datetime
 import math
-from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
 
 import duckdb
 import numpy as np
@@ -23,19 +20,12 @@ import dpsql
 import dpsql.testing
 from dpsql import local
 from conftest import ADULT_SCHEMA, make_adult
+from pipeline_helpers import cdf_path
 from dpsql.schema import ColumnDomain
-from dpsql.sql import bounded, quantile_paths, quantiles
+from dpsql.sql import bounded, quantiles
 from dpsql.sql.parse import Quantile
 from planner import Explicit, Prefix
 
-
-
-@contextlib.contextmanager
-def cdf_path() -> Iterator[None]:
-    """Every quantile from its measured CDF (the planner may give some to an exponential mechanism, which
-    ``tests/dpsql/test_quantile_paths.py`` tests): these tests are about the CDF."""
-    with mock.patch.object(quantile_paths, "choose", lambda *args, **kwargs: None):
-        yield
 
 
 CORPUS = sorted((Path(__file__).resolve().parents[2] / "grammar" / "accepted" / "quantiles").glob("*.sql"))
