@@ -635,10 +635,12 @@ class BoundedAggregation:
                     case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(upper)), exp.Literal.number(index), copy=False)
             else:
                 below_last = exp.LT(this=reference.copy(), expression=sql_literal(edges[-1]))
-                width = _equal_width(edges) if self.column_types[name].is_integer else None
-                if width is not None:  # integer edges a fixed width apart: integer division, exact
-                    offset = exp.Paren(this=exp.Sub(this=reference.copy(), expression=sql_literal(edges[0])))
-                    index: exp.Expression = exp.cast(exp.IntDiv(this=offset, expression=exp.Literal.number(width)), "BIGINT")
+                line = _edges_on_a_line(edges) if self.column_types[name].is_integer else None
+                if line is not None:  # edges e₀ + ⌊(k·W + B)/n⌋: the cell is one integer division, exact
+                    bins, span, offset = line
+                    above = exp.Add(this=exp.Sub(this=reference.copy(), expression=sql_literal(edges[0])), expression=exp.Literal.number(1))
+                    scaled = exp.Sub(this=exp.Mul(this=exp.Literal.number(bins), expression=exp.Paren(this=above)), expression=exp.Literal.number(offset + 1))
+                    index: exp.Expression = exp.cast(exp.IntDiv(this=exp.Paren(this=scaled), expression=exp.Literal.number(span)), "BIGINT")
                 else:  # a binary search, log2(bins) comparisons per row instead of one per bin
                     index = _bin_search(reference, edges, 0, len(edges) - 1)
                 case = case.when(below_last, index, copy=False)
@@ -743,13 +745,22 @@ def _greedy_covers(marginals: tuple[tuple[str, ...], ...], sizes: tuple[tuple[st
     return tuple(ordered[i] for i in chosen)
 
 
-def _equal_width(edges: tuple[object, ...]) -> int | None:
-    """The common width of integer bin edges spaced equally, None otherwise. Their span stays below 2^52,
-    so the integer division is exact even where an engine divides in doubles (SQLite)."""
-    if not all(type(e) is int for e in edges) or not 0 < edges[-1] - edges[0] < EXACT_DOUBLE // 2:  # type: ignore[operator]
+def _edges_on_a_line(edges: tuple[object, ...]) -> tuple[int, int, int] | None:
+    """``(n, W, B)`` when the integer edges are ``e_k = e₀ + ⌊(k·W + B)/n⌋`` for ``k = 0..n`` (``W = e_n − e₀``):
+    equal widths (``B = 0``) and the rounded edges of an even split (``np.linspace`` then ``round``) alike;
+    None otherwise. The cell of an integer ``v`` in ``[e₀, e_n)`` is then the largest ``k`` with ``e_k ≤ v``,
+    ``⌊(n·(v − e₀ + 1) − B − 1) / W⌋``, an exact integer division; ``n·W`` stays below 2^52 so it is exact
+    even where an engine divides in doubles (SQLite). Every ``B`` allowed by every edge is an interval; its
+    lowest is taken."""
+    if len(edges) < 2 or not all(type(e) is int for e in edges):
         return None
-    width = edges[1] - edges[0]  # type: ignore[operator]
-    return width if all(b - a == width for a, b in zip(edges, edges[1:])) else None  # type: ignore[operator]
+    bins, first = len(edges) - 1, int(edges[0])  # type: ignore[call-overload]
+    span = int(edges[-1]) - first  # type: ignore[call-overload]
+    if not 0 < bins * span < EXACT_DOUBLE // 2:
+        return None
+    low = max(bins * (int(e) - first) - k * span for k, e in enumerate(edges))  # type: ignore[call-overload]
+    high = min(bins * (int(e) - first + 1) - k * span for k, e in enumerate(edges)) - 1  # type: ignore[call-overload]
+    return (bins, span, low) if low <= high else None
 
 
 def _bin_search(reference: exp.Expression, edges: tuple[object, ...], low: int, high: int) -> exp.Expression:

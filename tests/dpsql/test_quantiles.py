@@ -392,13 +392,13 @@ def test_quantiles_of_a_range_of_a_hundred_thousand_values_equal_duckdb() -> Non
 
 @pytest.mark.parametrize(
     "edges",
-    [list(range(17, 92)), list(range(16, 96, 4)), [*range(17, 60), *range(60, 94, 2)]],
-    ids=["width 1", "width 4", "unequal widths"],
+    [list(range(17, 92)), list(range(16, 96, 4)), [int(round(e)) for e in np.linspace(17, 91, 30)], [*range(17, 60), *range(60, 94, 2)]],
+    ids=["width 1", "width 4", "rounded even split", "unequal widths"],
 )
 def test_many_bins_find_each_row_s_bin_by_division_or_binary_search(frame: pd.DataFrame, edges: list[int]) -> None:
-    """A bins column with more bins than a flat CASE is worth is mapped by integer division when its
-    integer edges are equally spaced, by nested CASEs (log₂ comparisons per row) otherwise: the same
-    cells either way, so the DISC quantiles are DuckDB's values' bins."""
+    """A bins column with more bins than a flat CASE is worth is mapped by one integer division when its
+    integer edges lie on a line (equal widths, an even split rounded), by nested CASEs (log₂ comparisons
+    per row) otherwise: the same cells either way, so the DISC quantiles are DuckDB's values' bins."""
     schema = {**ADULT_SCHEMA, "columns": {**ADULT_SCHEMA["columns"], "age": {"bins": edges}}}  # type: ignore[dict-item]
     connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e6))
     connection.register("adult", frame, schema=schema)
@@ -410,10 +410,15 @@ def test_many_bins_find_each_row_s_bin_by_division_or_binary_search(frame: pd.Da
     connection.close()
 
 
-def test_equally_spaced_integer_edges_are_divided_not_searched() -> None:
-    """The division needs integer edges a fixed width apart (a bins column's cell by ``(v − e₀) // w``);
-    any other edges keep the binary search."""
-    assert bounded._equal_width(tuple(range(0, 500_737, 489))) == 489
-    assert bounded._equal_width((0, 488, 977, 1465)) is None  # rounded, not equal
-    assert bounded._equal_width((0.0, 1.5, 3.0)) is None  # floats: a division could land beside an edge
-    assert bounded._equal_width((0, 1 << 52)) is None  # beyond exact doubles (SQLite divides in doubles)
+def test_edges_on_a_line_are_divided_not_searched() -> None:
+    """The division needs integer edges ``e₀ + ⌊(k·W + B)/n⌋`` (equal widths, or an even split rounded);
+    any other edges keep the binary search. Each found line gives every integer's cell exactly."""
+    rounded = tuple(int(round(e)) for e in np.linspace(0, 500_001, 1025))
+    for edges in (tuple(range(0, 500_737, 489)), rounded, tuple(range(16, 96, 4))):
+        bins, span, offset = bounded._edges_on_a_line(edges)
+        values = np.arange(edges[0], edges[-1])
+        cells = (bins * (values - edges[0] + 1) - offset - 1) // span
+        assert np.array_equal(cells, np.searchsorted(edges, values, side="right") - 1)
+    assert bounded._edges_on_a_line((3, 5, 8, 13, 21)) is None
+    assert bounded._edges_on_a_line((0.0, 1.5, 3.0)) is None  # floats: a division could land beside an edge
+    assert bounded._edges_on_a_line((0, 1 << 52)) is None  # beyond exact doubles (SQLite divides in doubles)
