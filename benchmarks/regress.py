@@ -250,7 +250,6 @@ FIGURES: list[Figure] = [
     Figure("latency ÷ DuckDB: person-level k=3 (10 k rows)", partial(small_latency_ratio, "person-level (k=3)"), "×", TIME),
     Figure("first statement ÷ DuckDB bounding: person-level k=3 (5 M rows)", first_statement_ratio, "×", TIME),
     Figure("99 quantiles, cold: 1,024 bins (s CPU)", partial(fine_domain_seconds, "bins: 1,024", "quantiles"), "s", TIME),
-    Figure("99 quantiles, cold: 1,024 bins of width 489 (s CPU)", partial(fine_domain_seconds, "bins: 1,024 of width 489", "quantiles"), "s", TIME),
     Figure("99 quantiles, cold: range [0, 500000] (s CPU)", partial(fine_domain_seconds, "range: [0, 500000]", "quantiles"), "s", TIME),
     Figure("100 range counts, cold: range [0, 500000] (s CPU)", partial(fine_domain_seconds, "range: [0, 500000]", "ranges"), "s", TIME),
     Figure("batch over 70 binary columns, 70 statements (s CPU)", wide_batch_seconds, "s", TIME),
