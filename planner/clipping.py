@@ -56,6 +56,8 @@ ROWS_INSIDE = 100
 """``h``: a candidate earns up to this many rows of score for the rows between it and the next lower one."""
 PRIOR_POWER = 4.0
 """The base measure falls as ``(c − lo)^(−4)``."""
+MAGNITUDE_PRIOR_POWER = 2.0
+"""``bounds: auto``: the base measure falls as ``c^(−2)`` (its pull spans up to 85 doublings: see :class:`MagnitudeClip`)."""
 CLIP_SHARE = 0.15
 """The share of the statement's budget the clip spends (the rest measures the aggregates)."""
 RELATIVE_EXCESS = 0.5
@@ -166,7 +168,7 @@ def magnitude_edges() -> np.ndarray:
 class MagnitudeClip:
     """``bounds: auto``: the exponential mechanism of the module doc over :func:`magnitude_edges` — clips of a
     distance from a public origin on a geometric grid from ``2^−32`` to ``2^53`` — from the rows per bin of
-    their distances (:func:`magnitude_bins`), spending ``privacy``; the base measure ``∝ c^(−PRIOR_POWER)``."""
+    their distances (:func:`magnitude_bins`), spending ``privacy``; the base measure ``∝ c^(−MAGNITUDE_PRIOR_POWER)``."""
 
     privacy: Privacy
     contributions: int = 1
@@ -183,7 +185,7 @@ class MagnitudeClip:
     def describe(self) -> str:
         return (f"exponential mechanism over {OCTAVES * STEPS_PER_DOUBLING + 1} clips on a geometric grid from 2^{LOWEST_OCTAVE} "
                 f"to 2^{LOWEST_OCTAVE + OCTAVES} ({STEPS_PER_DOUBLING} per doubling) at {_budget(self.privacy)}: about {ROWS_ABOVE} rows "
-                f"beyond it, base measure ∝ width^-{PRIOR_POWER:g}")
+                f"beyond it, base measure ∝ width^-{MAGNITUDE_PRIOR_POWER:g}")
 
     @property
     def first(self) -> int:
@@ -192,6 +194,13 @@ class MagnitudeClip:
             return 0
         octave = min(max(math.floor(math.log2(self.resolution)), LOWEST_OCTAVE), LOWEST_OCTAVE + OCTAVES - 1)
         return 1 + (octave - LOWEST_OCTAVE) * STEPS_PER_DOUBLING
+
+    @property
+    def rows_per_doubling(self) -> float:
+        """The rows beyond a clip that outweigh the base measure's preference for one half as wide
+        (``2k·MAGNITUDE_PRIOR_POWER·ln 2/ε``): data whose clip lies ``d`` doublings above the lowest candidate needs more
+        than ``d`` times this many rows below it, or the lowest candidates win (docs/math.md)."""
+        return 2.0 * self.contributions * MAGNITUDE_PRIOR_POWER * math.log(2.0) / _epsilon(self.privacy)
 
     def release(self, histogram: np.ndarray, rng: RandomLike = None) -> int:
         """The chosen bin (its upper edge is the clip) from the rows per bin (length ``OCTAVES·32 + 1``). Never fails."""
@@ -207,7 +216,7 @@ class MagnitudeClip:
         counts[: given.size] = given
         at_most = np.cumsum(counts)[self.first :]
         widths = edges[self.first :] / edges[self.first]
-        return _log_weights(at_most, int(at_most[-1]), widths, _epsilon(self.privacy), self.contributions)
+        return _log_weights(at_most, int(at_most[-1]), widths, _epsilon(self.privacy), self.contributions, MAGNITUDE_PRIOR_POWER)
 
     @property
     def rows_above(self) -> float:
@@ -227,7 +236,9 @@ def _budget(privacy: Privacy) -> str:
     return f"epsilon {privacy.epsilon:.4g}" if privacy.is_laplace else f"rho {privacy.rho:.4g}"
 
 
-def _log_weights(at_most: np.ndarray, total: int, widths: np.ndarray, epsilon: float, contributions: int) -> tuple[np.ndarray, int]:
+def _log_weights(
+    at_most: np.ndarray, total: int, widths: np.ndarray, epsilon: float, contributions: int, power: float = PRIOR_POWER
+) -> tuple[np.ndarray, int]:
     """Per candidate (ascending; ``at_most`` the rows at or below each, ``widths`` its width over the first's),
     ``−log`` of its unnormalised probability (the module doc's score and base measure) as integer numerators
     over the returned denominator, shifted so that the least is 0."""
@@ -236,7 +247,7 @@ def _log_weights(at_most: np.ndarray, total: int, widths: np.ndarray, epsilon: f
     score = np.abs(above - ROWS_ABOVE) - np.minimum(inside, ROWS_INSIDE) + ROWS_INSIDE
     epsilon_numerator = math.floor(epsilon * 2**EPSILON_BITS)
     denominator = 2**EPSILON_BITS * 2 * contributions
-    prior = np.round(PRIOR_POWER * np.log(widths) * 2**EPSILON_BITS).astype(np.int64)  # over 2^EPSILON_BITS
+    prior = np.round(power * np.log(widths) * 2**EPSILON_BITS).astype(np.int64)  # over 2^EPSILON_BITS
     reach = MAX_EXPONENT + int(prior[-1]) // 2**EPSILON_BITS + 1  # beyond the base measure's whole range
     cap = -(-reach * denominator // epsilon_numerator)
     data = np.minimum(score - score.min(), cap) * epsilon_numerator  # over ``denominator``

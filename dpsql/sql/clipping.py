@@ -110,11 +110,14 @@ class AutomaticBounds:
     def explain(self, see: str) -> tuple[str, float, str]:
         encoding = self.encoding
         ends = " and ".join(name for name, m in zip(("a lower", "an upper"), self.mechanisms) if m is not None)
-        budget = next(m.privacy for m in self.mechanisms if m is not None)
+        first = next(m for m in self.mechanisms if m is not None)
+        each = " each" if all(self.mechanisms) else ""
+        budget, per_doubling = first.privacy, first.rows_per_doubling
         spent = f"ε {budget.epsilon:.3g}" if budget.is_laplace else f"ρ {budget.rho:.3g}"
         return (encoding.column, self.share,
-                f"share of the budget: bounds: auto — {ends} clip at {spent} each, on a geometric grid of distances from "
-                f"{encoding.origin:g} (2^{planner.LOWEST_OCTAVE} to 2^{planner.LOWEST_OCTAVE + planner.OCTAVES}); bias estimate in the errors ({see})")
+                f"share of the budget: bounds: auto — {ends} clip at {spent}{each}, on a geometric grid of distances from "
+                f"{encoding.origin:g} from the values' spacing {encoding.resolution:g} to 2^53: a clip d doublings above it needs more than "
+                f"d × {per_doubling:.0f} rows beyond the origin; bias estimate in the errors ({see})")
 
 
 def design(encoding: ValueEncoding | None, privacy: planner.Privacy, contributions: int) -> AutomaticClip | AutomaticBounds | None:

@@ -142,6 +142,10 @@ class ValueEncoding:
     def describe(self) -> str:
         kind = "sums" if self.moments == 1 else "sums, squares"
         null = " (one for NULL)" if self.null_cell else ""
+        if any(self.auto_ends):
+            return (f"{self.column}: {kind} of values clamped to the clips chosen below (bounds: auto; each value read to a relative "
+                    f"2^-{magnitudes.MANTISSA_BITS} of its distance from {self.origin:g}) on {self.grid + 1} grid points of their width; "
+                    f"{self.cells} cells{null}, {self.scale} units per row")
         rounding = "exact" if self.exact else f"each value within {self.rounding:.3g}, in every error"
         return (
             f"{self.column}: {kind} of values clamped to [{self.low:g}, {self.high:g}] on {self.grid + 1} grid points ({rounding}); "
@@ -393,6 +397,12 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
     moments = 2 if functions & set(SECOND_MOMENT) else 1
     null_cell = domain.nullable or not domain.is_known
     if any(auto_ends):  # both ends (or one) chosen after the read from the values' magnitude codes
+        if domain.value_resolution is None:
+            raise NotSupportedError(
+                f"SELECT {sorted(functions)[0]}({column}): bounds: auto needs a column type that fixes the values' spacing "
+                f"(an integer or DECIMAL column), and {column!r} has none; declare a public envelope instead, e.g. "
+                f"{column}: {{bounds: [lo, hi], clip: auto}}, or cast it to an integer or DECIMAL type"
+            )
         return ValueEncoding(column, float(low), float(high), GRID, moments, null_cell, exact=False, auto_ends=auto_ends,
                              resolution=domain.value_resolution)
     if domain.clip:  # the clip's width is decided after the read: the grid is always GRID steps of it
