@@ -237,7 +237,7 @@ def _budget(privacy: Privacy) -> str:
 
 
 def _log_weights(
-    at_most: np.ndarray, total: int, widths: np.ndarray, epsilon: float, contributions: int, power: float = PRIOR_POWER
+    at_most: np.ndarray, total: int, widths: np.ndarray, epsilon: float, contributions: int, power: float | None = None
 ) -> tuple[np.ndarray, int]:
     """Per candidate (ascending; ``at_most`` the rows at or below each, ``widths`` its width over the first's),
     ``−log`` of its unnormalised probability (the module doc's score and base measure) as integer numerators
@@ -247,7 +247,7 @@ def _log_weights(
     score = np.abs(above - ROWS_ABOVE) - np.minimum(inside, ROWS_INSIDE) + ROWS_INSIDE
     epsilon_numerator = math.floor(epsilon * 2**EPSILON_BITS)
     denominator = 2**EPSILON_BITS * 2 * contributions
-    prior = np.round(power * np.log(widths) * 2**EPSILON_BITS).astype(np.int64)  # over 2^EPSILON_BITS
+    prior = np.round((PRIOR_POWER if power is None else power) * np.log(widths) * 2**EPSILON_BITS).astype(np.int64)  # over 2^EPSILON_BITS
     reach = MAX_EXPONENT + int(prior[-1]) // 2**EPSILON_BITS + 1  # beyond the base measure's whole range
     cap = -(-reach * denominator // epsilon_numerator)
     data = np.minimum(score - score.min(), cap) * epsilon_numerator  # over ``denominator``
