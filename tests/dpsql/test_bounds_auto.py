@@ -16,6 +16,7 @@ import planner
 from dpsql.sql import magnitudes
 from dpsql.sql.clipping import design
 from dpsql.sql.moments import ValueEncoding
+from duckdb_answers import assert_same_rows, duckdb_rows
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +80,7 @@ def test_noise_off_equals_duckdb_on_the_values_clamped_to_the_clips(frame: pd.Da
         assert 7_000 < high < 99_000 and (values > high).sum() <= 60
     clamped = frame["v"].astype("float64").clip(low, high)
     gridded = frame.assign(v=np.floor((clamped - low) / (high - low) * 4096 + 0.5) * (high - low) / 4096 + low)
-    database = duckdb.connect()
-    database.register("t", gridded)
-    exact = database.execute(sql + " ORDER BY g").fetchall()
-    for mine, theirs in zip(released, exact):
-        assert mine[0] == theirs[0]
-        np.testing.assert_allclose(mine[1:], theirs[1:], rtol=1e-5)
+    assert_same_rows(released, duckdb_rows(sql + " ORDER BY g", {"t": gridded})[1], ordered=True)
 
 
 def test_magnitude_codes_read_back_within_their_rounding() -> None:
