@@ -380,7 +380,9 @@ def print_clip_summary(rows: list[dict[str, object]]) -> None:
         ours = mae.get((loose.name, "dpsql"))
         if ours is None:
             continue
-        line = f"{loose.name}: AVG MAE {ours:.4g} = {ours / mae[(chosen.name, 'dpsql')]:.2f}× dpsql's with {list(chosen.bounds)}"
+        line = f"{loose.name}: AVG MAE {ours:.4g}"
+        if (chosen.name, "dpsql") in mae:
+            line += f" = {ours / mae[(chosen.name, 'dpsql')]:.2f}× dpsql's with {list(chosen.bounds)}"
         for peer in PEERS:
             if (loose.name, peer) in mae:
                 line += f"; {mae[(loose.name, peer)] / ours:.1f}× lower than {peer} with {list(loose.bounds)}"
