@@ -1,5 +1,7 @@
 """A private upper clip for a bounded column's values: where SUM/AVG/VARIANCE clamp when the declared
-bounds are loose (``clip: auto``).
+bounds are loose (``clip: auto``, :class:`UpperClip`), or where a column with no declared end clamps
+(``bounds: auto``, :class:`MagnitudeClip`: the same score and sampler over clips of a distance from a public
+origin, on a geometric grid from the column type's spacing to ``2^53``).
 
 The column's values are read on a public *base grid* of ``base + 1`` points over the declared ``[lo, hi]``
 (index ``i`` stands for ``lo + i·(hi − lo)/base``). The candidates are the grid points
