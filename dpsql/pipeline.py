@@ -51,6 +51,7 @@ from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn, KeyHistogram
 from dpsql.sql.bounded_rows import LEVEL_NAME
 from dpsql.sql.literals import ColumnType
+from dpsql.sql.moments import ValueEncoding
 from dpsql.sql import clipping, quantile_paths
 from dpsql.sql.compile import MAX_RELEASED_CELLS, too_many_cells
 from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
@@ -323,12 +324,22 @@ def _compile(session: Session, draft: Draft) -> Draft:
     if keyed is not None:
         domain = keys.placeholder_domain(keyed) if draft.selecting else draft.cached.domain(keyed)  # type: ignore[union-attr]
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
-    inputs = (request.statements, request.weights, schema, tuple(table.column_types), session.settings.excluded_cells)
-    batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4]))
-    moments = () if batch.encoding is None else (batch.encoding.cells_key,)  # kept measurements in these units only
-    pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
-    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
-    return dataclasses.replace(draft, batch=batch, compiled_from=inputs, rows=rows)
+    inputs = (request.statements, request.weights, schema, tuple(table.column_types), session.settings.excluded_cells, True)
+    batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4], zero_nulls=inputs[5]))
+    if batch.encoding is not None and batch.encoding.null_as_zero and session.settings.reuse:
+        with_null_cell = dataclasses.replace(batch.encoding, null_cell=True, null_as_zero=False)
+        if session.store.measurement_count(_rows_key(table.name, batch, with_null_cell)):  # kept with the NULL cell: read it
+            inputs = (*inputs[:5], False)
+            batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4], zero_nulls=False))
+    return dataclasses.replace(draft, batch=batch, compiled_from=inputs, rows=_rows_key(table.name, batch, batch.encoding))
+
+
+def _rows_key(table: str, batch: CompiledBatch, encoding: ValueEncoding | None) -> Hashable:
+    """What kept measurements of ``batch`` are filed under: its table and row filters, the moment cells'
+    meaning (kept measurements are in these units only) and the counted (unit, group) pairs."""
+    moments = () if encoding is None else (encoding.cells_key,)
+    pairs = () if batch.distinct is None else (batch.distinct.key(),)
+    return (table.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
 
 
 def _refusals(session: Session, draft: Draft) -> Draft:

@@ -192,6 +192,27 @@ def test_standard_errors_follow_the_closed_form(connection: dpsql.Connection, fr
         assert math.isclose(error[3], (high - low) * math.sqrt(v * (1 - 2 * r + 2 * r * r)) / count, rel_tol=1e-9)
 
 
+
+def test_sum_alone_encodes_null_as_zero_and_counts_with_two_cells(connection: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """COUNT(*) beside SUM alone of a column that may hold NULL, 0 within its bounds: a NULL adds to the SUM
+    what a 0 adds, so it is encoded as 0 and needs no cell of its own. COUNT(*) then carries two cells'
+    noise, not three (Var = 2v, not 3v), the SUM's is unchanged (hi²·v), and the answers with noise off
+    still equal DuckDB's (NULL rows counted by COUNT(*), ignored by SUM)."""
+    cursor = connection.cursor()
+    sql = "SELECT sex, COUNT(*), SUM(tip) FROM adult GROUP BY sex"
+    with dpsql.testing.noise_disabled():
+        cursor.execute(sql, epsilon=0.5)
+    assert "2 cells (NULL counted as 0" in cursor.explanation
+    low, high = TIP_BOUNDS
+    v = discrete_laplace_variance(3 * (high - low) / 0.5) / (high - low) ** 2
+    released = cursor.fetchall()
+    expected = {key: values for key, *values in _reference(sql, frame)}
+    assert {key: tuple(values) for key, *values in released} == {key: pytest.approx(tuple(values)) for key, values in expected.items()}
+    assert int(frame.tip.isna().sum()) > 0
+    for error in cursor.errors:
+        assert math.isclose(error[1], math.sqrt(2 * v), rel_tol=1e-9)
+        assert math.isclose(error[2], math.sqrt(high**2 * v), rel_tol=1e-9)
+
 def test_avg_interval_covers_at_the_stated_rate() -> None:
     """400 seeded runs at a small ε (so noise dominates): the 95 % interval of AVG covers the true mean of
     each of 2 groups at a rate inside the 3-sigma binomial band around 0.95 ([0.935, 0.965] for 800)."""
