@@ -27,9 +27,11 @@ Methods:
   from the same levels, the measurement as dpsql's at the chosen bound).
 
 Columns: mean absolute error over groups and trials of the count and of the sum, and the ratio of Tumult's MAE
-(declared bound ``τ``, or a badly chosen one) to dpsql's.
+(declared bound ``τ``, or a badly chosen one) to dpsql's with a 95 % bootstrap interval over the trials of both
+(Tumult takes seconds per query in Spark: its declared-bound trials are ``--tumult-trials``, the badly chosen
+bounds' — errors 10–70× larger — ``--tumult-bad-trials``).
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/joins.py [--trials 100] [--tumult-trials 10]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/joins.py [--trials 100] [--tumult-trials 10] [--tumult-bad-trials 3]
     # Tumult in its own environment (never a dpsql dependency), with Java:
     #   python3 -m venv /tmp/tumult && /tmp/tumult/bin/pip install tmlt.analytics   -> DPSQL_TUMULT_PYTHON
 """
@@ -143,33 +145,49 @@ def r2t_choice(data: dict[str, pd.DataFrame], task: Task, trials: int) -> list[i
     return [r2t.choose(totals, chosen.choice.penalty * chosen.weight) for _ in range(trials)]
 
 
-def tumult_runs(folder: Path, runs: list[tuple[Task, int]], trials: int) -> dict[tuple[str, int], list[pd.DataFrame]]:
-    """Tumult's releases for every (task, bound), from ONE run of the peer (one Spark session); empty when no peer
-    environment is given."""
+def tumult_runs(folder: Path, runs: list[tuple[Task, int, int]]) -> dict[tuple[str, int], list[pd.DataFrame]]:
+    """Tumult's releases for every (task, bound, trials), from ONE run of the peer (one Spark session); empty when
+    no peer environment is given."""
     python = os.environ.get("DPSQL_TUMULT_PYTHON")
     if not python:
         print("  (Tumult Analytics skipped: set DPSQL_TUMULT_PYTHON)", file=sys.stderr)
         return {}
-    names = {f"{task.name}, τ = {bound}": (task, bound) for task, bound in runs}
-    request = {"data": str(folder), "epsilon": EPSILON, "trials": trials, "bounds": list(BOUNDS),
-               "tasks": [{"name": name, "group": task.group, "truncation": bound, "categories": task.categories} for name, (task, bound) in names.items()]}
+    names = {f"{task.name}, τ = {bound}": (task, bound, trials) for task, bound, trials in runs}
+    request = {"data": str(folder), "epsilon": EPSILON, "bounds": list(BOUNDS),
+               "tasks": [{"name": name, "group": task.group, "truncation": bound, "categories": task.categories, "trials": trials}
+                         for name, (task, bound, trials) in names.items()]}
     done = subprocess.run([python, str(HERE / "peers" / "tumult_joins.py")], input=json.dumps(request), capture_output=True, text=True, check=True)
     print(f"  {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
     released = json.loads(done.stdout)
     return {(task.name, bound): [pd.DataFrame(rows, columns=[task.group, "n", "s"]).set_index(task.group) for rows in released[name]]
-            for name, (task, bound) in names.items()}
+            for name, (task, bound, _) in names.items()}
+
+
+def trial_errors(exact: pd.DataFrame, released: list[pd.DataFrame]) -> np.ndarray:
+    """Per trial, the mean absolute error over the groups of the count and of the sum: shape (trials, 2)."""
+    return np.array([np.abs(frame.reindex(exact.index).fillna(0.0).astype(float) - exact)[["n", "s"]].mean().to_numpy() for frame in released])
 
 
 def mae(exact: pd.DataFrame, released: list[pd.DataFrame]) -> tuple[float, float]:
-    errors = [np.abs(frame.reindex(exact.index).fillna(0.0).astype(float) - exact) for frame in released]
-    stacked = pd.concat(errors)
-    return float(stacked["n"].mean()), float(stacked["s"].mean())
+    count, total = trial_errors(exact, released).mean(axis=0)
+    return float(count), float(total)
+
+
+def ratio_interval(theirs: np.ndarray, mine: np.ndarray, draws: int = 4000) -> list[str]:
+    """95 % percentile-bootstrap intervals of MAE(theirs) / MAE(mine), count and sum, resampling each side's
+    trials (the trials are independent; groups within a trial share nothing but the data)."""
+    rng = np.random.default_rng(0)
+    a = theirs[rng.integers(0, len(theirs), (draws, len(theirs)))].mean(axis=1)
+    b = mine[rng.integers(0, len(mine), (draws, len(mine)))].mean(axis=1)
+    low, high = np.percentile(a / b, [2.5, 97.5], axis=0)
+    return [f"[{lo:.2f}, {hi:.2f}]" for lo, hi in zip(low, high)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100)
-    parser.add_argument("--tumult-trials", type=int, default=10)
+    parser.add_argument("--tumult-trials", type=int, default=10, help="Tumult's trials at the declared bound")
+    parser.add_argument("--tumult-bad-trials", type=int, default=3, help="Tumult's trials at each badly chosen bound (errors 10-70x larger)")
     arguments = parser.parse_args()
     data = generate()
     counts = data["visits"].person_id.value_counts()
@@ -179,24 +197,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dpsql-joins-") as folder:
         for name, frame in data.items():
             frame.to_csv(Path(folder) / f"{name}.csv", index=False)
-        peer = tumult_runs(Path(folder), [(task, bound) for task in TASKS for bound in (DECLARED, *BAD)], arguments.tumult_trials)
+        peer = tumult_runs(Path(folder), [(task, bound, arguments.tumult_trials if bound == DECLARED else arguments.tumult_bad_trials)
+                                          for task in TASKS for bound in (DECLARED, *BAD)])
         for task in TASKS:
             exact = truth(data, task)
             declared, _ = dpsql_runs(data, task, DECLARED, arguments.trials)
             auto, chosen = dpsql_runs(data, task, {"auto": 1024}, arguments.trials)
-            mine = mae(exact, declared)
-            chosen_mae = mae(exact, auto)
+            mine, chosen_mae = mae(exact, declared), mae(exact, auto)
             r2t_bounds = r2t_choice(data, task, arguments.trials)
             r2t_runs = [run for bound, times in Counter(r2t_bounds).items() for run in dpsql_runs(data, task, bound, times)[0]]
-            rows.append([task.name, f"dpsql, declared τ = {DECLARED}", *mine, None, None])
-            rows.append([task.name, f"dpsql, chosen (median τ = {int(np.median(chosen))})", *chosen_mae, None, None])
-            rows.append([task.name, f"dpsql, chosen by R2T (median τ = {int(np.median(r2t_bounds))})", *mae(exact, r2t_runs), None, None])
+            rows.append([task.name, f"dpsql, declared τ = {DECLARED}", arguments.trials, *mine, None, None, None, None])
+            rows.append([task.name, f"dpsql, chosen (median τ = {int(np.median(chosen))})", arguments.trials, *chosen_mae, None, None, None, None])
+            rows.append([task.name, f"dpsql, chosen by R2T (median τ = {int(np.median(r2t_bounds))})", arguments.trials, *mae(exact, r2t_runs),
+                         None, None, None, None])
             for bound in (DECLARED, *BAD) if peer else ():
-                theirs = mae(exact, peer[task.name, bound])
-                baseline = mine if bound == DECLARED else chosen_mae
-                label = "dpsql declared" if bound == DECLARED else "dpsql chosen"
-                rows.append([task.name, f"Tumult, τ = {bound} (ratio to {label})", *theirs, theirs[0] / baseline[0], theirs[1] / baseline[1]])
-    columns = ["task", "method", "count MAE", "sum MAE", "count ratio", "sum ratio"]
+                released = peer[task.name, bound]
+                theirs = mae(exact, released)
+                baseline, runs, label = (mine, declared, "dpsql declared") if bound == DECLARED else (chosen_mae, auto, "dpsql chosen")
+                intervals = ratio_interval(trial_errors(exact, released), trial_errors(exact, runs))
+                rows.append([task.name, f"Tumult, τ = {bound} (ratio to {label})", len(released), *theirs,
+                             theirs[0] / baseline[0], intervals[0], theirs[1] / baseline[1], intervals[1]])
+    columns = ["task", "method", "trials", "count MAE", "sum MAE", "count ratio", "count 95% CI", "sum ratio", "sum 95% CI"]
     rows = [dict(zip(columns, row)) for row in rows]
     print_table(rows, columns, number_text)
     write_csv("joins.csv", rows, columns)

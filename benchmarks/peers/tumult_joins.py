@@ -2,7 +2,7 @@
 
 Runs in a separate environment that has ``tmlt.analytics`` (and its PySpark, which needs Java; never a dpsql
 dependency). Reads a JSON request on stdin — the folder of ``persons.csv``, ``visits.csv`` and ``clinics.csv``,
-ε, the number of trials and the tasks, each with its truncation ``τ`` — and prints a JSON object: per task, one
+ε and the tasks, each with its truncation ``τ`` and its number of trials — and prints a JSON object: per task, one
 entry per trial of ``[group, count, sum]`` rows; its versions go to stderr.
 
 The privacy unit is the person: both private tables are protected with ``AddRowsWithID`` in one ID space
@@ -34,7 +34,7 @@ from tumult_spark import local_spark
 
 def main() -> None:
     request = json.load(sys.stdin)
-    folder, epsilon, trials = Path(request["data"]), request["epsilon"], request["trials"]
+    folder, epsilon = Path(request["data"]), request["epsilon"]
     spark = local_spark()
     read = lambda name: spark.read.csv(str(folder / f"{name}.csv"), header=True, inferSchema=True)  # noqa: E731
     persons = read("persons").withColumnRenamed("id", "person_id")
@@ -43,7 +43,7 @@ def main() -> None:
     tasks = request["tasks"]
     session = (
         Session.Builder()
-        .with_privacy_budget(PureDPBudget(epsilon * trials * len(tasks)))
+        .with_privacy_budget(PureDPBudget(epsilon * sum(task["trials"] for task in tasks)))
         .with_id_space("persons")
         .with_private_dataframe("visits", visits, protected_change=AddRowsWithID("person_id", id_space="persons"))
         .with_private_dataframe("persons", persons, protected_change=AddRowsWithID("person_id", id_space="persons"))
@@ -61,7 +61,7 @@ def main() -> None:
         bounded = joined.enforce(MaxRowsPerID(truncation))
         queries = (bounded.groupby(keys).count(name="n"), bounded.groupby(keys).sum("cost", low, high, name="s"))
         runs = []
-        for _ in range(trials):
+        for _ in range(task["trials"]):
             rows: dict[object, dict[str, float]] = {}
             for query in queries:
                 for row in session.evaluate(query, PureDPBudget(epsilon / 2)).collect():
