@@ -192,6 +192,46 @@ def test_public_fan_out_enters_the_bound(data: dict[str, pd.DataFrame]) -> None:
     connection.close()
 
 
+def _declared_fan_out(most: int) -> dict[str, object]:
+    return {**VISITS_SCHEMA, "max_rows_per_unit": 12,
+            "foreign_keys": {"person_id": "persons.id", "clinic_id": {"references": "clinics.id", "max_rows": most}}}
+
+
+def test_a_declared_fan_out_replaces_the_computed_one(data: dict[str, pd.DataFrame]) -> None:
+    """``max_rows`` on the key: the bound is m · F with the declared F (3 here, above the table's 2), and no query of the
+    public table computes it; the answers are DuckDB's on the whole doubled table (every key has 2 ≤ 3 rows)."""
+    doubled = pd.concat([data["clinics"], data["clinics"].assign(region=data["clinics"].region + "-old")])
+    connection = connect({**data, "clinics": doubled}, _declared_fan_out(3))
+    sql = "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
+    rows, errors = released(connection, sql)
+    assert_cells_match(rows, errors, duckdb_rows(sql, {**data, "clinics": doubled})[1])
+    bound = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
+    assert bound[2] == 36 and "3 row(s) of clinics per key (declared)" in bound[3]
+    connection.close()
+
+
+def test_a_declared_fan_out_is_enforced_in_the_engine(data: dict[str, pd.DataFrame]) -> None:
+    """A declared F = 1 over a table with 2 rows per key: one row per key is joined (the first in the order of the table's
+    columns: the original region, before its "-old" copy), so the answers are DuckDB's on the original clinics and the
+    bound stays m = 12 — the declaration holds whatever the table holds."""
+    doubled = pd.concat([data["clinics"], data["clinics"].assign(region=data["clinics"].region + "-old")])
+    connection = connect({**data, "clinics": doubled}, _declared_fan_out(1))
+    sql = "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
+    rows, _ = released(connection, sql)
+    exact = dict(duckdb_rows(sql, data)[1])
+    assert {region: pytest.approx(exact.get(region, 0), abs=1e-6) for region, _ in rows} == dict(rows)  # "-old" regions: 0
+    assert set(exact) < {region for region, _ in rows}
+    bound = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
+    assert bound[2] == 12
+    connection.close()
+
+
+@pytest.mark.parametrize("most", [0, -1, 1.5, True, "2"])
+def test_a_declared_fan_out_must_be_a_positive_integer(most: object) -> None:
+    with pytest.raises(dpsql.ProgrammingError, match="max_rows must be a positive integer"):
+        dpsql.schema.Schema.load(_declared_fan_out(most))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     "sql",
     [
