@@ -328,3 +328,42 @@ def test_a_statement_chooses_its_bound_and_counts_the_rows_it_keeps(data: dict[s
         connection.cursor().execute("SELECT COUNT(DISTINCT v.person_id) FROM visits v JOIN clinics c ON v.clinic_id = c.id", epsilon=1.0)
     assert connection.budget_spent().statements == 1
     connection.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT v.drug, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id WHERE c.region <> 'east' GROUP BY v.drug",
+        "SELECT v.drug, p.sex, COUNT(*) AS n FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY v.drug, p.sex",
+    ],
+    ids=["private-public", "private-private"],
+)
+def test_unknown_keys_over_a_join_are_selected_and_counted_exactly(sql: str) -> None:
+    """GROUP BY a joined column with no declared domain: keys are selected privately over the joined relation. With the
+    noise off, the released keys are exactly those whose total (over the key's cells) reaches the EXPLAINed threshold —
+    "a" (600 rows), "b" (400), "c" (200) but not "d" (20) or "z" (2) — and each released count is DuckDB's exact answer
+    (the bounds keep every row: 2 visits per person, all of one drug)."""
+    sizes = {"a": 300, "b": 200, "c": 100, "d": 10, "z": 1}
+    rng = np.random.default_rng(2)
+    drug = np.repeat(list(sizes), list(sizes.values()))
+    tables = {
+        "persons": pd.DataFrame({"id": np.arange(drug.size), "age": rng.integers(0, 5, drug.size), "sex": rng.choice(["F", "M"], drug.size)}),
+        "visits": pd.DataFrame({"person_id": np.repeat(np.arange(drug.size), 2), "drug": np.repeat(drug, 2).astype(object),
+                                "clinic_id": rng.integers(0, 6, 2 * drug.size), "cost": 1, "kind": "a"}),
+        "clinics": pd.DataFrame({"id": np.arange(6), "region": ["north", "south", "east"] * 2}),
+    }
+    schema = {**VISITS_SCHEMA, "max_rows_per_unit": 2, "max_groups_per_unit": 1, "max_rows_per_group": 2,
+              "columns": {**VISITS_SCHEMA["columns"], "drug": "unknown"}}  # type: ignore[dict-item]
+    connection = connect({**frames(), **tables}, schema)
+    explained = {(r[0], r[1]): r[2] for r in connection.cursor().execute("EXPLAIN " + sql, epsilon=1.0).fetchall()}
+    threshold = explained["selection", "threshold"]
+    with dpsql.testing.seeded(1):
+        rows, _ = released(connection, sql)
+    _, exact = duckdb_rows(sql, tables)
+    totals: dict[object, float] = {}
+    for row in exact:
+        totals[row[0]] = totals.get(row[0], 0) + row[-1]
+    kept = {k for k, total in totals.items() if total >= threshold}
+    assert kept == {"a", "b", "c"} and 20 < threshold < 200
+    assert {r[:-1]: r[-1] for r in rows} == {r[:-1]: pytest.approx(r[-1], abs=1e-9) for r in exact if r[0] in kept}
+    connection.close()
