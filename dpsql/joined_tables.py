@@ -143,7 +143,10 @@ def joined_table(spec: JoinSpec, private: Sequence[Table], public: Mapping[str, 
     tables = {source.key: _table(source, private, public) for source in spec.sources}
     privates = [s for s in spec.sources if not tables[s.key].schema.public]
     if not privates:
-        raise NotSupportedError(f"FROM {spec.describe()}: the join reads no private table; dpsql aggregates private tables")
+        raise NotSupportedError(
+            f"FROM {spec.describe()}: the join reads no private table; dpsql answers aggregations of private tables: join one, or read "
+            "the public tables in their own database (they are not protected)"
+        )
     order = _ordered(spec, tables)
     first = order[0][0]
     private_joins = [(source, join) for source, join in order[1:] if not tables[source.key].schema.public]

@@ -57,11 +57,11 @@ from sqlglot import exp
 import dpsql
 import dpsql.testing
 import engines
-from conftest import ADULT_SCHEMA
+from conftest import ADULT_SCHEMA, adult_corpus
 
 BASE_SEED = int(os.environ.get("DPSQL_FUZZ_SEED", "23"))
 ACCEPTED = Path(__file__).resolve().parents[2] / "grammar" / "accepted"
-CORPUS = tuple((str(p.relative_to(ACCEPTED)), p.read_text().strip()) for p in sorted(ACCEPTED.rglob("*.sql")))
+CORPUS = tuple((str(p.relative_to(ACCEPTED)), p.read_text().strip()) for p in adult_corpus(ACCEPTED))
 EPSILON = 4.0  # per statement: thresholds low enough that the datasets' keys are released
 BUDGET = dpsql.Budget(epsilon=1e9, delta=0.5)
 SELECTION_DELTA = 1e-4  # what each key selection spends (the budget pays for thousands)

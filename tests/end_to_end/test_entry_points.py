@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import sqlglot
-from conftest import ADULT_SCHEMA
+from conftest import ADULT_SCHEMA, adult_corpus
 
 import dpsql
 import dpsql.testing
@@ -111,7 +111,7 @@ def test_every_entry_point_refuses_identically_before_reading(case: str, adult_f
     assert len(set(refusals)) == 1, refusals
 
 
-ACCEPTED = sorted((Path(__file__).resolve().parents[2] / "grammar" / "accepted").rglob("*.sql"))
+ACCEPTED = adult_corpus(Path(__file__).resolve().parents[2] / "grammar" / "accepted")
 PLAN_SECTIONS = ("cost:", "strategy:", "group:", "selection:", "split:", "counts:", "bounds:", "query:", "error:")
 
 
