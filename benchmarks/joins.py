@@ -71,12 +71,19 @@ class Task:
     group: str  # the released group column, as Tumult names it
     sql: str  # dpsql's statement
     categories: list[object]
+    table: str = "visits"  # Tumult's query: the private table, ...
+    join: str = "clinics"  # ... the table it joins (public: join_public, private: join_private) ...
+    on: tuple[str, ...] = ("clinic_id",)  # ... on these columns (as the CSV files Tumult reads name them) ...
+    measure: str = "cost"  # ... and the summed column
+    bounds: tuple[float, float] = BOUNDS
 
 
 TASKS = (
     Task("region", "region", "SELECT c.region, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region", list(REGIONS)),
-    Task("age band", "age_band", "SELECT p.age_band, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY p.age_band", list(range(6))),
+    Task("age band", "age_band", "SELECT p.age_band, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY p.age_band",
+         list(range(6)), join="persons", on=("person_id",)),
 )
+PEER_TABLES = {"visits": "person_id", "persons": "person_id", "clinics": None}  # the privacy-ID column of each CSV Tumult reads
 
 
 def generate(seed: int = 2027) -> dict[str, pd.DataFrame]:
@@ -112,9 +119,9 @@ def connect(data: dict[str, pd.DataFrame], bound: object) -> dpsql.Connection:
     return connection
 
 
-def dpsql_runs(data: dict[str, pd.DataFrame], task: Task, bound: object, trials: int) -> tuple[list[pd.DataFrame], list[int]]:
-    """dpsql's releases (reuse off: a fresh measurement each trial) and, with a chosen bound, the bounds chosen."""
-    connection = connect(data, bound)
+def dpsql_runs(connection: dpsql.Connection, task: Task, trials: int) -> tuple[list[pd.DataFrame], list[int]]:
+    """dpsql's releases on ``connection`` (reuse off: a fresh measurement each trial), then closes it; with a chosen
+    bound, the bounds chosen."""
     cursor = connection.cursor()
     released, chosen = [], []
     for _ in range(trials):
@@ -145,16 +152,18 @@ def r2t_choice(data: dict[str, pd.DataFrame], task: Task, trials: int) -> list[i
     return [r2t.choose(totals, chosen.choice.penalty * chosen.weight) for _ in range(trials)]
 
 
-def tumult_runs(folder: Path, runs: list[tuple[Task, int, int]]) -> dict[tuple[str, int], list[pd.DataFrame]]:
-    """Tumult's releases for every (task, bound, trials), from ONE run of the peer (one Spark session); empty when
-    no peer environment is given."""
+def tumult_runs(folder: Path, tables: dict[str, str | None], runs: list[tuple[Task, int, int]]) -> dict[tuple[str, int], list[pd.DataFrame]]:
+    """Tumult's releases for every (task, bound, trials), from ONE run of the peer (one Spark session) over the CSV
+    files ``folder/<table>.csv`` (``tables``: each one's privacy-ID column, None when public); empty when no peer
+    environment is given."""
     python = os.environ.get("DPSQL_TUMULT_PYTHON")
     if not python:
         print("  (Tumult Analytics skipped: set DPSQL_TUMULT_PYTHON)", file=sys.stderr)
         return {}
     names = {f"{task.name}, τ = {bound}": (task, bound, trials) for task, bound, trials in runs}
-    request = {"data": str(folder), "epsilon": EPSILON, "bounds": list(BOUNDS),
-               "tasks": [{"name": name, "group": task.group, "truncation": bound, "categories": task.categories, "trials": trials}
+    request = {"data": str(folder), "epsilon": EPSILON, "tables": tables,
+               "tasks": [{"name": name, "group": task.group, "truncation": bound, "categories": task.categories, "trials": trials,
+                          "table": task.table, "join": task.join, "on": list(task.on), "measure": task.measure, "bounds": list(task.bounds)}
                          for name, (task, bound, trials) in names.items()]}
     done = subprocess.run([python, str(HERE / "peers" / "tumult_joins.py")], input=json.dumps(request), capture_output=True, text=True, check=True)
     print(f"  {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
@@ -195,17 +204,17 @@ def main() -> None:
           f"99th percentile {int(counts.quantile(0.99))}, max {int(counts.max())}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="dpsql-joins-") as folder:
-        for name, frame in data.items():
-            frame.to_csv(Path(folder) / f"{name}.csv", index=False)
-        peer = tumult_runs(Path(folder), [(task, bound, arguments.tumult_trials if bound == DECLARED else arguments.tumult_bad_trials)
-                                          for task in TASKS for bound in (DECLARED, *BAD)])
+        for name, frame in data.items():  # the keys as Tumult joins them: persons.person_id, clinics.clinic_id
+            frame.rename(columns={"id": {"persons": "person_id", "clinics": "clinic_id"}.get(name, "id")}).to_csv(Path(folder) / f"{name}.csv", index=False)
+        peer = tumult_runs(Path(folder), PEER_TABLES, [(task, bound, arguments.tumult_trials if bound == DECLARED else arguments.tumult_bad_trials)
+                                                       for task in TASKS for bound in (DECLARED, *BAD)])
         for task in TASKS:
             exact = truth(data, task)
-            declared, _ = dpsql_runs(data, task, DECLARED, arguments.trials)
-            auto, chosen = dpsql_runs(data, task, {"auto": 1024}, arguments.trials)
+            declared, _ = dpsql_runs(connect(data, DECLARED), task, arguments.trials)
+            auto, chosen = dpsql_runs(connect(data, {"auto": 1024}), task, arguments.trials)
             mine, chosen_mae = mae(exact, declared), mae(exact, auto)
             r2t_bounds = r2t_choice(data, task, arguments.trials)
-            r2t_runs = [run for bound, times in Counter(r2t_bounds).items() for run in dpsql_runs(data, task, bound, times)[0]]
+            r2t_runs = [run for bound, times in Counter(r2t_bounds).items() for run in dpsql_runs(connect(data, bound), task, times)[0]]
             rows.append([task.name, f"dpsql, declared τ = {DECLARED}", arguments.trials, *mine, None, None, None, None])
             rows.append([task.name, f"dpsql, chosen (median τ = {int(np.median(chosen))})", arguments.trials, *chosen_mae, None, None, None, None])
             rows.append([task.name, f"dpsql, chosen by R2T (median τ = {int(np.median(r2t_bounds))})", arguments.trials, *mae(exact, r2t_runs),
