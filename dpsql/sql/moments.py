@@ -16,9 +16,10 @@ in EXPLAIN and added to every error bar). With ``u = j/R``, a row then splits a 
   weights ``1 − u``, ``u(1 − u)``, ``u²`` (non-negative, summing to 1) times ``R²``;
 * a column that may hold NULL (bounds only, or a ``nullable`` domain) has one more cell, which a NULL
   row fills with its whole weight (SQL semantics: SUM, AVG, VARIANCE and STDDEV ignore NULLs,
-  ``COUNT(*)`` counts the row) — except for SUM alone of an exactly gridded column whose grid holds 0
-  (``null_as_zero``): there a NULL row adds to the SUM exactly what a 0 adds, nothing, and ``COUNT(*)``
-  counts it either way, so it is encoded as the value 0 and needs no cell of its own. The cell is not
+  ``COUNT(*)`` counts the row) — except for SUM alone of a column whose grid holds 0 (``null_as_zero``):
+  there a NULL row adds to the SUM exactly what a 0 adds, nothing, and ``COUNT(*)`` counts it either way, so
+  it is encoded as the value 0 and needs no cell of its own (on a fine grid ``C`` then counts it too, which
+  only widens the rounding bound ``C·rounding`` by rows that are not rounded: still a bound). The cell is not
   free: each measured cell carries its own noise, and ``COUNT(*)`` sums all of a group's cells, so
   dropping it takes a third off the variance of ``COUNT(*)`` beside ``SUM`` of a column with bounds
   ``[0, hi]`` (two cells' noise instead of three) at no cost to the SUM.
@@ -41,6 +42,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from statistics import NormalDist
 
 import numpy as np
@@ -72,7 +74,7 @@ class ValueEncoding:
     null_cell: bool  # the column may hold NULL: a last cell for NULL rows
     exact: bool = True  # every value the column can hold is a grid point (module doc)
     sum_only: bool = False  # the statement asks SUM alone of an exactly gridded column: one query per group (module doc)
-    null_as_zero: bool = False  # SUM alone, 0 on the grid: a NULL row is encoded as the value 0 (module doc)
+    null_as_zero: bool = False  # SUM alone (with or without COUNT(*)), 0 on the grid: a NULL row is encoded as 0 (module doc)
     clip_base: int = 0  # ``clip: auto``: values are read as indices on this many steps over [low, high] (0: no clip)
     clipped_rows: float = 0.0  # after a clip: the clipped rows the error bars assume, and ...
     clipped_excess: float = 0.0  # ... how far above the clip each lies, in clip widths (``dpsql.sql.clipping``)
@@ -362,8 +364,9 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
         return ValueEncoding(column, float(low), float(high), GRID, moments, null_cell, exact=False, clip_base=base,
                              base_rounding=0.0 if exact_base else (high - low) / (2 * base))
     grid, exact = value_grid(low, high, domain.value_resolution)
+    zero_on_grid = low <= 0 <= high and (Fraction(-low) * grid) % Fraction(high - low) == 0
+    null_as_zero = zero_nulls and sum_only and null_cell and zero_on_grid
     sum_only = sum_only and exact
-    null_as_zero = zero_nulls and sum_only and null_cell and low <= 0 <= high  # exact: both bounds, hence 0, lie on the grid's lattice
     return ValueEncoding(column, float(low), float(high), grid, moments, null_cell and not null_as_zero, exact, sum_only=sum_only,
                          null_as_zero=null_as_zero)
 

@@ -213,6 +213,27 @@ def test_sum_alone_encodes_null_as_zero_and_counts_with_two_cells(connection: dp
         assert math.isclose(error[1], math.sqrt(2 * v), rel_tol=1e-9)
         assert math.isclose(error[2], math.sqrt(high**2 * v), rel_tol=1e-9)
 
+
+def test_sum_alone_of_a_double_column_encodes_null_as_zero_on_its_fine_grid() -> None:
+    """The same on the fine grid of a DOUBLE column ([-2, 6]: 0 is grid point 1024 of 4096): COUNT(*) has two cells'
+    variance, and with noise off both answers equal DuckDB's (up to the grid's rounding, within the stated bound)."""
+    rng = np.random.default_rng(4)
+    values = rng.uniform(-3, 7, 400)
+    values[rng.random(400) < 0.2] = np.nan
+    data = pd.DataFrame({"g": rng.choice(["a", "b"], 400), "x": values})
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=10.0))
+    connection.register("t", data, schema={"privacy_unit": None, "columns": {"g": {"categories": ["a", "b"]}, "x": {"bounds": [-2, 6]}}})
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.execute("SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g", epsilon=1.0)
+    assert "2 cells (NULL counted as 0" in cursor.explanation
+    v = discrete_laplace_variance(GRID / 1.0) / GRID**2
+    exact = data.assign(x=data.x.clip(-2, 6)).groupby("g").agg(n=("x", "size"), s=("x", "sum"))
+    for (g, n, total), error in zip(cursor.fetchall(), cursor.errors):
+        assert n == pytest.approx(exact.n[g], abs=1e-6) and math.isclose(error[1], math.sqrt(2 * v), rel_tol=1e-9)
+        assert abs(total - exact.s[g]) <= exact.n[g] * 8 / (2 * GRID) + 1e-6
+    connection.close()
+
 def test_avg_interval_covers_at_the_stated_rate() -> None:
     """400 seeded runs at a small ε (so noise dominates): the 95 % interval of AVG covers the true mean of
     each of 2 groups at a rate inside the 3-sigma binomial band around 0.95 ([0.935, 0.965] for 800)."""
