@@ -220,16 +220,26 @@ def main() -> None:
             rows.append([task.name, f"dpsql, chosen by R2T (median τ = {int(np.median(r2t_bounds))})", arguments.trials, *mae(exact, r2t_runs),
                          None, None, None, None])
             for bound in (DECLARED, *BAD) if peer else ():
-                released = peer[task.name, bound]
-                theirs = mae(exact, released)
-                baseline, runs, label = (mine, declared, "dpsql declared") if bound == DECLARED else (chosen_mae, auto, "dpsql chosen")
-                intervals = ratio_interval(trial_errors(exact, released), trial_errors(exact, runs))
-                rows.append([task.name, f"Tumult, τ = {bound} (ratio to {label})", len(released), *theirs,
-                             theirs[0] / baseline[0], intervals[0], theirs[1] / baseline[1], intervals[1]])
-    columns = ["task", "method", "trials", "count MAE", "sum MAE", "count ratio", "count 95% CI", "sum ratio", "sum 95% CI"]
-    rows = [dict(zip(columns, row)) for row in rows]
-    print_table(rows, columns, number_text)
-    write_csv("joins.csv", rows, columns)
+                runs, label = (declared, "dpsql declared") if bound == DECLARED else (auto, "dpsql chosen")
+                rows.append(peer_row(task.name, f"Tumult, τ = {bound} (ratio to {label})", exact, peer[task.name, bound], runs))
+    report("joins.csv", rows)
+
+
+COLUMNS = ["task", "method", "trials", "count MAE", "sum MAE", "count ratio", "count 95% CI", "sum ratio", "sum 95% CI"]
+
+
+def peer_row(task: str, method: str, exact: pd.DataFrame, theirs: list[pd.DataFrame], mine: list[pd.DataFrame]) -> list[object]:
+    """A row of :data:`COLUMNS` for the peer's releases, with its MAE's ratios to dpsql's and their intervals."""
+    theirs_mae, mine_mae = mae(exact, theirs), mae(exact, mine)
+    intervals = ratio_interval(trial_errors(exact, theirs), trial_errors(exact, mine))
+    return [task, method, len(theirs), *theirs_mae, theirs_mae[0] / mine_mae[0], intervals[0], theirs_mae[1] / mine_mae[1], intervals[1]]
+
+
+def report(name: str, rows: list[list[object]]) -> None:
+    """Print the rows (of :data:`COLUMNS`) as a table and write them to ``results/<name>``."""
+    table = [dict(zip(COLUMNS, row)) for row in rows]
+    print_table(table, COLUMNS, number_text)
+    write_csv(name, table, COLUMNS)
 
 
 if __name__ == "__main__":

@@ -36,8 +36,7 @@ import numpy as np
 import pandas as pd
 
 import dpsql
-from joins import EPSILON, Task, dpsql_runs, mae, ratio_interval, trial_errors, tumult_runs
-from results_io import number_text, print_table, write_csv
+from joins import Task, dpsql_runs, mae, peer_row, report, tumult_runs
 
 INCOME = (0, 500_000)
 TASKS = (
@@ -106,15 +105,8 @@ def main() -> None:
             mine, _ = dpsql_runs(connect(data, task), task, arguments.trials)
             rows.append([task.name, f"dpsql, declared τ = {DECLARED[task.name]}", arguments.trials, *mae(exact, mine), None, None, None, None])
             if peer:
-                theirs = peer[task.name, DECLARED[task.name]]
-                theirs_mae, mine_mae = mae(exact, theirs), mae(exact, mine)
-                intervals = ratio_interval(trial_errors(exact, theirs), trial_errors(exact, mine))
-                rows.append([task.name, f"Tumult, τ = {DECLARED[task.name]}", len(theirs), *theirs_mae,
-                             theirs_mae[0] / mine_mae[0], intervals[0], theirs_mae[1] / mine_mae[1], intervals[1]])
-    columns = ["task", "method", "trials", "count MAE", "sum MAE", "count ratio", "count 95% CI", "sum ratio", "sum 95% CI"]
-    rows = [dict(zip(columns, row)) for row in rows]
-    print_table(rows, columns, number_text)
-    write_csv("joins_real.csv", rows, columns)
+                rows.append(peer_row(task.name, f"Tumult, τ = {DECLARED[task.name]}", exact, peer[task.name, DECLARED[task.name]], mine))
+    report("joins_real.csv", rows)
 
 
 if __name__ == "__main__":

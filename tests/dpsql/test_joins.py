@@ -175,33 +175,27 @@ def test_a_self_join_on_the_unit_counts_pairs_of_a_persons_visits(data: dict[str
     connection.close()
 
 
-def test_public_fan_out_enters_the_bound(data: dict[str, pd.DataFrame]) -> None:
-    """A clinic listed under two names: each visit meets 2 rows of the public table, so a person adds 2 · m rows."""
-    doubled = pd.concat([data["clinics"], data["clinics"].assign(region=data["clinics"].region + "-old")])
-    connection = connect({**data, "clinics": doubled}, {**VISITS_SCHEMA, "max_rows_per_unit": 12})
-    sql = "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
-    rows, errors = released(connection, sql)
-    assert_cells_match(rows, errors, duckdb_rows(sql, {**data, "clinics": doubled})[1])
-    bound = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
-    assert bound[2] == 24 and "2 row(s) of clinics per key" in bound[3]
-    connection.close()
-
-
 def _declared_fan_out(most: int) -> dict[str, object]:
     return {**VISITS_SCHEMA, "max_rows_per_unit": 12,
             "foreign_keys": {"person_id": "persons.id", "clinic_id": {"references": "clinics.id", "max_rows": most}}}
 
 
-def test_a_declared_fan_out_replaces_the_computed_one(data: dict[str, pd.DataFrame]) -> None:
-    """``max_rows`` on the key: the bound is m · F with the declared F (3 here, above the table's 2), and no query of the
-    public table computes it; the answers are DuckDB's on the whole doubled table (every key has 2 ≤ 3 rows)."""
+@pytest.mark.parametrize(
+    ("schema", "bound", "said"),
+    [({**VISITS_SCHEMA, "max_rows_per_unit": 12}, 24, "2 row(s) of clinics per key"), (_declared_fan_out(3), 36, "3 row(s) of clinics per key (declared)")],
+    ids=["computed", "declared"],
+)
+def test_public_fan_out_enters_the_bound(data: dict[str, pd.DataFrame], schema: dict[str, object], bound: int, said: str) -> None:
+    """A clinic listed under two names: each visit meets 2 rows of the public table, so a person adds 2 · m rows — or
+    F · m with F declared on the key (``max_rows``: 3 here, above the table's 2). The answers are DuckDB's on the whole
+    doubled table either way."""
     doubled = pd.concat([data["clinics"], data["clinics"].assign(region=data["clinics"].region + "-old")])
-    connection = connect({**data, "clinics": doubled}, _declared_fan_out(3))
+    connection = connect({**data, "clinics": doubled}, schema)
     sql = "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
     rows, errors = released(connection, sql)
     assert_cells_match(rows, errors, duckdb_rows(sql, {**data, "clinics": doubled})[1])
-    bound = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
-    assert bound[2] == 36 and "3 row(s) of clinics per key (declared)" in bound[3]
+    explained = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
+    assert explained[2] == bound and said in explained[3]
     connection.close()
 
 
