@@ -53,7 +53,7 @@ import pandas as pd
 
 import dpsql
 import dpsql.pipeline
-from results_io import number_text, print_table, write_csv
+from results_io import RESULTS, number_text, print_table, write_csv
 
 HERE = Path(__file__).resolve().parent
 EPSILON = 1.0
@@ -152,10 +152,28 @@ def r2t_choice(data: dict[str, pd.DataFrame], task: Task, trials: int) -> list[i
     return [r2t.choose(totals, chosen.choice.penalty * chosen.weight) for _ in range(trials)]
 
 
-def tumult_runs(folder: Path, tables: dict[str, str | None], runs: list[tuple[Task, int, int]]) -> dict[tuple[str, int], list[pd.DataFrame]]:
+@dataclass(frozen=True)
+class PeerRuns:
+    """A peer's releases of one (task, bound) and the expected absolute error of its noise per released count and
+    sum, from the noise scale the peer states (no sampling error)."""
+
+    released: list[pd.DataFrame]
+    expected: tuple[float, float]
+
+
+def expected_absolute_noise(mechanism: str, scale: float) -> float:
+    """``E|X|`` of Tumult's noise: Laplace of scale ``b`` → ``b``; geometric (two-sided, ``P(k) ∝ e^{−|k|/b}``) →
+    ``2q/(1 − q²)`` with ``q = e^{−1/b}``."""
+    if mechanism == "LAPLACE":
+        return scale
+    q = float(np.exp(-1.0 / scale))
+    return 2 * q / (1 - q * q)
+
+
+def tumult_runs(folder: Path, tables: dict[str, str | None], runs: list[tuple[Task, int, int]]) -> dict[tuple[str, int], PeerRuns]:
     """Tumult's releases for every (task, bound, trials), from ONE run of the peer (one Spark session) over the CSV
     files ``folder/<table>.csv`` (``tables``: each one's privacy-ID column, None when public); empty when no peer
-    environment is given."""
+    environment is given. The peer's raw answer is kept in ``results/`` beside the tables."""
     python = os.environ.get("DPSQL_TUMULT_PYTHON")
     if not python:
         print("  (Tumult Analytics skipped: set DPSQL_TUMULT_PYTHON)", file=sys.stderr)
@@ -167,8 +185,12 @@ def tumult_runs(folder: Path, tables: dict[str, str | None], runs: list[tuple[Ta
                          for name, (task, bound, trials) in names.items()]}
     done = subprocess.run([python, str(HERE / "peers" / "tumult_joins.py")], input=json.dumps(request), capture_output=True, text=True, check=True)
     print(f"  {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
-    released = json.loads(done.stdout)
-    return {(task.name, bound): [pd.DataFrame(rows, columns=[task.group, "n", "s"]).set_index(task.group) for rows in released[name]]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{folder.name.rsplit('-', 1)[0]}.tumult.json").write_text(done.stdout)
+    answer = json.loads(done.stdout)
+    return {(task.name, bound): PeerRuns(
+                [pd.DataFrame(rows, columns=[task.group, "n", "s"]).set_index(task.group) for rows in answer["released"][name]],
+                tuple(expected_absolute_noise(*answer["noise"][name][column]) for column in ("n", "s")))  # type: ignore[arg-type]
             for name, (task, bound, _) in names.items()}
 
 
@@ -215,24 +237,32 @@ def main() -> None:
             mine, chosen_mae = mae(exact, declared), mae(exact, auto)
             r2t_bounds = r2t_choice(data, task, arguments.trials)
             r2t_runs = [run for bound, times in Counter(r2t_bounds).items() for run in dpsql_runs(connect(data, bound), task, times)[0]]
-            rows.append([task.name, f"dpsql, declared τ = {DECLARED}", arguments.trials, *mine, None, None, None, None])
-            rows.append([task.name, f"dpsql, chosen (median τ = {int(np.median(chosen))})", arguments.trials, *chosen_mae, None, None, None, None])
-            rows.append([task.name, f"dpsql, chosen by R2T (median τ = {int(np.median(r2t_bounds))})", arguments.trials, *mae(exact, r2t_runs),
-                         None, None, None, None])
+            rows.append([task.name, f"dpsql, declared τ = {DECLARED}", arguments.trials, *mine, *BLANK])
+            rows.append([task.name, f"dpsql, chosen (median τ = {int(np.median(chosen))})", arguments.trials, *chosen_mae, *BLANK])
+            rows.append([task.name, f"dpsql, chosen by R2T (median τ = {int(np.median(r2t_bounds))})", arguments.trials, *mae(exact, r2t_runs), *BLANK])
             for bound in (DECLARED, *BAD) if peer else ():
                 runs, label = (declared, "dpsql declared") if bound == DECLARED else (auto, "dpsql chosen")
-                rows.append(peer_row(task.name, f"Tumult, τ = {bound} (ratio to {label})", exact, peer[task.name, bound], runs))
+                rows.append(peer_row(task.name, f"Tumult, τ = {bound} (ratio to {label})", exact, peer[task.name, bound], runs, bound >= DECLARED))
     report("joins.csv", rows)
 
 
-COLUMNS = ["task", "method", "trials", "count MAE", "sum MAE", "count ratio", "count 95% CI", "sum ratio", "sum 95% CI"]
+COLUMNS = ["task", "method", "trials", "count MAE", "sum MAE", "count ratio", "count 95% CI", "sum ratio", "sum 95% CI",
+           "expected count ratio", "expected sum ratio"]
 
 
-def peer_row(task: str, method: str, exact: pd.DataFrame, theirs: list[pd.DataFrame], mine: list[pd.DataFrame]) -> list[object]:
-    """A row of :data:`COLUMNS` for the peer's releases, with its MAE's ratios to dpsql's and their intervals."""
-    theirs_mae, mine_mae = mae(exact, theirs), mae(exact, mine)
-    intervals = ratio_interval(trial_errors(exact, theirs), trial_errors(exact, mine))
-    return [task, method, len(theirs), *theirs_mae, theirs_mae[0] / mine_mae[0], intervals[0], theirs_mae[1] / mine_mae[1], intervals[1]]
+def peer_row(task: str, method: str, exact: pd.DataFrame, theirs: PeerRuns, mine: list[pd.DataFrame], untruncated: bool = True) -> list[object]:
+    """A row of :data:`COLUMNS` for the peer's releases: its MAE's ratios to dpsql's with their intervals, then the
+    ratios of the peer's expected absolute noise (from its stated scale: no sampling error on its side; exact when
+    its bound drops nothing: ``untruncated``, else left out) to dpsql's MAE, each with dpsql's 95 % interval."""
+    theirs_mae, mine_mae = mae(exact, theirs.released), mae(exact, mine)
+    errors = trial_errors(exact, mine)
+    intervals = ratio_interval(trial_errors(exact, theirs.released), errors)
+    expected = ratio_interval(np.broadcast_to(np.array(theirs.expected), errors.shape), errors)
+    ratios = [f"{theirs.expected[0] / mine_mae[0]:.2f} {expected[0]}", f"{theirs.expected[1] / mine_mae[1]:.2f} {expected[1]}"] if untruncated else ["", ""]
+    return [task, method, len(theirs.released), *theirs_mae, theirs_mae[0] / mine_mae[0], intervals[0], theirs_mae[1] / mine_mae[1], intervals[1], *ratios]
+
+
+BLANK = [None] * 6  # a dpsql row's ratio columns
 
 
 def report(name: str, rows: list[list[object]]) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 import dpsql
-from joins import Task, dpsql_runs, mae, peer_row, report, tumult_runs
+from joins import BLANK, Task, dpsql_runs, mae, peer_row, report, tumult_runs
 
 INCOME = (0, 500_000)
 TASKS = (
@@ -103,7 +103,7 @@ def main() -> None:
         for task in tasks:
             exact = truth(data, task)
             mine, _ = dpsql_runs(connect(data, task), task, arguments.trials)
-            rows.append([task.name, f"dpsql, declared τ = {DECLARED[task.name]}", arguments.trials, *mae(exact, mine), None, None, None, None])
+            rows.append([task.name, f"dpsql, declared τ = {DECLARED[task.name]}", arguments.trials, *mae(exact, mine), *BLANK])
             if peer:
                 rows.append(peer_row(task.name, f"Tumult, τ = {DECLARED[task.name]}", exact, peer[task.name, DECLARED[task.name]], mine))
     report("joins_real.csv", rows)

@@ -4,7 +4,8 @@
 Runs in a separate environment that has ``tmlt.analytics`` (and its PySpark, which needs Java; never a dpsql
 dependency). Reads a JSON request on stdin — the folder of the tables' CSV files, each table's privacy-ID column
 (null for a public table), ε and the tasks — and prints a JSON object: per task, one entry per trial of
-``[group, count, sum]`` rows; its versions go to stderr.
+``[group, count, sum]`` rows, and the noise each query adds as Tumult states it (``Session._noise_info``: the
+mechanism and its scale); its versions go to stderr.
 
 The privacy unit is the person: every private table is protected with ``AddRowsWithID`` in one ID space, so
 Tumult hides all rows of one person, as dpsql does. A task names its private table, the table it joins and on
@@ -39,6 +40,7 @@ def main() -> None:
             builder = builder.with_private_dataframe(name, frames[name], protected_change=AddRowsWithID(unit, id_space="units"))
     session = builder.build()
     released: dict[str, list[list[list[float]]]] = {}
+    noise: dict[str, dict[str, list[object]]] = {}
     for task in tasks:
         group, (low, high) = task["group"], task["bounds"]
         keys = KeySet.from_dict({group: task["categories"]})
@@ -49,6 +51,9 @@ def main() -> None:
             joined = joined.join_private(task["join"], join_columns=task["on"])
         bounded = joined.enforce(MaxRowsPerID(int(task["truncation"])))
         queries = (bounded.groupby(keys).count(name="n"), bounded.groupby(keys).sum(task["measure"], low, high, name="s"))
+        for column, query in zip(("n", "s"), queries):  # Tumult's own account of its noise, before any trial
+            (info,) = session._noise_info(query, PureDPBudget(epsilon / 2))
+            noise.setdefault(task["name"], {})[column] = [info["noise_mechanism"].name, float(info["noise_parameter"])]
         runs = []
         for _ in range(task["trials"]):
             rows: dict[object, dict[str, float]] = {}
@@ -58,7 +63,7 @@ def main() -> None:
                     rows.setdefault(values[group], {}).update({k: float(values[k]) for k in ("n", "s") if k in values})
             runs.append([[key, values["n"], values["s"]] for key, values in rows.items()])
         released[task["name"]] = runs
-    print(json.dumps(released))
+    print(json.dumps({"released": released, "noise": noise}))
     print(f"tmlt.analytics {version('tmlt.analytics')}, tmlt.core {version('tmlt.core')}, pyspark {version('pyspark')}; count and sum at ε/2 each", file=sys.stderr)
     spark.stop()
 
