@@ -145,12 +145,12 @@ class BoundedAggregation:
     def weight_names(self) -> tuple[str, ...]:
         """The result columns of the moment-cell weights (none without an aggregated column, or with
         ``clip: auto``, whose weights follow the clip chosen after the read)."""
-        return () if self.value is None or self.value.clip_base else tuple(f"w{k}" for k in range(self.value.cells))
+        return () if self.value is None or self.value.reads_index else tuple(f"w{k}" for k in range(self.value.cells))
 
     @property
     def value_index(self) -> str | None:
         """``clip: auto``: the result column of the values' base-grid index, a column of every grouping set."""
-        return VALUE_INDEX_NAME if self.value is not None and self.value.clip_base else None
+        return VALUE_INDEX_NAME if self.value is not None and self.value.reads_index else None
 
     @cached_property
     def sql_marginals(self) -> tuple[tuple[str, ...], ...]:
@@ -427,18 +427,16 @@ class BoundedAggregation:
         row the statement counts (one grouping set's rows: each row is in each set once)."""
         assert self.value is not None and self.value_index is not None
         counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64)
-        index = np.asarray(np.ma.filled(result[self.value_index], -1), dtype=np.int64)
+        index = np.asarray(np.ma.filled(result[self.value_index], self.value.null_index), dtype=np.int64)
         first = self.grouping_sets[0] if self.grouping_sets else ()
         chosen = np.zeros(len(counts), dtype=bool)
         chosen[self._rows_by_set(result, len(counts)).get(first, np.arange(len(counts)))] = True
-        chosen &= index >= 0
+        chosen &= index != self.value.null_index
         for column in (c for c in first if c in self.columns):
             chosen &= self._cells_of(column, result[self.alias(column)])[1]
-        histogram = np.zeros(self.value.clip_base + 1, dtype=np.int64)
-        np.add.at(histogram, np.minimum(index[chosen], self.value.clip_base), counts[chosen])
-        return histogram
+        return self.value.histogram(index[chosen], counts[chosen])
 
-    def marginal_arrays(self, result: Mapping[str, np.ndarray], clip: int | None = None) -> dict[tuple[str, ...], np.ndarray]:
+    def marginal_arrays(self, result: Mapping[str, np.ndarray], clip: int | tuple[float, float] | None = None) -> dict[tuple[str, ...], np.ndarray]:
         """Dense count arrays (shape = domain sizes, in the marginal's order) from the statement's result.
         Result rows holding a value outside its column's domain (see ``_tested_elsewhere``) are dropped.
         With ``clip: auto``, ``clip`` is the chosen clip's base-grid index: the moment cells are computed here."""
@@ -446,7 +444,7 @@ class BoundedAggregation:
         weights = [np.asarray(np.ma.filled(result[name], 0), dtype=np.int64) for name in self.weight_names]
         if self.value_index is not None:
             assert self.value is not None and clip is not None
-            index = np.asarray(np.ma.filled(result[self.value_index], -1), dtype=np.int64)
+            index = np.asarray(np.ma.filled(result[self.value_index], self.value.null_index), dtype=np.int64)
             per_row = self.value.cell_weights(index, clip)
             weights = [counts * per_row[:, cell] for cell in range(self.value.cells)]
         if self.value is not None:  # every row is worth its total weight in every marginal
