@@ -40,16 +40,16 @@ import datetime
 import decimal
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from sqlglot import exp
 
 from dpsql.schema import ColumnDomain, Schema
-from dpsql.sql.bounded import KeyHistogram
+from dpsql.sql.bounded import Key, KeyHistogram
 from dpsql.sql.literals import ColumnType
-from planner import PartitionSelection
+from planner import Domain, PartitionSelection
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -186,19 +186,34 @@ def placeholder_domain(column: str) -> ColumnDomain:
     return ColumnDomain(column, "keys", (PLACEHOLDER_KEY,), nullable=False)
 
 
-def select_keys(histogram: KeyHistogram, primitive: PartitionSelection, rng: object) -> tuple[str | None, ...]:
+def select_keys(histogram: KeyHistogram, primitive: PartitionSelection, rng: object) -> tuple[Key, ...]:
     """The keys (texts) the selection primitive keeps from every key's distinct units."""
     kept = primitive.select(histogram.units, rng=rng)
     return tuple(k for k, keep in zip(histogram.keys, kept) if keep)
 
 
-def table_over_keys(histogram: KeyHistogram, keys: KeySet) -> np.ndarray:
-    """The count table over (the column's cells, the other attributes): each released key's kept rows in
-    its cell; the remainder cell holds the rows no unit kept under its key and every unreleased key's."""
-    cell_of = keys.cells()
-    remainder = len(keys)  # the cell after the released keys (the NULL key, when released, is one of them)
-    table = np.zeros((remainder + 1, *histogram.remainder.shape), dtype=np.int64)
-    table[remainder] = histogram.remainder
+def projections(tuples: Sequence[tuple[str | None, ...]], column_types: Sequence[ColumnType]) -> tuple[KeySet, ...]:
+    """Each column's key set from released key tuples of jointly selected columns: the texts it shows in some
+    released tuple (a released tuple's parts are released facts; the column's cells are their union)."""
+    return tuple(KeySet.of(dict.fromkeys(t[i] for t in tuples), column_type) for i, column_type in enumerate(column_types))
+
+
+def table_over_keys(histogram: KeyHistogram, key_sets: Sequence[KeySet]) -> np.ndarray:
+    """The count table over (each key column's cells, the other attributes): each released key's kept rows in
+    its cell; a column's remainder cell (the last) holds the rows of keys it did not release, and every
+    column's remainder the rows no unit kept under their key. One key set: keys are texts; several (jointly
+    selected columns): keys are tuples of texts, each part placed by its column's key set."""
+    cells_of = [k.cells() for k in key_sets]
+    remainders = tuple(len(k) for k in key_sets)  # the cell after each column's released keys
+    table = np.zeros((*(r + 1 for r in remainders), *histogram.remainder.shape), dtype=np.int64)
+    table[remainders] += histogram.remainder
     for position, key in enumerate(histogram.keys):
-        table[cell_of.get(key, remainder)] += histogram.counts[position]
+        parts = key if isinstance(key, tuple) else (key,)
+        table[tuple(c.get(p, r) for c, p, r in zip(cells_of, parts, remainders))] += histogram.counts[position]
     return table
+
+
+def over_domain(table: np.ndarray, columns: Sequence[str], domain: Domain) -> np.ndarray:
+    """A :func:`table_over_keys` table with each key column's axis at its place among ``domain``'s attributes
+    (the other attributes follow the domain's order already)."""
+    return np.moveaxis(table, tuple(range(len(columns))), tuple(domain.attributes.index(c) for c in columns))

@@ -102,6 +102,12 @@ class Prepared:
     balance: planner.Balance | None = None  # grouping sets held to their own shares' accuracy (planner.plan_balanced)
     shells: tuple[ShellPlan | None, ...] = ()  # per statement as written: its shell's cores and columns (None: no shell)
     chosen: ChosenBound | None = None  # the bound on rows per unit is chosen by the statement (``dpsql.truncation``)
+    joint: tuple[str, ...] = ()  # further columns without declared domain whose keys form tuples with ``keyed``'s
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """Every column without declared domain the statement uses: ``keyed``, then ``joint``."""
+        return () if self.keyed is None else (self.keyed, *self.joint)
 
     @property
     def plan(self) -> planner.Plan | None:

@@ -1,0 +1,105 @@
+"""Several columns without a declared domain in one statement: their keys are selected jointly, as tuples.
+
+The data are built so that every tuple's count is known: one row per user, ``units[(city, job)]`` users
+per tuple, so key bounding keeps every row and the exact answer is DuckDB's ``GROUP BY city, job``.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from pipeline_helpers import prepare
+
+import dpsql
+import dpsql.testing
+
+UNITS = {("paris", 1): 40, ("paris", 2): 3, ("lyon", 1): 25, ("lyon", 3): 1, ("nice", 2): 60, ("nice", 3): 12, ("lille", 1): 2}
+SCHEMA = {"privacy_unit": "user_id", "max_rows_per_unit": 1, "columns": {"sex": {"categories": ["F", "M"]}, "city": "unknown", "job": "unknown"}}
+PAIRS = "SELECT city, job, COUNT(*) FROM logs GROUP BY city, job"
+WITH_TOTALS = "SELECT city, job, sex, COUNT(*) FROM logs GROUP BY GROUPING SETS ((city, job, sex), (sex), ())"
+
+
+@pytest.fixture
+def frame() -> pd.DataFrame:
+    tuples = [key for key, units in UNITS.items() for _ in range(units)]
+    return pd.DataFrame(
+        {
+            "user_id": np.arange(len(tuples)),
+            "city": [c for c, _ in tuples],
+            "job": np.array([j for _, j in tuples], dtype=np.int64),
+            "sex": ["F" if i % 3 else "M" for i in range(len(tuples))],
+        }
+    )
+
+
+@pytest.fixture
+def logs(frame: pd.DataFrame) -> dpsql.Connection:
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=100.0, delta=1e-5))
+    connection.register("logs", frame, schema=SCHEMA)
+    return connection
+
+
+def _exact(frame: pd.DataFrame, sql: str) -> dict[tuple[object, ...], int]:
+    return {tuple(row[:-1]): int(row[-1]) for row in duckdb.query_df(frame, "logs", sql).fetchall()}
+
+
+def test_noise_free_released_tuples_are_duckdbs_groups_reaching_the_threshold(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
+    threshold = prepare(logs, [PAIRS], epsilon=1.0).selection.thresholded.release.threshold  # type: ignore[union-attr]
+    exact = _exact(frame, PAIRS)
+    assert 3 < threshold < 25  # some tuples each side of it
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(1):
+        released = {tuple(row[:-1]): row[-1] for row in logs.cursor().execute(PAIRS, epsilon=1.0).fetchall()}
+    assert released == {key: n for key, n in exact.items() if n >= threshold}
+
+
+def test_totals_count_every_row_including_unreleased_tuples(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
+    threshold = prepare(logs, [WITH_TOTALS], epsilon=1.0).selection.thresholded.release.threshold  # type: ignore[union-attr]
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(2):
+        rows = logs.cursor().execute(WITH_TOTALS, epsilon=1.0).fetchall()
+    cells = {tuple(r[:3]): r[3] for r in rows if r[0] is not None}
+    totals = {r[2]: r[3] for r in rows if r[0] is None}
+    exact_cells = _exact(frame, "SELECT city, job, sex, COUNT(*) FROM logs GROUP BY city, job, sex")
+    per_tuple = _exact(frame, PAIRS)
+    assert cells == {k: n for k, n in exact_cells.items() if per_tuple[k[:2]] >= threshold}
+    assert totals == {**{k[0]: n for k, n in _exact(frame, "SELECT sex, COUNT(*) FROM logs GROUP BY sex").items()}, None: len(frame)}
+
+
+def test_a_subtotal_over_one_of_the_columns_is_refused_before_the_read(logs: dpsql.Connection) -> None:
+    for sql in ("SELECT city, job, COUNT(*) FROM logs GROUP BY CUBE (city, job)", "SELECT city, job, COUNT(*) FROM logs GROUP BY ROLLUP (city, job)"):
+        with pytest.raises(dpsql.NotSupportedError, match=r"keys are selected jointly.*run GROUP BY city on its own first"):
+            logs.cursor().execute(sql, epsilon=1.0)
+    assert logs.budget_spent().statements == 0
+
+
+def test_the_statement_is_charged_its_budget_and_the_selection_delta_once(logs: dpsql.Connection) -> None:
+    rule = prepare(logs, [PAIRS], epsilon=1.0).selection.thresholded.release  # type: ignore[union-attr]
+    logs.cursor().execute(PAIRS, epsilon=1.0)
+    spent = logs.budget_spent()
+    assert spent.statements == 1 and spent.epsilon == pytest.approx(1.0) and spent.delta == pytest.approx(rule.delta)
+    assert 0 < rule.delta <= 1e-5
+
+
+def test_released_tuples_give_each_column_its_keys_for_later_statements(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """After the joint release, each column's keys are the parts of released tuples: a later GROUP BY over both
+    counts every cell of their product (public now) and pays no selection δ; its rows equal DuckDB's."""
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(3):
+        released = {tuple(row[:2]) for row in logs.cursor().execute(PAIRS, epsilon=1.0).fetchall()}
+        delta = logs.budget_spent().delta
+        rows = logs.cursor().execute(PAIRS, epsilon=1.0).fetchall()
+    cities, jobs = sorted({c for c, _ in released}), sorted({j for _, j in released})
+    exact = _exact(frame, PAIRS)
+    assert {tuple(r[:2]): r[2] for r in rows} == pytest.approx({(c, j): exact.get((c, j), 0) for c in cities for j in jobs}, abs=1e-9)
+    assert logs.budget_spent().delta == delta
+
+
+def test_error_bars_are_the_selected_law_and_far_above_the_threshold_the_noise_law(logs: dpsql.Connection) -> None:
+    """A tuple of 60 rows lies far above the threshold at ε = 1: its interval is the discrete Laplace's own (scale
+    1/ε for a unit adding one row to one tuple): 95 % central half-width 3 over z — never 0, never the normal guess."""
+    rule = prepare(logs, [PAIRS], epsilon=1.0).selection.thresholded.release  # type: ignore[union-attr]
+    with dpsql.testing.seeded(4):
+        cursor = logs.cursor().execute(PAIRS, epsilon=1.0)
+        rows, errors = cursor.fetchall(), cursor.errors
+    nice = [e[-1] for r, e in zip(rows, errors) if r[:2] == ("nice", 2)]
+    assert rule.noise_parameter == pytest.approx(1.0) and nice == [pytest.approx(3 / 1.959963984540054)]
