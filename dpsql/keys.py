@@ -47,7 +47,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.schema import ColumnDomain, Schema
-from dpsql.sql.bounded import Key, KeyHistogram
+from dpsql.sql.bounded import Key, KeyHistogram, key_order
 from dpsql.sql.literals import ColumnType
 from planner import Domain, PartitionSelection
 
@@ -217,3 +217,29 @@ def over_domain(table: np.ndarray, columns: Sequence[str], domain: Domain) -> np
     """A :func:`table_over_keys` table with each key column's axis at its place among ``domain``'s attributes
     (the other attributes follow the domain's order already)."""
     return np.moveaxis(table, tuple(range(len(columns))), tuple(domain.attributes.index(c) for c in columns))
+
+
+def per_selected_key(histogram: KeyHistogram, selected: int, public: Sequence[KeySet], axes: Sequence[int]) -> KeyHistogram:
+    """A histogram of key tuples — the first ``selected`` parts of columns whose keys are being selected, the
+    rest of columns with released key sets ``public`` — as a histogram per selected key (a text, or a tuple
+    of them) whose cells gain each public column's cells (a released key's, else its remainder), placed at
+    ``axes`` among the other attributes. Rows no unit kept go to the public columns' remainders. Units are
+    not carried (the thresholded design reads counts only)."""
+    def part(key: Key) -> Key:
+        return key[0] if selected == 1 else key[:selected]  # type: ignore[index]
+
+    found = tuple(sorted({part(k) for k in histogram.keys}, key=key_order))
+    index = {key: position for position, key in enumerate(found)}
+    cells_of = [k.cells() for k in public]
+    remainders = tuple(len(k) for k in public)
+    counts = np.zeros((len(found), *(r + 1 for r in remainders), *histogram.remainder.shape), dtype=np.int64)
+    remainder = np.zeros(counts.shape[1:], dtype=np.int64)
+    remainder[remainders] = histogram.remainder
+    for position, key in enumerate(histogram.keys):
+        cells = tuple(c.get(p, r) for c, p, r in zip(cells_of, key[selected:], remainders))  # type: ignore[index]
+        counts[(index[part(key)], *cells)] += histogram.counts[position]
+    moved = tuple(range(len(public)))
+    return KeyHistogram(
+        found, np.zeros(len(found), dtype=np.int64), np.moveaxis(counts, tuple(m + 1 for m in moved), tuple(a + 1 for a in axes)),
+        np.moveaxis(remainder, moved, tuple(axes)),
+    )

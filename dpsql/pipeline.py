@@ -264,6 +264,7 @@ class Draft:
     joint: tuple[str, ...] = ()  # further such columns: a key is the tuple of their values with ``keyed``'s
     selecting: bool = False  # whether their keys are selected by this request
     cached: tuple[keys.KeySet, ...] | None = None  # their released key sets (``keyed``'s, then ``joint``'s), when used
+    public: tuple[tuple[str, keys.KeySet], ...] = ()  # such columns with released keys, public beside one whose keys are selected
     batch: CompiledBatch | None = None
     compiled_from: tuple[object, ...] = ()  # what ``batch`` was compiled from (its memo key's inputs)
     rows: Hashable = None  # the store's rows key
@@ -314,8 +315,14 @@ def _keys(session: Session, draft: Draft) -> Draft:
     columns, selecting = _keyed_columns(session, draft.table, draft.request.statements)
     if not columns:
         return draft
-    cached = None if selecting else tuple(session.keys.get(draft.table, c) for c in columns)
-    return dataclasses.replace(draft, keyed=columns[0], joint=columns[1:], selecting=selecting, cached=cached)  # type: ignore[arg-type]
+    found = {c: session.keys.get(draft.table, c) for c in columns}
+    if not selecting:
+        return dataclasses.replace(draft, keyed=columns[0], joint=columns[1:], cached=tuple(found.values()))  # type: ignore[arg-type]
+    uncached = [c for c in columns if found[c] is None]
+    if len(uncached) == 1:  # one column's keys are selected; the released key sets of the others are public domains
+        public = tuple((c, k) for c, k in found.items() if k is not None)
+        return dataclasses.replace(draft, keyed=uncached[0], selecting=True, public=public)  # type: ignore[arg-type]
+    return dataclasses.replace(draft, keyed=columns[0], joint=columns[1:], selecting=True)
 
 
 def _compile(session: Session, draft: Draft) -> Draft:
@@ -326,6 +333,8 @@ def _compile(session: Session, draft: Draft) -> Draft:
     if keyed is not None:
         names = (keyed, *draft.joint)
         domains = tuple(keys.placeholder_domain(c) for c in names) if draft.selecting else tuple(k.domain(c) for k, c in zip(draft.cached, names))  # type: ignore[arg-type]
+        domains += tuple(k.domain(c) for c, k in draft.public)
+        names += tuple(c for c, _ in draft.public)
         schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name not in names) + domains)
     inputs = (request.statements, request.weights, schema, tuple(table.column_types), session.settings.excluded_cells)
     batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4]))
@@ -393,10 +402,10 @@ def _selection(session: Session, draft: Draft) -> Draft:
         return draft
     assert draft.table is not None and draft.batch is not None and draft.keyed is not None and draft.cost is not None
     privacy = privacy_of(draft.cost)
-    chosen = selection.design(session, draft.table, draft.batch, (draft.keyed, *draft.joint), privacy, draft.request.selection_delta)
+    chosen = selection.design(session, draft.table, draft.batch, (draft.keyed, *draft.joint), privacy, draft.request.selection_delta, bool(draft.public))
     prepared = Prepared(
         draft.request, draft.table, draft.batch, draft.rows, privacy, draft.keyed, chosen, Decision(None, (), (), None), selection.cost(chosen),
-        joint=draft.joint,
+        joint=draft.joint, public=draft.public,
     )
     return dataclasses.replace(draft, prepared=prepared)
 
@@ -785,7 +794,7 @@ def _aggregation(session: Session, prepared: Prepared) -> tuple[BoundedAggregati
     if prepared.keyed is not None:
         keyed = KeyedColumn(
             prepared.keyed, table.schema.max_groups_per_unit, keys.KeyBounds.of(table.schema).max_rows_per_group,
-            count_units=prepared.selection is not None, joint=prepared.joint,
+            count_units=prepared.selection is not None, joint=prepared.read_keys[1:],
         )
         marginals: tuple[tuple[str, ...], ...] = (domain.attributes,)
     else:

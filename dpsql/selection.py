@@ -87,11 +87,14 @@ def too_many_cells(column: str) -> str:
 
 
 def design(
-    session: Session, table: Table, batch: CompiledBatch, columns: tuple[str, ...], privacy: planner.Privacy, delta: float | None = None
+    session: Session, table: Table, batch: CompiledBatch, columns: tuple[str, ...], privacy: planner.Privacy, delta: float | None = None,
+    public: bool = False,
 ) -> Selection:
     """The statement's selection (module doc), checked to be runnable for any data: nothing read. ``columns``: the
     columns whose keys it selects (several: jointly, as tuples); ``delta``: the δ it may spend (None: the
-    connection's ``selection_delta``)."""
+    connection's ``selection_delta``); ``public``: other columns without declared domain take part with their
+    released key sets (the read bounds tuples of all of them: up to ``min(m, k·r)`` rows of a unit under one
+    selected key)."""
     delta = session.selection_delta() if delta is None else delta
     workload = batch.workload
     assert workload is not None
@@ -104,11 +107,13 @@ def design(
     if others.size > MAX_KEYED_OTHER_CELLS:
         raise NotSupportedError(too_many_cells(named))
     bounds = keys.KeyBounds.of(table.schema)
+    if public:
+        bounds = dataclasses.replace(bounds, max_rows_per_group=min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group))
     try:
         thresholded = _thresholded(session, table, workload, columns, others, privacy, bounds, delta)
         if thresholded is not None:
             return Selection(column, bounds, None, thresholded)
-        if len(columns) > 1:
+        if len(columns) > 1 or public:
             raise NotSupportedError(joint_refusal(columns))
         chosen = split(privacy, delta, bounds.max_groups_per_unit, table.schema.contributions, False)
     except PartitionSelectionImpossibleError as error:
@@ -220,6 +225,8 @@ def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Re
     included — gives an answer (with no key released, every query over all keys is still answered)."""
     selection = prepared.selection
     assert selection is not None and prepared.keyed is not None
+    if prepared.public:  # the read's keys are tuples with the public columns' parts: their cells, per selected key
+        histogram = keys.per_selected_key(histogram, len(prepared.key_columns), tuple(k for _, k in prepared.public), _public_axes(prepared))
     if selection.thresholded is not None:
         return _release_thresholded(session, prepared, selection.thresholded, histogram)
     chosen = selection.split
@@ -248,6 +255,14 @@ def _remember(session: Session, prepared: Prepared, released: tuple[Key, ...]) -
     return sets
 
 
+def _public_axes(prepared: Prepared) -> tuple[int, ...]:
+    """Where each public key column's axis goes among a selected key's cells (the other attributes of the
+    workload, in domain order), the read's other columns following in that order."""
+    assert prepared.batch.workload is not None
+    others = [a for a in prepared.batch.workload.domain.attributes if a not in prepared.key_columns]
+    return tuple(others.index(c) for c, _ in prepared.public)
+
+
 def _nothing_to_count(batch: CompiledBatch, columns: tuple[str, ...], released: tuple[KeySet, ...]) -> bool:
     """No key released and every branch groups by a key column: no row at all."""
     return not len(released[0]) and all(set(columns) & set(b.group_columns) for s in batch.statements for b in s.branches)
@@ -259,13 +274,15 @@ def recompiled(prepared: Prepared, released: tuple[KeySet, ...], tuples: tuple[K
     marked unreleased in every branch grouping by them, never shown."""
     columns = prepared.key_columns
     schema = prepared.table.schema
-    domains = tuple(k.domain(c) for k, c in zip(released, columns))
+    domains = tuple(k.domain(c) for k, c in zip(released, columns)) + tuple(k.domain(c) for c, k in prepared.public)
+    columns += tuple(c for c, _ in prepared.public)
     schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name not in columns) + domains)
     request = prepared.request
     batch = compile_batch(
         request.statements, request.weights, schema, tuple(prepared.table.column_types), row_limit=math.inf,
         excluded_cells=prepared.batch.excluded_cells,
     )
+    columns = prepared.key_columns
     if len(columns) == 1:
         return batch
     cells_of = [k.cells() for k in released]

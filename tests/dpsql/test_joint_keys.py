@@ -15,7 +15,7 @@ from pipeline_helpers import prepare
 import dpsql
 import dpsql.testing
 
-UNITS = {("paris", 1): 40, ("paris", 2): 3, ("lyon", 1): 25, ("lyon", 3): 1, ("nice", 2): 60, ("nice", 3): 12, ("lille", 1): 2}
+UNITS = {("paris", 1): 40, ("paris", 2): 3, ("lyon", 1): 25, ("lyon", 3): 1, ("nice", 2): 60, ("nice", 3): 30, ("lille", 1): 2}
 SCHEMA = {"privacy_unit": "user_id", "max_rows_per_unit": 1, "columns": {"sex": {"categories": ["F", "M"]}, "city": "unknown", "job": "unknown"}}
 PAIRS = "SELECT city, job, COUNT(*) FROM logs GROUP BY city, job"
 WITH_TOTALS = "SELECT city, job, sex, COUNT(*) FROM logs GROUP BY GROUPING SETS ((city, job, sex), (sex), ())"
@@ -103,3 +103,30 @@ def test_error_bars_are_the_selected_law_and_far_above_the_threshold_the_noise_l
         rows, errors = cursor.fetchall(), cursor.errors
     nice = [e[-1] for r, e in zip(rows, errors) if r[:2] == ("nice", 2)]
     assert rule.noise_parameter == pytest.approx(1.0) and nice == [pytest.approx(3 / 1.959963984540054)]
+
+
+def test_with_one_columns_keys_released_the_other_is_selected_over_them(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """``GROUP BY job`` first, then ``GROUP BY city, job``: job's released keys are a public domain, so each city is
+    selected by its noisy total over all of them and every (city, job) cell of a released city is released
+    (zeros included); noise off, the cells equal DuckDB's and the city threshold is the one-column design's
+    for a key of |jobs| + 1 cells."""
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(5):
+        jobs = sorted(r[0] for r in logs.cursor().execute("SELECT job, COUNT(*) FROM logs GROUP BY job", epsilon=1.0).fetchall())
+        selection = prepare(logs, [PAIRS], epsilon=1.0).selection
+        rows = logs.cursor().execute(PAIRS, epsilon=1.0).fetchall()
+    rule = selection.thresholded.release  # type: ignore[union-attr]
+    assert jobs == [1, 2, 3] and rule.cells == len(jobs) + 1 and selection.column == "city"  # type: ignore[union-attr]
+    exact = _exact(frame, PAIRS)
+    cities = {c: sum(n for (city, _), n in exact.items() if city == c) for c, _ in exact}
+    released = sorted(c for c, n in cities.items() if n >= rule.threshold)
+    assert 0 < len(released) < len(cities)
+    assert {tuple(r[:2]): r[2] for r in rows} == {(c, j): exact.get((c, j), 0) for c in released for j in jobs}
+
+
+def test_over_released_keys_of_one_column_a_cube_gives_its_subtotals_over_every_row(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(6):
+        logs.cursor().execute("SELECT job, COUNT(*) FROM logs GROUP BY job", epsilon=1.0)
+        rows = logs.cursor().execute("SELECT city, job, COUNT(*) FROM logs GROUP BY CUBE (city, job)", epsilon=1.0).fetchall()
+    jobs = {r[1]: r[2] for r in rows if r[0] is None and r[1] is not None}
+    assert jobs == {k[0]: n for k, n in _exact(frame, "SELECT job, COUNT(*) FROM logs GROUP BY job").items()}
+    assert [r[2] for r in rows if r[0] is None and r[1] is None] == [len(frame)]
