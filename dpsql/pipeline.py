@@ -361,10 +361,14 @@ def _refusals(session: Session, draft: Draft) -> Draft:
             f"GROUP BY {keyed} (or SELECT DISTINCT) without an aggregate: column {keyed!r} has no declared domain, so its keys "
             "are released only with their noisy counts: add COUNT(*), or declare its categories, range or bins"
         )
-    if batch.encoding is not None:
+    if batch.encoding is not None and (draft.selecting or batch.encoding.clip_base):
+        why = "clip: auto chooses its clip from the rows of declared domains only" if not draft.selecting else (
+            "its keys are selected by COUNT(*) statements: run SELECT "
+            f"{keyed}, COUNT(*) … GROUP BY {keyed} first, then aggregate over its released keys"
+        )
         raise NotSupportedError(
-            f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported: declare its "
-            "categories, range or bins, or aggregate in a statement that neither groups by it nor uses its released keys"
+            f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported here: {why}; "
+            "or declare its categories, range or bins"
         )
     if batch.distinct is not None:
         raise NotSupportedError(

@@ -367,6 +367,7 @@ class BoundedAggregation:
         assert self.keyed is not None
         key = [exp.column(self.alias(c)) for c in self.keyed.names]
         others = [exp.column(self.alias(c)) for c in self.counted_columns if c not in self.keyed.names]
+        others += [exp.column(name) for name in self.weight_names]  # an aggregated column's moment weights ride along
         if self.privacy_unit is None:
             flagged = [*(k.copy() for k in key), exp.alias_(exp.Literal.number(1), KEPT_NAME), *others]
             return exp.select(*flagged).from_(bounded.subquery("bounded", copy=False))
@@ -428,6 +429,7 @@ class BoundedAggregation:
         texts = [exp.alias_(key_text(k.copy()), name) for k, name in zip(key_columns, self.keyed.text_names)]  # keys leave as text only
         query = exp.select(*texts, key_columns[-1].copy(), *others).from_(kept.subquery("key_bounded", copy=False))
         query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
+        query = query.select(*(exp.alias_(_exact_sum(exp.column(name)), name) for name in self.weight_names))
         if not self.keyed.count_units:
             return query.group_by(*(c.copy() for c in key_columns + others))
         units = exp.Count(this=exp.Distinct(expressions=[exp.column(UNIT_NAME)])) if self.privacy_unit else exp.Count(this=exp.Star())
@@ -540,8 +542,11 @@ class BoundedAggregation:
         Rows whose value of a declared column lies outside its domain are dropped (as in
         :meth:`marginal_arrays`). Total: any result, the empty one included, gives a histogram."""
         assert self.keyed is not None and len(self.marginals) == 1
-        others = [c for c in self.marginals[0] if c not in self.keyed.names]
-        shape = tuple(self.columns[c].size for c in others)
+        moments = None if self.value is None else self.value.attribute  # the moment cells: weight sums, not row counts
+        marginal = [c for c in self.marginals[0] if c not in self.keyed.names]
+        others = [c for c in marginal if c != moments]
+        shape = tuple(self.value.cells if c == moments else self.columns[c].size for c in marginal)  # type: ignore[union-attr]
+        weights = [np.asarray(np.ma.filled(result[name], 0), dtype=np.int64).reshape(-1) for name in self.weight_names]
         counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64).reshape(-1)
         columns = [
             [None if missing else str(text) for text, missing in zip(np.ma.getdata(result[name]), np.ma.getmaskarray(result[name]))]
@@ -571,10 +576,13 @@ class BoundedAggregation:
         remainder = np.zeros(shape, dtype=np.int64)
         for row in np.flatnonzero(full):
             position = tuple(int(cells[c][0][row]) for c in others)
-            if kept[row]:
-                table[(index[texts[row]], *position)] += counts[row]
-            else:
-                remainder[position] += counts[row]
+            target, prefix = (table, (index[texts[row]],)) if kept[row] else (remainder, ())
+            if moments is None or moments not in marginal:  # a row counts as its total weight (1 without moments)
+                target[(*prefix, *position)] += counts[row] * (1 if self.value is None else self.value.scale)
+                continue
+            at = marginal.index(moments)
+            for cell, weight in enumerate(weights):
+                target[(*prefix, *position[:at], cell, *position[at:])] += weight[row]
         return KeyHistogram(found, units, table, remainder)
 
     def _cells_of(self, name: str, returned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
