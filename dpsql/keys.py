@@ -28,6 +28,11 @@ timestamp — or the text itself when Python has no such value (``'infinity'`` a
 DATE). Reading it back is total: it never raises, whatever the engine printed. Two keys the engine kept
 apart are never merged, even where they show alike.
 
+**Several columns** without a declared domain in one statement read their keys as tuples (one canonical
+text per column): bounding keeps at most ``k`` tuples per unit. :func:`projections` gives each column its
+keys from released tuples, :func:`table_over_keys` places tuples on one axis per column, and
+:func:`per_selected_key` regroups tuples by the selected column's part when the others' keys are public.
+
 The key set is cached on the session (:class:`ReleasedKeys`, per registered table and column): later
 statements use it as the column's domain, in GROUP BY, WHERE and COUNT, and pay for counting only.
 Selection needs δ > 0 (pure ε-DP admits no selection): each one spends the session's selection δ.

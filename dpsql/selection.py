@@ -13,6 +13,15 @@ one read, the statement already charged) selects them and answers the statement 
   a share of the budget selects keys from their distinct units (``planner.partition``), and the rest
   counts the statement over the released keys with the planner's plan for them — or, should that plan
   fail for the number of keys released, the summed identity, which prepare checked can always be built.
+
+**Several columns without declared domain.** When none of them has released keys, a key is the tuple of
+their values (the read bounds tuples per unit), selected by the thresholded design; every query must group
+by all of them (its cells per tuple) or by none (totals) — a subtotal over some is refused in prepare
+(:func:`check_joint`). The cells of the product of the columns' released parts that are not released tuples
+are marked unreleased and never shown (:func:`recompiled`); each column's parts are cached as its keys. When
+all but one have released keys, those are public domains (``Prepared.public``) and the remaining column is
+selected over them by the one-column design, each of its keys counting up to ``min(m, k·r)`` rows of a unit
+(:func:`keys.per_selected_key` turns the read's tuples into that column's keys).
 """
 
 from __future__ import annotations
