@@ -40,7 +40,7 @@ from dpsql.errors import Error, NotSupportedError, ProgrammingError
 from dpsql.keys import KeySet
 from dpsql.request import Prepared, Selection
 from dpsql.session import Session, Table
-from dpsql.sql.bounded import Key, KeyHistogram
+from dpsql.sql.bounded import Key, KeyHistogram, key_order
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import (
     Answers,
@@ -58,6 +58,7 @@ from planner import (
 )
 
 MAX_KEYED_OTHER_CELLS = 1 << 16  # a statement selecting keys reads every (key, other cells) count
+MAX_JOINT_CELLS = 1 << 22  # cells over the product of jointly selected columns' released keys (and the other attributes)
 
 
 @dataclass(frozen=True)
@@ -322,11 +323,33 @@ def _counting_plan(session: Session, workload: Workload, privacy: planner.Privac
         return planner.identity_plan(workload, privacy, contributions)
 
 
+def _within_product_limit(tuples: tuple[Key, ...], totals: np.ndarray, kept: np.ndarray, cells: int) -> np.ndarray:
+    """Released tuples whose columns' key sets span at most :data:`MAX_JOINT_CELLS` cells with ``cells`` each:
+    all of them, unless that product is larger — then the tuples of largest noisy totals that fit, added in
+    that order (post-processing of the release: total, whatever the data)."""
+    chosen = np.flatnonzero(kept)
+    parts = [set() for _ in range(len(tuples[chosen[0]]) if len(chosen) else 0)]  # type: ignore[arg-type]
+    for position in chosen:
+        for part, value in zip(parts, tuples[position]):  # type: ignore[arg-type]
+            part.add(value)
+    if math.prod(len(p) + 1 for p in parts) * cells <= MAX_JOINT_CELLS:
+        return kept
+    within = np.zeros(len(kept), dtype=bool)
+    parts = [set() for _ in parts]
+    for position in sorted(chosen, key=lambda i: (-int(totals[i]), key_order(tuples[i]))):
+        grown = [part | {value} for part, value in zip(parts, tuples[position])]  # type: ignore[arg-type]
+        if math.prod(len(p) + 1 for p in grown) * cells <= MAX_JOINT_CELLS:
+            parts, within[position] = grown, True
+    return within
+
+
 def _release_thresholded(session: Session, prepared: Prepared, chosen: ThresholdedDesign, histogram: KeyHistogram) -> Released:
     """Noisy cells for every present key, keys released by their noisy totals (``KeyedRelease.release``),
     the totals by their plan."""
     columns, rule = prepared.key_columns, chosen.release
     noisy, kept = rule.release(histogram.counts, rng=testing.random_source(), noise=testing.noise_enabled())
+    if len(columns) > 1:
+        kept = _within_product_limit(histogram.keys, noisy.sum(axis=1), kept, chosen.others.size)
     tuples = tuple(k for k, keep in zip(histogram.keys, kept) if keep)
     released = _remember(session, prepared, tuples)
     batch = recompiled(prepared, released, tuples)

@@ -130,3 +130,14 @@ def test_over_released_keys_of_one_column_a_cube_gives_its_subtotals_over_every_
     jobs = {r[1]: r[2] for r in rows if r[0] is None and r[1] is not None}
     assert jobs == {k[0]: n for k, n in _exact(frame, "SELECT job, COUNT(*) FROM logs GROUP BY job").items()}
     assert [r[2] for r in rows if r[0] is None and r[1] is None] == [len(frame)]
+
+
+def test_released_tuples_spanning_too_many_cells_keep_the_largest_that_fit(monkeypatch: pytest.MonkeyPatch, logs: dpsql.Connection) -> None:
+    """The product of the columns' released keys is bounded after the read by post-processing (never a failure):
+    with room for 2 × 2 key cells (and their remainders), the tuples of largest noisy totals that fit are kept."""
+    from dpsql import selection
+
+    monkeypatch.setattr(selection, "MAX_JOINT_CELLS", 9)
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(7):
+        released = {tuple(r[:2]): r[2] for r in logs.cursor().execute(PAIRS, epsilon=1.0).fetchall()}
+    assert released == {("nice", 2): 60, ("paris", 1): 40}  # then (nice, 3) and (lyon, 1) would need 3 × 4 cells
