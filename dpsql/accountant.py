@@ -46,7 +46,7 @@ import numbers
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 import dataclasses
 from dataclasses import dataclass
@@ -109,6 +109,23 @@ class Budget:
         epsilon = check_number("Budget epsilon", self.epsilon, MIN_EPSILON, MAX_EPSILON, why=_EPSILON_RANGE)
         object.__setattr__(self, "epsilon", epsilon)
         object.__setattr__(self, "delta", check_number("Budget delta", self.delta, 0.0, 1.0, high_open=True))
+
+    @classmethod
+    def of(cls, value: object) -> Budget:
+        """``value`` as a budget: a :class:`Budget`, a mapping ``{"epsilon": ..., "delta": ...}`` (δ
+        optional) or a number, read as ε with δ = 0."""
+        if isinstance(value, Budget):
+            return value
+        if isinstance(value, Mapping):
+            unknown = sorted(str(key) for key in value if key not in ("epsilon", "delta"))
+            if unknown or "epsilon" not in value:
+                raise ProgrammingError(f"budget {dict(value)!r}: write {{'epsilon': 1.0, 'delta': 1e-6}} "
+                                       "(keys epsilon and, optionally, delta)")
+            return cls(value["epsilon"], value.get("delta", 0.0))
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return cls(float(value))
+        raise ProgrammingError(f"budget must be a dpsql.Budget(epsilon=..., delta=...), a mapping with those keys "
+                               f"or a number (epsilon), not {type(value).__name__}")
 
     @property
     def rho(self) -> float:
@@ -335,9 +352,8 @@ class Ledger:
     :class:`IntegrityError` says what is wrong. Opening takes the same time at any length of history.
     """
 
-    def __init__(self, path: str | Path | None, budget: Budget | None) -> None:
-        if budget is not None and not isinstance(budget, Budget):
-            raise ProgrammingError("budget must be a dpsql.Budget(epsilon=..., delta=...)")
+    def __init__(self, path: str | Path | None, budget: Budget | Mapping[str, float] | float | None) -> None:
+        budget = None if budget is None else Budget.of(budget)
         self.path = None if path is None else str(path)
         self._lock = threading.Lock()  # the database connection: one transaction at a time
         self._group = threading.Condition()  # charges waiting for a commit, and whether one is under way

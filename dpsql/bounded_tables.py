@@ -84,7 +84,8 @@ class BoundedTables:
         self._can_keep: bool | None = None  # found out by the first registration with a privacy unit
         self._names: dict[Table, str] = {}  # relation name of each table whose rows are (to be) kept
         self._created: set[str] = set()
-        self._lock = threading.Lock()  # held while a relation is computed: concurrent first reads wait for it
+        self._lock = threading.Lock()  # guards the maps below; never held while the engine works
+        self._building: dict[str, threading.Lock] = {}  # held while one relation is computed: its first reads wait for it, others do not
         self._inline_reads: dict[Table, int] = {}  # charged reads that read a table's bounded rows inline
 
     def register(self, table: Table, previous: Table | None) -> None:
@@ -136,8 +137,19 @@ class BoundedTables:
             name = self._names.get(table)
             if name is None or name in self._created:
                 return
+            building = self._building.setdefault(name, threading.Lock())
+        with building:  # a read of another table goes on meanwhile
+            with self._lock:
+                if name in self._created:
+                    return
             getattr(self._backend, self._create)(name, _bounded(table, "thresholds").sql(dialect=self._backend.dialect))
-            self._created.add(name)
+            with self._lock:
+                self._building.pop(name, None)
+                forgotten = self._names.get(table) != name  # re-registered while it was computed
+                if not forgotten:
+                    self._created.add(name)
+            if forgotten:
+                getattr(self._backend, self._drop)(name)
 
     def forget(self, table: Table) -> None:
         with self._lock:

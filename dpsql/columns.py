@@ -38,7 +38,7 @@ def clean_number(value: T, error: object = None) -> T:
     10¹¹ rows keeps its units); ``-0.0`` as ``0.0``; anything else (a key, a label, a date, None, inf, NaN)
     as it is. Post-processing of released values: free."""
     if type(value) is not float or not math.isfinite(value) or value == 0.0:
-        return 0.0 if value == 0.0 else value  # type: ignore[return-value]
+        return 0.0 if type(value) is float and value == 0.0 else value  # type: ignore[return-value]
     tolerance = SNAP * abs(value)
     if type(error) is float and error > 0:
         tolerance = min(tolerance, error / 100)

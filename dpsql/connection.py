@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,7 +38,7 @@ class Connection(errors.ExceptionsOnConnection):
         database: object = ":memory:",
         *,
         backend: object = None,
-        budget: Budget | None = None,
+        budget: Budget | Mapping[str, float] | float | None = None,
         ledger: str | Path | None = None,
         noise: str = "laplace",
         default_epsilon: float | None = None,
@@ -49,8 +49,8 @@ class Connection(errors.ExceptionsOnConnection):
         stderr_columns: bool = False,
     ) -> None:
         settings = Settings(noise, default_epsilon, reuse, non_negative, selection_delta, excluded_cells, stderr_columns)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ProgrammingError("budget must be a dpsql.Budget(epsilon=..., delta=...)")
+        if budget is not None:
+            budget = Budget.of(budget)
         if ledger is None and budget is None:
             raise ProgrammingError("connect() needs a budget: connect(budget=dpsql.Budget(epsilon=1.0))")
         opened = Ledger(ledger, budget)
@@ -440,7 +440,7 @@ def connect(
     database: object = ":memory:",
     *,
     backend: object = None,
-    budget: Budget | None = None,
+    budget: Budget | Mapping[str, float] | float | None = None,
     ledger: str | Path | None = None,
     noise: str = "laplace",
     default_epsilon: float | None = None,
@@ -452,7 +452,8 @@ def connect(
 ) -> Connection:
     """Open a connection.
 
-    ``budget``: the total (ε, δ) — optional when ``ledger`` names an existing ledger file, which
+    ``budget``: the total (ε, δ): a :class:`Budget`, ``{"epsilon": 1.0, "delta": 1e-6}`` or a number
+    (ε, δ = 0) — optional when ``ledger`` names an existing ledger file, which
     stores its budget. ``ledger``: path of the SQLite budget ledger (None: in memory, lost at exit).
     ``noise``: ``"laplace"`` (pure ε-DP, discrete Laplace) or ``"gaussian"`` (zCDP, discrete
     Gaussian; statements cost ``rho=``, or ``epsilon=`` meaning ρ = ε²/2). ``database``: a DuckDB

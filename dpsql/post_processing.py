@@ -24,6 +24,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
+from dpsql.columns import clean_number
 from dpsql.errors import DataError, ProgrammingError
 from dpsql.result import OutputColumn, ResultSet
 from dpsql.sql.literals import python_value
@@ -63,12 +64,22 @@ def core_layout(relation: str, result: ResultSet) -> CoreLayout:
     return CoreLayout(relation, tuple(columns), tuple(types + ["DOUBLE"] * len(values)), values)
 
 
+def _integer_type(values: Sequence[int]) -> str:
+    """The narrowest of DuckDB's BIGINT, HUGEINT and UHUGEINT that holds every value (keys of any integer width)."""
+    low, high = min(values), max(values)
+    if -(1 << 63) <= low and high < 1 << 63:
+        return "BIGINT"
+    if -(1 << 127) <= low and high < 1 << 127:
+        return "HUGEINT"
+    return "UHUGEINT" if low >= 0 and high < 1 << 128 else "VARCHAR"
+
+
 def _duckdb_type(values: Sequence[object], type_code: object) -> str:
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, bool) for v in present):
         return "BOOLEAN"
     if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-        return "BIGINT"
+        return _integer_type(present)  # type: ignore[arg-type]
     if present and all(isinstance(v, (int, float, decimal.Decimal)) and not isinstance(v, bool) for v in present):
         return "DOUBLE"
     if present and all(isinstance(v, datetime.datetime) for v in present):
@@ -160,8 +171,8 @@ class PublicEngine:
         error_of = {name[len(ERROR):]: i for i, name in enumerate(names) if name.startswith(ERROR)}
         counts = {names[i]: sum(1 for j in visible if names[j] == names[i]) for i in visible}
         errors_at = [error_of.get(names[i]) if counts[names[i]] == 1 else None for i in visible]
-        released = [tuple(_python(row[i]) for i in visible) for row in rows]
         errors = [tuple(None if e is None or row[e] is None else float(row[e]) for e in errors_at) for row in rows]
+        released = [tuple(clean_number(_python(row[i]), error) for i, error in zip(visible, row_errors)) for row, row_errors in zip(rows, errors)]
         columns = tuple(OutputColumn(names[i], _kind(str(description[i][1])), True, e is not None) for i, e in zip(visible, errors_at))
         return ResultSet(tuple((c.name, c.type_code, None, None, None, None, True) for c in columns), released, errors), columns
 

@@ -216,12 +216,14 @@ class BoundedAggregation:
     def indexed_columns(self) -> frozenset[str]:
         """Columns that enter the SQL as cell numbers (CASE); the others enter as raw values. A binned
         column that is neither counted nor filtered only needs its domain test (``e0 ≤ v < ek``), which
-        raw values answer more cheaply than the CASE."""
+        raw values answer more cheaply than the CASE. A counted HUGEINT or DECIMAL column enters as cell
+        numbers too: its raw values read back as doubles, in which 2^127 - 1 and 2^127 are one value."""
         coupled = {c for f in self.row_filters if len(f.scope) > 1 for c in f.scope}
         filtered = {c for f in self.row_filters for c in f.scope}
         counted = {c for marginal in self.marginals for c in marginal}
         binned = {c for c, d in self.columns.items() if (d.kind == "bins" or _wide_range(d)) and c in counted | filtered}
-        return frozenset(c for c in self.columns if c in binned or c in coupled)
+        inexact = {c for c, d in self.columns.items() if c in counted and d.kind == "categories" and _inexact_number(self.column_types.get(c))}
+        return frozenset(c for c in self.columns if c in binned | coupled | inexact)
 
     @cached_property
     def _tested_elsewhere(self) -> frozenset[str]:
@@ -670,6 +672,11 @@ def _wide_range(column: ColumnDomain) -> bool:
     """An integer range beyond ±2^53: its raw values would read back as inexact doubles, so it enters the
     statement as its cell number (a BIGINT computed in SQL)."""
     return column.kind == "range" and not column.is_date_range and max(abs(int(v)) for v in column.values) > EXACT_DOUBLE  # type: ignore[call-overload]
+
+
+def _inexact_number(column_type: ColumnType | None) -> bool:
+    """A numeric type whose values read back as doubles that may merge two of them (HUGEINT, DECIMAL)."""
+    return column_type is not None and column_type.is_numeric and not _reads_back_exactly(column_type)
 
 
 def _reads_back_exactly(column_type: ColumnType) -> bool:

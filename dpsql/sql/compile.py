@@ -569,9 +569,19 @@ def _truth(predicate: Predicate, scope: tuple[str, ...], columns: dict[str, Colu
     if isinstance(predicate, (And, Or)):
         return _junction_truth(predicate, scope, columns)
     if isinstance(predicate, Not):
-        return TRUE - _truth(predicate.operand, scope, columns)
+        operand = predicate.operand
+        if isinstance(operand, IsNull) and _never_null(columns[operand.column]):  # BI tools add IS NOT NULL to every filter
+            column = columns[operand.column]
+            return _broadcast(np.full(column.size, TRUE, dtype=np.int8), column, scope, columns)
+        return TRUE - _truth(operand, scope, columns)
     column = columns[predicate.column]
     return _broadcast(_atom_truth(predicate, column), column, scope, columns)
+
+
+def _never_null(column: ColumnDomain) -> bool:
+    """A declared column that is not nullable: rows with NULL in it are dropped before counting
+    (:data:`dpsql.schema.OUT_OF_DOMAIN_RULE`), so ``IS NOT NULL`` holds for every row counted."""
+    return not column.nullable and column.kind != "keys"
 
 
 def _broadcast(values: np.ndarray, column: ColumnDomain, scope: tuple[str, ...], columns: dict[str, ColumnDomain]) -> np.ndarray:
@@ -652,8 +662,8 @@ def _atom_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
             return truth
         if not column.nullable:
             raise ProgrammingError(
-                f"WHERE {column.name} IS [NOT] NULL: column {column.name!r} is not nullable, so rows with NULL are "
-                f"dropped before counting; declare 'nullable: true' in the schema to count NULLs"
+                f"WHERE {column.name} IS NULL: column {column.name!r} is not nullable, so rows with NULL are "
+                f"dropped before counting (IS NOT NULL holds for every row counted); declare 'nullable: true' in the schema to count NULLs"
             )
         truth[:] = FALSE
         truth[column.null_cell] = TRUE

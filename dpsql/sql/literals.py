@@ -163,11 +163,23 @@ def _declared_literal(value: object) -> exp.Expression:
 
 
 def _lossless(declared: object, cast: object) -> bool:
-    """Whether casting kept a number a number of the same value (0/1 may become booleans)."""
+    """Whether casting kept a number a number of the same value (0/1 may become booleans); integers are
+    compared exactly (through a double, 2^127 - 1 and 2^127 would look alike)."""
+    if isinstance(declared, int) and isinstance(cast, int) and not isinstance(declared, bool):
+        return declared == cast
     if isinstance(declared, (int, float)) and not isinstance(declared, str):
         if isinstance(cast, (int, float)):
             return float(declared) == float(cast)
     return cast is not None
+
+
+def _as_text(expression: exp.Expression) -> exp.Expression:
+    return exp.cast(expression, exp.DataType.build("TEXT"))
+
+
+def _integer(text: object) -> int | None:
+    """An integer the engine returned as text (None for NULL)."""
+    return None if text is None or (isinstance(text, float) and math.isnan(text)) else int(str(text))
 
 
 def canonical_column(column: ColumnDomain, column_type: ColumnType, table: str, run: Run, dialect: str) -> ColumnDomain:
@@ -218,8 +230,9 @@ def _casts_to_itself(values: tuple[object, ...], data_type: exp.DataType) -> boo
 def _cast_in_engine(column: ColumnDomain, data_type: exp.DataType, where: str, run: Run, dialect: str) -> tuple[object, ...]:
     """The categories cast to the column's type by a constant ``SELECT`` (reads no table); refused when one
     does not cast, or changes a number."""
+    integers = ColumnType("", data_type).is_integer  # read back as text: exact at any width (HUGEINT, UBIGINT)
     casts = [
-        exp.alias_(exp.cast(_declared_literal(v), data_type.copy()), f"v{i}")
+        exp.alias_(_as_text(exp.cast(_declared_literal(v), data_type.copy())) if integers else exp.cast(_declared_literal(v), data_type.copy()), f"v{i}")
         for i, v in enumerate(column.values)
     ]
     try:
@@ -230,7 +243,10 @@ def _cast_in_engine(column: ColumnDomain, data_type: exp.DataType, where: str, r
             f"{where}; its categories {list(column.values)} do not all cast to that type ({reason}); declare values "
             "of the column's type (ISO dates for DATE, true/false for BOOLEAN, numbers for numeric columns)"
         ) from None
-    values = tuple(python_value(np.ravel(returned[f"v{i}"])[0], ColumnType("", data_type)) for i in range(len(column.values)))
+    values = tuple(
+        _integer(np.ravel(returned[f"v{i}"])[0]) if integers else python_value(np.ravel(returned[f"v{i}"])[0], ColumnType("", data_type))
+        for i in range(len(column.values))
+    )
     for declared, cast in zip(column.values, values):
         if not _lossless(declared, cast):
             raise ProgrammingError(f"{where}; its category {declared!r} becomes {cast!r} in that type: declare exact values")

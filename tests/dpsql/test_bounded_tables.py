@@ -208,3 +208,50 @@ def test_a_count_over_a_table_of_bounded_values_only_reads(first: str) -> None:
         for sql in (first, "SELECT COUNT(*) FROM t"):
             connection.execute(sql, epsilon=1.0)
         assert connection.execute("SELECT COUNT(*) FROM t", epsilon=1.0).fetchone()[0] == pytest.approx(100.0)
+
+
+class _SlowFirstBackend:
+    """Keeps relations by name only; creating the first one waits until told to go on."""
+
+    dialect = "duckdb"
+
+    def __init__(self) -> None:
+        import threading
+
+        self.started, self.go_on = threading.Event(), threading.Event()
+        self.created: list[str] = []
+        self._first: str | None = None
+
+    def create_temporary(self, name: str, query: str) -> None:
+        if name.startswith("__dpsql_bounded_") and self._first in (None, name):
+            self._first = name
+            self.started.set()
+            assert self.go_on.wait(10)
+        self.created.append(name)
+
+    def drop_temporary(self, name: str) -> None:
+        pass
+
+
+def test_computing_one_tables_rows_does_not_hold_up_another_table() -> None:
+    """The first charged read of a large table kept every other table's reads waiting (one lock for all)."""
+    import threading
+
+    from dpsql.bounded_tables import BoundedTables
+
+    connection = dpsql.connect(budget=dpsql.Budget(1.0))
+    for name in ("big", "small"):
+        connection.register(name, visits(), schema=SCHEMA)
+    big, small = (connection._session.table(name) for name in ("big", "small"))
+    backend = _SlowFirstBackend()
+    kept = BoundedTables(backend)  # type: ignore[arg-type]
+    kept.register(big, None)
+    kept.register(small, None)
+    slow = threading.Thread(target=kept.ensure, args=(big,))
+    slow.start()
+    assert backend.started.wait(10)
+    kept.ensure(small)  # before the fix: blocked until the big table's rows were computed
+    assert len(backend.created) == 2  # the probe and the small table's rows
+    backend.go_on.set()
+    slow.join(10)
+    assert len(backend.created) == 3 and not slow.is_alive()

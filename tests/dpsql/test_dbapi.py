@@ -254,3 +254,26 @@ def test_an_unknown_keyword_is_a_programming_error(call: str) -> None:
     arguments = ("SELECT 1",) if call == "execute" else ("SELECT 1", [])
     with pytest.raises(dpsql.ProgrammingError, match=r"takes epsilon=, rho= and non_negative=, not delta= \(δ is set on the connection"):
         getattr(cursor, call)(*arguments, epsilon=1.0, delta=1e-5)
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ({"epsilon": 2.0, "delta": 1e-6}, dpsql.Budget(2.0, 1e-6)),
+    ({"epsilon": 2}, dpsql.Budget(2.0)),
+    (3, dpsql.Budget(3.0)),
+    (dpsql.Budget(1.5, 1e-7), dpsql.Budget(1.5, 1e-7)),
+])
+def test_a_budget_may_be_written_as_a_mapping_or_a_number(given, expected):
+    assert dpsql.connect(budget=given).budget == expected
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    ({"eps": 1.0}, "keys epsilon and, optionally, delta"),
+    ({"epsilon": 1.0, "delta": 1e-6, "rho": 0.1}, "keys epsilon and, optionally, delta"),
+    (True, "not bool"),
+    ("1.0", "not str"),
+    ({"epsilon": -1.0}, "epsilon"),
+])
+def test_a_budget_in_another_form_is_refused_in_one_line(given, says):
+    with pytest.raises(dpsql.ProgrammingError, match=says) as raised:
+        dpsql.connect(budget=given)
+    assert "\n" not in str(raised.value)

@@ -62,6 +62,13 @@ def test_null_and_out_of_domain_rows_are_dropped_in_every_declared_column() -> N
     # a counted binned column (cell numbers in SQL) and a filtered one agree with the raw-value test
     assert _exact(connection, "SELECT income, COUNT(*) FROM t GROUP BY income") == [("[0, 100)", 1.0), ("[100, 1000)", 1.0)]
     assert _exact(connection, "SELECT COUNT(*) FROM t WHERE wage >= 100") == [(1.0,)]
+    # IS NOT NULL on a column that is not nullable holds for every row counted (BI tools add it to filters);
+    # on a nullable one it leaves out the NULL cell
+    assert _exact(connection, "SELECT sex, COUNT(*) FROM t WHERE sex IS NOT NULL AND age IS NOT NULL GROUP BY sex") == [("F", 1.0), ("M", 1.0)]
+    assert _exact(connection, "SELECT COUNT(*) FROM t WHERE NOT (sex IS NULL) OR sex = 'F'") == [(2.0,)]
+    assert _exact(connection, "SELECT COUNT(*) FROM t WHERE job IS NOT NULL") == [(1.0,)]
+    with pytest.raises(dpsql.ProgrammingError, match="IS NOT NULL holds for every row counted"):
+        connection.cursor().execute("SELECT COUNT(*) FROM t WHERE sex IS NULL", epsilon=0.1)
     explanation = connection.cursor().execute("SELECT COUNT(*) FROM t WHERE sex = 'F'", epsilon=0.1).explanation
     assert "rows outside the declared domains are dropped first (docs/glossary.md#rows-per-unit)" in explanation
 
@@ -185,7 +192,7 @@ def test_bad_connection_options() -> None:
     with pytest.raises(dpsql.ProgrammingError, match="needs a budget"):
         dpsql.connect()
     with pytest.raises(dpsql.ProgrammingError, match="dpsql.Budget"):
-        dpsql.connect(budget=1.0)  # type: ignore[arg-type]
+        dpsql.connect(budget="1.0")  # type: ignore[arg-type]
 
 
 def test_default_epsilon_is_the_documented_default_cost() -> None:

@@ -47,6 +47,7 @@ def test_clean_numbers_snap_float_residue_to_short_decimals() -> None:
     assert clean_number(0.2849903673123) == 0.2849903673  # a noisy value keeps 10 significant digits
     assert clean_number(123456789012.7, 1.4) == 123456789012.7  # ... but never moves by more than error/100
     assert [clean_number(v) for v in ("a", 3, None, math.inf)] == ["a", 3, None, math.inf]
+    assert type(clean_number(0)) is int and type(clean_number(False)) is bool  # keys 0 and FALSE stay what they are
 
 
 def test_released_sums_of_a_cube_have_no_float_residue(countries: pd.DataFrame) -> None:

@@ -164,3 +164,13 @@ def test_prepare_is_an_ordered_list_of_stages_a_prefix_of_which_runs(adult_conne
     assert compiled.batch is not None and compiled.prepared is None  # compiled, not yet planned
     ready = pipeline.draft(session, request)
     assert ready.prepared is not None and ready.prepared.plan is not None and ready.prepared.shells[0] is not None
+
+
+def test_shell_outputs_carry_no_float_residue_and_keys_keep_their_type(adult_connection: dpsql.Connection) -> None:
+    """A share computed in the shell read ``33.12245357574269`` (16 digits of a noisy value); released
+    numbers show at most 10 significant digits, and an integer key 0 stays the integer 0."""
+    sql = "SELECT race, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS pct FROM adult GROUP BY race ORDER BY race"
+    rows = adult_connection.cursor().execute(sql, epsilon=1.0).fetchall()
+    assert [type(race) for race, _ in rows] == [int] * len(rows) and rows[0][0] == 0
+    assert all(len(repr(pct).split("e")[0].replace(".", "").replace("-", "").strip("0")) <= 10 for _, pct in rows)
+    assert sum(pct for _, pct in rows) == pytest.approx(100.0, rel=1e-8)

@@ -150,3 +150,13 @@ def test_repeated_small_measurements_are_answered_by_the_gls_matrix(privacy: Pri
         candidate._answer_maps[layout] = swapped  # noqa: SLF001
         broken = np.concatenate(candidate.answer(measurements[-1]).values)
         assert not np.allclose(broken, np.concatenate(answers[-1].values), rtol=1e-10, atol=1e-9)
+
+
+def test_least_squares_residue_of_zero_is_released_as_zero() -> None:
+    """A noisy count that came out exactly 0 read ``8.6e-14`` after the solve; within 10⁻⁹ standard errors of
+    0 a value is 0. A value with no error (variance 0) is left as it is, and so is anything farther out."""
+    from planner.strategies.base import Answers
+
+    answers = Answers((np.array([8.6e-14, -2e-9, 1.0, -1e-12]),), (np.array([7.84, 7.84, 7.84, 0.0]),))
+    assert answers.values[0].tolist() == [0.0, 0.0, 1.0, -1e-12]
+    assert Answers((np.array([3e-9]),), (np.array([1.0]),)).values[0].tolist() == [3e-9]
