@@ -123,7 +123,12 @@ def design(
         thresholded = _thresholded(session, table, workload, columns, others, privacy, bounds, delta)
         if thresholded is not None:
             return Selection(column, bounds, None, thresholded)
-        if len(columns) > 1 or public:
+        if public:
+            raise NotSupportedError(
+                f"GROUP BY {named}: its keys are selected over other columns' released keys only for COUNT(*) and "
+                f"aggregates that group by {named} or sum over it; select {named}'s keys in a statement of their own first"
+            )
+        if len(columns) > 1:
             raise NotSupportedError(joint_refusal(columns))
         chosen = split(privacy, delta, bounds.max_groups_per_unit, table.schema.contributions, False)
     except PartitionSelectionImpossibleError as error:

@@ -141,3 +141,13 @@ def test_released_tuples_spanning_too_many_cells_keep_the_largest_that_fit(monke
     with dpsql.testing.noise_disabled(), dpsql.testing.seeded(7):
         released = {tuple(r[:2]): r[2] for r in logs.cursor().execute(PAIRS, epsilon=1.0).fetchall()}
     assert released == {("nice", 2): 60, ("paris", 1): 40}  # then (nice, 3) and (lyon, 1) would need 3 × 4 cells
+
+
+def test_count_of_the_column_selected_over_public_keys_is_refused_before_the_read(logs: dpsql.Connection) -> None:
+    """COUNT(city) selects city's keys by a split of ε (from their distinct units), which the tuples the read
+    bounds beside a public column do not give: refused, free."""
+    with dpsql.testing.seeded(8):
+        logs.cursor().execute("SELECT job, COUNT(*) FROM logs GROUP BY job", epsilon=1.0)
+    with pytest.raises(dpsql.NotSupportedError, match=r"GROUP BY city: its keys are selected over other columns' released keys only"):
+        logs.cursor().execute("SELECT city, job, COUNT(city) FROM logs GROUP BY city, job", epsilon=1.0)
+    assert logs.budget_spent().statements == 1
