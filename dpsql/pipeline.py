@@ -480,7 +480,7 @@ def _shells(session: Session, draft: Draft) -> Draft:
         return draft
 
     def checked() -> tuple[ShellPlan | None, ...]:
-        empty = _zero_results(prepared.batch)
+        empty = _empty_releases(prepared)
         found: list[ShellPlan | None] = []
         for output in draft.request.written:
             if output.shell is None:
@@ -495,6 +495,21 @@ def _shells(session: Session, draft: Draft) -> Draft:
     texts = tuple(o.shell.text if o.shell is not None else None for o in draft.request.written)
     shells = session.memoised("shells", (draft.compiled_from, texts, session.public.generation), checked)
     return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, shells=shells))
+
+
+def _empty_releases(prepared: Prepared) -> list[ResultSet]:
+    """Every planned statement's empty release (:func:`_zero_results`); where a key still to be selected stands
+    (``keys.PLACEHOLDER_KEY``), an example value of the column's engine type, so that the shell sees the key
+    column typed as the released keys will be."""
+    results = _zero_results(prepared.batch)
+    if prepared.selection is None:
+        return results
+    examples = []
+    for compiled, result in zip(prepared.batch.statements, results):
+        kinds = [c.kind for c in output_columns(compiled.statement, compiled.branches, prepared.table.column_types)]
+        rows = [tuple(_EXAMPLES[k] if v is keys.PLACEHOLDER_KEY else v for v, k in zip(row, kinds)) for row in result.rows]
+        examples.append(dataclasses.replace(result, rows=rows))
+    return examples
 
 
 LEVEL_TYPE = ColumnType.of("INTEGER", "duckdb")  # a row's level (``dpsql.truncation``)

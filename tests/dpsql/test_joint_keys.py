@@ -151,3 +151,13 @@ def test_count_of_the_column_selected_over_public_keys_is_refused_before_the_rea
     with pytest.raises(dpsql.NotSupportedError, match=r"GROUP BY city: its keys are selected over other columns' released keys only"):
         logs.cursor().execute("SELECT city, job, COUNT(city) FROM logs GROUP BY city, job", epsilon=1.0)
     assert logs.budget_spent().statements == 1
+
+
+def test_a_bi_wrapper_around_a_statement_selecting_keys_shows_them_in_the_columns_type(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """``SELECT * FROM (<statement>) AS virtual_table`` over a GROUP BY that selects its keys: prepare checks the shell
+    over an example key of the column's engine type (it was refused: the stand-in key has no SQL type), and the
+    released integer keys stay integers."""
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(9):
+        rows = logs.cursor().execute("SELECT * FROM (SELECT job, COUNT(*) AS n FROM logs GROUP BY job) AS virtual_table LIMIT 1000", epsilon=1.0).fetchall()
+    assert rows == [(job, float(n)) for (job,), n in sorted(_exact(frame, "SELECT job, COUNT(*) FROM logs GROUP BY job").items())]
+    assert all(isinstance(job, int) for job, _ in rows)
