@@ -340,7 +340,7 @@ class Explanation:
         if outcome.released is not None:
             columns = self.prepared.key_columns
             named = repr(columns[0]) if len(columns) == 1 else "(" + ", ".join(columns) + ")"
-            rows.append(ExplainRow("keys", "released", float(outcome.released), f"of ({named}), newly selected and cached on the connection"))
+            rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {named}, newly selected and cached on the connection"))
         if outcome.plan is not None:
             rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
         if outcome.clip is not None:
