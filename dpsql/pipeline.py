@@ -664,7 +664,7 @@ EXPLAIN_COLUMNS = (
     OutputColumn("value", "float", True, False),
     OutputColumn("detail", "text", True, False),
 )
-_EXAMPLES = {"integer": 0, "float": 0.0, "text": "", "boolean": False, "date": datetime.date(2000, 1, 1), "timestamp": datetime.datetime(2000, 1, 1)}
+_EXAMPLES = {"integer": 0, "numeric": 0, "float": 0.0, "text": "", "boolean": False, "date": datetime.date(2000, 1, 1), "timestamp": datetime.datetime(2000, 1, 1)}
 
 
 def describe(session: Session, request: Request) -> tuple[OutputColumn, ...]:

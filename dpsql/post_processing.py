@@ -31,7 +31,7 @@ from dpsql.sql.literals import python_value
 from dpsql.sql.split import ERROR, VALUE, Shell
 from dpsql.types import DATETIME, NUMBER, STRING
 
-_DUCKDB_TYPES = {"boolean": "BOOLEAN", "integer": "BIGINT", "float": "DOUBLE", "date": "DATE", "timestamp": "TIMESTAMP", "text": "VARCHAR"}
+_DUCKDB_TYPES = {"boolean": "BOOLEAN", "integer": "BIGINT", "numeric": "HUGEINT", "float": "DOUBLE", "date": "DATE", "timestamp": "TIMESTAMP", "text": "VARCHAR"}
 _LOADERS = {".csv": "read_csv_auto", ".tsv": "read_csv_auto", ".json": "read_json_auto", ".parquet": "read_parquet"}
 
 
@@ -224,7 +224,9 @@ def _kind(type_name: str) -> str:
         return "date"
     if upper.startswith("TIMESTAMP"):
         return "timestamp"
-    if upper.startswith(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")):
+    if upper.startswith(("HUGEINT", "UHUGEINT", "UBIGINT")):
+        return "numeric"
+    if upper.startswith(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER")):
         return "integer"
     if upper.startswith(("FLOAT", "DOUBLE", "DECIMAL", "REAL")):
         return "float"

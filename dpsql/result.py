@@ -33,7 +33,7 @@ from dpsql.frames import FrameSource, ResultFrames
 from dpsql.schema import BinLabel
 from dpsql.sql.compile import CompiledQuery, ProductRows
 from dpsql.sql.grouping import Constant
-from dpsql.sql.literals import ColumnType
+from dpsql.sql.literals import INT64_MAX, INT64_MIN, ColumnType
 from dpsql.sql.having import holds
 from dpsql.sql import quantiles
 from dpsql.sql.parse import Aggregate, GroupKey, Quantile
@@ -304,7 +304,7 @@ def _value_kind(labels: Sequence[object], column_type: ColumnType | None) -> str
         if all(isinstance(v, bool) for v in present):
             return "boolean"
         if all(isinstance(v, int) for v in present):
-            return "integer"
+            return "integer" if all(INT64_MIN <= v <= INT64_MAX for v in present) else "numeric"  # type: ignore[operator]
         if all(isinstance(v, (int, float, decimal.Decimal)) for v in present):
             return "float"
         return "text"

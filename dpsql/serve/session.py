@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 DATE, TIMESTAMP, INT2, INT4, FLOAT4, NUMERIC, VARCHAR, OID = 1082, 1114, 21, 23, 700, 1700, 1043, 26
-_KIND_OIDS = {"integer": INT8, "float": FLOAT8, "text": TEXT, "boolean": BOOL, "date": DATE, "timestamp": TIMESTAMP}
+_KIND_OIDS = {"integer": INT8, "numeric": NUMERIC, "float": FLOAT8, "text": TEXT, "boolean": BOOL, "date": DATE, "timestamp": TIMESTAMP}
 _INTEGER_OIDS = {INT8, INT2, INT4, OID}
 _FLOAT_OIDS = {FLOAT4, FLOAT8, NUMERIC}
 _TRUE, _FALSE = {"on", "true", "t", "yes", "y", "1"}, {"off", "false", "f", "no", "n", "0"}
@@ -716,7 +716,7 @@ def _typed(value: object, kind: str) -> object:
     try:
         if kind == "float":
             return float(value)  # type: ignore[arg-type]
-        if kind == "integer" and float(value) == int(value):  # type: ignore[arg-type]
+        if kind in ("integer", "numeric") and float(value) == int(value):  # type: ignore[arg-type]
             return int(value)  # type: ignore[arg-type]
         if kind == "boolean":
             return bool(value)
@@ -724,7 +724,7 @@ def _typed(value: object, kind: str) -> object:
             return str(value)
     except (TypeError, ValueError, OverflowError):
         pass
-    return value if kind in ("date", "timestamp", "integer") else str(value)
+    return value if kind in ("date", "timestamp", "integer", "numeric") else str(value)
 
 
 def _value(text: str | None, oid: int | None) -> object:

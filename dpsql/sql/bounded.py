@@ -72,7 +72,7 @@ from dpsql.schema import ColumnDomain, range_value
 from dpsql.sql.bounded_rows import bounded_rows, in_domain, in_range, relation_source, salted_order_key
 from dpsql.sql.compile import CellFilter
 from dpsql.sql.distinct_units import DistinctUnits, pairs
-from dpsql.sql.literals import ColumnType, python_value, sql_literal
+from dpsql.sql.literals import INT64_MAX, ColumnType, python_value, sql_literal
 from dpsql.sql.moments import ValueEncoding
 
 COUNT_NAME = "n"
@@ -662,7 +662,6 @@ def key_text(key: exp.Expression) -> exp.Expression:
     return exp.cast(key, "TEXT")
 
 
-INT64_MAX = (1 << 63) - 1
 EXACT_DOUBLE = 1 << 53  # integers up to this read back exactly as doubles
 _WIDE_INTEGERS = (exp.DataType.Type.INT128, exp.DataType.Type.UINT128, exp.DataType.Type.INT256, exp.DataType.Type.UINT256)
 _FLOATING = (exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE)

@@ -44,6 +44,10 @@ from dpsql.schema import ColumnDomain, Schema
 Run = Callable[[str], Mapping[str, np.ndarray]]
 
 
+WIDER_THAN_BIGINT = (exp.DataType.Type.UBIGINT, exp.DataType.Type.INT128, exp.DataType.Type.UINT128, exp.DataType.Type.INT256, exp.DataType.Type.UINT256)
+"""Integer types whose values may lie beyond a 64-bit signed integer: shown as ``numeric`` (PostgreSQL's NUMERIC)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ColumnType:
     """A column's engine type, parsed once: what kind of values it holds."""
@@ -105,12 +109,12 @@ class ColumnType:
 
     @property
     def kind(self) -> str:
-        """What its values are, as a result column or a parameter shows them: ``boolean``, ``integer``,
-        ``float``, ``date``, ``timestamp`` or ``text``."""
+        """What its values are, as a result column or a parameter shows them: ``boolean``, ``integer`` (64
+        bits), ``numeric`` (integers beyond: HUGEINT, UBIGINT), ``float``, ``date``, ``timestamp`` or ``text``."""
         if self.is_boolean:
             return "boolean"
         if self.is_integer:
-            return "integer"
+            return "numeric" if self._is(WIDER_THAN_BIGINT) else "integer"
         if self.is_numeric:
             return "float"
         if self.is_date:
@@ -124,6 +128,7 @@ class ColumnType:
 
 
 _DOUBLE = ColumnType.of("DOUBLE", "duckdb")
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def python_value(value: object, column_type: ColumnType | None = None) -> object:

@@ -313,3 +313,43 @@ def test_bi_statements_run_over_the_wire(server: Server, frame: pd.DataFrame) ->
     assert math.isclose(spent, 0.25)
     truth = exact(frame, "SELECT race, COUNT(*) AS n FROM adult GROUP BY race HAVING race = 4 OR COUNT(*) > 50 ORDER BY n DESC")
     assert [r[0] for r in rows] == [r[0] for r in truth] and all(math.isclose(a[1], b[1], abs_tol=1e-6) for a, b in zip(rows, truth))
+
+
+def test_integer_keys_beyond_bigint_are_numeric_on_the_wire(tmp_path: Path, frame: pd.DataFrame, adult_schema: dict[str, object]) -> None:
+    """HUGEINT and UBIGINT keys were described as int8: a binary client (asyncpg, JDBC) could not read
+    2^127 - 1 in eight bytes. They are NUMERIC, whole numbers read back exactly, in text and binary."""
+    import asyncio
+
+    import asyncpg
+    import duckdb
+    import yaml
+
+    huge = (1 << 127) - 1
+    with duckdb.connect(str(tmp_path / "wide.duckdb")) as database:
+        database.execute(f"CREATE TABLE wide AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN {huge}::HUGEINT ELSE 5::HUGEINT END AS k, "
+                         "(i % 2)::UBIGINT + 18446744073709551614::UBIGINT AS u FROM range(600) r(i)")
+    path = write_config(tmp_path, frame, adult_schema)
+    config = yaml.safe_load(path.read_text())
+    config["tables"]["wide"] = {"source": "wide.duckdb", "schema": {"privacy_unit": "pid", "max_rows_per_group": 1,
+                                                                    "columns": {"k": {"categories": [5, huge]}}}}
+    path.write_text(yaml.safe_dump(config))
+    expected = {"k": [5, huge], "u": [18446744073709551614, 18446744073709551615]}
+    with running(path) as server, dpsql.testing.noise_disabled():
+        with psycopg.connect(dsn(server, "carol"), autocommit=True) as connection:  # a budget with δ: u's keys are selected
+            for column, keys in expected.items():
+                for binary in (False, True):
+                    cursor = connection.cursor(binary=binary)
+                    cursor.execute(f"/* dpsql: epsilon=0.5 */ SELECT {column}, COUNT(*) AS n FROM wide GROUP BY {column} ORDER BY {column}")
+                    assert cursor.description[0].type_code == 1700  # numeric
+                    assert [(key, round(n)) for key, n in cursor.fetchall()] == [(key, 300) for key in keys]
+        host, port = server.address  # type: ignore[misc]
+
+        async def fetch() -> list[object]:
+            client = await asyncpg.connect(host=host, port=port, user="carol", password=ANALYSTS["carol"][0], database="dpsql")
+            try:
+                rows = await client.fetch("/* dpsql: epsilon=0.5 */ SELECT k, COUNT(*) AS n FROM wide GROUP BY k ORDER BY k")
+            finally:
+                await client.close()
+            return [int(row["k"]) for row in rows]
+
+        assert asyncio.run(fetch()) == expected["k"]
