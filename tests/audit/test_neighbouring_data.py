@@ -32,7 +32,8 @@ statement, the added unit's rows and the seed (``DPSQL_FUZZ_SEED`` changes it). 
 N random worlds per typing and engine, each running a sample of statements and batches, with the noise
 off and on.
 
-**Time budget**: the default cases (890 neighbouring pairs on DuckDB, 180 on PostgreSQL, 4 on Spark) are
+**Time budget**: the default cases (890 neighbouring pairs on DuckDB plus 32 of statement sequences, 180 on
+PostgreSQL, 4 on Spark) are
 sized to keep ``tests/audit`` within 3 minutes on 2 cores (``docs/audit.md`` has the measured times);
 each extra random world adds about 10 pairs per typing and engine.
 """
