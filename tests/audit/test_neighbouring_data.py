@@ -33,8 +33,8 @@ N random worlds per typing and engine, each running a sample of statements and b
 off and on.
 
 **Time budget**: the default cases (890 neighbouring pairs on DuckDB plus 32 of statement sequences, 180 on
-PostgreSQL, 4 on Spark) are
-sized to keep ``tests/audit`` within 3 minutes on 2 cores (``docs/audit.md`` has the measured times);
+PostgreSQL, 4 on Spark) are sized to keep ``tests/audit`` within 3 minutes on 2 cores (``docs/audit.md`` has
+the measured times);
 each extra random world adds about 10 pairs per typing and engine.
 """
 
