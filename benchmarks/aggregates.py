@@ -77,6 +77,7 @@ class Task:
     categories: dict[str, list[int]]
     clip: bool = False  # ``clip: auto`` within the bounds (dpsql; peers get the bounds as they are)
     truth_bounds: tuple[int, int] | None = None  # what the exact answers clamp to (default: the bounds)
+    declared: object = None  # dpsql's ``bounds`` instead (``auto``, ``[0, auto]``): no bounds to give the peers or the even split
 
     def frame(self) -> pd.DataFrame:
         return read_table(DATA / self.file, [*self.groups, self.column])
@@ -100,6 +101,12 @@ CLIP_TASKS = (  # against the exact unclipped answers: the well-chosen bounds, t
          truth_bounds=LOOSE_HOURS),
     Task("Adult hours-per-week by workclass, [0, 1000] clip: auto", "adult.csv", ("workclass",), "hours_per_week", LOOSE_HOURS,
          {"workclass": list(range(9))}, clip=True),
+    Task("PUMS_10k income by sex, bounds: [0, auto]", "PUMS_10k.csv", ("sex",), "income", LOOSE_INCOME, {"sex": [0, 1]}, declared=[0, "auto"]),
+    Task("PUMS_10k income by sex, bounds: auto", "PUMS_10k.csv", ("sex",), "income", LOOSE_INCOME, {"sex": [0, 1]}, declared="auto"),
+    Task("Adult hours-per-week by workclass, bounds: [0, auto]", "adult.csv", ("workclass",), "hours_per_week", LOOSE_HOURS,
+         {"workclass": list(range(9))}, declared=[0, "auto"]),
+    Task("Adult hours-per-week by workclass, bounds: auto", "adult.csv", ("workclass",), "hours_per_week", LOOSE_HOURS,
+         {"workclass": list(range(9))}, declared="auto"),
 )
 
 
@@ -121,7 +128,7 @@ def dpsql_trials(task: Task, data: pd.DataFrame, trials: int) -> tuple[list[pd.D
         "privacy_unit": None,
         "columns": {
             **{g: {"categories": c} for g, c in task.categories.items()},
-            task.column: {"bounds": list(task.bounds), **({"clip": "auto"} if task.clip else {})},
+            task.column: {"bounds": list(task.bounds) if task.declared is None else task.declared, **({"clip": "auto"} if task.clip else {})},
         },
     }
     released, intervals = [], []
@@ -335,8 +342,10 @@ def main() -> None:
         data = task.frame()
         exact = truth(task, data)
         dpsql_released, dpsql_intervals = dpsql_trials(task, data, args.trials)
-        methods = {"dpsql": dpsql_released, "even split": even_split_trials(task, data, args.trials, rng)}
-        for peer in PEERS:
+        methods = {"dpsql": dpsql_released}
+        if task.declared is None:  # ``bounds: auto`` gives the others no bounds to work with
+            methods["even split"] = even_split_trials(task, data, args.trials, rng)
+        for peer in PEERS if task.declared is None else ():
             released = peer_trials(peer, task, peer_trial_counts[peer])
             if released is not None:
                 methods[peer] = released
@@ -366,14 +375,20 @@ def main() -> None:
 def print_clip_summary(rows: list[dict[str, object]]) -> None:
     """clip: auto against the well-chosen bounds (dpsql) and against the peers given the same loose bounds."""
     mae = {(r["task"], r["method"]): float(r["avg_mae"]) for r in rows if r["avg_mae"] != ""}  # type: ignore[arg-type]
-    for chosen, loose in ((CLIP_TASKS[0], CLIP_TASKS[1]), (CLIP_TASKS[2], CLIP_TASKS[3])):
+    for chosen, loose in ((CLIP_TASKS[0], CLIP_TASKS[1]), (CLIP_TASKS[2], CLIP_TASKS[3]), (CLIP_TASKS[0], CLIP_TASKS[4]), (CLIP_TASKS[0], CLIP_TASKS[5]),
+                          (CLIP_TASKS[2], CLIP_TASKS[6]), (CLIP_TASKS[2], CLIP_TASKS[7])):
         ours = mae.get((loose.name, "dpsql"))
         if ours is None:
             continue
-        line = f"{loose.name}: AVG MAE {ours:.4g} = {ours / mae[(chosen.name, 'dpsql')]:.2f}× dpsql's with {list(chosen.bounds)}"
+        line = f"{loose.name}: AVG MAE {ours:.4g}"
+        if (chosen.name, "dpsql") in mae:
+            line += f" = {ours / mae[(chosen.name, 'dpsql')]:.2f}× dpsql's with {list(chosen.bounds)}"
         for peer in PEERS:
             if (loose.name, peer) in mae:
                 line += f"; {mae[(loose.name, peer)] / ours:.1f}× lower than {peer} with {list(loose.bounds)}"
+        coverage_95 = next((r["avg_coverage_95"] for r in rows if r["task"] == loose.name and r["method"] == "dpsql"), "")
+        if coverage_95 != "":
+            line += f"; 95 % AVG intervals cover {100 * float(coverage_95):.1f} % of the unclipped means"  # type: ignore[arg-type]
         print(line)
 
 

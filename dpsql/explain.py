@@ -78,7 +78,7 @@ class Outcome:
     released: int | None = None
     plan: planner.Plan | None = None
     note: str | None = None
-    clip: tuple[str, float] | None = None  # ``clip: auto``: the column and the clip released
+    clip: tuple[tuple[str, float, str], ...] = ()  # ``clip: auto``, ``bounds: auto``: (column, clip released, detail) per clip
 
 
 _HOW = {
@@ -343,8 +343,7 @@ class Explanation:
             rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {named}, newly selected and cached on the connection"))
         if outcome.plan is not None:
             rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
-        if outcome.clip is not None:
-            rows.append(ExplainRow("clip", outcome.clip[0], outcome.clip[1], f"released: the values were clamped at it ({_see('clip')})"))
+        rows += [ExplainRow("clip", column, value, f"{detail} ({_see('clip')})") for column, value, detail in outcome.clip]
         text = render(rows + _shell_rows(self.prepared) + [GLOSSARY_ROW])
         return text if outcome.note is None else f"{text}\n{outcome.note}"
 

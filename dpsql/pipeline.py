@@ -849,7 +849,7 @@ def _aggregation(session: Session, prepared: Prepared) -> tuple[BoundedAggregati
 
 def _counted(
     prepared: Prepared, aggregation: BoundedAggregation, result: dict[str, np.ndarray], rng: np.random.Generator
-) -> tuple[KeyHistogram | dict[tuple[str, ...], np.ndarray], int | None]:
+) -> tuple[KeyHistogram | dict[tuple[str, ...], np.ndarray], int | tuple[float, float] | None]:
     """What the read counted: per raw key when a column's cells come from key bounding, else the marginals —
     of the clip's cells when the statement clips, the clip released first (``planner.UpperClip``)."""
     if prepared.selection is not None or prepared.keyed is not None:
@@ -859,7 +859,8 @@ def _counted(
 
 
 def _measured(
-    session: Session, prepared: Prepared, counts: KeyHistogram | dict[tuple[str, ...], np.ndarray], clip: int | None, rng: np.random.Generator
+    session: Session, prepared: Prepared, counts: KeyHistogram | dict[tuple[str, ...], np.ndarray], clip: int | tuple[float, float] | None,
+    rng: np.random.Generator,
 ) -> list[ResultSet]:
     """Everything after the read and the clip: select (when asked), plan the counts of released keys, measure,
     keep, build."""
@@ -888,7 +889,7 @@ def _measured(
         assert isinstance(counts, dict)
         arrays = counts
         if prepared.clip is not None and clip is not None:  # the answers read the chosen clip's cells
-            batch = batch.with_encoding(prepared.clip.clipped(clip))
+            batch = batch.with_encoding(prepared.clip.clipped(clip))  # type: ignore[arg-type]
         required = batch.folded(plan.required_marginals(), arrays)  # type: ignore[union-attr]
     assert plan is not None and batch.workload is not None
     measurement = plan.measure(required, rng=rng, noise=testing.noise_enabled())
@@ -913,7 +914,7 @@ def _measured(
     gls = Answers(tuple(found[i][0] for i in everything), tuple(found[i][1] for i in everything))
     answers, note = _finished(session, prepared, gls, plan, measurement, from_store=len(from_store) == len(everything), batch=batch)
     combined = bool(kept) or (estimates is not None and earlier > 0 and bool(from_store))
-    released_clip = None if prepared.clip is None or clip is None else (prepared.clip.encoding.column, prepared.clip.value(clip))
+    released_clip = () if prepared.clip is None or clip is None else prepared.clip.released(clip)  # type: ignore[arg-type]
     outcome = Outcome("combined" if combined else "measured", note=note, clip=released_clip)
     variances_of = plan.variances_of if not from_store else None  # the plan's covariances hold for its own answers only
     return _with_explanation(session, prepared, batch.results(answers.values, answers.variances, variances_of, chosen), outcome)

@@ -12,7 +12,7 @@ from dpsql.accountant import Cost
 from dpsql.keys import KeyBounds, KeySet
 from dpsql.post_processing import ShellPlan
 from dpsql.session import Table
-from dpsql.sql.clipping import AutomaticClip
+from dpsql.sql.clipping import AutomaticBounds, AutomaticClip
 from dpsql.sql.quantile_paths import QuantilePaths
 from dpsql.truncation import ChosenBound
 from dpsql.sql.split import Shell
@@ -98,7 +98,7 @@ class Prepared:
     cost: Cost  # what release charges when it reads
     cached_keys: int | None = None  # size of the released key set the statement uses (not selecting)
     quantile_paths: QuantilePaths | None = None  # quantiled columns an exponential mechanism answers (dpsql.sql.quantile_paths)
-    clip: AutomaticClip | None = None  # the aggregated column's private clip (``clip: auto``, dpsql.sql.clipping)
+    clip: AutomaticClip | AutomaticBounds | None = None  # the aggregated column's private clips (``clip: auto``, ``bounds: auto``; dpsql.sql.clipping)
     balance: planner.Balance | None = None  # grouping sets held to their own shares' accuracy (planner.plan_balanced)
     shells: tuple[ShellPlan | None, ...] = ()  # per statement as written: its shell's cores and columns (None: no shell)
     chosen: ChosenBound | None = None  # the bound on rows per unit is chosen by the statement (``dpsql.truncation``)

@@ -23,7 +23,9 @@ A schema is loaded from YAML, JSON or a dict of the same shape::
 
 ``bounds: [lo, hi]`` (two finite numbers, ``lo < hi``, within ±2^53, on a numeric column; it may stand alone or beside a
 domain) is what SUM, AVG, VARIANCE and STDDEV clamp the column's values to (``dpsql.sql.moments``); an
-integer ``range`` serves as bounds when none are declared. Bounds never drop a row.
+integer ``range`` serves as bounds when none are declared. Bounds never drop a row. ``bounds: auto`` (or one
+end ``auto``: ``[0, auto]``, ``[auto, 0]``) declares no end: the public envelope is ±2^53 (the declared end the
+other) and each ``auto`` end is a clip chosen privately by the statement (``dpsql.sql.clipping``).
 
 Values may be written with numpy or pandas scalars (a schema built from a DataFrame): they are turned
 into plain Python values first (``dpsql.schema_values``). Domains come from the schema only, never from
@@ -155,6 +157,7 @@ class ColumnDomain:
     bounds: tuple[float, float] | None = None  # what SUM/AVG/VARIANCE/STDDEV clamp to
     resolution: float | None = None  # the spacing the engine type puts values on (1: integers, 10^-s: DECIMAL(p, s)); None: none known
     clip: bool = False  # ``clip: auto``: SUM/AVG/VARIANCE/STDDEV clamp at a private clip within the bounds
+    auto_ends: tuple[bool, bool] = (False, False)  # ``bounds: auto`` (both) or one end ``auto``: chosen privately
 
     @property
     def value_resolution(self) -> float | None:
@@ -479,16 +482,18 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
         raise ProgrammingError(
             f"column {name!r}: unknown key(s) {sorted(map(str, unexpected))}; allowed: {sorted(_COLUMN_KEYS)}"
         )
-    bounds = _value_bounds(name, canonical_values(spec["bounds"])) if "bounds" in spec else None
+    bounds, auto_ends = _value_bounds(name, canonical_values(spec["bounds"])) if "bounds" in spec else (None, (False, False))
     kinds = [k for k in ("categories", "range", "bins") if k in spec]
     nullable = canonical_value(spec.get("nullable", False))
     if not isinstance(nullable, bool):
         raise ProgrammingError(f"column {name!r}: nullable must be true or false, got {_shown(nullable)}")
     clip = _clip(name, canonical_value(spec.get("clip")), bounds is not None or "range" in spec)
+    if clip and any(auto_ends):
+        raise ProgrammingError(f"column {name!r}: bounds with an auto end already clip there privately; drop clip: auto")
     if not kinds and bounds is not None:
         if nullable:
             raise ProgrammingError(f"column {name!r}: nullable applies to a declared domain; a column with bounds only keeps its NULLs")
-        return ColumnDomain(name, "unknown", bounds=bounds, clip=clip)
+        return ColumnDomain(name, "unknown", bounds=bounds, clip=clip, auto_ends=auto_ends)
     if len(kinds) != 1:
         raise ProgrammingError(f"column {name!r}: declare exactly one of categories, range, bins (got {kinds})")
     kind = kinds[0]
@@ -501,7 +506,7 @@ def _column_from_spec(name: str, spec: object) -> ColumnDomain:
         values = _range_bounds(name, values)
     else:
         _check_bins(name, values)
-    return ColumnDomain(name, kind, values, nullable, bounds, clip=clip)
+    return ColumnDomain(name, kind, values, nullable, bounds, clip=clip, auto_ends=auto_ends)
 
 
 def _clip(name: str, raw: object, bounded: bool) -> bool:
@@ -515,10 +520,19 @@ def _clip(name: str, raw: object, bounded: bool) -> bool:
     return True
 
 
-def _value_bounds(name: str, raw: object) -> tuple[float, float]:
-    """``bounds: [lo, hi]``: two finite numbers with ``lo < hi``."""
+def _value_bounds(name: str, raw: object) -> tuple[tuple[float, float], tuple[bool, bool]]:
+    """``bounds: [lo, hi]``: two finite numbers with ``lo < hi``; ``auto`` for both or for one end (the envelope
+    ±2^53 there, the end chosen privately per statement). Returns the bounds and which ends are ``auto``."""
+    raw = ("auto", "auto") if raw == "auto" else raw
+    if isinstance(raw, (list, tuple)) and len(raw) == 2 and any(v == "auto" for v in raw):
+        ends = (raw[0] == "auto", raw[1] == "auto")
+        raw = (-MAX_VALUE_BOUND if ends[0] else raw[0], MAX_VALUE_BOUND if ends[1] else raw[1])
+    else:
+        ends = (False, False)
     if not isinstance(raw, (list, tuple)) or len(raw) != 2 or not all(_finite_number(v) for v in raw):
-        raise ProgrammingError(f"column {name!r}: bounds must be [lo, hi] with two finite numbers, got {_shown(raw)}")
+        raise ProgrammingError(
+            f"column {name!r}: bounds must be [lo, hi] with two finite numbers (either may be auto), or auto; got {_shown(raw)}"
+        )
     low, high = raw
     if not low < high:
         raise ProgrammingError(f"column {name!r}: bounds [lo, hi] need lo < hi, got {list(raw)}")
@@ -527,7 +541,7 @@ def _value_bounds(name: str, raw: object) -> tuple[float, float]:
             f"column {name!r}: bounds {list(raw)} lie beyond ±2^53 ({MAX_VALUE_BOUND:.3g}), where sums of bounded values "
             "lose exactness and can overflow; declare the column in larger units (e.g. thousands) so that its bounds fit"
         )
-    return (low, high)
+    return (low, high), ends
 
 
 def _check_categories(name: str, values: tuple[object, ...]) -> None:

@@ -4,7 +4,7 @@ This module is the planner's public API: ``dpsql`` imports from here (and from t
 subpackage) only, never from the modules behind it (tests/test_architecture.py)."""
 
 from planner.balance import Balance, plan_balanced
-from planner.clipping import CLIP_SHARE, UpperClip
+from planner.clipping import CLIP_SHARE, LOWEST_OCTAVE, MANTISSA_BITS, OCTAVES, MagnitudeClip, UpperClip, magnitude_bins, magnitude_edges, magnitudes
 from planner.bound_choice import BoundChoice
 from planner.domain import Domain
 from planner.privacy import Privacy
@@ -26,6 +26,9 @@ from planner.strategies.base import Answers, Measurement
 __all__ = [
     "AllRange",
     "CLIP_SHARE",
+    "LOWEST_OCTAVE",
+    "MANTISSA_BITS",
+    "OCTAVES",
     "Answers",
     "Balance",
     "Block",
@@ -54,6 +57,10 @@ __all__ = [
     "ShiftedPrefix",
     "Total",
     "UpperClip",
+    "MagnitudeClip",
+    "magnitude_bins",
+    "magnitude_edges",
+    "magnitudes",
     "TruncatedRelease",
     "Workload",
     "design_keyed_release",

@@ -1,5 +1,7 @@
 """A private upper clip for a bounded column's values: where SUM/AVG/VARIANCE clamp when the declared
-bounds are loose (``clip: auto``).
+bounds are loose (``clip: auto``, :class:`UpperClip`), or where a column with no declared end clamps
+(``bounds: auto``, :class:`MagnitudeClip`: the same score and sampler over clips of a distance from a public
+origin, on a geometric grid from the column type's spacing to ``2^53``).
 
 The column's values are read on a public *base grid* of ``base + 1`` points over the declared ``[lo, hi]``
 (index ``i`` stands for ``lo + i·(hi − lo)/base``). The candidates are the grid points
@@ -56,6 +58,8 @@ ROWS_INSIDE = 100
 """``h``: a candidate earns up to this many rows of score for the rows between it and the next lower one."""
 PRIOR_POWER = 4.0
 """The base measure falls as ``(c − lo)^(−4)``."""
+MAGNITUDE_PRIOR_POWER = 2.0
+"""``bounds: auto``: the base measure falls as ``c^(−2)`` (its pull spans up to 85 doublings: see :class:`MagnitudeClip`)."""
 CLIP_SHARE = 0.15
 """The share of the statement's budget the clip spends (the rest measures the aggregates)."""
 RELATIVE_EXCESS = 0.5
@@ -96,40 +100,29 @@ class UpperClip:
         return candidates(self.base)
 
     def _epsilon(self) -> float:
-        return self.privacy.epsilon if self.privacy.is_laplace else math.sqrt(8.0 * self.privacy.rho)  # type: ignore[return-value, operator]
+        return _epsilon(self.privacy)
 
     def describe(self) -> str:
-        budget = f"epsilon {self.privacy.epsilon:.4g}" if self.privacy.is_laplace else f"rho {self.privacy.rho:.4g}"
         return (
             f"exponential mechanism over {len(self.candidates)} clips on a geometric grid ({STEPS_PER_DOUBLING} per doubling of the "
-            f"width) at {budget}: the clip with about {ROWS_ABOVE} rows above it, base measure ∝ width^-{PRIOR_POWER:g}"
+            f"width) at {_budget(self.privacy)}: the clip with about {ROWS_ABOVE} rows above it, base measure ∝ width^-{PRIOR_POWER:g}"
         )
 
     def release(self, histogram: np.ndarray, rng: RandomLike = None) -> int:
         """The chosen clip's base-grid index from the rows per base-grid index (``histogram``, length
         ``base + 1``, non-negative integers). Never fails on such counts."""
+        clips = np.array(self.candidates, dtype=np.int64)
+        return int(clips[_draw(self._numerators(histogram), rng)])
+
+    def most_likely(self, histogram: np.ndarray) -> int:
+        """The clip the mechanism draws most often (what tests with the noise off read), a base-grid index."""
+        return int(self.candidates[int(np.argmin(self._numerators(histogram)[0]))])
+
+    def _numerators(self, histogram: np.ndarray) -> tuple[np.ndarray, int]:
         counts = np.asarray(histogram, dtype=np.int64).reshape(-1)[: self.base + 1]
         clips = np.array(self.candidates, dtype=np.int64)
         at_most = np.cumsum(counts)
-        above = at_most[-1] - at_most[clips]
-        below_previous = np.concatenate([[0], at_most[clips[:-1]]])
-        inside = at_most[clips] - below_previous  # rows in (previous candidate, c]
-        score = np.abs(above - ROWS_ABOVE) - np.minimum(inside, ROWS_INSIDE) + ROWS_INSIDE
-        epsilon_numerator = math.floor(self._epsilon() * 2**EPSILON_BITS)
-        denominator = 2**EPSILON_BITS * 2 * self.contributions
-        prior = np.round(PRIOR_POWER * np.log(clips / clips[0]) * 2**EPSILON_BITS).astype(np.int64)  # over 2^EPSILON_BITS
-        reach = MAX_EXPONENT + int(prior[-1]) // 2**EPSILON_BITS + 1  # beyond the base measure's whole range
-        cap = -(-reach * denominator // epsilon_numerator)
-        data = np.minimum(score - score.min(), cap) * epsilon_numerator  # over ``denominator``
-        numerators = data * 2**EPSILON_BITS + prior * denominator
-        numerators -= numerators.min()
-        total = denominator * 2**EPSILON_BITS
-        source = as_source(rng)
-        while True:
-            proposals = np.asarray(source.integers(len(clips), size=64), dtype=np.int64)
-            kept = _bernoulli_exp(numerators[proposals], np.full(64, total, dtype=np.int64), source)
-            if kept.any():
-                return int(clips[proposals[int(np.argmax(kept))]])
+        return _log_weights(at_most[clips], at_most[-1], clips / clips[0], self._epsilon(), self.contributions)
 
     @property
     def rows_above(self) -> float:
@@ -140,3 +133,137 @@ class UpperClip:
     def relative_excess(self) -> float:
         """How far above the clip the error bars assume a clipped row lies, in clip widths."""
         return RELATIVE_EXCESS
+
+
+LOWEST_OCTAVE = -32
+"""``bounds: auto``: distances from the origin below ``2^LOWEST_OCTAVE`` read as 0 ..."""
+OCTAVES = 85
+"""... and the magnitude code spans ``OCTAVES`` doublings above it, to ``2^53`` (the largest bound)."""
+MANTISSA_BITS = 20
+"""Each doubling holds ``2^MANTISSA_BITS`` codes: a value is read to a relative ``2^−20``."""
+SUB_BITS = 5  # 2^SUB_BITS = STEPS_PER_DOUBLING bins per doubling for the clip's histogram
+
+
+def magnitude_bins(codes: np.ndarray) -> np.ndarray:
+    """The clip histogram's bin of each magnitude code (:func:`magnitudes`): 0 for code 0, else one of
+    ``STEPS_PER_DOUBLING`` equal-width bins of its doubling."""
+    codes = np.asarray(codes, dtype=np.int64)
+    return np.where(codes <= 0, 0, 1 + ((codes - 1) >> (MANTISSA_BITS - SUB_BITS)))
+
+
+def magnitudes(codes: np.ndarray) -> np.ndarray:
+    """The magnitude a code stands for: code 0 is 0; code ``1 + (e − LOWEST_OCTAVE)·2^M + f`` the middle of
+    ``[2^e(1 + f/2^M), 2^e(1 + (f + 1)/2^M))`` (``M = MANTISSA_BITS``)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    octave, fraction = np.divmod(np.maximum(codes - 1, 0), 1 << MANTISSA_BITS)
+    return np.where(codes <= 0, 0.0, np.ldexp(1.0 + (fraction + 0.5) / 2.0**MANTISSA_BITS, (octave + LOWEST_OCTAVE).astype(np.int64)))
+
+
+def magnitude_edges() -> np.ndarray:
+    """The clips :class:`MagnitudeClip` chooses among: bin ``t``'s upper edge (``2^LOWEST_OCTAVE`` for bin 0)."""
+    t = np.arange(1, OCTAVES * STEPS_PER_DOUBLING + 1)
+    octave, step = np.divmod(t - 1, STEPS_PER_DOUBLING)
+    return np.concatenate([[2.0**LOWEST_OCTAVE], np.ldexp(1.0 + (step + 1) / STEPS_PER_DOUBLING, octave + LOWEST_OCTAVE)])
+
+
+@dataclass(frozen=True)
+class MagnitudeClip:
+    """``bounds: auto``: the exponential mechanism of the module doc over :func:`magnitude_edges` — clips of a
+    distance from a public origin on a geometric grid from ``2^−32`` to ``2^53`` — from the rows per bin of
+    their distances (:func:`magnitude_bins`), spending ``privacy``; the base measure ``∝ c^(−MAGNITUDE_PRIOR_POWER)``."""
+
+    privacy: Privacy
+    contributions: int = 1
+    resolution: float | None = None  # the values' spacing (1: integers): no clip below it is considered
+
+    def __post_init__(self) -> None:
+        if self.contributions < 1:
+            raise ValueError("a clip needs at least one row per unit")
+        if self.resolution is not None and not self.resolution > 0:
+            raise ValueError("a resolution is positive")
+        if math.floor(_epsilon(self.privacy) * 2**EPSILON_BITS) < 1:
+            raise ValueError(f"epsilon {_epsilon(self.privacy):g} for the clip is below 2^-{EPSILON_BITS}")
+
+    def describe(self) -> str:
+        return (f"exponential mechanism over {OCTAVES * STEPS_PER_DOUBLING + 1} clips on a geometric grid from 2^{LOWEST_OCTAVE} "
+                f"to 2^{LOWEST_OCTAVE + OCTAVES} ({STEPS_PER_DOUBLING} per doubling) at {_budget(self.privacy)}: about {ROWS_ABOVE} rows "
+                f"beyond it, base measure ∝ width^-{MAGNITUDE_PRIOR_POWER:g}")
+
+    @property
+    def first(self) -> int:
+        """The lowest candidate bin: the first of the doubling that holds the resolution (bin 0 without one)."""
+        if self.resolution is None:
+            return 0
+        octave = min(max(math.floor(math.log2(self.resolution)), LOWEST_OCTAVE), LOWEST_OCTAVE + OCTAVES - 1)
+        return 1 + (octave - LOWEST_OCTAVE) * STEPS_PER_DOUBLING
+
+    @property
+    def rows_per_doubling(self) -> float:
+        """The rows beyond a clip that outweigh the base measure's preference for one half as wide
+        (``2k·MAGNITUDE_PRIOR_POWER·ln 2/ε``): data whose clip lies ``d`` doublings above the lowest candidate needs more
+        than ``d`` times this many rows below it, or the lowest candidates win (docs/math.md)."""
+        return 2.0 * self.contributions * MAGNITUDE_PRIOR_POWER * math.log(2.0) / _epsilon(self.privacy)
+
+    def release(self, histogram: np.ndarray, rng: RandomLike = None) -> int:
+        """The chosen bin (its upper edge is the clip) from the rows per bin (length ``OCTAVES·32 + 1``). Never fails."""
+        return self.first + _draw(self._numerators(histogram), rng)
+
+    def most_likely(self, histogram: np.ndarray) -> int:
+        return self.first + int(np.argmin(self._numerators(histogram)[0]))
+
+    def _numerators(self, histogram: np.ndarray) -> tuple[np.ndarray, int]:
+        edges = magnitude_edges()
+        counts = np.zeros(edges.size, dtype=np.int64)
+        given = np.asarray(histogram, dtype=np.int64).reshape(-1)[: edges.size]
+        counts[: given.size] = given
+        at_most = np.cumsum(counts)[self.first :]
+        widths = edges[self.first :] / edges[self.first]
+        return _log_weights(at_most, int(at_most[-1]), widths, _epsilon(self.privacy), self.contributions, MAGNITUDE_PRIOR_POWER)
+
+    @property
+    def rows_above(self) -> float:
+        return ROWS_ABOVE + 2.0 * self.contributions / _epsilon(self.privacy)
+
+    @property
+    def relative_excess(self) -> float:
+        return RELATIVE_EXCESS
+
+
+def _epsilon(privacy: Privacy) -> float:
+    """The exponential mechanism's ε: the Laplace family's, or ``√(8ρ)`` under zCDP."""
+    return privacy.epsilon if privacy.is_laplace else math.sqrt(8.0 * privacy.rho)  # type: ignore[return-value, operator]
+
+
+def _budget(privacy: Privacy) -> str:
+    return f"epsilon {privacy.epsilon:.4g}" if privacy.is_laplace else f"rho {privacy.rho:.4g}"
+
+
+def _log_weights(
+    at_most: np.ndarray, total: int, widths: np.ndarray, epsilon: float, contributions: int, power: float | None = None
+) -> tuple[np.ndarray, int]:
+    """Per candidate (ascending; ``at_most`` the rows at or below each, ``widths`` its width over the first's),
+    ``−log`` of its unnormalised probability (the module doc's score and base measure) as integer numerators
+    over the returned denominator, shifted so that the least is 0."""
+    above = total - at_most
+    inside = at_most - np.concatenate([[0], at_most[:-1]])  # rows in (previous candidate, c]
+    score = np.abs(above - ROWS_ABOVE) - np.minimum(inside, ROWS_INSIDE) + ROWS_INSIDE
+    epsilon_numerator = math.floor(epsilon * 2**EPSILON_BITS)
+    denominator = 2**EPSILON_BITS * 2 * contributions
+    prior = np.round((PRIOR_POWER if power is None else power) * np.log(widths) * 2**EPSILON_BITS).astype(np.int64)  # over 2^EPSILON_BITS
+    reach = MAX_EXPONENT + int(prior[-1]) // 2**EPSILON_BITS + 1  # beyond the base measure's whole range
+    cap = -(-reach * denominator // epsilon_numerator)
+    data = np.minimum(score - score.min(), cap) * epsilon_numerator  # over ``denominator``
+    numerators = data * 2**EPSILON_BITS + prior * denominator
+    return numerators - numerators.min(), denominator * 2**EPSILON_BITS
+
+
+def _draw(weights: tuple[np.ndarray, int], rng: RandomLike) -> int:
+    """A candidate's position drawn exactly with probability ∝ ``exp(−numerator/denominator)`` (``weights``
+    from :func:`_log_weights`): a uniform proposal kept with that probability."""
+    numerators, total = weights
+    source = as_source(rng)
+    while True:
+        proposals = np.asarray(source.integers(len(numerators), size=64), dtype=np.int64)
+        kept = _bernoulli_exp(numerators[proposals], np.full(64, total, dtype=np.int64), source)
+        if kept.any():
+            return int(proposals[int(np.argmax(kept))])

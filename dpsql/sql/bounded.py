@@ -63,7 +63,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 from sqlglot import exp
@@ -165,12 +165,12 @@ class BoundedAggregation:
     def weight_names(self) -> tuple[str, ...]:
         """The result columns of the moment-cell weights (none without an aggregated column, or with
         ``clip: auto``, whose weights follow the clip chosen after the read)."""
-        return () if self.value is None or self.value.clip_base else tuple(f"w{k}" for k in range(self.value.cells))
+        return () if self.value is None or self.value.reads_index else tuple(f"w{k}" for k in range(self.value.cells))
 
     @property
     def value_index(self) -> str | None:
         """``clip: auto``: the result column of the values' base-grid index, a column of every grouping set."""
-        return VALUE_INDEX_NAME if self.value is not None and self.value.clip_base else None
+        return VALUE_INDEX_NAME if self.value is not None and self.value.reads_index else None
 
     @cached_property
     def sql_marginals(self) -> tuple[tuple[str, ...], ...]:
@@ -189,22 +189,10 @@ class BoundedAggregation:
         marginals = self.sql_marginals
         if len(marginals) <= MANY_SETS:
             return {m: m for m in marginals}
-        order = {c: i for i, c in enumerate(self.counted_columns)}
-        cells = lambda columns: math.prod(self.columns[c].size for c in columns)  # noqa: E731
-        covers: list[set[str]] = []
-        chosen: dict[tuple[str, ...], int] = {}
-        for marginal in sorted(marginals, key=lambda m: (-cells(m), [order[c] for c in m])):
-            growth = [(cells(cover | set(marginal)) - cells(cover), i) for i, cover in enumerate(covers) if cells(cover | set(marginal)) <= COVER_CELLS]
-            if growth:
-                chosen[marginal] = min(growth)[1]
-                covers[chosen[marginal]] |= set(marginal)
-            else:
-                chosen[marginal] = len(covers)
-                covers.append(set(marginal))
-        ordered = [tuple(sorted(cover, key=order.__getitem__)) for cover in covers]
-        return {m: ordered[chosen[m]] for m in marginals}
+        sizes = tuple((c, self.columns[c].size) for c in self.counted_columns)
+        return dict(zip(marginals, _greedy_covers(marginals, sizes)))
 
-    @property
+    @cached_property
     def grouping_sets(self) -> tuple[tuple[str, ...], ...]:
         """The grouping sets the statement computes (see :attr:`_covers`)."""
         return tuple(dict.fromkeys(self._covers.values()))
@@ -465,18 +453,16 @@ class BoundedAggregation:
         row the statement counts (one grouping set's rows: each row is in each set once)."""
         assert self.value is not None and self.value_index is not None
         counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64)
-        index = np.asarray(np.ma.filled(result[self.value_index], -1), dtype=np.int64)
+        index = np.asarray(np.ma.filled(result[self.value_index], self.value.null_index), dtype=np.int64)
         first = self.grouping_sets[0] if self.grouping_sets else ()
         chosen = np.zeros(len(counts), dtype=bool)
         chosen[self._rows_by_set(result, len(counts)).get(first, np.arange(len(counts)))] = True
-        chosen &= index >= 0
+        chosen &= index != self.value.null_index
         for column in (c for c in first if c in self.columns):
             chosen &= self._cells_of(column, result[self.alias(column)])[1]
-        histogram = np.zeros(self.value.clip_base + 1, dtype=np.int64)
-        np.add.at(histogram, np.minimum(index[chosen], self.value.clip_base), counts[chosen])
-        return histogram
+        return self.value.histogram(index[chosen], counts[chosen])
 
-    def marginal_arrays(self, result: Mapping[str, np.ndarray], clip: int | None = None) -> dict[tuple[str, ...], np.ndarray]:
+    def marginal_arrays(self, result: Mapping[str, np.ndarray], clip: int | tuple[float, float] | None = None) -> dict[tuple[str, ...], np.ndarray]:
         """Dense count arrays (shape = domain sizes, in the marginal's order) from the statement's result.
         Result rows holding a value outside its column's domain (see ``_tested_elsewhere``) are dropped.
         With ``clip: auto``, ``clip`` is the chosen clip's base-grid index: the moment cells are computed here."""
@@ -484,7 +470,7 @@ class BoundedAggregation:
         weights = [np.asarray(np.ma.filled(result[name], 0), dtype=np.int64) for name in self.weight_names]
         if self.value_index is not None:
             assert self.value is not None and clip is not None
-            index = np.asarray(np.ma.filled(result[self.value_index], -1), dtype=np.int64)
+            index = np.asarray(np.ma.filled(result[self.value_index], self.value.null_index), dtype=np.int64)
             per_row = self.value.cell_weights(index, clip)
             weights = [counts * per_row[:, cell] for cell in range(self.value.cells)]
         if self.value is not None:  # every row is worth its total weight in every marginal
@@ -493,7 +479,8 @@ class BoundedAggregation:
         arrays = {}
         read: tuple[str, ...] | None = None
         cells_read: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # the current grouping set's cells, by column
-        for marginal in sorted(self.marginals, key=lambda m: self.grouping_sets.index(self._covers[self._plain(m)])):
+        position = {grouping_set: i for i, grouping_set in enumerate(self.grouping_sets)}
+        for marginal in sorted(self.marginals, key=lambda m: position[self._covers[self._plain(m)]]):
             plain = self._plain(marginal)
             if self._covers[plain] != read:  # marginals read from one grouping set share its columns' cells
                 read, cells_read = self._covers[plain], {}
@@ -509,8 +496,7 @@ class BoundedAggregation:
             index = tuple(cells[c] for c in plain)
             shape = tuple(self.columns[c].size for c in plain)
             if len(plain) == len(marginal):
-                table = np.zeros(shape, dtype=np.int64)
-                np.add.at(table, index, counts[rows])
+                table = _summed(index, counts[rows], shape)
             else:  # the moment cells: the weight sums, placed at the attribute's position in the marginal
                 assert self.value is not None
                 table = np.zeros((*shape, self.value.cells), dtype=np.int64)
@@ -530,12 +516,11 @@ class BoundedAggregation:
         everything = np.arange(count, dtype=np.int64)
         if not (len(self.grouping_sets) > 1 and self.counted_columns):
             return {m: everything for m in self.grouping_sets}
-        ids = np.stack([np.asarray(np.ma.filled(result[name], -1), dtype=np.int64) for name in self.grouping_names], axis=1)
-        found, inverse = np.unique(ids, axis=0, return_inverse=True)  # ids: (count, chunks), also for no rows
-        inverse = inverse.reshape(-1)
-        order = np.argsort(inverse, kind="stable")
-        starts = np.searchsorted(inverse[order], np.arange(len(found) + 1))
-        by_id = {tuple(int(v) for v in key): order[starts[i] : starts[i + 1]] for i, key in enumerate(found)}
+        ids = [np.asarray(np.ma.filled(result[name], -1), dtype=np.int64).reshape(-1) for name in self.grouping_names]
+        code = _row_codes(ids, count)
+        order = np.argsort(code, kind="stable")
+        starts = np.flatnonzero(np.diff(code[order], prepend=-1, append=-1))  # where each id's rows begin, and the end
+        by_id = {tuple(int(i[order[a]]) for i in ids): order[a:b] for a, b in zip(starts[:-1], starts[1:])}
         empty = np.zeros(0, dtype=np.int64)
         return {m: by_id.get(self.grouping_id(m), empty) for m in self.grouping_sets}
 
@@ -603,7 +588,12 @@ class BoundedAggregation:
         else:
             found = np.full(len(values), -1, dtype=np.int64)
             present = ~missing
-            if present.any():  # each distinct value looked up once (a wide batch returns millions of rows)
+            if values.dtype.kind == "i":  # integers: found among the sorted integer keys, no sort of the rows
+                keys, key_cells = self._integer_keys(name)
+                if keys.size:
+                    position = np.minimum(np.searchsorted(keys, values), keys.size - 1)
+                    found = np.where(present & (keys[position] == values), key_cells[position], -1)
+            elif present.any():  # each distinct value looked up once (a wide batch returns millions of rows)
                 try:
                     distinct, inverse = np.unique(values[present], return_inverse=True)
                 except TypeError:  # values that do not sort (mixed types): looked up one by one
@@ -617,6 +607,31 @@ class BoundedAggregation:
             cells = np.where(missing, column.null_cell, cells)
             valid = valid | missing
         return cells, valid
+
+    @cached_property
+    def _integer_keys_by_column(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        return {}
+
+    def _integer_keys(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """The 64-bit integers :meth:`_cell_lookup` finds a cell for (a domain value equal to an integer:
+        ``1``, ``True``, ``1.0``), sorted, and their cells: what an integer result column is mapped by
+        (built once per column)."""
+        if name not in self._integer_keys_by_column:
+            self._integer_keys_by_column[name] = self._sorted_integer_keys(name)
+        return self._integer_keys_by_column[name]
+
+    def _sorted_integer_keys(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        lookup = self._cell_lookup(name)
+        found = {}
+        for key in lookup:
+            try:
+                number = int(key)  # type: ignore[call-overload]
+            except (TypeError, ValueError, OverflowError):
+                continue
+            if -(1 << 63) <= number < 1 << 63 and number in lookup:
+                found[number] = lookup[number]
+        keys = np.array(sorted(found), dtype=np.int64)
+        return keys, np.array([found[int(k)] for k in keys], dtype=np.int64)
 
     def _cell_lookup(self, name: str) -> dict[object, int]:
         column = self.columns[name]
@@ -651,9 +666,17 @@ class BoundedAggregation:
             if len(edges) - 1 <= FLAT_BINS:
                 for index, upper in enumerate(edges[1:]):
                     case = case.when(exp.LT(this=reference.copy(), expression=sql_literal(upper)), exp.Literal.number(index), copy=False)
-            else:  # many bins: a binary search, log2(bins) comparisons per row instead of one per bin
+            else:
                 below_last = exp.LT(this=reference.copy(), expression=sql_literal(edges[-1]))
-                case = case.when(below_last, _bin_search(reference, edges, 0, len(edges) - 1), copy=False)
+                line = _edges_on_a_line(edges) if self.column_types[name].is_integer else None
+                if line is not None:  # edges e₀ + ⌊(k·W + B)/n⌋: the cell is one integer division, exact
+                    bins, span, offset = line
+                    above = exp.Add(this=exp.Sub(this=reference.copy(), expression=sql_literal(edges[0])), expression=exp.Literal.number(1))
+                    scaled = exp.Sub(this=exp.Mul(this=exp.Literal.number(bins), expression=exp.Paren(this=above)), expression=exp.Literal.number(offset + 1))
+                    index: exp.Expression = exp.cast(exp.IntDiv(this=exp.Paren(this=scaled), expression=exp.Literal.number(span)), "BIGINT")
+                else:  # a binary search, log2(bins) comparisons per row instead of one per bin
+                    index = _bin_search(reference, edges, 0, len(edges) - 1)
+                case = case.when(below_last, index, copy=False)
         return case
 
 
@@ -699,6 +722,78 @@ def _exact_sum(weights: exp.Expression) -> exp.Expression:
     total = exp.func("COALESCE", exp.Sum(this=weights), exp.Literal.number(0))
     saturated = exp.func("LEAST", total, exp.Literal.number(INT64_MAX))
     return exp.cast(saturated, "BIGINT")
+
+
+def _summed(index: tuple[np.ndarray, ...], counts: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``counts`` summed into a zero array of ``shape`` at ``index``: by ``np.bincount`` (doubles, exact
+    while the total stays below 2^53), else by ``np.add.at`` (exact 64-bit integers, slower)."""
+    if int(np.abs(counts).sum(dtype=np.float64)) < EXACT_DOUBLE // 2:
+        flat = np.ravel_multi_index(index, shape)
+        return np.rint(np.bincount(flat, weights=counts, minlength=math.prod(shape))).astype(np.int64).reshape(shape)
+    table = np.zeros(shape, dtype=np.int64)
+    np.add.at(table, index, counts)
+    return table
+
+
+def _row_codes(columns: list[np.ndarray], count: int) -> np.ndarray:
+    """One integer per row, equal for rows equal in every column and ordered like the rows' tuples
+    (lexicographically): each column's values ranked, then merged two at a time and ranked again, so
+    no code exceeds ``count²``. Sorting one integer array is far cheaper than ``np.unique(axis=0)``."""
+    code = np.zeros(count, dtype=np.int64)
+    for column in columns:
+        _, ranks = np.unique(column, return_inverse=True)
+        _, code = np.unique(code * (int(ranks.max(initial=0)) + 1) + ranks.reshape(-1), return_inverse=True)
+        code = code.reshape(-1).astype(np.int64)
+    return code
+
+
+@lru_cache(maxsize=16)
+def _greedy_covers(marginals: tuple[tuple[str, ...], ...], sizes: tuple[tuple[str, int], ...]) -> tuple[tuple[str, ...], ...]:
+    """Each marginal's cover (:attr:`BoundedAggregation._covers`) from public facts alone — the marginals
+    and the counted columns' sizes, in statement order — so a repeated batch finds them here. Largest
+    marginal first, each into the cover it enlarges least (the first such, in creation order), or a new
+    one; a cover's cell count is kept beside it and grown by the marginal's columns it lacks."""
+    size, order = dict(sizes), {c: i for i, (c, _) in enumerate(sizes)}
+    cells = lambda columns: math.prod(size[c] for c in columns)  # noqa: E731
+    covers: list[set[str]] = []
+    cover_cells: list[int] = []
+    ranked = sorted(range(len(marginals)), key=lambda k: (-cells(marginals[k]), [order[c] for c in marginals[k]]))
+    chosen = [0] * len(marginals)
+    for k in ranked:
+        marginal = marginals[k]
+        best: tuple[int, int] | None = None
+        for i, cover in enumerate(covers):
+            grown = cover_cells[i] * math.prod(size[c] for c in marginal if c not in cover)
+            if grown <= COVER_CELLS and (best is None or grown - cover_cells[i] < best[0]):
+                best = (grown - cover_cells[i], i)
+        if best is None:
+            chosen[k] = len(covers)
+            covers.append(set(marginal))
+            cover_cells.append(cells(set(marginal)))
+        else:
+            chosen[k] = best[1]
+            covers[best[1]] |= set(marginal)
+            cover_cells[best[1]] += best[0]
+    ordered = [tuple(sorted(cover, key=order.__getitem__)) for cover in covers]
+    return tuple(ordered[i] for i in chosen)
+
+
+def _edges_on_a_line(edges: tuple[object, ...]) -> tuple[int, int, int] | None:
+    """``(n, W, B)`` when the integer edges are ``e_k = e₀ + ⌊(k·W + B)/n⌋`` for ``k = 0..n`` (``W = e_n − e₀``):
+    equal widths (``B = 0``) and the rounded edges of an even split (``np.linspace`` then ``round``) alike;
+    None otherwise. The cell of an integer ``v`` in ``[e₀, e_n)`` is then the largest ``k`` with ``e_k ≤ v``,
+    ``⌊(n·(v − e₀ + 1) − B − 1) / W⌋``, an exact integer division; ``n·W`` stays below 2^52 so it is exact
+    even where an engine divides in doubles (SQLite). Every ``B`` allowed by every edge is an interval; its
+    lowest is taken."""
+    if len(edges) < 2 or not all(type(e) is int for e in edges):
+        return None
+    bins, first = len(edges) - 1, int(edges[0])  # type: ignore[call-overload]
+    span = int(edges[-1]) - first  # type: ignore[call-overload]
+    if not 0 < bins * span < EXACT_DOUBLE // 2:
+        return None
+    low = max(bins * (int(e) - first) - k * span for k, e in enumerate(edges))  # type: ignore[call-overload]
+    high = min(bins * (int(e) - first + 1) - k * span for k, e in enumerate(edges)) - 1  # type: ignore[call-overload]
+    return (bins, span, low) if low <= high else None
 
 
 def _bin_search(reference: exp.Expression, edges: tuple[object, ...], low: int, high: int) -> exp.Expression:

@@ -1,4 +1,8 @@
-"""``clip: auto``: SUM/AVG/VARIANCE/STDDEV of a column clamp at a private clip within its declared bounds.
+"""``clip: auto`` and ``bounds: auto``: SUM/AVG/VARIANCE/STDDEV of a column clamp at private clips.
+
+``clip: auto`` (:class:`AutomaticClip`) chooses an upper clip within declared bounds; ``bounds: auto``
+(:class:`AutomaticBounds`) chooses each ``auto`` end within the public envelope ±2^53 from the values' magnitude
+codes (``dpsql.sql.magnitudes``), below and above a public origin (the declared end, else 0). Both work alike:
 
 Prepare (:func:`design`): the batch's aggregated column has ``clip: auto`` in the schema. The statement's
 budget is split before anything else is planned: ``planner.clipping.CLIP_SHARE`` for the clip (a
@@ -52,8 +56,9 @@ class AutomaticClip:
         """The encoding the answers read after the clip, with the bias its error bars assume."""
         return self.encoding.clipped(clip, self.mechanism.rows_above, self.mechanism.relative_excess)
 
-    def value(self, clip: int) -> float:
-        return self.encoding.clipped(clip, 0.0, 0.0).high
+    def released(self, clip: int) -> tuple[tuple[str, float, str], ...]:
+        """The explanation's rows for the clip released: (column, clip, detail)."""
+        return ((self.encoding.column, self.encoding.clipped(clip, 0.0, 0.0).high, "released: the values were clamped at it"),)
 
     def explain(self, see: str) -> tuple[str, float, str]:
         """(column, share of the budget, a short detail ending in ``see``) for EXPLAIN."""
@@ -64,8 +69,64 @@ class AutomaticClip:
                 f"share of the budget: a private upper clip in [{encoding.low:g}, {encoding.high:g}] at {spent}; bias estimate in the errors ({see})")
 
 
-def design(encoding: ValueEncoding | None, privacy: planner.Privacy, contributions: int) -> AutomaticClip | None:
-    """The clip of ``encoding``'s column when its schema says ``clip: auto`` (None otherwise)."""
+@dataclass(frozen=True)
+class AutomaticBounds:
+    """``bounds: auto``: one ``planner.MagnitudeClip`` per ``auto`` end (lower, upper; None for a declared end),
+    sharing the clips' share of the statement's budget equally."""
+
+    encoding: ValueEncoding
+    mechanisms: tuple[planner.MagnitudeClip | None, planner.MagnitudeClip | None]
+    share: float
+
+    def spent(self) -> float:
+        privacies = [m.privacy for m in self.mechanisms if m is not None]
+        return float(sum(p.epsilon if p.is_laplace else p.rho for p in privacies))  # type: ignore[misc]
+
+    def release(self, aggregation: BoundedAggregation, result: Mapping[str, np.ndarray], rng: object, noise: bool) -> tuple[float, float]:
+        """The chosen ``(low, high)``: each ``auto`` end drawn from the rows per magnitude bin beyond the origin
+        on its side (with the noise off, the most likely clip). Never fails."""
+        histograms = aggregation.value_histogram(result)
+        edges = planner.magnitude_edges()
+        ends = [self.encoding.low, self.encoding.high]
+        for side, (mechanism, sign) in enumerate(zip(self.mechanisms, (-1.0, 1.0))):
+            if mechanism is not None:
+                counts = histograms[1 - side]  # the lower end reads the bins below the origin
+                chosen = mechanism.release(counts, rng=rng) if noise else mechanism.most_likely(counts)  # type: ignore[arg-type]
+                ends[side] = self.encoding.origin + sign * float(edges[chosen])
+        return ends[0], ends[1]
+
+    def clipped(self, clip: tuple[float, float]) -> ValueEncoding:
+        """The encoding the answers read: ``[low, high]`` the chosen ends, the bias their error bars assume
+        (each end's rows beyond it, measured in the width ``high − low``: at least the two ends' together)."""
+        used = [m for m in self.mechanisms if m is not None]
+        return self.encoding.bounded(*clip, max(m.rows_above for m in used), used[0].relative_excess)
+
+    def released(self, clip: tuple[float, float]) -> tuple[tuple[str, float, str], ...]:
+        return tuple(
+            (self.encoding.column, value, f"released: the values were clamped {where} at it")
+            for value, where, mechanism in zip(clip, ("below", "above"), self.mechanisms) if mechanism is not None
+        )
+
+    def explain(self, see: str) -> tuple[str, float, str]:
+        encoding = self.encoding
+        ends = " and ".join(name for name, m in zip(("a lower", "an upper"), self.mechanisms) if m is not None)
+        first = next(m for m in self.mechanisms if m is not None)
+        each = " each" if all(self.mechanisms) else ""
+        budget, per_doubling = first.privacy, first.rows_per_doubling
+        spent = f"ε {budget.epsilon:.3g}" if budget.is_laplace else f"ρ {budget.rho:.3g}"
+        return (encoding.column, self.share,
+                f"share of the budget: bounds: auto — {ends} clip at {spent}{each}, on a geometric grid of distances from "
+                f"{encoding.origin:g} from the values' spacing {encoding.resolution:g} to 2^53: a clip d doublings above it needs more than "
+                f"d × {per_doubling:.0f} rows beyond the origin; bias estimate in the errors ({see})")
+
+
+def design(encoding: ValueEncoding | None, privacy: planner.Privacy, contributions: int) -> AutomaticClip | AutomaticBounds | None:
+    """The clips of ``encoding``'s column when its schema says ``clip: auto`` or ``bounds: auto`` (None otherwise)."""
+    if encoding is not None and any(encoding.auto_ends):
+        share = planner.CLIP_SHARE
+        each = privacy.scaled(share / sum(encoding.auto_ends))
+        mechanisms = tuple(planner.MagnitudeClip(each, contributions, encoding.resolution) if auto else None for auto in encoding.auto_ends)
+        return AutomaticBounds(encoding, mechanisms, share)  # type: ignore[arg-type]
     if encoding is None or not encoding.clip_base:
         return None
     share = planner.CLIP_SHARE

@@ -44,6 +44,7 @@ from sqlglot import exp
 from dpsql.table import HIDDEN_SOURCE, matching_columns
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.schema import MAX_VALUE_BOUND, Schema
+from dpsql.sql import magnitudes
 from dpsql.sql.parse import Aggregate, Count, Query
 
 GRID = 4096
@@ -71,6 +72,24 @@ class ValueEncoding:
     clipped_rows: float = 0.0  # after a clip: the clipped rows the error bars assume, and ...
     clipped_excess: float = 0.0  # ... how far above the clip each lies, in clip widths (``dpsql.sql.clipping``)
     base_rounding: float = 0.0  # after a clip: the most the base grid moved a value before the clip's grid did
+    auto_ends: tuple[bool, bool] = (False, False)  # ``bounds: auto``: the ends chosen privately (``dpsql.sql.magnitudes``)
+    resolution: float | None = None  # ``bounds: auto``: the values' spacing (the column type's), the least clip considered
+
+    @property
+    def reads_index(self) -> bool:
+        """The read returns each row's value as an index (``clip: auto``, ``bounds: auto``), not its cell weights:
+        the cells follow the clip chosen after the read."""
+        return bool(self.clip_base) or any(self.auto_ends)
+
+    @property
+    def null_index(self) -> int:
+        """What :meth:`cell_weights` reads for a NULL value."""
+        return magnitudes.NULL_CODE if any(self.auto_ends) else -1
+
+    @property
+    def origin(self) -> float:
+        """``bounds: auto``: the point distances are coded from — the declared end, or 0 when both are auto."""
+        return self.high if self.auto_ends == (True, False) else self.low if self.auto_ends == (False, True) else 0.0
 
     @property
     def rounding(self) -> float:
@@ -123,6 +142,10 @@ class ValueEncoding:
     def describe(self) -> str:
         kind = "sums" if self.moments == 1 else "sums, squares"
         null = " (one for NULL)" if self.null_cell else ""
+        if any(self.auto_ends):
+            return (f"{self.column}: {kind} of values clamped to the clips chosen below (bounds: auto; each value read to a relative "
+                    f"2^-{magnitudes.MANTISSA_BITS} of its distance from {self.origin:g}) on {self.grid + 1} grid points of their width; "
+                    f"{self.cells} cells{null}, {self.scale} units per row")
         rounding = "exact" if self.exact else f"each value within {self.rounding:.3g}, in every error"
         return (
             f"{self.column}: {kind} of values clamped to [{self.low:g}, {self.high:g}] on {self.grid + 1} grid points ({rounding}); "
@@ -162,15 +185,34 @@ class ValueEncoding:
     # -- clip: auto (``dpsql.sql.clipping``) ------------------------------------------------------------
     def index(self, value: exp.Expression) -> exp.Expression:
         """The row's value clamped to the bounds as an index on the base grid (nearest point, ties up), NULL
-        for NULL: ``clip: auto`` reads these and computes the moment cells of the chosen clip after the read."""
+        for NULL: ``clip: auto`` reads these and computes the moment cells of the chosen clip after the read.
+        ``bounds: auto``: the signed magnitude code of its distance from :attr:`origin` instead."""
+        if any(self.auto_ends):
+            return magnitudes.code(value, self.low, self.high, self.origin)
         return self._step(value, self.clip_base)
 
-    def cell_weights(self, indices: np.ndarray, clip: int) -> np.ndarray:
+    def histogram(self, indices: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """The rows per bin the clip's mechanism reads (``indices`` of :meth:`index`, NULLs left out): per
+        base-grid index; ``bounds: auto``: per magnitude bin above the origin, then below it (two rows)."""
+        if any(self.auto_ends):
+            return magnitudes.histograms(indices, counts)
+        histogram = np.zeros(self.clip_base + 1, dtype=np.int64)
+        np.add.at(histogram, np.minimum(indices, self.clip_base), counts)
+        return histogram
+
+    def cell_weights(self, indices: np.ndarray, clip: int | tuple[float, float]) -> np.ndarray:
         """Per row (its base-grid index, -1 for NULL), the integer weights over the cells for values clamped to
-        the base-grid point ``clip`` (≥ 1) and gridded on ``grid`` steps of ``[low, clip]`` (nearest, ties up)."""
+        the base-grid point ``clip`` (≥ 1) and gridded on ``grid`` steps of ``[low, clip]`` (nearest, ties up);
+        ``bounds: auto``: ``clip`` the chosen ``(low, high)``, the values read back from their codes."""
         index = np.asarray(indices, dtype=np.int64)
-        null = index < 0
-        j = (2 * self.grid * np.minimum(np.maximum(index, 0), clip) + clip) // (2 * clip)
+        if isinstance(clip, tuple):
+            null = index == self.null_index
+            low, high = clip
+            values = np.clip(magnitudes.values(np.where(null, 0, index), self.origin), low, high)
+            j = np.clip(np.floor((values - low) / (high - low) * self.grid + 0.5), 0, self.grid).astype(np.int64)
+        else:
+            null = index < 0
+            j = (2 * self.grid * np.minimum(np.maximum(index, 0), clip) + clip) // (2 * clip)
         rest = self.grid - j
         parts = [rest, j] if self.moments == 1 else [self.grid * rest, j * rest, j * j]
         weights = np.stack([np.where(null, 0, p) for p in parts], axis=-1)
@@ -183,6 +225,13 @@ class ValueEncoding:
         its error bars add the bias of ``rows`` clipped rows each ``excess`` clip widths above it."""
         high = self.low + (self.high - self.low) * clip / self.clip_base
         return dataclasses.replace(self, high=high, clip_base=0, clipped_rows=rows, clipped_excess=excess)
+
+    def bounded(self, low: float, high: float, rows: float, excess: float) -> ValueEncoding:
+        """``bounds: auto``: the encoding whose answers read the cells of the chosen ``[low, high]``, its error
+        bars with the bias of ``rows`` clipped rows each ``excess`` widths beyond, and the codes' rounding."""
+        reach = max(abs(low - self.origin), abs(high - self.origin))
+        return dataclasses.replace(self, low=low, high=high, auto_ends=(False, False), resolution=None, clipped_rows=rows, clipped_excess=excess,
+                                   base_rounding=magnitudes.rounding(reach))
 
     def _released_sum(self, values: np.ndarray, variances: np.ndarray) -> tuple[list[float | None], list[float | None]]:
         """SUM alone: each group's answer scaled back, its standard error with the clipping bias (no count is
@@ -332,6 +381,7 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
             f"SELECT: the aggregates of {column!r} give different contribution bounds {sorted(given)}; give the same bounds to all"
         )
     bounds = next(iter(given)) if given else domain.value_bounds
+    auto_ends = (False, False) if given else domain.auto_ends
     if bounds is None:
         raise NotSupportedError(
             f"SELECT {sorted(functions)[0]}({column}): column {column!r} has no bounds; declare them in the schema, e.g. "
@@ -346,6 +396,15 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
         )
     moments = 2 if functions & set(SECOND_MOMENT) else 1
     null_cell = domain.nullable or not domain.is_known
+    if any(auto_ends):  # both ends (or one) chosen after the read from the values' magnitude codes
+        if domain.value_resolution is None:
+            raise NotSupportedError(
+                f"SELECT {sorted(functions)[0]}({column}): bounds: auto needs a column type that fixes the values' spacing "
+                f"(an integer or DECIMAL column), and {column!r} has none; declare a public envelope instead, e.g. "
+                f"{column}: {{bounds: [lo, hi], clip: auto}}, or cast it to an integer or DECIMAL type"
+            )
+        return ValueEncoding(column, float(low), float(high), GRID, moments, null_cell, exact=False, auto_ends=auto_ends,
+                             resolution=domain.value_resolution)
     if domain.clip:  # the clip's width is decided after the read: the grid is always GRID steps of it
         whole = all(float(b).is_integer() for b in bounds) and high - low <= CLIP_BASE
         base = int(high - low) if whole else CLIP_BASE

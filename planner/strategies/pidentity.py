@@ -151,13 +151,19 @@ def optimised_theta(layout: RangeLayout, start: np.ndarray) -> np.ndarray:
 
 
 def _descended(start: np.ndarray, gram: GramOperator) -> np.ndarray:
-    from scipy.optimize import Bounds, minimize  # imported when first needed (~0.3 s)
+    from scipy.optimize import minimize  # imported when first needed (~0.3 s)
 
     result = minimize(
         objective, start.ravel(), args=(gram,), jac=True, method="L-BFGS-B",
-        bounds=Bounds(np.zeros(start.size), np.inf), options={"maxiter": MAX_ITERATIONS},
+        bounds=nonnegative(start.size), options={"maxiter": MAX_ITERATIONS},
     )
     return np.maximum(result.x, 0.0).reshape(start.shape)
+
+
+def nonnegative(size: int) -> list[tuple[float, None]]:
+    """``Θ ≥ 0`` as L-BFGS-B's own bounds (one pair per entry): the same bounds as ``Bounds(0, inf)``,
+    which ``minimize`` would first turn into these pairs and back (~0.03 s for ``n = 1024, p = 74``)."""
+    return [(0.0, None)] * size
 
 
 _THETA_CACHE = caches.ArrayMemo(size=16)  # n = 1024, p = 74: 0.6 MB each

@@ -94,12 +94,12 @@ def optimised_design(layout: RangeLayout, start: np.ndarray) -> RidgeDesign:
 
 
 def _designed(start: np.ndarray, gram: pidentity.GramOperator) -> RidgeDesign:
-    from scipy.optimize import Bounds, minimize
+    from scipy.optimize import minimize
 
     widths = best_widths(start, gram, FIRST_WIDTHS)
     result = minimize(
         pidentity.objective, start.ravel(), args=(gram, *noise_structures(start, *widths)), jac=True,
-        method="L-BFGS-B", bounds=Bounds(np.zeros(start.size), np.inf), options={"maxiter": pidentity.MAX_ITERATIONS},
+        method="L-BFGS-B", bounds=pidentity.nonnegative(start.size), options={"maxiter": pidentity.MAX_ITERATIONS},
     )
     theta = np.maximum(result.x, 0.0).reshape(start.shape)
     return RidgeDesign(theta, *best_widths(theta, gram, widths))

@@ -192,48 +192,6 @@ def test_standard_errors_follow_the_closed_form(connection: dpsql.Connection, fr
         assert math.isclose(error[3], (high - low) * math.sqrt(v * (1 - 2 * r + 2 * r * r)) / count, rel_tol=1e-9)
 
 
-def test_avg_interval_covers_at_the_stated_rate() -> None:
-    """400 seeded runs at a small ε (so noise dominates): the 95 % interval of AVG covers the true mean of
-    each of 2 groups at a rate inside the 3-sigma binomial band around 0.95 ([0.935, 0.965] for 800)."""
-    rng = np.random.default_rng(5)
-    data = pd.DataFrame({"sex": rng.choice(["F", "M"], 3000), "hours": rng.integers(1, 99, 3000)})
-    conn = dpsql.connect(budget=dpsql.Budget(epsilon=1e6), reuse=False)
-    conn.register("people", data, schema={"privacy_unit": None, "columns": {"sex": {"categories": ["F", "M"]}, "hours": {"bounds": [0, 100]}}})
-    truth = data.groupby("sex").hours.mean()
-    cursor = conn.cursor()
-    covered = 0
-    with dpsql.testing.seeded(14):
-        for _ in range(400):
-            cursor.execute("SELECT sex, AVG(hours) FROM people GROUP BY sex", epsilon=0.03)
-            for row, interval in zip(cursor.fetchall(), cursor.confidence_interval(0.95)):
-                covered += interval[1][0] <= truth[row[0]] <= interval[1][1]
-    rate = covered / 800
-    band = 3 * math.sqrt(0.95 * 0.05 / 800)
-    assert abs(rate - 0.95) <= band, rate
-
-
-@pytest.mark.parametrize("function, ddof", [("VAR_POP", 0), ("STDDEV", 1)])
-def test_variance_and_stddev_intervals_cover_at_the_stated_rate(function: str, ddof: int) -> None:
-    """The delta-method intervals of the second moment (docs/math.md §12): 400 seeded runs at ε = 0.05
-    cover the true population variance / sample standard deviation of each of 2 groups at a rate inside
-    the 3-sigma binomial band around 0.95 (800 intervals; at this ε no estimate is clipped to 0)."""
-    rng = np.random.default_rng(5)
-    data = pd.DataFrame({"sex": rng.choice(["F", "M"], 3000), "hours": rng.integers(1, 99, 3000)})
-    conn = dpsql.connect(budget=dpsql.Budget(epsilon=1e6), reuse=False)
-    conn.register("people", data, schema={"privacy_unit": None, "columns": {"sex": {"categories": ["F", "M"]}, "hours": {"bounds": [0, 100]}}})
-    groups = data.groupby("sex").hours
-    truth = groups.var(ddof=ddof) if function.startswith("VAR") else groups.std(ddof=ddof)
-    cursor = conn.cursor()
-    covered = 0
-    with dpsql.testing.seeded(21):
-        for _ in range(400):
-            cursor.execute(f"SELECT sex, {function}(hours) FROM people GROUP BY sex", epsilon=0.05)
-            for row, interval in zip(cursor.fetchall(), cursor.confidence_interval(0.95)):
-                covered += interval[1][0] <= truth[row[0]] <= interval[1][1]
-    rate = covered / 800
-    assert abs(rate - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / 800), rate
-
-
 def test_joint_plan_beats_the_even_split_for_avg(connection: dpsql.Connection) -> None:
     """Expected variance of the shifted sum behind AVG: half the even split's (sum at ε/2 with sensitivity
     (hi−lo)/2 after the midpoint shift, count at ε/2), read from the plan's own variances."""

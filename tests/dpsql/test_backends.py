@@ -620,3 +620,23 @@ def _plain(value: object) -> object:
     if isinstance(value, (list, tuple, np.ndarray)):
         return [_plain(v) for v in value]
     return value.item() if isinstance(value, np.generic) else value
+
+
+def test_bounds_auto_reads_the_same_magnitude_codes_on_every_engine(engine: tuple[str, object], adult_frame: pd.DataFrame) -> None:
+    """``bounds: auto`` computes each value's magnitude code in the engine's SQL (LN, POWER, FLOOR): every engine
+    gives the clips and answers of dpsql over the same frame in its own DuckDB."""
+    columns = {**ADULT_SCHEMA["columns"], "income": {"bounds": "auto"}}  # type: ignore[dict-item]
+    schema = {**ADULT_SCHEMA, "columns": columns}
+    sql = "SELECT sex, SUM(income), AVG(income), STDDEV(income) FROM adult GROUP BY sex"
+    answers, clips = [], []
+    for connection in (open_connection(engine[1], "adult", schema), dpsql.connect(budget=dpsql.Budget(epsilon=10.0))):
+        if not connection.tables():
+            connection.register("adult", adult_frame, schema=schema)
+        cursor = connection.cursor()
+        with dpsql.testing.noise_disabled():
+            answers.append(cursor.execute(sql, epsilon=1.0).fetchall())
+        clips.append([line for line in cursor.explanation.splitlines() if "released" in line and line.startswith("clip")])
+        connection.close()
+    assert clips[0] == clips[1] and len(clips[0]) == 2
+    for row, reference in zip(*answers):
+        assert row[0] == reference[0] and row[1:] == pytest.approx(reference[1:], rel=1e-9)

@@ -6,12 +6,10 @@ coverage, and refusals before anything is read."""
 
 from __future__ import annotations
 
-import contextlib
+import bisect
 import datetime
 import math
-from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
 
 import duckdb
 import numpy as np
@@ -22,19 +20,12 @@ import dpsql
 import dpsql.testing
 from dpsql import local
 from conftest import ADULT_SCHEMA, make_adult
+from pipeline_helpers import cdf_path
 from dpsql.schema import ColumnDomain
-from dpsql.sql import quantile_paths, quantiles
+from dpsql.sql import bounded, quantiles
 from dpsql.sql.parse import Quantile
 from planner import Explicit, Prefix
 
-
-
-@contextlib.contextmanager
-def cdf_path() -> Iterator[None]:
-    """Every quantile from its measured CDF (the planner may give some to an exponential mechanism, which
-    ``tests/dpsql/test_quantile_paths.py`` tests): these tests are about the CDF."""
-    with mock.patch.object(quantile_paths, "choose", lambda *args, **kwargs: None):
-        yield
 
 
 CORPUS = sorted((Path(__file__).resolve().parents[2] / "grammar" / "accepted" / "quantiles").glob("*.sql"))
@@ -291,30 +282,6 @@ def test_projecting_the_cdf_beats_inverting_it_raw(packed_rank_errors: dict[str,
     assert projected[..., 1].mean() < 1.3 * raw[..., 1].mean()  # the median, inside the data: 2.2 vs 2.0
 
 
-def test_quantile_intervals_cover_at_the_nominal_rate() -> None:
-    """95 % intervals (value ± 1.96·error) of the 10th and 90th percentiles over 40 seeded runs at ε = 1, groups
-    of 20, 60, 250 and 1,000 rows (normal, over 256 cells), cover the exact PERCENTILE_CONT at 96.6 % (309 of
-    320), with the rank error's variance from the plan (``Plan.variances_of``, docs/math.md §13). The test is
-    two-sided (2 binomial SDs around 95 %, [92.6 %, 97.4 %]; the seeds are fixed, so the outcome is too): it
-    fails on intervals half as wide (77.8 %, e.g. the rank band's half-width centred on the answer, the first
-    design) and on the conservative variance that leaves the covariance out (99.4 %)."""
-    rng = np.random.default_rng(2)
-    frame = pd.DataFrame({"g": np.repeat([0, 1, 2, 3], [20, 60, 250, 1000]), "v": np.clip(rng.normal(120, 40, 1330).round(), 0, 255).astype(int)})
-    truth = {g: [float(np.quantile(group["v"], q)) for q in (0.1, 0.9)] for g, group in frame.groupby("g")}
-    schema = {"privacy_unit": None, "columns": {"g": {"categories": [0, 1, 2, 3]}, "v": {"range": [0, 255]}}}
-    covered = []
-    for seed in range(40):
-        connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e6))
-        with dpsql.testing.seeded(seed), cdf_path():
-            connection.register("t", frame, schema=schema)
-            cursor = connection.cursor().execute("SELECT g, QUANTILE_CONT(v, 0.1), QUANTILE_CONT(v, 0.9) FROM t GROUP BY g", epsilon=1.0)
-        for (g, *_), (_, *intervals) in zip(cursor.fetchall(), cursor.confidence_interval(0.95)):
-            covered += [low - 1e-9 <= exact <= high + 1e-9 for exact, (low, high) in zip(truth[g], intervals)]
-        connection.close()
-    assert len(covered) == 320
-    assert abs(np.mean(covered) - 0.95) <= 2 * math.sqrt(0.95 * 0.05 / len(covered))
-
-
 def test_quantiles_by_a_column_without_declared_domain_equal_duckdb(frame: pd.DataFrame) -> None:
     """GROUP BY an unknown column (keys selected privately, then counted): the CDF is counted over the
     released keys like any count. One browser per person, so bounding keeps every row and noise off gives
@@ -423,10 +390,15 @@ def test_quantiles_of_a_range_of_a_hundred_thousand_values_equal_duckdb() -> Non
     assert all(e is not None and e >= 0 for row in cursor.errors for e in row[1:])
 
 
-def test_many_bins_find_each_row_s_bin_by_binary_search(frame: pd.DataFrame) -> None:
-    """A bins column with more bins than a flat CASE is worth is mapped by nested CASEs (log₂ comparisons
-    per row): the same cells, so the DISC quantiles are DuckDB's values' bins."""
-    edges = list(range(17, 92))  # one bin per age: the bin of an age is [age, age + 1)
+@pytest.mark.parametrize(
+    "edges",
+    [list(range(17, 92)), list(range(16, 96, 4)), [int(round(e)) for e in np.linspace(17, 91, 30)], [*range(17, 60), *range(60, 94, 2)]],
+    ids=["width 1", "width 4", "rounded even split", "unequal widths"],
+)
+def test_many_bins_find_each_row_s_bin_by_division_or_binary_search(frame: pd.DataFrame, edges: list[int]) -> None:
+    """A bins column with more bins than a flat CASE is worth is mapped by one integer division when its
+    integer edges lie on a line (equal widths, an even split rounded), by nested CASEs (log₂ comparisons
+    per row) otherwise: the same cells either way, so the DISC quantiles are DuckDB's values' bins."""
     schema = {**ADULT_SCHEMA, "columns": {**ADULT_SCHEMA["columns"], "age": {"bins": edges}}}  # type: ignore[dict-item]
     connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e6))
     connection.register("adult", frame, schema=schema)
@@ -434,5 +406,19 @@ def test_many_bins_find_each_row_s_bin_by_binary_search(frame: pd.DataFrame) -> 
     with dpsql.testing.noise_disabled():
         rows = sorted(connection.cursor().execute(sql, epsilon=1.0).fetchall())
     labels = ColumnDomain("age", "bins", tuple(edges)).labels()
-    assert rows == sorted((sex, *(labels[a - 17] for a in ages)) for sex, *ages in _exact(sql, frame))
+    assert rows == sorted((sex, *(labels[bisect.bisect_right(edges, a) - 1] for a in ages)) for sex, *ages in _exact(sql, frame))
     connection.close()
+
+
+def test_edges_on_a_line_are_divided_not_searched() -> None:
+    """The division needs integer edges ``e₀ + ⌊(k·W + B)/n⌋`` (equal widths, or an even split rounded);
+    any other edges keep the binary search. Each found line gives every integer's cell exactly."""
+    rounded = tuple(int(round(e)) for e in np.linspace(0, 500_001, 1025))
+    for edges in (tuple(range(0, 500_737, 489)), rounded, tuple(range(16, 96, 4))):
+        bins, span, offset = bounded._edges_on_a_line(edges)
+        values = np.arange(edges[0], edges[-1])
+        cells = (bins * (values - edges[0] + 1) - offset - 1) // span
+        assert np.array_equal(cells, np.searchsorted(edges, values, side="right") - 1)
+    assert bounded._edges_on_a_line((3, 5, 8, 13, 21)) is None
+    assert bounded._edges_on_a_line((0.0, 1.5, 3.0)) is None  # floats: a division could land beside an edge
+    assert bounded._edges_on_a_line((0, 1 << 52)) is None  # beyond exact doubles (SQLite divides in doubles)

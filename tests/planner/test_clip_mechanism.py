@@ -86,3 +86,41 @@ def test_the_zcdp_clip_runs_at_the_square_root_of_eight_rho() -> None:
 def test_the_error_bars_assume_one_temperature_of_rows_above_the_aimed_ones(privacy: Privacy, contributions: int, rows: float) -> None:
     clip = UpperClip(64, privacy, contributions)
     assert clip.rows_above == pytest.approx(rows) and clip.relative_excess == 0.5
+
+
+def _magnitude_law(clip: clipping.MagnitudeClip, histogram: np.ndarray) -> np.ndarray:
+    numerators, denominator = clip._numerators(histogram)
+    weight = np.exp(-(numerators - numerators.min()) / denominator)
+    return weight / weight.sum()
+
+
+def test_the_magnitude_clip_is_epsilon_dp_on_every_neighbour_and_not_at_twice_its_epsilon() -> None:
+    """``bounds: auto``'s clip: histograms of up to 3 rows over bins around the first candidate and beyond the last,
+    a row added anywhere: no clip's probability moves by more than e^ε; the same law at 2ε (a halved
+    sensitivity) moves some by more."""
+    clip, broken = clipping.MagnitudeClip(Privacy.laplace(1.0), resolution=1.0), clipping.MagnitudeClip(Privacy.laplace(2.0), resolution=1.0)
+    size = clipping.magnitude_edges().size
+    bins = np.array([0, 5, clip.first - 1, clip.first, clip.first + 1, clip.first + 40, size - 2, size - 1])
+    rng = np.random.default_rng(1)
+    worst, loose = 0.0, 0.0
+    for _ in range(60):
+        histogram = np.bincount(rng.choice(bins, size=rng.integers(0, 4)), minlength=size)
+        law, doubled = _magnitude_law(clip, histogram), _magnitude_law(broken, histogram)
+        for point in bins:
+            neighbour = histogram.copy()
+            neighbour[point] += 1
+            worst = max(worst, float(np.max(np.abs(np.log(law / _magnitude_law(clip, neighbour))))))
+            loose = max(loose, float(np.max(np.abs(np.log(doubled / _magnitude_law(broken, neighbour))))))
+    assert worst <= 1.0 + 1e-6 < 1.5 < loose
+
+
+def test_the_magnitude_clip_lands_just_beyond_dense_values_and_never_below_the_spacing() -> None:
+    values = np.random.default_rng(2).integers(1, 50_000, 5000)
+    codes = 1 + (np.floor(np.log2(values)).astype(np.int64) - clipping.LOWEST_OCTAVE) * 2**clipping.MANTISSA_BITS
+    codes += np.floor((values / 2.0 ** np.floor(np.log2(values)) - 1) * 2**clipping.MANTISSA_BITS).astype(np.int64)
+    histogram = np.bincount(clipping.magnitude_bins(codes), minlength=clipping.magnitude_edges().size)
+    clip = clipping.MagnitudeClip(Privacy.laplace(0.5), resolution=1.0)
+    edges = clipping.magnitude_edges()
+    chosen = [edges[clip.release(histogram, rng=seed)] for seed in range(20)]
+    assert all(45_000 < c < 60_000 for c in chosen)
+    assert edges[clip.most_likely(np.zeros(edges.size))] == edges[clip.first] and 1.0 < edges[clip.first] < 1.1
