@@ -27,9 +27,11 @@ Methods:
   from the same levels, the measurement as dpsql's at the chosen bound).
 
 Columns: mean absolute error over groups and trials of the count and of the sum, and the ratio of Tumult's MAE
-(declared bound ``τ``, or a badly chosen one) to dpsql's.
+(declared bound ``τ``, or a badly chosen one) to dpsql's with a 95 % bootstrap interval over the trials of both
+(Tumult takes seconds per query in Spark: its declared-bound trials are ``--tumult-trials``, the badly chosen
+bounds' — errors 10–70× larger — ``--tumult-bad-trials``).
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/joins.py [--trials 100] [--tumult-trials 10]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/joins.py [--trials 100] [--tumult-trials 10] [--tumult-bad-trials 3]
     # Tumult in its own environment (never a dpsql dependency), with Java:
     #   python3 -m venv /tmp/tumult && /tmp/tumult/bin/pip install tmlt.analytics   -> DPSQL_TUMULT_PYTHON
 """
@@ -51,7 +53,7 @@ import pandas as pd
 
 import dpsql
 import dpsql.pipeline
-from results_io import number_text, print_table, write_csv
+from results_io import RESULTS, number_text, print_table, write_csv
 
 HERE = Path(__file__).resolve().parent
 EPSILON = 1.0
@@ -69,12 +71,19 @@ class Task:
     group: str  # the released group column, as Tumult names it
     sql: str  # dpsql's statement
     categories: list[object]
+    table: str = "visits"  # Tumult's query: the private table, ...
+    join: str = "clinics"  # ... the table it joins (public: join_public, private: join_private) ...
+    on: tuple[str, ...] = ("clinic_id",)  # ... on these columns (as the CSV files Tumult reads name them) ...
+    measure: str = "cost"  # ... and the summed column
+    bounds: tuple[float, float] = BOUNDS
 
 
 TASKS = (
     Task("region", "region", "SELECT c.region, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region", list(REGIONS)),
-    Task("age band", "age_band", "SELECT p.age_band, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY p.age_band", list(range(6))),
+    Task("age band", "age_band", "SELECT p.age_band, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY p.age_band",
+         list(range(6)), join="persons", on=("person_id",)),
 )
+PEER_TABLES = {"visits": "person_id", "persons": "person_id", "clinics": None}  # the privacy-ID column of each CSV Tumult reads
 
 
 def generate(seed: int = 2027) -> dict[str, pd.DataFrame]:
@@ -110,9 +119,9 @@ def connect(data: dict[str, pd.DataFrame], bound: object) -> dpsql.Connection:
     return connection
 
 
-def dpsql_runs(data: dict[str, pd.DataFrame], task: Task, bound: object, trials: int) -> tuple[list[pd.DataFrame], list[int]]:
-    """dpsql's releases (reuse off: a fresh measurement each trial) and, with a chosen bound, the bounds chosen."""
-    connection = connect(data, bound)
+def dpsql_runs(connection: dpsql.Connection, task: Task, trials: int) -> tuple[list[pd.DataFrame], list[int]]:
+    """dpsql's releases on ``connection`` (reuse off: a fresh measurement each trial), then closes it; with a chosen
+    bound, the bounds chosen."""
     cursor = connection.cursor()
     released, chosen = [], []
     for _ in range(trials):
@@ -143,33 +152,73 @@ def r2t_choice(data: dict[str, pd.DataFrame], task: Task, trials: int) -> list[i
     return [r2t.choose(totals, chosen.choice.penalty * chosen.weight) for _ in range(trials)]
 
 
-def tumult_runs(folder: Path, runs: list[tuple[Task, int]], trials: int) -> dict[tuple[str, int], list[pd.DataFrame]]:
-    """Tumult's releases for every (task, bound), from ONE run of the peer (one Spark session); empty when no peer
-    environment is given."""
+@dataclass(frozen=True)
+class PeerRuns:
+    """A peer's releases of one (task, bound) and the expected absolute error of its noise per released count and
+    sum, from the noise scale the peer states (no sampling error)."""
+
+    released: list[pd.DataFrame]
+    expected: tuple[float, float]
+
+
+def expected_absolute_noise(mechanism: str, scale: float) -> float:
+    """``E|X|`` of Tumult's noise: Laplace of scale ``b`` → ``b``; geometric (two-sided, ``P(k) ∝ e^{−|k|/b}``) →
+    ``2q/(1 − q²)`` with ``q = e^{−1/b}``."""
+    if mechanism == "LAPLACE":
+        return scale
+    q = float(np.exp(-1.0 / scale))
+    return 2 * q / (1 - q * q)
+
+
+def tumult_runs(folder: Path, tables: dict[str, str | None], runs: list[tuple[Task, int, int]]) -> dict[tuple[str, int], PeerRuns]:
+    """Tumult's releases for every (task, bound, trials), from ONE run of the peer (one Spark session) over the CSV
+    files ``folder/<table>.csv`` (``tables``: each one's privacy-ID column, None when public); empty when no peer
+    environment is given. The peer's raw answer is kept in ``results/`` beside the tables."""
     python = os.environ.get("DPSQL_TUMULT_PYTHON")
     if not python:
         print("  (Tumult Analytics skipped: set DPSQL_TUMULT_PYTHON)", file=sys.stderr)
         return {}
-    names = {f"{task.name}, τ = {bound}": (task, bound) for task, bound in runs}
-    request = {"data": str(folder), "epsilon": EPSILON, "trials": trials, "bounds": list(BOUNDS),
-               "tasks": [{"name": name, "group": task.group, "truncation": bound, "categories": task.categories} for name, (task, bound) in names.items()]}
+    names = {f"{task.name}, τ = {bound}": (task, bound, trials) for task, bound, trials in runs}
+    request = {"data": str(folder), "epsilon": EPSILON, "tables": tables,
+               "tasks": [{"name": name, "group": task.group, "truncation": bound, "categories": task.categories, "trials": trials,
+                          "table": task.table, "join": task.join, "on": list(task.on), "measure": task.measure, "bounds": list(task.bounds)}
+                         for name, (task, bound, trials) in names.items()]}
     done = subprocess.run([python, str(HERE / "peers" / "tumult_joins.py")], input=json.dumps(request), capture_output=True, text=True, check=True)
     print(f"  {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
-    released = json.loads(done.stdout)
-    return {(task.name, bound): [pd.DataFrame(rows, columns=[task.group, "n", "s"]).set_index(task.group) for rows in released[name]]
-            for name, (task, bound) in names.items()}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{folder.name.rsplit('-', 1)[0]}.tumult.json").write_text(done.stdout)
+    answer = json.loads(done.stdout)
+    return {(task.name, bound): PeerRuns(
+                [pd.DataFrame(rows, columns=[task.group, "n", "s"]).set_index(task.group) for rows in answer["released"][name]],
+                tuple(expected_absolute_noise(*answer["noise"][name][column]) for column in ("n", "s")))  # type: ignore[arg-type]
+            for name, (task, bound, _) in names.items()}
+
+
+def trial_errors(exact: pd.DataFrame, released: list[pd.DataFrame]) -> np.ndarray:
+    """Per trial, the mean absolute error over the groups of the count and of the sum: shape (trials, 2)."""
+    return np.array([np.abs(frame.reindex(exact.index).fillna(0.0).astype(float) - exact)[["n", "s"]].mean().to_numpy() for frame in released])
 
 
 def mae(exact: pd.DataFrame, released: list[pd.DataFrame]) -> tuple[float, float]:
-    errors = [np.abs(frame.reindex(exact.index).fillna(0.0).astype(float) - exact) for frame in released]
-    stacked = pd.concat(errors)
-    return float(stacked["n"].mean()), float(stacked["s"].mean())
+    count, total = trial_errors(exact, released).mean(axis=0)
+    return float(count), float(total)
+
+
+def ratio_interval(theirs: np.ndarray, mine: np.ndarray, draws: int = 4000) -> list[str]:
+    """95 % percentile-bootstrap intervals of MAE(theirs) / MAE(mine), count and sum, resampling each side's
+    trials (the trials are independent; groups within a trial share nothing but the data)."""
+    rng = np.random.default_rng(0)
+    a = theirs[rng.integers(0, len(theirs), (draws, len(theirs)))].mean(axis=1)
+    b = mine[rng.integers(0, len(mine), (draws, len(mine)))].mean(axis=1)
+    low, high = np.percentile(a / b, [2.5, 97.5], axis=0)
+    return [f"[{lo:.2f}, {hi:.2f}]" for lo, hi in zip(low, high)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100)
-    parser.add_argument("--tumult-trials", type=int, default=10)
+    parser.add_argument("--tumult-trials", type=int, default=10, help="Tumult's trials at the declared bound")
+    parser.add_argument("--tumult-bad-trials", type=int, default=3, help="Tumult's trials at each badly chosen bound (errors 10-70x larger)")
     arguments = parser.parse_args()
     data = generate()
     counts = data["visits"].person_id.value_counts()
@@ -177,29 +226,50 @@ def main() -> None:
           f"99th percentile {int(counts.quantile(0.99))}, max {int(counts.max())}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="dpsql-joins-") as folder:
-        for name, frame in data.items():
-            frame.to_csv(Path(folder) / f"{name}.csv", index=False)
-        peer = tumult_runs(Path(folder), [(task, bound) for task in TASKS for bound in (DECLARED, *BAD)], arguments.tumult_trials)
+        for name, frame in data.items():  # the keys as Tumult joins them: persons.person_id, clinics.clinic_id
+            frame.rename(columns={"id": {"persons": "person_id", "clinics": "clinic_id"}.get(name, "id")}).to_csv(Path(folder) / f"{name}.csv", index=False)
+        peer = tumult_runs(Path(folder), PEER_TABLES, [(task, bound, arguments.tumult_trials if bound == DECLARED else arguments.tumult_bad_trials)
+                                                       for task in TASKS for bound in (DECLARED, *BAD)])
         for task in TASKS:
             exact = truth(data, task)
-            declared, _ = dpsql_runs(data, task, DECLARED, arguments.trials)
-            auto, chosen = dpsql_runs(data, task, {"auto": 1024}, arguments.trials)
-            mine = mae(exact, declared)
-            chosen_mae = mae(exact, auto)
+            declared, _ = dpsql_runs(connect(data, DECLARED), task, arguments.trials)
+            auto, chosen = dpsql_runs(connect(data, {"auto": 1024}), task, arguments.trials)
+            mine, chosen_mae = mae(exact, declared), mae(exact, auto)
             r2t_bounds = r2t_choice(data, task, arguments.trials)
-            r2t_runs = [run for bound, times in Counter(r2t_bounds).items() for run in dpsql_runs(data, task, bound, times)[0]]
-            rows.append([task.name, f"dpsql, declared τ = {DECLARED}", *mine, None, None])
-            rows.append([task.name, f"dpsql, chosen (median τ = {int(np.median(chosen))})", *chosen_mae, None, None])
-            rows.append([task.name, f"dpsql, chosen by R2T (median τ = {int(np.median(r2t_bounds))})", *mae(exact, r2t_runs), None, None])
+            r2t_runs = [run for bound, times in Counter(r2t_bounds).items() for run in dpsql_runs(connect(data, bound), task, times)[0]]
+            rows.append([task.name, f"dpsql, declared τ = {DECLARED}", arguments.trials, *mine, *BLANK])
+            rows.append([task.name, f"dpsql, chosen (median τ = {int(np.median(chosen))})", arguments.trials, *chosen_mae, *BLANK])
+            rows.append([task.name, f"dpsql, chosen by R2T (median τ = {int(np.median(r2t_bounds))})", arguments.trials, *mae(exact, r2t_runs), *BLANK])
             for bound in (DECLARED, *BAD) if peer else ():
-                theirs = mae(exact, peer[task.name, bound])
-                baseline = mine if bound == DECLARED else chosen_mae
-                label = "dpsql declared" if bound == DECLARED else "dpsql chosen"
-                rows.append([task.name, f"Tumult, τ = {bound} (ratio to {label})", *theirs, theirs[0] / baseline[0], theirs[1] / baseline[1]])
-    columns = ["task", "method", "count MAE", "sum MAE", "count ratio", "sum ratio"]
-    rows = [dict(zip(columns, row)) for row in rows]
-    print_table(rows, columns, number_text)
-    write_csv("joins.csv", rows, columns)
+                runs, label = (declared, "dpsql declared") if bound == DECLARED else (auto, "dpsql chosen")
+                rows.append(peer_row(task.name, f"Tumult, τ = {bound} (ratio to {label})", exact, peer[task.name, bound], runs, bound >= DECLARED))
+    report("joins.csv", rows)
+
+
+COLUMNS = ["task", "method", "trials", "count MAE", "sum MAE", "count ratio", "count 95% CI", "sum ratio", "sum 95% CI",
+           "expected count ratio", "expected sum ratio"]
+
+
+def peer_row(task: str, method: str, exact: pd.DataFrame, theirs: PeerRuns, mine: list[pd.DataFrame], untruncated: bool = True) -> list[object]:
+    """A row of :data:`COLUMNS` for the peer's releases: its MAE's ratios to dpsql's with their intervals, then the
+    ratios of the peer's expected absolute noise (from its stated scale: no sampling error on its side; exact when
+    its bound drops nothing: ``untruncated``, else left out) to dpsql's MAE, each with dpsql's 95 % interval."""
+    theirs_mae, mine_mae = mae(exact, theirs.released), mae(exact, mine)
+    errors = trial_errors(exact, mine)
+    intervals = ratio_interval(trial_errors(exact, theirs.released), errors)
+    expected = ratio_interval(np.broadcast_to(np.array(theirs.expected), errors.shape), errors)
+    ratios = [f"{theirs.expected[0] / mine_mae[0]:.2f} {expected[0]}", f"{theirs.expected[1] / mine_mae[1]:.2f} {expected[1]}"] if untruncated else ["", ""]
+    return [task, method, len(theirs.released), *theirs_mae, theirs_mae[0] / mine_mae[0], intervals[0], theirs_mae[1] / mine_mae[1], intervals[1], *ratios]
+
+
+BLANK = [None] * 6  # a dpsql row's ratio columns
+
+
+def report(name: str, rows: list[list[object]]) -> None:
+    """Print the rows (of :data:`COLUMNS`) as a table and write them to ``results/<name>``."""
+    table = [dict(zip(COLUMNS, row)) for row in rows]
+    print_table(table, COLUMNS, number_text)
+    write_csv(name, table, COLUMNS)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,12 @@ hold the exact count, for the released cells and for the released PUMA totals. C
   statement weighted ×30: how far the finest cells can go toward one query's noise floor (a discrete
   Laplace count at ε = 1 has mean absolute error 0.85) while the totals stay measured on the whole table.
 
+A second table: **two columns without declared domain**, ``GROUP BY puma, educ`` with both undeclared (233 ×
+16 = 3,728 possible pairs, those present in the data are the cells), at the same (ε, δ): OpenDP's one
+``group_by(puma, educ)`` against dpsql's one statement, which selects the (puma, educ) tuples jointly
+(``dpsql.selection``), alone and with the grand total in the same statement (``GROUPING SETS ((puma, educ),
+())``: the total measured on the whole table at a share the planner chooses).
+
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/unknown_keys.py [--trials 20]
     # OpenDP: python3 -m venv /tmp/peers && /tmp/peers/bin/pip install "opendp[polars]" pandas
     #         DPSQL_PEER_PYTHON=/tmp/peers/bin/python .venv/bin/python benchmarks/unknown_keys.py
@@ -130,14 +136,14 @@ def per_query(frame: pd.DataFrame) -> Released:
     ))
 
 
-def opendp_trials(trials: int) -> tuple[list[Released], str] | None:
+def opendp_trials(trials: int, columns: str = "puma,sex") -> tuple[list[Released], str] | None:
     """OpenDP's releases from the peer environment (DPSQL_PEER_PYTHON), or None with a printed note."""
     python = os.environ.get("DPSQL_PEER_PYTHON")
     if not python:
         print("note: OpenDP skipped (set DPSQL_PEER_PYTHON to a Python with opendp[polars]; see the module doc)")
         return None
     output = subprocess.run(
-        [python, str(HERE / "peers" / "opendp_keys.py"), str(DATA), str(EPSILON), str(DELTA), str(trials)],
+        [python, str(HERE / "peers" / "opendp_keys.py"), str(DATA), str(EPSILON), str(DELTA), str(trials), columns],
         check=True, capture_output=True, text=True,
     ).stdout.strip().splitlines()
     releases = [from_cells({(p, s): float(n) for p, s, n in json.loads(line)}) for line in output[:-1]]
@@ -193,13 +199,75 @@ def main(trials: int) -> list[dict[str, object]]:
     return table
 
 
-def report(table: list[dict[str, object]]) -> None:
+JOINT_SCHEMA = {"privacy_unit": "PersonID", "max_rows_per_unit": 1, "columns": {"puma": "unknown", "educ": "unknown"}}
+JOINT = "SELECT puma, educ, COUNT(*) FROM pums GROUP BY puma, educ"
+EDUC_EPSILON = 0.1  # the two-step route: educ's keys first (16 values, large counts), then the pairs over them
+JOINT_TOTAL = "SELECT puma, educ, COUNT(*) FROM pums GROUP BY GROUPING SETS ((puma, educ), ())"
+Joint = tuple[dict[tuple[int, int], float], dict[tuple[int, int], tuple[float, float]], float | None]  # cells, intervals, total
+
+
+def joint_run(frame: pd.DataFrame, statements: list[tuple[str, float]]) -> Joint:
+    """The statements in turn on one connection, their ε adding up to EPSILON and their selections' δ to DELTA; the
+    last one's release."""
+    selection_delta = DELTA / len(statements)
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON, delta=DELTA), selection_delta=selection_delta)
+    connection.register("pums", frame, schema=JOINT_SCHEMA)
+    for sql, epsilon in statements:
+        rows = with_intervals(connection.cursor().execute(sql, epsilon=epsilon))
+    connection.close()
+    cells = {(p, e): float(n) for p, e, n, _ in rows if p is not None}
+    total = next((float(n) for p, _, n, _ in rows if p is None), None)
+    return cells, {(p, e): i for p, e, _, i in rows if p is not None}, total
+
+
+def joint_errors(release: Joint, exact: dict[tuple[int, int], float]) -> dict[str, float]:
+    cells, intervals, total = release
+    released = [abs(n - exact.get(k, 0.0)) for k, n in cells.items()]
+    return {
+        "cells_released": float(len(cells)),
+        "mae_released_cells": float(np.mean(released)) if released else float("nan"),
+        "mae_all_cells": float(np.mean([abs(cells.get(k, 0.0) - n) for k, n in exact.items()])),
+        "error_grand_total": abs((sum(cells.values()) if total is None else total) - sum(exact.values())),
+        "coverage_cells_95": coverage(intervals, exact),  # type: ignore[arg-type]
+    }
+
+
+def joint_main(trials: int) -> list[dict[str, object]]:
+    """The second table (module doc): GROUP BY puma, educ with both columns undeclared."""
+    frame = pd.read_csv(DATA)[["PersonID", "puma", "educ"]]
+    exact = {k: float(v) for k, v in frame.groupby(["puma", "educ"]).size().items()}
+    educ_first = [("SELECT educ, COUNT(*) FROM pums GROUP BY educ", EDUC_EPSILON)]
+    configurations = {
+        "dpsql: one GROUP BY puma, educ at 1 (tuples selected jointly)": [(JOINT, EPSILON)],
+        "dpsql: one GROUPING SETS ((puma, educ), ()) at 1": [(JOINT_TOTAL, EPSILON)],
+        f"dpsql: GROUP BY educ at {EDUC_EPSILON:g}, then GROUP BY puma, educ at {EPSILON - EDUC_EPSILON:g}": [*educ_first, (JOINT, EPSILON - EDUC_EPSILON)],
+        f"dpsql: GROUP BY educ at {EDUC_EPSILON:g}, then GROUPING SETS ((puma, educ), ()) at {EPSILON - EDUC_EPSILON:g}": [
+            *educ_first, (JOINT_TOTAL, EPSILON - EDUC_EPSILON)
+        ],
+    }
+    measured: dict[str, list[dict[str, float]]] = {name: [] for name in configurations}
+    for _ in range(trials):
+        for name, statements in configurations.items():
+            measured[name].append(joint_errors(joint_run(frame, statements), exact))
+    peer = opendp_trials(trials, "puma,educ")
+    if peer is not None:
+        releases, version = peer
+        measured[f"OpenDP {version}: one group_by(puma, educ)"] = [joint_errors((r["cells"], {}, None), exact) for r in releases]  # type: ignore[arg-type]
+    return [{"configuration": name, **{m: round(float(np.mean([r[m] for r in runs])), 3) for m in runs[0]}} for name, runs in measured.items()]
+
+
+def report(table: list[dict[str, object]], joint: list[dict[str, object]]) -> None:
     print(f"PUMS_10k, 466 (puma, sex) cells, (ε, δ) = ({EPSILON:g}, {DELTA:g}); means over trials")
     print_table(table, list(table[0]), number_text)
     write_csv("unknown_keys.csv", table)
+    print(f"\nPUMS_10k, GROUP BY puma, educ with both undeclared ({len(pd.read_csv(DATA).groupby(['puma', 'educ']))} pairs present), "
+          f"(ε, δ) = ({EPSILON:g}, {DELTA:g}); means over trials")
+    print_table(joint, list(joint[0]), number_text)
+    write_csv("unknown_keys_joint.csv", joint)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
-    sys.exit(report(main(parser.parse_args().trials)))
+    arguments = parser.parse_args()
+    sys.exit(report(main(arguments.trials), joint_main(arguments.trials)))

@@ -266,7 +266,7 @@ def _selection_rows(prepared: Prepared) -> list[ExplainRow]:
     selection = prepared.selection
     assert selection is not None
     if selection.thresholded is not None:
-        return _thresholded_rows(prepared)
+        return _key_rows(prepared) + _thresholded_rows(prepared)
     chosen, cost = selection.split, prepared.cost
     primitive = chosen.primitive
     always = primitive.always_kept()
@@ -287,6 +287,17 @@ def _selection_rows(prepared: Prepared) -> list[ExplainRow]:
         ExplainRow("counts", counting, chosen.count_variance, "noise variance of one released count"),
         ExplainRow("strategy", "chosen after selection", None, "the counts are planned for the released keys (the plan is reported after execution)"),
         ExplainRow("keys", "considered", None, "withheld: the number of keys in the data is private"),
+    ]
+
+
+def _key_rows(prepared: Prepared) -> list[ExplainRow]:
+    """What a key is when several columns without declared domain take part (``dpsql.selection``)."""
+    if prepared.joint:
+        columns = ", ".join(prepared.key_columns)
+        return [ExplainRow("keys", "tuples", float(len(prepared.key_columns)), f"a key is a tuple ({columns}), selected jointly; unreleased tuples are not shown")]
+    return [
+        ExplainRow("keys", "public", float(len(keys)), f"the {len(keys)} released key(s) of {column!r}: {prepared.keyed!r} is selected over them")
+        for column, keys in prepared.public
     ]
 
 
@@ -355,7 +366,9 @@ class Explanation:
         outcome = self.outcome
         rows = [ExplainRow("answered", outcome.how, None, _HOW[outcome.how])]
         if outcome.released is not None:
-            rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {self.prepared.keyed!r}, newly selected and cached on the connection"))
+            columns = self.prepared.key_columns
+            named = repr(columns[0]) if len(columns) == 1 else "(" + ", ".join(columns) + ")"
+            rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {named}, newly selected and cached on the connection"))
         if outcome.plan is not None:
             rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
         rows += [ExplainRow("clip", column, value, f"{detail} ({_see('clip')})") for column, value, detail in outcome.clip]

@@ -29,7 +29,7 @@ of a public table with no private row, a public table that only the engine of sh
   holds as it is: a neighbour differs by one unit's at most ``m`` rows.
 * Public tables are joined to those rows (after bounding, as a WHERE applies after bounding). A private row
   meets at most ``F`` rows of a public table on its key, ``F`` the most rows one key value has there (1 for a
-  unique key), computed from the public table — and enforced in the engine (no more than ``F`` rows of a key
+  unique key), computed from the public table or declared with the key (``max_rows``) — and enforced in the engine (no more than ``F`` rows of a key
   are joined), so the bound holds whatever the table holds at the read. One unit then contributes at most
   ``m · Π F`` rows: the relation's ``max_rows_per_unit``, which prices every statement over it.
 * Columns: a private table's columns keep their declared domains (nullable after a LEFT JOIN); a public
@@ -75,6 +75,7 @@ class PublicJoin:
     kind: str  # "inner", "left" or "semi"
     pairs: tuple[tuple[str, str], ...]
     fan_out: int  # the most rows of the table one key value has (1 for a semi-join: its keys are distinct)
+    declared: bool = False  # the fan-out is the schema's (``max_rows`` of a foreign key), not computed from the table
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,7 +125,7 @@ class JoinedTable(Table):
 
     def bounding(self) -> str:
         schema = self.schema
-        fans = [f"{j.fan_out} row(s) of {j.table.name} per key" for j in self.public_joins if j.fan_out > 1]
+        fans = [f"{j.fan_out} row(s) of {j.table.name} per key{' (declared)' if j.declared else ''}" for j in self.public_joins if j.fan_out > 1]
         unit = f"at most {self.private_bound} row(s) per {schema.privacy_unit!r} after the private joins" if schema.privacy_unit else "one row = one unit"
         return f"{unit}" + (f", each meeting at most {', '.join(fans)}" if fans else "") + f" (the joined relation {self.name})"
 
@@ -142,7 +143,10 @@ def joined_table(spec: JoinSpec, private: Sequence[Table], public: Mapping[str, 
     tables = {source.key: _table(source, private, public) for source in spec.sources}
     privates = [s for s in spec.sources if not tables[s.key].schema.public]
     if not privates:
-        raise NotSupportedError(f"FROM {spec.describe()}: the join reads no private table; dpsql aggregates private tables")
+        raise NotSupportedError(
+            f"FROM {spec.describe()}: the join reads no private table; dpsql answers aggregations of private tables: join one, or read "
+            "the public tables in their own database (they are not protected)"
+        )
     order = _ordered(spec, tables)
     first = order[0][0]
     private_joins = [(source, join) for source, join in order[1:] if not tables[source.key].schema.public]
@@ -364,8 +368,16 @@ def _named(relation: str | exp.Query) -> exp.Expression:
 def _public(source: Source, join: Join, tables: Mapping[str, Table], run: Run, dialect: str) -> PublicJoin:
     table = tables[source.key]
     pairs = tuple((f"{left}.{column}", other) for left, column, _, other in join.pairs)
-    fan_out = 1 if join.kind == "semi" else _fan_out(table, tuple(other for _, other in pairs), run, dialect)
-    return PublicJoin(source, table, join.kind, pairs, fan_out)
+    if join.kind == "semi":
+        return PublicJoin(source, table, join.kind, pairs, 1)
+    declared = [
+        key.max_rows for left, column, _, other in join.pairs
+        if (key := tables[left].schema.foreign_key(column)) is not None and key.max_rows is not None
+        and key.referenced == other and find_table(key.table, [table]) is table
+    ]
+    if declared:  # each declared key bounds the rows one value meets; together they bound them by the least
+        return PublicJoin(source, table, join.kind, pairs, min(declared), declared=True)
+    return PublicJoin(source, table, join.kind, pairs, _fan_out(table, tuple(other for _, other in pairs), run, dialect))
 
 
 def _public_rows(table: Table, where: str | None = None) -> exp.Select:

@@ -28,6 +28,11 @@ timestamp — or the text itself when Python has no such value (``'infinity'`` a
 DATE). Reading it back is total: it never raises, whatever the engine printed. Two keys the engine kept
 apart are never merged, even where they show alike.
 
+**Several columns** without a declared domain in one statement read their keys as tuples (one canonical
+text per column): bounding keeps at most ``k`` tuples per unit. :func:`projections` gives each column its
+keys from released tuples, :func:`table_over_keys` places tuples on one axis per column, and
+:func:`per_selected_key` regroups tuples by the selected column's part when the others' keys are public.
+
 The key set is cached on the session (:class:`ReleasedKeys`, per registered table and column): later
 statements use it as the column's domain, in GROUP BY, WHERE and COUNT, and pay for counting only.
 Selection needs δ > 0 (pure ε-DP admits no selection): each one spends the session's selection δ.
@@ -40,16 +45,16 @@ import datetime
 import decimal
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from sqlglot import exp
 
 from dpsql.schema import ColumnDomain, Schema
-from dpsql.sql.bounded import KeyHistogram
+from dpsql.sql.bounded import Key, KeyHistogram, key_order
 from dpsql.sql.literals import ColumnType
-from planner import PartitionSelection
+from planner import Domain, PartitionSelection
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -186,19 +191,60 @@ def placeholder_domain(column: str) -> ColumnDomain:
     return ColumnDomain(column, "keys", (PLACEHOLDER_KEY,), nullable=False)
 
 
-def select_keys(histogram: KeyHistogram, primitive: PartitionSelection, rng: object) -> tuple[str | None, ...]:
+def select_keys(histogram: KeyHistogram, primitive: PartitionSelection, rng: object) -> tuple[Key, ...]:
     """The keys (texts) the selection primitive keeps from every key's distinct units."""
     kept = primitive.select(histogram.units, rng=rng)
     return tuple(k for k, keep in zip(histogram.keys, kept) if keep)
 
 
-def table_over_keys(histogram: KeyHistogram, keys: KeySet) -> np.ndarray:
-    """The count table over (the column's cells, the other attributes): each released key's kept rows in
-    its cell; the remainder cell holds the rows no unit kept under its key and every unreleased key's."""
-    cell_of = keys.cells()
-    remainder = len(keys)  # the cell after the released keys (the NULL key, when released, is one of them)
-    table = np.zeros((remainder + 1, *histogram.remainder.shape), dtype=np.int64)
-    table[remainder] = histogram.remainder
+def projections(tuples: Sequence[tuple[str | None, ...]], column_types: Sequence[ColumnType]) -> tuple[KeySet, ...]:
+    """Each column's key set from released key tuples of jointly selected columns: the texts it shows in some
+    released tuple (a released tuple's parts are released facts; the column's cells are their union)."""
+    return tuple(KeySet.of(dict.fromkeys(t[i] for t in tuples), column_type) for i, column_type in enumerate(column_types))
+
+
+def table_over_keys(histogram: KeyHistogram, key_sets: Sequence[KeySet]) -> np.ndarray:
+    """The count table over (each key column's cells, the other attributes): each released key's kept rows in
+    its cell; a column's remainder cell (the last) holds the rows of keys it did not release, and every
+    column's remainder the rows no unit kept under their key. One key set: keys are texts; several (jointly
+    selected columns): keys are tuples of texts, each part placed by its column's key set."""
+    cells_of = [k.cells() for k in key_sets]
+    remainders = tuple(len(k) for k in key_sets)  # the cell after each column's released keys
+    table = np.zeros((*(r + 1 for r in remainders), *histogram.remainder.shape), dtype=np.int64)
+    table[remainders] += histogram.remainder
     for position, key in enumerate(histogram.keys):
-        table[cell_of.get(key, remainder)] += histogram.counts[position]
+        parts = key if isinstance(key, tuple) else (key,)
+        table[tuple(c.get(p, r) for c, p, r in zip(cells_of, parts, remainders))] += histogram.counts[position]
     return table
+
+
+def over_domain(table: np.ndarray, columns: Sequence[str], domain: Domain) -> np.ndarray:
+    """A :func:`table_over_keys` table with each key column's axis at its place among ``domain``'s attributes
+    (the other attributes follow the domain's order already)."""
+    return np.moveaxis(table, tuple(range(len(columns))), tuple(domain.attributes.index(c) for c in columns))
+
+
+def per_selected_key(histogram: KeyHistogram, selected: int, public: Sequence[KeySet], axes: Sequence[int]) -> KeyHistogram:
+    """A histogram of key tuples — the first ``selected`` parts of columns whose keys are being selected, the
+    rest of columns with released key sets ``public`` — as a histogram per selected key (a text, or a tuple
+    of them) whose cells gain each public column's cells (a released key's, else its remainder), placed at
+    ``axes`` among the other attributes. Rows no unit kept go to the public columns' remainders. Units are
+    not carried (the thresholded design reads counts only)."""
+    def part(key: Key) -> Key:
+        return key[0] if selected == 1 else key[:selected]  # type: ignore[index]
+
+    found = tuple(sorted({part(k) for k in histogram.keys}, key=key_order))
+    index = {key: position for position, key in enumerate(found)}
+    cells_of = [k.cells() for k in public]
+    remainders = tuple(len(k) for k in public)
+    counts = np.zeros((len(found), *(r + 1 for r in remainders), *histogram.remainder.shape), dtype=np.int64)
+    remainder = np.zeros(counts.shape[1:], dtype=np.int64)
+    remainder[remainders] = histogram.remainder
+    for position, key in enumerate(histogram.keys):
+        cells = tuple(c.get(p, r) for c, p, r in zip(cells_of, key[selected:], remainders))  # type: ignore[index]
+        counts[(index[part(key)], *cells)] += histogram.counts[position]
+    moved = tuple(range(len(public)))
+    return KeyHistogram(
+        found, np.zeros(len(found), dtype=np.int64), np.moveaxis(counts, tuple(m + 1 for m in moved), tuple(a + 1 for a in axes)),
+        np.moveaxis(remainder, moved, tuple(axes)),
+    )

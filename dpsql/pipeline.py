@@ -51,6 +51,7 @@ from dpsql.session import Session, Table
 from dpsql.sql.bounded import BoundedAggregation, KeyedColumn, KeyHistogram
 from dpsql.sql.bounded_rows import LEVEL_NAME
 from dpsql.sql.literals import ColumnType
+from dpsql.sql.moments import ValueEncoding
 from dpsql.sql import clipping, data_vectors, quantile_paths
 from dpsql.sql.compile import MAX_RELEASED_CELLS, too_many_cells
 from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
@@ -261,8 +262,10 @@ class Draft:
     request: Request
     table: Table | None = None
     keyed: str | None = None  # the column without declared domain the statements use (``keys``)
-    selecting: bool = False  # whether its keys are selected by this request
-    cached: frozenset[object] | None = None  # its released key set, when one is used
+    joint: tuple[str, ...] = ()  # further such columns: a key is the tuple of their values with ``keyed``'s
+    selecting: bool = False  # whether their keys are selected by this request
+    cached: tuple[keys.KeySet, ...] | None = None  # their released key sets (``keyed``'s, then ``joint``'s), when used
+    public: tuple[tuple[str, keys.KeySet], ...] = ()  # such columns with released keys, public beside one whose keys are selected
     batch: CompiledBatch | None = None
     compiled_from: tuple[object, ...] = ()  # what ``batch`` was compiled from (its memo key's inputs)
     rows: Hashable = None  # the store's rows key
@@ -363,9 +366,17 @@ def _relation(session: Session, draft: Draft) -> Draft:
 def _keys(session: Session, draft: Draft) -> Draft:
     """The column without declared domain the statements use, and whether this request selects its keys."""
     assert draft.table is not None
-    keyed, selecting = _keyed_column(session, draft.table, draft.request.statements)
-    cached = session.keys.get(draft.table, keyed) if keyed is not None else None
-    return dataclasses.replace(draft, keyed=keyed, selecting=selecting, cached=cached)
+    columns, selecting = _keyed_columns(session, draft.table, draft.request.statements)
+    if not columns:
+        return draft
+    found = {c: session.keys.get(draft.table, c) for c in columns}
+    if not selecting:
+        return dataclasses.replace(draft, keyed=columns[0], joint=columns[1:], cached=tuple(found.values()))  # type: ignore[arg-type]
+    uncached = [c for c in columns if found[c] is None]
+    if len(uncached) == 1:  # one column's keys are selected; the released key sets of the others are public domains
+        public = tuple((c, k) for c, k in found.items() if k is not None)
+        return dataclasses.replace(draft, keyed=uncached[0], selecting=True, public=public)  # type: ignore[arg-type]
+    return dataclasses.replace(draft, keyed=columns[0], joint=columns[1:], selecting=True)
 
 
 def _compile(session: Session, draft: Draft) -> Draft:
@@ -374,14 +385,27 @@ def _compile(session: Session, draft: Draft) -> Draft:
     assert table is not None
     schema = table.schema
     if keyed is not None:
-        domain = keys.placeholder_domain(keyed) if draft.selecting else draft.cached.domain(keyed)  # type: ignore[union-attr]
-        schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != keyed) + (domain,))
-    inputs = (request.statements, request.weights, schema, tuple(table.column_types), session.settings.excluded_cells)
-    batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4]))
-    moments = () if batch.encoding is None else (batch.encoding.cells_key,)  # kept measurements in these units only
-    pairs = () if batch.distinct is None else (batch.distinct.key(),)  # ... and of these (unit, group) pairs only
-    rows = (table.name.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
-    return dataclasses.replace(draft, batch=batch, compiled_from=inputs, rows=rows)
+        names = (keyed, *draft.joint)
+        domains = tuple(keys.placeholder_domain(c) for c in names) if draft.selecting else tuple(k.domain(c) for k, c in zip(draft.cached, names))  # type: ignore[arg-type]
+        domains += tuple(k.domain(c) for c, k in draft.public)
+        names += tuple(c for c, _ in draft.public)
+        schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name not in names) + domains)
+    inputs = (request.statements, request.weights, schema, tuple(table.column_types), session.settings.excluded_cells, True)
+    batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4], zero_nulls=inputs[5]))
+    if batch.encoding is not None and batch.encoding.null_as_zero and session.settings.reuse:
+        with_null_cell = dataclasses.replace(batch.encoding, null_cell=True, null_as_zero=False)
+        if session.store.measurement_count(_rows_key(table.name, batch, with_null_cell)):  # kept with the NULL cell: read it
+            inputs = (*inputs[:5], False)
+            batch = session.memoised("compiled", inputs, lambda: compile_batch(*inputs[:4], excluded_cells=inputs[4], zero_nulls=False))
+    return dataclasses.replace(draft, batch=batch, compiled_from=inputs, rows=_rows_key(table.name, batch, batch.encoding))
+
+
+def _rows_key(table: str, batch: CompiledBatch, encoding: ValueEncoding | None) -> Hashable:
+    """What kept measurements of ``batch`` are filed under: its table and row filters, the moment cells'
+    meaning (kept measurements are in these units only) and the counted (unit, group) pairs."""
+    moments = () if encoding is None else (encoding.cells_key,)
+    pairs = () if batch.distinct is None else (batch.distinct.key(),)
+    return (table.lower(), tuple((f.scope, f.mask.tobytes()) for f in batch.row_filters), *moments, *pairs)
 
 
 def _refusals(session: Session, draft: Draft) -> Draft:
@@ -401,18 +425,24 @@ def _refusals(session: Session, draft: Draft) -> Draft:
             f"GROUP BY {keyed} (or SELECT DISTINCT) without an aggregate: column {keyed!r} has no declared domain, so its keys "
             "are released only with their noisy counts: add COUNT(*), or declare its categories, range or bins"
         )
-    if batch.encoding is not None:
+    if batch.encoding is not None and (draft.selecting or batch.encoding.clip_base):
+        why = "clip: auto chooses its clip from the rows of declared domains only" if not draft.selecting else (
+            "its keys are selected by COUNT(*) statements: run SELECT "
+            f"{keyed}, COUNT(*) … GROUP BY {keyed} first, then aggregate over its released keys"
+        )
         raise NotSupportedError(
-            f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported: declare its "
-            "categories, range or bins, or aggregate in a statement that neither groups by it nor uses its released keys"
+            f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported here: {why}; "
+            "or declare its categories, range or bins"
         )
     if batch.distinct is not None:
         raise NotSupportedError(
             f"COUNT(DISTINCT {batch.distinct.unit}) with the column {keyed!r}, which has no declared domain, is not supported: "
             f"declare {keyed!r}'s categories, range or bins, or count distinct units in a statement that does not use it"
         )
+    if draft.joint and draft.selecting and batch.workload is not None:
+        selection.check_joint(batch.workload, (keyed, *draft.joint))
     if not draft.selecting and batch.workload is not None:
-        others = (s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a != keyed)
+        others = (s for a, s in zip(batch.workload.domain.attributes, batch.workload.domain.sizes) if a not in (keyed, *draft.joint))
         if math.prod(others) > selection.MAX_KEYED_OTHER_CELLS:
             raise NotSupportedError(selection.too_many_cells(keyed))
     return draft
@@ -424,7 +454,7 @@ def _cost(session: Session, draft: Draft) -> Draft:
     assert batch is not None and draft.table is not None
     cost = request.cost if request.cost is not None else _unit_cost(session)
     nothing = Decision(None, (), (), None)
-    free = Prepared(request, draft.table, batch, draft.rows, None, draft.keyed, None, nothing, _free(cost))
+    free = Prepared(request, draft.table, batch, draft.rows, None, draft.keyed, None, nothing, _free(cost), joint=draft.joint)
     if batch.workload is None and not batch.measures:  # declared keys only: public, free whatever the cost
         return dataclasses.replace(draft, cost=cost, prepared=free)
     if request.cost is None and not request.explain:
@@ -440,8 +470,11 @@ def _selection(session: Session, draft: Draft) -> Draft:
         return draft
     assert draft.table is not None and draft.batch is not None and draft.keyed is not None and draft.cost is not None
     privacy = privacy_of(draft.cost)
-    chosen = selection.design(session, draft.table, draft.batch, draft.keyed, privacy, draft.request.selection_delta)
-    prepared = Prepared(draft.request, draft.table, draft.batch, draft.rows, privacy, draft.keyed, chosen, Decision(None, (), (), None), selection.cost(chosen))
+    chosen = selection.design(session, draft.table, draft.batch, (draft.keyed, *draft.joint), privacy, draft.request.selection_delta, bool(draft.public))
+    prepared = Prepared(
+        draft.request, draft.table, draft.batch, draft.rows, privacy, draft.keyed, chosen, Decision(None, (), (), None), selection.cost(chosen),
+        joint=draft.joint, public=draft.public,
+    )
     return dataclasses.replace(draft, prepared=prepared)
 
 
@@ -450,13 +483,15 @@ def _plan(session: Session, draft: Draft) -> Draft:
     table, batch, cost, request = draft.table, draft.batch, draft.cost, draft.request
     assert table is not None and batch is not None and batch.workload is not None and cost is not None
     whole = privacy_of(cost)
-    cached = None if draft.cached is None else len(draft.cached)
+    cached = None if draft.cached is None else math.prod(len(k) for k in draft.cached)
     if table.schema.choose_bound:  # the statement chooses its bound (``dpsql.truncation``): no kept measurement applies
         chosen = truncation.design(table, batch, whole, draft.keyed, table.fan_out)
         widest = chosen.plan(batch.workload, chosen.choice.truncations[-1])
         everything = tuple(range(len(batch.workload.products)))
         decision = Decision(widest, everything, (), widest)
-        return dataclasses.replace(draft, prepared=Prepared(request, table, batch, draft.rows, whole, draft.keyed, None, decision, cost, cached, chosen=chosen))
+        return dataclasses.replace(
+            draft, prepared=Prepared(request, table, batch, draft.rows, whole, draft.keyed, None, decision, cost, cached, chosen=chosen, joint=draft.joint)
+        )
     clip = None if draft.keyed is not None else clipping.design(batch.encoding, whole, table.schema.contributions)
     privacy = whole if clip is None else whole.scaled(1 - clip.share)  # the clip first, then the rest
     contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
@@ -479,7 +514,7 @@ def _plan(session: Session, draft: Draft) -> Draft:
     if decision.plan is not None:
         _check_feasible(session, batch, decision.plan)
     spent = cost if decision.plan is not None else _free(cost)
-    prepared = Prepared(request, table, batch, draft.rows, privacy, draft.keyed, None, decision, spent, cached, paths, clip, balance)
+    prepared = Prepared(request, table, batch, draft.rows, privacy, draft.keyed, None, decision, spent, cached, paths, clip, balance, joint=draft.joint)
     return dataclasses.replace(draft, prepared=prepared)
 
 
@@ -525,6 +560,21 @@ def _shells(session: Session, draft: Draft) -> Draft:
     compiled = draft.compiled_from or tuple(p.prepared.batch for p in prepared.parts)
     shells = session.memoised("shells", (compiled, texts, session.public.generation), checked)
     return dataclasses.replace(draft, prepared=dataclasses.replace(prepared, shells=shells))
+
+
+def _empty_releases(prepared: Prepared) -> list[ResultSet]:
+    """Every planned statement's empty release (:func:`_zero_results`); where a key still to be selected stands
+    (``keys.PLACEHOLDER_KEY``), an example value of the column's engine type, so that the shell sees the key
+    column typed as the released keys will be."""
+    results = _zero_results(prepared.batch)
+    if prepared.selection is None:
+        return results
+    examples = []
+    for compiled, result in zip(prepared.batch.statements, results):
+        kinds = [c.kind for c in output_columns(compiled.statement, compiled.branches, prepared.table.column_types)]
+        rows = [tuple(_EXAMPLES[k] if v is keys.PLACEHOLDER_KEY else v for v, k in zip(row, kinds)) for row in result.rows]
+        examples.append(dataclasses.replace(result, rows=rows))
+    return examples
 
 
 LEVEL_TYPE = ColumnType.of("INTEGER", "duckdb")  # a row's level (``dpsql.truncation``)
@@ -591,9 +641,10 @@ def _free(cost: Cost) -> Cost:
     return Cost(cost.mechanism, 0.0, 0.0 if cost.epsilon is not None else None)
 
 
-def _keyed_column(session: Session, table: Table, statements: Sequence[Statement]) -> tuple[str | None, bool]:
-    """The column without a declared domain the statements group by (or use with released keys), and
-    whether its keys must be selected now. Refuses what selection cannot serve."""
+def _keyed_columns(session: Session, table: Table, statements: Sequence[Statement]) -> tuple[tuple[str, ...], bool]:
+    """The columns without a declared domain the statements group by (or use with released keys), and
+    whether their keys must be selected now: when one of them has no released key set, the keys of all of
+    them are selected jointly, as tuples (``dpsql.selection``). Refuses what selection cannot serve."""
     grouped: dict[str, None] = {}
     used: dict[str, None] = {}
     for statement in statements:
@@ -609,33 +660,26 @@ def _keyed_column(session: Session, table: Table, statements: Sequence[Statement
                 resolved = table.resolve(name)
                 if resolved is not None and not table.schema.column(resolved).is_known and session.keys.get(table, resolved) is not None:
                     used[resolved] = None
-    candidates = list(dict.fromkeys([*grouped, *used]))
-    if len(candidates) > 1:
-        raise NotSupportedError(
-            f"GROUP BY: columns {candidates} have no declared domain; one statement can select the keys of one such "
-            "column: declare the domain (categories, range or bins) of the others, or select their keys in "
-            "separate statements first"
-        )
-    if not candidates:
-        return None, False
-    column = candidates[0]
-    if not table.column_types[column].can_hold_keys:
-        raise NotSupportedError(
-            f"GROUP BY: column {column!r} has type {table.column_types[column].name}; keys of a column with no declared "
-            "domain must be strings, numbers, booleans, dates or timestamps: declare its domain, or group by another column"
-        )
-    selecting = session.keys.get(table, column) is None
+    columns = tuple(dict.fromkeys([*grouped, *used]))
+    for column in columns:
+        if not table.column_types[column].can_hold_keys:
+            raise NotSupportedError(
+                f"GROUP BY: column {column!r} has type {table.column_types[column].name}; keys of a column with no declared "
+                "domain must be strings, numbers, booleans, dates or timestamps: declare its domain, or group by another column"
+            )
+    selecting = any(session.keys.get(table, c) is None for c in columns)
     if selecting:
         for statement in statements:
             for branch in statement.branches:
                 where = branch.query.where
-                if where is not None and any(table.resolve(c) == column for c in predicate_columns(where)):
+                named = [c for c in columns if where is not None and any(table.resolve(p) == c for p in predicate_columns(where))]
+                if named:
                     raise NotSupportedError(
-                        f"WHERE: column {column!r} has no declared domain in the schema of {table.name!r}, and this statement "
+                        f"WHERE: column {named[0]!r} has no declared domain in the schema of {table.name!r}, and this statement "
                         "selects its keys; declare its categories, range or bins, or select its keys first with a GROUP BY "
                         "on it (a predicate on it cannot be compiled to a mask over a public domain)"
                     )
-    return column, selecting
+    return columns, selecting
 
 
 def _check_spent(spent: planner.Privacy, requested: planner.Privacy, mechanisms: float = 0.0) -> None:
@@ -847,7 +891,7 @@ def _aggregation(session: Session, prepared: Prepared) -> tuple[BoundedAggregati
     if prepared.keyed is not None:
         keyed = KeyedColumn(
             prepared.keyed, table.schema.max_groups_per_unit, keys.KeyBounds.of(table.schema).max_rows_per_group,
-            count_units=prepared.selection is not None,
+            count_units=prepared.selection is not None, joint=prepared.read_keys[1:],
         )
         marginals: tuple[tuple[str, ...], ...] = (domain.attributes,)
     else:
@@ -914,9 +958,10 @@ def _measured(
         return _measured_at_chosen_bound(session, prepared, counts, rng)
     if prepared.keyed is not None:  # a released key set: the column's cells come from key bounding
         assert batch.workload is not None
-        released = session.keys.get(prepared.table, prepared.keyed)
-        assert released is not None and isinstance(counts, KeyHistogram)
-        full = np.moveaxis(keys.table_over_keys(counts, released), 0, batch.workload.domain.attributes.index(prepared.keyed))
+        columns = prepared.key_columns
+        released = tuple(session.keys.get(prepared.table, c) for c in columns)
+        assert all(k is not None for k in released) and isinstance(counts, KeyHistogram)
+        full = keys.over_domain(keys.table_over_keys(counts, released), columns, batch.workload.domain)  # type: ignore[arg-type]
         required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
     else:
         assert isinstance(counts, dict)
@@ -970,12 +1015,12 @@ def _measured_at_chosen_bound(
 
 
 def _zero_core_results(prepared: Prepared) -> list[ResultSet]:
-    """Every planned statement's result with zero counts (a composed request's in its statements' order)."""
+    """Every planned statement's empty release (:func:`_empty_releases`; a composed request's in its statements' order)."""
     if not prepared.parts:
-        return _zero_results(prepared.batch)
+        return _empty_releases(prepared)
     found: list[ResultSet | None] = [None] * len(prepared.request.statements)
     for part in prepared.parts:
-        for index, result in zip(part.statements, _zero_results(part.prepared.batch)):
+        for index, result in zip(part.statements, _empty_releases(part.prepared)):
             found[index] = result
     return [result for result in found if result is not None]
 

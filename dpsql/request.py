@@ -9,7 +9,7 @@ import numpy as np
 
 import planner
 from dpsql.accountant import Cost
-from dpsql.keys import KeyBounds
+from dpsql.keys import KeyBounds, KeySet
 from dpsql.post_processing import ShellPlan
 from dpsql.session import Table
 from dpsql.sql.clipping import AutomaticBounds, AutomaticClip
@@ -103,6 +103,18 @@ class Prepared:
     shells: tuple[ShellPlan | None, ...] = ()  # per statement as written: its shell's cores and columns (None: no shell)
     chosen: ChosenBound | None = None  # the bound on rows per unit is chosen by the statement (``dpsql.truncation``)
     parts: tuple[Part, ...] = ()  # a composed request: its parts over different data vectors (``dpsql.sql.data_vectors``)
+    joint: tuple[str, ...] = ()  # further columns without declared domain whose keys form tuples with ``keyed``'s
+    public: tuple[tuple[str, KeySet], ...] = ()  # such columns with released key sets, public domains of a selecting statement
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """Every column without declared domain the statement uses: ``keyed``, then ``joint``."""
+        return () if self.keyed is None else (self.keyed, *self.joint)
+
+    @property
+    def read_keys(self) -> tuple[str, ...]:
+        """The columns whose values form the key the read bounds: :attr:`key_columns`, then the public ones."""
+        return (*self.key_columns, *(c for c, _ in self.public))
 
     @property
     def plan(self) -> planner.Plan | None:

@@ -185,6 +185,8 @@ def _branch_columns(
         hidden = compiled.group_domain(column).hidden_cells
         if hidden:
             shown &= ~np.isin(key_cells[position], hidden)
+    if compiled.unreleased is not None:  # tuples of jointly selected keys that were not released: not measurements
+        shown &= ~compiled.unreleased.ravel()
     count = int(shown.sum())
     columns: list[Column] = []
     error_columns: list[Column] = []

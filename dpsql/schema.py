@@ -54,7 +54,10 @@ to choose it privately among 1, 2, 4, … up to :data:`AUTO_LIMIT` (or ``{auto: 
 
 ``foreign_keys`` maps a column to the ``table.column`` it references (a private or a public table). Joins use
 declared keys only: a private table joins a public one on a declared foreign key
-(``visits.clinic_id → clinics.id``), and private tables join each other along their unit. ``max_rows_per_unit`` and ``max_groups_per_unit``
+(``visits.clinic_id → clinics.id``), and private tables join each other along their unit. A row meets at most
+``F`` rows of a public table on its key — ``F`` the most rows one key value has there, computed from the public
+table, or declared with the key: ``clinic_id: {references: clinics.id, max_rows: 2}`` (then nothing is read to
+compute it, and no more than ``F`` rows of a key are joined whatever the table holds; ``docs/sql.md``, "Joins"). ``max_rows_per_unit`` and ``max_groups_per_unit``
 are declared per private table and bound what a unit contributes *after* the joins of a statement, by the same
 salted order as today. Whether referenced tables and columns exist is checked when both tables are registered
 (in either order), before any row is read.
@@ -286,9 +289,11 @@ class ForeignKey:
     column: str
     table: str
     referenced: str
+    max_rows: int | None = None  # declared: at most this many rows of the referenced table per key value (the fan-out)
 
     def __str__(self) -> str:
-        return f"{self.column} → {self.table}.{self.referenced}"
+        most = "" if self.max_rows is None else f" (at most {self.max_rows} row(s) per key)"
+        return f"{self.column} → {self.table}.{self.referenced}{most}"
 
 
 @dataclass(frozen=True)
@@ -432,20 +437,39 @@ def _rows_per_unit(value: object) -> tuple[int, bool]:
 
 
 def _foreign_keys(document: object) -> tuple[ForeignKey, ...]:
-    """``foreign_keys: {column: table.column, …}`` (the table may be qualified: ``schema.table.column``)."""
+    """``foreign_keys: {column: table.column, …}`` (the table may be qualified: ``schema.table.column``); a key with a
+    declared fan-out is ``column: {references: table.column, max_rows: F}``."""
     if not isinstance(document, Mapping):
         raise ProgrammingError(f"foreign_keys must map columns to the table.column they reference, got {_shown(document)}")
     keys = []
     for column, target in document.items():
-        target = canonical_value(target)
+        target, most = _key_target(column, canonical_value(target))
         parts = target.split(".") if isinstance(target, str) else []
         if not isinstance(column, str) or not column or len(parts) < 2 or not all(parts):
             raise ProgrammingError(
                 f"foreign_keys: {_shown(column)}: {_shown(target)} must name the referenced table and column as table.column "
                 "(e.g. person_id: persons.id)"
             )
-        keys.append(ForeignKey(column, ".".join(parts[:-1]), parts[-1]))
+        keys.append(ForeignKey(column, ".".join(parts[:-1]), parts[-1], most))
     return tuple(keys)
+
+
+def _key_target(column: object, target: object) -> tuple[object, int | None]:
+    """A key's ``table.column`` and its declared fan-out (None: computed from the referenced table)."""
+    if not isinstance(target, Mapping):
+        return target, None
+    if set(target) - {"references", "max_rows"} or "references" not in target:
+        raise ProgrammingError(
+            f"foreign_keys: {_shown(column)}: {_shown(target)} must be table.column or {{references: table.column, max_rows: <positive "
+            "integer>}}"
+        )
+    most = canonical_value(target.get("max_rows"))
+    if "max_rows" in target and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
+        raise ProgrammingError(
+            f"foreign_keys: {_shown(column)}: max_rows must be a positive integer (the most rows of the referenced table one key value "
+            f"has), got {_shown(most)}"
+        )
+    return canonical_value(target["references"]), most
 
 
 def _looks_like_path(text: str) -> bool:

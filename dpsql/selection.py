@@ -13,6 +13,15 @@ one read, the statement already charged) selects them and answers the statement 
   a share of the budget selects keys from their distinct units (``planner.partition``), and the rest
   counts the statement over the released keys with the planner's plan for them — or, should that plan
   fail for the number of keys released, the summed identity, which prepare checked can always be built.
+
+**Several columns without declared domain.** When none of them has released keys, a key is the tuple of
+their values (the read bounds tuples per unit), selected by the thresholded design; every query must group
+by all of them (its cells per tuple) or by none (totals) — a subtotal over some is refused in prepare
+(:func:`check_joint`). The cells of the product of the columns' released parts that are not released tuples
+are marked unreleased and never shown (:func:`recompiled`); each column's parts are cached as its keys. When
+all but one have released keys, those are public domains (``Prepared.public``) and the remaining column is
+selected over them by the one-column design, each of its keys counting up to ``min(m, k·r)`` rows of a unit
+(:func:`keys.per_selected_key` turns the read's tuples into that column's keys).
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from dpsql.errors import Error, NotSupportedError, ProgrammingError
 from dpsql.keys import KeySet
 from dpsql.request import Prepared, Selection
 from dpsql.session import Session, Table
-from dpsql.sql.bounded import KeyHistogram
+from dpsql.sql.bounded import Key, KeyHistogram, key_order
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import (
     Answers,
@@ -49,6 +58,7 @@ from planner import (
 )
 
 MAX_KEYED_OTHER_CELLS = 1 << 16  # a statement selecting keys reads every (key, other cells) count
+MAX_JOINT_CELLS = 1 << 22  # cells over the product of jointly selected columns' released keys (and the other attributes)
 
 
 @dataclass(frozen=True)
@@ -86,30 +96,47 @@ def too_many_cells(column: str) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
-def design(session: Session, table: Table, batch: CompiledBatch, column: str, privacy: planner.Privacy, delta: float | None = None) -> Selection:
-    """The statement's selection (module doc), checked to be runnable for any data: nothing read. ``delta``: the
-    δ it may spend (None: the connection's ``selection_delta``)."""
+def design(
+    session: Session, table: Table, batch: CompiledBatch, columns: tuple[str, ...], privacy: planner.Privacy, delta: float | None = None,
+    public: bool = False,
+) -> Selection:
+    """The statement's selection (module doc), checked to be runnable for any data: nothing read. ``columns``: the
+    columns whose keys it selects (several: jointly, as tuples); ``delta``: the δ it may spend (None: the
+    connection's ``selection_delta``); ``public``: other columns without declared domain take part with their
+    released key sets (the read bounds tuples of all of them: up to ``min(m, k·r)`` rows of a unit under one
+    selected key)."""
     delta = session.selection_delta() if delta is None else delta
     workload = batch.workload
     assert workload is not None
+    column = columns[0]
+    named = ", ".join(columns)
     others = Domain(
-        {a: s for a, s in zip(workload.domain.attributes, workload.domain.sizes) if a != column},
-        ordered=[a for a in workload.domain.ordered if a != column],
+        {a: s for a, s in zip(workload.domain.attributes, workload.domain.sizes) if a not in columns},
+        ordered=[a for a in workload.domain.ordered if a not in columns],
     )
     if others.size > MAX_KEYED_OTHER_CELLS:
-        raise NotSupportedError(too_many_cells(column))
+        raise NotSupportedError(too_many_cells(named))
     bounds = keys.KeyBounds.of(table.schema)
+    if public:
+        bounds = dataclasses.replace(bounds, max_rows_per_group=min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group))
     try:
-        thresholded = _thresholded(session, table, workload, column, others, privacy, bounds, delta)
+        thresholded = _thresholded(session, table, workload, columns, others, privacy, bounds, delta)
         if thresholded is not None:
             return Selection(column, bounds, None, thresholded)
+        if public:
+            raise NotSupportedError(
+                f"GROUP BY {named}: its keys are selected over other columns' released keys only for COUNT(*) and "
+                f"aggregates that group by {named} or sum over it; select {named}'s keys in a statement of their own first"
+            )
+        if len(columns) > 1:
+            raise NotSupportedError(joint_refusal(columns))
         chosen = split(privacy, delta, bounds.max_groups_per_unit, table.schema.contributions, False)
     except PartitionSelectionImpossibleError as error:
-        raise ProgrammingError(f"GROUP BY {column!r}: {error}") from error
+        raise ProgrammingError(f"GROUP BY {named}: {error}") from error
     except NoiseParameterError as error:
         raise ProgrammingError(f"the statement's budget is too small to add exact noise ({error}); use a larger budget") from error
     except ValueError as error:
-        raise ProgrammingError(f"GROUP BY {column!r}: cannot design partition selection: {error}") from error
+        raise ProgrammingError(f"GROUP BY {named}: cannot design partition selection: {error}") from error
     try:  # the fallback for counting over any released keys: its noise depends on the budget alone
         planner.identity_plan(workload, chosen.count_privacy, table.schema.contributions)  # type: ignore[arg-type]
     except NoiseParameterError as error:
@@ -117,32 +144,60 @@ def design(session: Session, table: Table, batch: CompiledBatch, column: str, pr
     return Selection(column, bounds, chosen, None)
 
 
+def joint_refusal(columns: tuple[str, ...]) -> str:
+    return (
+        f"GROUP BY: columns {list(columns)} have no declared domain; their keys are selected jointly, as tuples, for "
+        "queries that group by all of them (GROUP BY, or a grouping set with all of them) or by none of them (totals): "
+        "a subtotal over some of them, or COUNT of one of them, needs those columns' keys released first — run "
+        f"GROUP BY {columns[0]} on its own first, or declare their domains"
+    )
+
+
+def check_joint(workload: Workload, columns: tuple[str, ...]) -> None:
+    """Refuse, before the read, a statement selecting the keys of several columns jointly whose queries do not
+    each group by all of them or by none (module doc)."""
+    if any(_key_kind(p, columns) == "other" for p in workload.products):
+        raise NotSupportedError(joint_refusal(columns))
+
+
 def _column_factor(product: Product, column: str) -> object:
     """The product's factor over ``column`` (None when it sums the column out)."""
     return next((f for f in product.factors if column in f.attributes), None)
 
 
-def _without(product: Product, column: str, domain: Domain) -> Product:
-    return Product(domain, tuple(f for f in product.factors if column not in f.attributes), product.weight)
+def _key_kind(product: Product, columns: tuple[str, ...]) -> str:
+    """How ``product`` uses the key columns: ``"all"`` (Identity on each alone: one row per key), ``"none"`` (it
+    sums over them) or ``"other"``."""
+    factors = [_column_factor(product, c) for c in columns]
+    if all(f is None for f in factors):
+        return "none"
+    if all(f is not None and f.attributes == (c,) and isinstance(f.block, Identity) for f, c in zip(factors, columns)):  # type: ignore[attr-defined]
+        return "all"
+    return "other"
+
+
+def _without(product: Product, columns: tuple[str, ...], domain: Domain) -> Product:
+    return Product(domain, tuple(f for f in product.factors if not set(columns) & set(f.attributes)), product.weight)
 
 
 def _thresholded(
-    session: Session, table: Table, workload: Workload, column: str, others: Domain, privacy: planner.Privacy, bounds: keys.KeyBounds,
-    delta: float,
+    session: Session, table: Table, workload: Workload, columns: tuple[str, ...], others: Domain, privacy: planner.Privacy,
+    bounds: keys.KeyBounds, delta: float,
 ) -> ThresholdedDesign | None:
-    """The thresholded design when every product groups by the column alone or sums over it, else None."""
+    """The thresholded design when every product groups by each key column alone (a key: one cell of each)
+    or sums over all of them, else None."""
     per_key, totals = [], []
     for index, product in enumerate(workload.products):
-        factor = _column_factor(product, column)
-        if factor is None:
+        kind = _key_kind(product, columns)
+        if kind == "none":
             totals.append(index)
-        elif factor.attributes == (column,) and isinstance(factor.block, Identity):  # type: ignore[attr-defined]
+        elif kind == "all":
             per_key.append(index)
         else:
             return None
     if not per_key:
         return None
-    totals_workload = Workload(others, tuple(_without(workload.products[i], column, others) for i in totals)) if totals else None
+    totals_workload = Workload(others, tuple(_without(workload.products[i], columns, others) for i in totals)) if totals else None
     contributions = table.schema.contributions
     totals_error = None
     if totals_workload is not None:
@@ -156,7 +211,7 @@ def _thresholded(
     release = design_keyed_release(
         privacy, delta, bounds.max_groups_per_unit, bounds.max_rows_per_group,
         min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group), others,
-        tuple(_without(workload.products[i], column, others) for i in per_key), totals_error,
+        tuple(_without(workload.products[i], columns, others) for i in per_key), totals_error,
     )
     totals_plan = None
     if totals_workload is not None:
@@ -185,53 +240,83 @@ def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Re
     included — gives an answer (with no key released, every query over all keys is still answered)."""
     selection = prepared.selection
     assert selection is not None and prepared.keyed is not None
+    if prepared.public:  # the read's keys are tuples with the public columns' parts: their cells, per selected key
+        histogram = keys.per_selected_key(histogram, len(prepared.key_columns), tuple(k for _, k in prepared.public), _public_axes(prepared))
     if selection.thresholded is not None:
         return _release_thresholded(session, prepared, selection.thresholded, histogram)
     chosen = selection.split
     assert chosen is not None
     released = _remember(session, prepared, keys.select_keys(histogram, chosen.primitive, testing.random_source()))
     batch = recompiled(prepared, released)
-    if batch.workload is None or _nothing_to_count(batch, prepared.keyed, released):
-        return Released(batch, None, len(released), None)
-    full = _full_table(histogram, released, batch.workload.domain, prepared.keyed)
+    if batch.workload is None or _nothing_to_count(batch, prepared.key_columns, released):
+        return Released(batch, None, len(released[0]), None)
+    full = keys.over_domain(keys.table_over_keys(histogram, released), prepared.key_columns, batch.workload.domain)
     plan = _counting_plan(session, batch.workload, chosen.count_privacy, prepared.contributions)  # type: ignore[arg-type]
     required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}
     measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
-    return Released(batch, plan.answer(measurement), len(released), plan)
+    return Released(batch, plan.answer(measurement), len(released[0]), plan)
 
 
-def _remember(session: Session, prepared: Prepared, texts: tuple[str | None, ...]) -> KeySet:
-    """The released keys as a key set, cached for later statements (an empty set is not cached: a later
-    statement selects afresh)."""
-    column = prepared.keyed
-    assert column is not None
-    released = KeySet.of(texts, prepared.table.column_types[column])
-    if len(released):
-        session.keys.put(prepared.table, column, released)
-    return released
+def _remember(session: Session, prepared: Prepared, released: tuple[Key, ...]) -> tuple[KeySet, ...]:
+    """The released keys as one key set per key column (jointly selected columns: each column's parts of the
+    released tuples), cached for later statements — for a column without a cached set (an empty set is
+    not cached: a later statement selects afresh)."""
+    columns = prepared.key_columns
+    types = [prepared.table.column_types[c] for c in columns]
+    sets = (KeySet.of(released, types[0]),) if len(columns) == 1 else keys.projections(released, types)  # type: ignore[arg-type]
+    for column, key_set in zip(columns, sets):
+        if len(key_set) and session.keys.get(prepared.table, column) is None:
+            session.keys.put(prepared.table, column, key_set)
+    return sets
 
 
-def _nothing_to_count(batch: CompiledBatch, column: str, released: KeySet) -> bool:
-    """No key released and every branch groups by the column: no row at all."""
-    return not len(released) and all(column in b.group_columns for s in batch.statements for b in s.branches)
+def _public_axes(prepared: Prepared) -> tuple[int, ...]:
+    """Where each public key column's axis goes among a selected key's cells (the other attributes of the
+    workload, in domain order), the read's other columns following in that order."""
+    assert prepared.batch.workload is not None
+    others = [a for a in prepared.batch.workload.domain.attributes if a not in prepared.key_columns]
+    return tuple(others.index(c) for c, _ in prepared.public)
 
 
-def recompiled(prepared: Prepared, released: KeySet) -> CompiledBatch:
-    """The request compiled over the released keys (it compiled over the stand-in key, so it compiles)."""
-    column = prepared.keyed
-    assert column is not None
+def _nothing_to_count(batch: CompiledBatch, columns: tuple[str, ...], released: tuple[KeySet, ...]) -> bool:
+    """No key released and every branch groups by a key column: no row at all."""
+    return not len(released[0]) and all(set(columns) & set(b.group_columns) for s in batch.statements for b in s.branches)
+
+
+def recompiled(prepared: Prepared, released: tuple[KeySet, ...], tuples: tuple[Key, ...] = ()) -> CompiledBatch:
+    """The request compiled over the released keys (it compiled over the stand-in keys, so it compiles); for
+    jointly selected columns, the cells of tuples that were not released (``tuples``: those that were) are
+    marked unreleased in every branch grouping by them, never shown."""
+    columns = prepared.key_columns
     schema = prepared.table.schema
-    schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name != column) + (released.domain(column),))
+    domains = tuple(k.domain(c) for k, c in zip(released, columns)) + tuple(k.domain(c) for c, k in prepared.public)
+    columns += tuple(c for c, _ in prepared.public)
+    schema = dataclasses.replace(schema, columns=tuple(c for c in schema.columns if c.name not in columns) + domains)
     request = prepared.request
-    return compile_batch(
+    batch = compile_batch(
         request.statements, request.weights, schema, tuple(prepared.table.column_types), row_limit=math.inf,
         excluded_cells=prepared.batch.excluded_cells,
     )
-
-
-def _full_table(histogram: KeyHistogram, released: KeySet, workload_domain: Domain, column: str) -> np.ndarray:
-    """The count table over the workload's attributes, the column's cells on its axis."""
-    return np.moveaxis(keys.table_over_keys(histogram, released), 0, workload_domain.attributes.index(column))
+    columns = prepared.key_columns
+    if len(columns) == 1:
+        return batch
+    cells_of = [k.cells() for k in released]
+    statements = []
+    for statement in batch.statements:
+        branches = []
+        for branch in statement.branches:
+            if set(columns) <= set(branch.group_columns):
+                unreleased = np.ones(branch.group_shape, dtype=bool)
+                positions = [branch.group_columns.index(c) for c in columns]
+                for key in tuples:
+                    at: list[object] = [slice(None)] * len(branch.group_shape)
+                    for position, cells, part in zip(positions, cells_of, key):  # type: ignore[arg-type]
+                        at[position] = cells[part]
+                    unreleased[tuple(at)] = False
+                branch = dataclasses.replace(branch, unreleased=unreleased)
+            branches.append(branch)
+        statements.append(dataclasses.replace(statement, branches=tuple(branches)))
+    return dataclasses.replace(batch, statements=tuple(statements))
 
 
 def _counting_plan(session: Session, workload: Workload, privacy: planner.Privacy, contributions: int) -> planner.Plan:
@@ -243,31 +328,55 @@ def _counting_plan(session: Session, workload: Workload, privacy: planner.Privac
         return planner.identity_plan(workload, privacy, contributions)
 
 
+def _within_product_limit(tuples: tuple[Key, ...], totals: np.ndarray, kept: np.ndarray, cells: int) -> np.ndarray:
+    """Released tuples whose columns' key sets span at most :data:`MAX_JOINT_CELLS` cells with ``cells`` each:
+    all of them, unless that product is larger — then the tuples of largest noisy totals that fit, added in
+    that order (post-processing of the release: total, whatever the data)."""
+    chosen = np.flatnonzero(kept)
+    parts = [set() for _ in range(len(tuples[chosen[0]]) if len(chosen) else 0)]  # type: ignore[arg-type]
+    for position in chosen:
+        for part, value in zip(parts, tuples[position]):  # type: ignore[arg-type]
+            part.add(value)
+    if math.prod(len(p) + 1 for p in parts) * cells <= MAX_JOINT_CELLS:
+        return kept
+    within = np.zeros(len(kept), dtype=bool)
+    parts = [set() for _ in parts]
+    for position in sorted(chosen, key=lambda i: (-int(totals[i]), key_order(tuples[i]))):
+        grown = [part | {value} for part, value in zip(parts, tuples[position])]  # type: ignore[arg-type]
+        if math.prod(len(p) + 1 for p in grown) * cells <= MAX_JOINT_CELLS:
+            parts, within[position] = grown, True
+    return within
+
+
 def _release_thresholded(session: Session, prepared: Prepared, chosen: ThresholdedDesign, histogram: KeyHistogram) -> Released:
     """Noisy cells for every present key, keys released by their noisy totals (``KeyedRelease.release``),
     the totals by their plan."""
-    column, rule = prepared.keyed, chosen.release
-    assert column is not None
+    columns, rule = prepared.key_columns, chosen.release
     noisy, kept = rule.release(histogram.counts, rng=testing.random_source(), noise=testing.noise_enabled())
-    released = _remember(session, prepared, tuple(k for k, keep in zip(histogram.keys, kept) if keep))
-    batch = recompiled(prepared, released)
-    if batch.workload is None or _nothing_to_count(batch, column, released):
-        return Released(batch, None, len(released), None)
+    if len(columns) > 1:
+        kept = _within_product_limit(histogram.keys, noisy.sum(axis=1), kept, chosen.others.size)
+    tuples = tuple(k for k, keep in zip(histogram.keys, kept) if keep)
+    released = _remember(session, prepared, tuples)
+    batch = recompiled(prepared, released, tuples)
+    if batch.workload is None or _nothing_to_count(batch, columns, released):
+        return Released(batch, None, len(tuples), None)
     workload = batch.workload
-    per_key_table = np.zeros((released.domain(column).size, *chosen.others.sizes))
-    cell_of = released.cells()
+    per_key_table = np.zeros((*(len(k) + 1 for k in released), *chosen.others.sizes))
+    cells_of = [k.cells() for k in released]
     for key, values, keep in zip(histogram.keys, noisy, kept):
         if keep:
-            per_key_table[cell_of[key]] = values.reshape(chosen.others.sizes)
-    full = np.moveaxis(per_key_table, 0, workload.domain.attributes.index(column))
+            parts = key if isinstance(key, tuple) else (key,)
+            per_key_table[tuple(c[p] for c, p in zip(cells_of, parts))] = values.reshape(chosen.others.sizes)
+    full = keys.over_domain(per_key_table, columns, workload.domain)
+    axes = tuple(workload.domain.attributes.index(c) for c in columns)
     values: dict[int, np.ndarray] = {}
     variances: dict[int, np.ndarray] = {}
     for index in chosen.per_key:
         product = workload.products[index]
         values[index] = product.unweighted_answer(marginal_for(workload.domain, {workload.domain.attributes: full}, product.attributes))
-        variances[index] = selected_variances(rule, product, workload.domain, full, workload.domain.attributes.index(column), values[index])
+        variances[index] = selected_variances(rule, product, workload.domain, full, axes, values[index])
     if chosen.totals_plan is not None:
-        exact = keys.table_over_keys(histogram, released).sum(axis=0)  # every row: the keys and the remainder
+        exact = keys.table_over_keys(histogram, released).sum(axis=tuple(range(len(columns))))  # every row: the keys and the remainder
         plan = chosen.totals_plan
         required = {m: marginal_for(chosen.others, {chosen.others.attributes: exact}, m) for m in plan.required_marginals()}
         measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
@@ -278,4 +387,4 @@ def _release_thresholded(session: Session, prepared: Prepared, chosen: Threshold
         if estimates is not None:
             session.store.record(prepared.rows, estimates)
     everything = range(len(workload.products))
-    return Released(batch, Answers(tuple(values[i] for i in everything), tuple(variances[i] for i in everything)), len(released), None)
+    return Released(batch, Answers(tuple(values[i] for i in everything), tuple(variances[i] for i in everything)), len(tuples), None)

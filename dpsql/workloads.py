@@ -188,13 +188,15 @@ def compile_batch(
     masks_only: bool = False,
     row_limit: float = MAX_RELEASED_ROWS,
     excluded_cells: str = "omit",
+    zero_nulls: bool = True,
 ) -> CompiledBatch:
     """Compile every branch of every statement against ``schema`` and merge them (see the module doc).
     More than ``row_limit`` GROUP BY cells in all is refused; a batch recompiled over released keys after
     the charge passes ``math.inf`` (nothing may fail there, and the keys' number is the data's).
-    ``excluded_cells`` says whether the results show the GROUP BY cells the WHERE clause excludes."""
+    ``excluded_cells`` says whether the results show the GROUP BY cells the WHERE clause excludes; ``zero_nulls``
+    is :func:`dpsql.sql.moments.encoding_for`'s."""
     distinct = for_batch(statements, schema, table_columns)
-    encoding = encoding_for([b.query for s in statements for b in s.branches], schema, table_columns)
+    encoding = encoding_for([b.query for s in statements for b in s.branches], schema, table_columns, zero_nulls)
     compiled, rows_left = [], row_limit
     for statement in statements:
         branches = []

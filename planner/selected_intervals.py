@@ -129,9 +129,12 @@ def _normal_tail(sd: float) -> tuple[Tail, int]:
     return tail, math.ceil(NormalDist().inv_cdf(1 - REACH_MASS / 2) * sd) + 1
 
 
-def selected_variances(release: KeyedRelease, product: Product, domain: Domain, table: np.ndarray, key_axis: int, values: np.ndarray) -> np.ndarray:
+def selected_variances(
+    release: KeyedRelease, product: Product, domain: Domain, table: np.ndarray, key_axis: int | tuple[int, ...], values: np.ndarray
+) -> np.ndarray:
     """Per row of a per-key ``product`` answered from the released noisy cells ``table`` (over ``domain``, the
-    key's column on ``key_axis``; ``values`` its answers), the variance whose normal interval holds the row's
+    key's column on ``key_axis`` — its columns on several axes, for a key that is a tuple of values of jointly
+    selected columns; ``values`` its answers), the variance whose normal interval holds the row's
     confidence set given that its key was released (:func:`selected_errors`); rows that are not plain sums of
     a key's cells keep the noise variance (``KeyedRelease.answer_variances``). Every row lies within one key
     (the product is Identity on the key column), so the key's noisy total per row is the row's answer over a
@@ -140,7 +143,8 @@ def selected_variances(release: KeyedRelease, product: Product, domain: Domain, 
         return product.unweighted_answer(marginal_for(domain, {domain.attributes: cells}, product.attributes))
 
     cells = answer(np.ones_like(table))
-    totals = answer(np.broadcast_to(table.sum(axis=tuple(a for a in range(table.ndim) if a != key_axis), keepdims=True), table.shape))
+    axes = (key_axis,) if isinstance(key_axis, int) else key_axis
+    totals = answer(np.broadcast_to(table.sum(axis=tuple(a for a in range(table.ndim) if a not in axes), keepdims=True), table.shape))
     noise = release.answer_variances(product, domain.attributes)
     plain = np.isclose(noise, release.cell_variance * cells)  # 0/1 rows: a sum of cells
     key_totals = np.divide(totals, cells, out=np.zeros_like(totals, dtype=float), where=cells > 0)

@@ -8,6 +8,7 @@ exactly DuckDB's own answers.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 # One BLAS thread per test process: the suite runs two xdist workers on two cores, and multi-threaded
 # OpenBLAS on top of that oversubscribes the machine (the LDP optimizer slowed 20-50x). Set before
@@ -37,6 +38,12 @@ ADULT_SCHEMA: dict[str, object] = {
         "browser": "unknown",
     },
 }
+
+
+def adult_corpus(accepted: Path) -> list[Path]:
+    """The accepted grammar corpus over the ``adult`` table: every statement under ``accepted`` but the join corpus
+    (``joins/``), which reads the persons, visits and clinics tables of ``tests/dpsql/test_joins.py`` (run there)."""
+    return sorted(p for p in accepted.rglob("*.sql") if "joins" not in p.relative_to(accepted).parts)
 
 
 def make_adult(persons: int = 1200, seed: int = 7) -> pd.DataFrame:

@@ -107,6 +107,26 @@ class KeyedColumn:
     max_groups_per_unit: int
     max_rows_per_group: int
     count_units: bool  # selection needs the distinct units of every key
+    joint: tuple[str, ...] = ()  # further columns without declared domain: a key is the tuple of their values
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The columns whose values form a key (one, or several selected jointly)."""
+        return (self.name, *self.joint)
+
+    @property
+    def text_names(self) -> tuple[str, ...]:
+        """The result columns of a key's canonical texts, one per column of :attr:`names`."""
+        return tuple(KEY_TEXT_NAME if i == 0 else f"{KEY_TEXT_NAME}_{i}" for i in range(len(self.names)))
+
+
+Key = str | None | tuple[str | None, ...]  # a key's canonical text; a tuple of them for jointly selected columns
+
+
+def key_order(key: Key) -> tuple[object, ...]:
+    """The fixed order of keys (NULL last in each column): the order noise is drawn in, whatever the engine's."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return tuple((t is None, t or "") for t in parts)
 
 
 @dataclass(frozen=True)
@@ -117,7 +137,7 @@ class KeyHistogram:
     counted), ``remainder`` the count table of the rows no unit could keep under its key. Empty (no key)
     when no row reaches the aggregation."""
 
-    keys: tuple[str | None, ...]
+    keys: tuple[Key, ...]
     units: np.ndarray
     counts: np.ndarray
     remainder: np.ndarray
@@ -209,7 +229,7 @@ class BoundedAggregation:
         """
         if self.privacy_unit is not None:
             return frozenset(self.columns)
-        skipped = {self.keyed.name} if self.keyed is not None else set()
+        skipped = set(self.keyed.names) if self.keyed is not None else set()
         for cell_filter in self.row_filters:
             name = cell_filter.scope[0]
             if len(cell_filter.scope) == 1 and name not in self.indexed_columns:
@@ -261,7 +281,7 @@ class BoundedAggregation:
         table = relation_source(self.table, "joined_rows")
         if self.privacy_unit is None or self.bounded:
             return table
-        tested = {c: d for c, d in self.columns.items() if self.keyed is None or c != self.keyed.name}
+        tested = {c: d for c, d in self.columns.items() if self.keyed is None or c not in self.keyed.names}
         rows = bounded_rows(self.table, tested, self.column_types, self.privacy_unit, self.max_rows_per_unit, self.salt, self.row_columns)
         return rows.subquery(BOUNDED_NAME)
 
@@ -332,39 +352,44 @@ class BoundedAggregation:
 
     def _key_bounded(self, bounded: exp.Query) -> exp.Select:
         """The bounded rows with the keyed column's value kept where key bounding allows, else NULL and
-        ``key_kept = 0`` (module docstring). Without a privacy unit every row keeps its key (k = r = 1)."""
+        ``key_kept = 0`` (module docstring). Without a privacy unit every row keeps its key (k = r = 1).
+        Jointly selected columns: a key is the tuple of their values, bounded as one."""
         assert self.keyed is not None
-        key = exp.column(self.alias(self.keyed.name))
-        others = [exp.column(self.alias(c)) for c in self.counted_columns if c != self.keyed.name]
+        key = [exp.column(self.alias(c)) for c in self.keyed.names]
+        others = [exp.column(self.alias(c)) for c in self.counted_columns if c not in self.keyed.names]
+        others += [exp.column(name) for name in self.weight_names]  # an aggregated column's moment weights ride along
         if self.privacy_unit is None:
-            flagged = [key.copy(), exp.alias_(exp.Literal.number(1), KEPT_NAME), *others]
+            flagged = [*(k.copy() for k in key), exp.alias_(exp.Literal.number(1), KEPT_NAME), *others]
             return exp.select(*flagged).from_(bounded.subquery("bounded", copy=False))
         unit = exp.column(UNIT_NAME)
         key_rank = exp.Window(
             this=exp.DenseRank(),
             partition_by=[unit.copy()],
             order=exp.Order(
-                expressions=[exp.Ordered(this=salted_order_key([unit.copy(), key.copy()], self.salt)), exp.Ordered(this=key.copy())]
+                expressions=[
+                    exp.Ordered(this=salted_order_key([unit.copy(), *(k.copy() for k in key)], self.salt)),
+                    *(exp.Ordered(this=k.copy()) for k in key),
+                ]
             ),
         )
         row_in_key = exp.Window(
             this=exp.RowNumber(),
-            partition_by=[unit.copy(), key.copy()],
-            order=exp.Order(expressions=[exp.Ordered(this=salted_order_key([unit.copy(), key.copy(), exp.column(ROW_KEY_NAME)], self.salt))]),
+            partition_by=[unit.copy(), *(k.copy() for k in key)],
+            order=exp.Order(
+                expressions=[exp.Ordered(this=salted_order_key([unit.copy(), *(k.copy() for k in key), exp.column(ROW_KEY_NAME)], self.salt))]
+            ),
         )
         ranked = exp.select(
-            key.copy(), unit.copy(), *(o.copy() for o in others),
+            *(k.copy() for k in key), unit.copy(), *(o.copy() for o in others),
             exp.alias_(key_rank, KEY_RANK_NAME), exp.alias_(row_in_key, ROW_IN_KEY_NAME),
         ).from_(bounded.subquery("bounded", copy=False))
         within = exp.and_(
             exp.column(KEY_RANK_NAME) <= exp.Literal.number(self.keyed.max_groups_per_unit),
             exp.column(ROW_IN_KEY_NAME) <= exp.Literal.number(self.keyed.max_rows_per_group),
         )
-        kept_key = exp.Case().when(within, key.copy())
+        kept_keys = [exp.alias_(exp.Case().when(within.copy(), k.copy()), self.alias(c)) for k, c in zip(key, self.keyed.names)]
         kept_flag = exp.Case().when(within.copy(), exp.Literal.number(1)).else_(exp.Literal.number(0))
-        return exp.select(
-            exp.alias_(kept_key, self.alias(self.keyed.name)), exp.alias_(kept_flag, KEPT_NAME), unit.copy(), *(o.copy() for o in others)
-        ).from_(ranked.subquery("ranked"))
+        return exp.select(*kept_keys, exp.alias_(kept_flag, KEPT_NAME), unit.copy(), *(o.copy() for o in others)).from_(ranked.subquery("ranked"))
 
     def _aggregate(self, kept: exp.Query) -> exp.Select:
         if self.keyed is not None:
@@ -389,11 +414,12 @@ class BoundedAggregation:
         """Counts per (raw key, ``key_kept``, other cells); with ``count_units`` also the distinct units of
         each (raw key, ``key_kept``), in a second grouping set."""
         assert self.keyed is not None
-        key_columns = [exp.column(self.alias(self.keyed.name)), exp.column(KEPT_NAME)]
-        others = [exp.column(self.alias(c)) for c in self.counted_columns if c != self.keyed.name]
-        text = exp.alias_(key_text(key_columns[0].copy()), KEY_TEXT_NAME)  # the key leaves the engine as text only
-        query = exp.select(text, key_columns[1].copy(), *others).from_(kept.subquery("key_bounded", copy=False))
+        key_columns = [*(exp.column(self.alias(c)) for c in self.keyed.names), exp.column(KEPT_NAME)]
+        others = [exp.column(self.alias(c)) for c in self.counted_columns if c not in self.keyed.names]
+        texts = [exp.alias_(key_text(k.copy()), name) for k, name in zip(key_columns, self.keyed.text_names)]  # keys leave as text only
+        query = exp.select(*texts, key_columns[-1].copy(), *others).from_(kept.subquery("key_bounded", copy=False))
         query = query.select(exp.alias_(exp.Count(this=exp.Star()), COUNT_NAME))
+        query = query.select(*(exp.alias_(_exact_sum(exp.column(name)), name) for name in self.weight_names))
         if not self.keyed.count_units:
             return query.group_by(*(c.copy() for c in key_columns + others))
         units = exp.Count(this=exp.Distinct(expressions=[exp.column(UNIT_NAME)])) if self.privacy_unit else exp.Count(this=exp.Star())
@@ -503,11 +529,17 @@ class BoundedAggregation:
         Rows whose value of a declared column lies outside its domain are dropped (as in
         :meth:`marginal_arrays`). Total: any result, the empty one included, gives a histogram."""
         assert self.keyed is not None and len(self.marginals) == 1
-        others = [c for c in self.marginals[0] if c != self.keyed.name]
-        shape = tuple(self.columns[c].size for c in others)
+        moments = None if self.value is None else self.value.attribute  # the moment cells: weight sums, not row counts
+        marginal = [c for c in self.marginals[0] if c not in self.keyed.names]
+        others = [c for c in marginal if c != moments]
+        shape = tuple(self.value.cells if c == moments else self.columns[c].size for c in marginal)  # type: ignore[union-attr]
+        weights = [np.asarray(np.ma.filled(result[name], 0), dtype=np.int64).reshape(-1) for name in self.weight_names]
         counts = np.asarray(np.ma.filled(result[COUNT_NAME], 0), dtype=np.int64).reshape(-1)
-        returned = result[KEY_TEXT_NAME]
-        texts = [None if missing else str(text) for text, missing in zip(np.ma.getdata(returned), np.ma.getmaskarray(returned))]
+        columns = [
+            [None if missing else str(text) for text, missing in zip(np.ma.getdata(result[name]), np.ma.getmaskarray(result[name]))]
+            for name in self.keyed.text_names
+        ]
+        texts: list[Key] = columns[0] if not self.keyed.joint else list(zip(*columns))  # type: ignore[assignment]
         kept = np.asarray(np.ma.filled(result[KEPT_NAME], 0), dtype=np.int64).reshape(-1) == 1
         full = np.ones(len(counts), dtype=bool)
         if self.keyed.count_units and others:
@@ -520,7 +552,7 @@ class BoundedAggregation:
             full &= cells[column][1]
         # in a fixed order, not the backend's row order (which varies with its threads): the noise each key
         # draws is then the same for the same data and seed, on every machine
-        found = tuple(sorted({texts[i] for i in np.flatnonzero(kept & (per_key | full))}, key=lambda t: (t is None, t or "")))
+        found = tuple(sorted({texts[i] for i in np.flatnonzero(kept & (per_key | full))}, key=key_order))
         index = {key: position for position, key in enumerate(found)}
         units = np.zeros(len(found), dtype=np.int64)
         if self.keyed.count_units:
@@ -531,10 +563,13 @@ class BoundedAggregation:
         remainder = np.zeros(shape, dtype=np.int64)
         for row in np.flatnonzero(full):
             position = tuple(int(cells[c][0][row]) for c in others)
-            if kept[row]:
-                table[(index[texts[row]], *position)] += counts[row]
-            else:
-                remainder[position] += counts[row]
+            target, prefix = (table, (index[texts[row]],)) if kept[row] else (remainder, ())
+            if moments is None or moments not in marginal:  # a row counts as its total weight (1 without moments)
+                target[(*prefix, *position)] += counts[row] * (1 if self.value is None else self.value.scale)
+                continue
+            at = marginal.index(moments)
+            for cell, weight in enumerate(weights):
+                target[(*prefix, *position[:at], cell, *position[at:])] += weight[row]
         return KeyHistogram(found, units, table, remainder)
 
     def _cells_of(self, name: str, returned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -121,6 +121,7 @@ class CompiledQuery:
     structural_zeros: np.ndarray  # bool over the GROUP BY cells (shape = group_shape)
     derived: dict[str, DerivedAttribute] = dataclasses.field(default_factory=dict)  # by GROUP BY key
     encoding: ValueEncoding | None = None  # the batch's aggregated column (its answers are scaled)
+    unreleased: np.ndarray | None = None  # bool over the GROUP BY cells: key tuples a joint selection did not release (never shown)
 
     @property
     def scale(self) -> int:

@@ -16,7 +16,13 @@ in EXPLAIN and added to every error bar). With ``u = j/R``, a row then splits a 
   weights ``1 − u``, ``u(1 − u)``, ``u²`` (non-negative, summing to 1) times ``R²``;
 * a column that may hold NULL (bounds only, or a ``nullable`` domain) has one more cell, which a NULL
   row fills with its whole weight (SQL semantics: SUM, AVG, VARIANCE and STDDEV ignore NULLs,
-  ``COUNT(*)`` counts the row).
+  ``COUNT(*)`` counts the row) — except for SUM alone of a column whose grid holds 0 (``null_as_zero``):
+  there a NULL row adds to the SUM exactly what a 0 adds, nothing, and ``COUNT(*)`` counts it either way, so
+  it is encoded as the value 0 and needs no cell of its own (on a fine grid ``C`` then counts it too, which
+  only widens the rounding bound ``C·rounding`` by rows that are not rounded: still a bound). The cell is not
+  free: each measured cell carries its own noise, and ``COUNT(*)`` sums all of a group's cells, so
+  dropping it takes a third off the variance of ``COUNT(*)`` beside ``SUM`` of a column with bounds
+  ``[0, hi]`` (two cells' noise instead of three) at no cost to the SUM.
 
 Every cell count is an integer and each row contributes exactly ``scale`` units of L1 mass, so the
 sensitivity of every strategy is the count's times ``scale`` (``plan(..., contributions = k·scale)``)
@@ -37,6 +43,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from statistics import NormalDist
 
 import numpy as np
@@ -71,6 +78,7 @@ class ValueEncoding:
     null_cell: bool  # the column may hold NULL: a last cell for NULL rows
     exact: bool = True  # every value the column can hold is a grid point (module doc)
     sum_only: bool = False  # the statement asks SUM alone of an exactly gridded column: one query per group (module doc)
+    null_as_zero: bool = False  # SUM alone (with or without COUNT(*)), 0 on the grid: a NULL row is encoded as 0 (module doc)
     clip_base: int = 0  # ``clip: auto``: values are read as indices on this many steps over [low, high] (0: no clip)
     clipped_rows: float = 0.0  # after a clip: the clipped rows the error bars assume, and ...
     clipped_excess: float = 0.0  # ... how far above the clip each lies, in clip widths (``dpsql.sql.clipping``)
@@ -145,7 +153,7 @@ class ValueEncoding:
 
     def describe(self) -> str:
         kind = "sums" if self.moments == 1 else "sums, squares"
-        null = " (one for NULL)" if self.null_cell else ""
+        null = " (one for NULL)" if self.null_cell else " (NULL counted as 0: SUM ignores it)" if self.null_as_zero else ""
         if any(self.auto_ends):
             return (f"{self.column}: {kind} of values clamped to the clips chosen below (bounds: auto; each value read to a relative "
                     f"2^-{magnitudes.MANTISSA_BITS} of its distance from {self.origin:g}) on {self.grid + 1} grid points of their width; "
@@ -164,8 +172,10 @@ class ValueEncoding:
 
     def _step(self, value: exp.Expression, steps: int) -> exp.Expression:
         """The value clamped to the bounds as the index of its nearest point (ties up: the same in every
-        engine) on ``steps`` steps of them; NULL for NULL."""
+        engine) on ``steps`` steps of them; NULL for NULL (the index of 0 with ``null_as_zero``)."""
         low, high = float(self.low), float(self.high)
+        if self.null_as_zero:
+            value = exp.func("COALESCE", value.copy(), exp.Literal.number(0))
         clamped = exp.func("LEAST", exp.func("GREATEST", exp.cast(value.copy(), "DOUBLE"), _number(low)), _number(high))
         offset = exp.Div(
             this=exp.Mul(this=exp.paren(exp.Sub(this=clamped, expression=_number(low))), expression=exp.Literal.number(steps)),
@@ -371,9 +381,10 @@ def _function(function: str, estimate: np.ndarray, low: float, high: float) -> t
     return (math.sqrt(variance) if root else variance), gradient, root
 
 
-def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequence[str]) -> ValueEncoding | None:
+def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequence[str], zero_nulls: bool = True) -> ValueEncoding | None:
     """The moment cells the queries' aggregates need (None when they have none). One aggregated column per
-    statement or batch; the column must have bounds (declared, or an integer range)."""
+    statement or batch; the column must have bounds (declared, or an integer range). ``zero_nulls=False`` keeps
+    the NULL cell where ``null_as_zero`` would drop it (to read a measurement kept with that cell)."""
     found: dict[str, set[str]] = {}
     given: set[tuple[float, float]] = set()  # bounds the statements give (Google's contribution_bounds_per_group)
     expressions: set[str] = set()  # the aggregated values that are expressions (``dpsql.sql.bounded_expressions``)
@@ -429,7 +440,11 @@ def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequen
         return ValueEncoding(column, float(low), float(high), GRID, moments, null_cell, exact=False, clip_base=base,
                              base_rounding=0.0 if exact_base else (high - low) / (2 * base))
     grid, exact = value_grid(low, high, domain.value_resolution)
-    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell, exact, sum_only=sum_only and exact)
+    zero_on_grid = low <= 0 <= high and (Fraction(-low) * grid) % Fraction(high - low) == 0
+    null_as_zero = zero_nulls and sum_only and null_cell and zero_on_grid
+    sum_only = sum_only and exact
+    return ValueEncoding(column, float(low), float(high), grid, moments, null_cell and not null_as_zero, exact, sum_only=sum_only,
+                         null_as_zero=null_as_zero)
 
 
 def _expression_encoding(text: str, functions: set[str], schema: Schema, given: tuple[float, float] | None) -> ValueEncoding:

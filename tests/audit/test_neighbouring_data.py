@@ -33,8 +33,9 @@ statement, the added unit's rows and the seed (``DPSQL_FUZZ_SEED`` changes it). 
 N random worlds per typing and engine, each running a sample of statements and batches, with the noise
 off and on.
 
-**Time budget**: the default cases (890 neighbouring pairs on DuckDB, 180 on PostgreSQL, 4 on Spark) are
-sized to keep ``tests/audit`` within 3 minutes on 2 cores (``docs/audit.md`` has the measured times);
+**Time budget**: the default cases (890 neighbouring pairs on DuckDB plus 32 of statement sequences, 180 on
+PostgreSQL, 4 on Spark) are sized to keep ``tests/audit`` within 3 minutes on 2 cores (``docs/audit.md`` has
+the measured times);
 each extra random world adds about 10 pairs per typing and engine.
 """
 
@@ -58,13 +59,13 @@ from sqlglot import exp
 import dpsql
 import dpsql.testing
 import engines
-from conftest import ADULT_SCHEMA
+from conftest import ADULT_SCHEMA, adult_corpus
 from dpsql.schema import Schema
 from dpsql.sql.bounded_expressions import derive
 
 BASE_SEED = int(os.environ.get("DPSQL_FUZZ_SEED", "23"))
 ACCEPTED = Path(__file__).resolve().parents[2] / "grammar" / "accepted"
-CORPUS = tuple((str(p.relative_to(ACCEPTED)), p.read_text().strip()) for p in sorted(ACCEPTED.rglob("*.sql")))
+CORPUS = tuple((str(p.relative_to(ACCEPTED)), p.read_text().strip()) for p in adult_corpus(ACCEPTED))
 EPSILON = 4.0  # per statement: thresholds low enough that the datasets' keys are released
 BUDGET = dpsql.Budget(epsilon=1e9, delta=0.5)
 SELECTION_DELTA = 1e-4  # what each key selection spends (the budget pays for thousands)
@@ -370,9 +371,10 @@ class Outcome:
     spent: tuple[float, float, float, float]  # what the ledger charged: ε, ρ, the (ε, δ) part's ε and δ
 
 
-def run(connection: dpsql.Connection, table: str, typing: Typing, statements: Sequence[str], seed: int, noise: bool) -> Outcome:
+def run(connection: dpsql.Connection, table: str, typing: Typing, statements: Sequence[str], seed: int, noise: bool, sequence: bool = False) -> Outcome:
     """Register ``table`` as ``adult`` (a new registration: no key set or measurement of an earlier one is
-    used) and run the statements (one: execute; several: one batch), seeded, the noise on or off."""
+    used) and run the statements (one: execute; several: one batch, or one after the other with ``sequence``),
+    seeded, the noise on or off."""
     before = len(connection.budget_history())
     with dpsql.testing.seeded(seed):
         try:
@@ -381,10 +383,10 @@ def run(connection: dpsql.Connection, table: str, typing: Typing, statements: Se
             return Outcome(f"register: {type(error).__name__}", str(error), (), (0.0, 0.0, 0.0, 0.0))
         try:
             if noise:
-                results = _execute(connection, statements)
+                results = _execute(connection, statements, sequence)
             else:
                 with dpsql.testing.noise_disabled():
-                    results = _execute(connection, statements)
+                    results = _execute(connection, statements, sequence)
             kind, message = "released", ""
         except Exception as error:  # noqa: BLE001 - the class is the outcome (a non-dpsql one is a finding too)
             results, kind, message = (), type(error).__name__, str(error)
@@ -393,7 +395,11 @@ def run(connection: dpsql.Connection, table: str, typing: Typing, statements: Se
     return Outcome(kind, message, results, spent)
 
 
-def _execute(connection: dpsql.Connection, statements: Sequence[str]) -> tuple[tuple[tuple[str, ...], tuple[tuple[object, ...], ...]], ...]:
+def _execute(
+    connection: dpsql.Connection, statements: Sequence[str], sequence: bool = False
+) -> tuple[tuple[tuple[str, ...], tuple[tuple[object, ...], ...]], ...]:
+    if sequence:
+        return tuple(((sql,), tuple(connection.cursor().execute(sql, epsilon=EPSILON).fetchall())) for sql in statements)
     if len(statements) == 1:
         cursor = connection.cursor()
         cursor.execute(statements[0], epsilon=EPSILON)
@@ -490,6 +496,7 @@ class Case:
     world: World
     seed: int
     noise: bool
+    sequence: bool = False  # the statements run one after the other (later ones over keys earlier ones released)
 
 
 def _batches(count: int, rng: random.Random) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -529,6 +536,12 @@ def statement_worlds(engine: str, typing: Typing, position: int, worlds: Sequenc
 
 
 BATCHES = {"duckdb": 6, "postgres": 2, "spark": 0}
+RELEASE_BROWSERS = "SELECT browser, COUNT(*) FROM adult GROUP BY browser"
+#: statements run one after the other: aggregates over released keys, and a column selected over another's
+SEQUENCES = {
+    "sum over released keys": (RELEASE_BROWSERS, "SELECT browser, SUM(age), AVG(age) FROM adult GROUP BY browser"),
+    "selected over released keys": (RELEASE_BROWSERS, "SELECT browser, person_id, COUNT(*) FROM adult GROUP BY CUBE (browser, person_id)"),
+}
 ENGINE_TYPINGS = {
     "duckdb": tuple(TYPINGS),
     "postgres": ("plain", "hugeint", "decimal", "date", "double", "wide_bounds"),
@@ -544,6 +557,10 @@ def cases(engine: str, typing: Typing, extra_worlds: int) -> list[Case]:
     for position, (name, sql) in enumerate(fixed_statements(engine, typing)):
         for world in statement_worlds(engine, typing, position, worlds):
             found.append(Case((sql,), (name,), world, rng.randrange(1 << 30), False))
+    if engine == "duckdb":  # statements over keys an earlier one released, on two worlds in each typing
+        for number, (name, statements) in enumerate(SEQUENCES.items()):
+            for world in (worlds[number % len(worlds)], worlds[1]):
+                found.append(Case(statements, (name,), world, rng.randrange(1 << 30), False, sequence=True))
     for number, (statements, names) in enumerate(_batches(BATCHES[engine], rng)):
         for noise in (False, True):
             found.append(Case(statements, names, worlds[number % len(worlds)], rng.randrange(1 << 30), noise))
@@ -563,7 +580,7 @@ def tables(world: int) -> tuple[str, str]:
 
 def findings(engine: Engine, connection: dpsql.Connection, typing: Typing, case: Case, world: int) -> list[str]:
     """What differs between D and D′ for one case (nothing, when the release is total)."""
-    first, second = (run(connection, table, typing, case.statements, case.seed, case.noise) for table in tables(world))
+    first, second = (run(connection, table, typing, case.statements, case.seed, case.noise, case.sequence) for table in tables(world))
     found = []
     if first.kind != second.kind:
         found.append(f"outcome {first.kind} on D, {second.kind} on D′ ({(first.message or second.message)[:160]})")

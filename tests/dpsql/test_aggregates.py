@@ -192,6 +192,48 @@ def test_standard_errors_follow_the_closed_form(connection: dpsql.Connection, fr
         assert math.isclose(error[3], (high - low) * math.sqrt(v * (1 - 2 * r + 2 * r * r)) / count, rel_tol=1e-9)
 
 
+def test_sum_alone_encodes_null_as_zero_and_counts_with_two_cells(connection: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """COUNT(*) beside SUM alone of a column that may hold NULL, 0 within its bounds: a NULL adds to the SUM
+    what a 0 adds, so it is encoded as 0 and needs no cell of its own. COUNT(*) then carries two cells'
+    noise, not three (Var = 2v, not 3v), the SUM's is unchanged (hi²·v), and the answers with noise off
+    still equal DuckDB's (NULL rows counted by COUNT(*), ignored by SUM)."""
+    cursor = connection.cursor()
+    sql = "SELECT sex, COUNT(*), SUM(tip) FROM adult GROUP BY sex"
+    with dpsql.testing.noise_disabled():
+        cursor.execute(sql, epsilon=0.5)
+    assert "2 cells (NULL counted as 0" in cursor.explanation
+    low, high = TIP_BOUNDS
+    v = discrete_laplace_variance(3 * (high - low) / 0.5) / (high - low) ** 2
+    released = cursor.fetchall()
+    expected = {key: values for key, *values in _reference(sql, frame)}
+    assert {key: tuple(values) for key, *values in released} == {key: pytest.approx(tuple(values)) for key, values in expected.items()}
+    assert int(frame.tip.isna().sum()) > 0
+    for error in cursor.errors:
+        assert math.isclose(error[1], math.sqrt(2 * v), rel_tol=1e-9)
+        assert math.isclose(error[2], math.sqrt(high**2 * v), rel_tol=1e-9)
+
+
+def test_sum_alone_of_a_double_column_encodes_null_as_zero_on_its_fine_grid() -> None:
+    """The same on the fine grid of a DOUBLE column ([-2, 6]: 0 is grid point 1024 of 4096): COUNT(*) has two cells'
+    variance, and with noise off both answers equal DuckDB's (up to the grid's rounding, within the stated bound)."""
+    rng = np.random.default_rng(4)
+    values = rng.uniform(-3, 7, 400)
+    values[rng.random(400) < 0.2] = np.nan
+    data = pd.DataFrame({"g": rng.choice(["a", "b"], 400), "x": values})
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=10.0))
+    connection.register("t", data, schema={"privacy_unit": None, "columns": {"g": {"categories": ["a", "b"]}, "x": {"bounds": [-2, 6]}}})
+    cursor = connection.cursor()
+    with dpsql.testing.noise_disabled():
+        cursor.execute("SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g", epsilon=1.0)
+    assert "2 cells (NULL counted as 0" in cursor.explanation
+    v = discrete_laplace_variance(GRID / 1.0) / GRID**2
+    exact = data.assign(x=data.x.clip(-2, 6)).groupby("g").agg(n=("x", "size"), s=("x", "sum"))
+    for (g, n, total), error in zip(cursor.fetchall(), cursor.errors):
+        assert n == pytest.approx(exact.n[g], abs=1e-6) and math.isclose(error[1], math.sqrt(2 * v), rel_tol=1e-9)
+        assert abs(total - exact.s[g]) <= exact.n[g] * 8 / (2 * GRID) + 1e-6
+    connection.close()
+
+
 def test_joint_plan_beats_the_even_split_for_avg(connection: dpsql.Connection) -> None:
     """Expected variance of the shifted sum behind AVG: half the even split's (sum at ε/2 with sensitivity
     (hi−lo)/2 after the midpoint shift, count at ε/2), read from the plan's own variances."""

@@ -34,12 +34,12 @@ from dpsql.backends.factory import open_backend
 from dpsql.schema import Schema
 from dpsql.sql.bounded import BoundedAggregation
 from dpsql.sql.literals import ColumnType
-from conftest import ADULT_SCHEMA
+from conftest import ADULT_SCHEMA, adult_corpus
 import engines
 from recording_backend import RecordingBackend
 
 GRAMMAR_ACCEPTED = Path(__file__).resolve().parents[2] / "grammar" / "accepted"
-ACCEPTED = sorted(GRAMMAR_ACCEPTED.rglob("*.sql"))  # plain, workloads/ (CUBE, ROLLUP, UNION ALL), unknown/
+ACCEPTED = adult_corpus(GRAMMAR_ACCEPTED)  # plain, workloads/ (CUBE, ROLLUP, UNION ALL), unknown/
 
 
 def statement_id(path: Path) -> str:

@@ -40,23 +40,30 @@ def test_accepted_statement_compiles(path: Path, adult_connection: dpsql.Connect
         assert compiled.group_cells >= 1
 
 
+SUGGESTIONS = ("declare", "use ", "instead", "pass ", "write ", "check ", "add ", "rename", "drop ", "aggregate ", "list ",
+               "ask ", "read ", "send ", "put ", "give ", "group by ", "join ")  # what to write instead
+
+
 @pytest.mark.parametrize("path", REJECTED, ids=lambda p: p.stem)
 def test_rejected_statement_names_the_clause(path: Path, adult_connection: dpsql.Connection) -> None:
+    assert_refused(path, adult_connection)
+
+
+def assert_refused(path: Path, connection: dpsql.Connection) -> None:
+    """A rejected corpus statement raises its ``-- expect:`` class, with the fragment and a suggestion, and charges nothing."""
     header, sql = path.read_text().split("\n", 1)
     match = EXPECT.match(header)
     assert match, f"{path.name} must start with '-- expect: <ErrorClass> <clause>'"
     expected_class = getattr(dpsql, match.group(1))
     assert expected_class in (dpsql.NotSupportedError, dpsql.ProgrammingError)
-    before = adult_connection.budget_remaining()
+    before = connection.budget_remaining()
     with pytest.raises(expected_class) as raised:
-        adult_connection.cursor().execute(sql, epsilon=0.5)
+        connection.cursor().execute(sql, epsilon=0.5)
     assert type(raised.value) is expected_class
     message = str(raised.value)
     assert match.group(2).lower() in message.lower(), message
-    suggestions = ("declare", "use ", "instead", "pass ", "write ", "check ", "add ", "rename", "drop ", "aggregate ", "list ",
-                   "ask ", "read ", "send ", "put ", "give ", "group by ")  # what to write instead
-    assert any(s in message.lower() for s in suggestions), f"no suggestion in: {message}"
-    assert adult_connection.budget_remaining() == before
+    assert any(s in message.lower() for s in SUGGESTIONS), f"no suggestion in: {message}"
+    assert connection.budget_remaining() == before
 
 
 def test_parse_builds_the_query_ir() -> None:

@@ -5,6 +5,8 @@ before anything is charged, with what to declare."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +15,7 @@ import dpsql
 import dpsql.pipeline
 import dpsql.testing
 from duckdb_answers import assert_cells_match, assert_same_rows, duckdb_rows
+from test_grammar import assert_refused
 
 PERSONS_SCHEMA = {"privacy_unit": "id", "columns": {"age": {"range": [0, 4]}, "sex": {"categories": ["F", "M"]}}}
 VISITS_SCHEMA = {
@@ -70,23 +73,15 @@ def released(connection: dpsql.Connection, sql: str) -> tuple[list[tuple], list[
     return cursor.fetchall(), cursor.errors
 
 
-UNTRUNCATED = [  # the bounds hold every person's rows: the answers are DuckDB's on the raw tables
-    "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region",
-    "SELECT c.region, COUNT(*) AS n, SUM(v.cost) AS s, AVG(v.cost) AS a FROM visits AS v JOIN clinics AS c ON v.clinic_id = c.id GROUP BY c.region",
-    "SELECT r.zone, v.kind, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id JOIN regions r ON c.region = r.region GROUP BY r.zone, v.kind",
-    "SELECT c.region, COUNT(*) AS n FROM clinics c JOIN visits v ON v.clinic_id = c.id WHERE v.kind = 'a' GROUP BY c.region",
-    "SELECT v.kind, COUNT(*) AS n FROM visits v LEFT JOIN clinics c ON v.clinic_id = c.id WHERE c.region = 'north' OR v.cost > 30 GROUP BY v.kind",
-    "SELECT COUNT(*) AS n, SUM(cost) AS s FROM visits WHERE clinic_id IN (SELECT id FROM clinics WHERE region = 'north')",
-    "SELECT p.age, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY p.age",
-    "SELECT p.sex, c.region, COUNT(*) AS n FROM visits v JOIN persons p ON p.id = v.person_id JOIN clinics c ON v.clinic_id = c.id GROUP BY p.sex, c.region",
-    "SELECT p.age, COUNT(*) AS n FROM persons p LEFT JOIN labs l ON l.person_id = p.id WHERE p.sex = 'F' GROUP BY p.age",
-    "SELECT v.kind, COUNT(*) AS n FROM visits v JOIN labs l ON v.person_id = l.person_id WHERE l.value > 4 GROUP BY v.kind",
-    "SELECT p.age, COUNT(DISTINCT v.person_id) AS people FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY p.age",
-]
+GRAMMAR = Path(__file__).resolve().parents[2] / "grammar"
+ACCEPTED = sorted((GRAMMAR / "accepted" / "joins").glob("*.sql"))  # the join forms: the bounds hold every person's rows
+REJECTED = sorted((GRAMMAR / "rejected" / "joins").glob("*.sql"))
 
 
-@pytest.mark.parametrize("sql", UNTRUNCATED)
-def test_every_join_form_equals_duckdb_without_truncation(sql: str, data: dict[str, pd.DataFrame]) -> None:
+@pytest.mark.parametrize("path", ACCEPTED, ids=lambda p: p.stem)
+def test_every_join_form_equals_duckdb_without_truncation(path: Path, data: dict[str, pd.DataFrame]) -> None:
+    """The accepted join corpus: with the bounds above what anyone has, the answers are DuckDB's on the raw tables."""
+    sql = path.read_text().strip()
     bounds = {**VISITS_SCHEMA, "max_rows_per_unit": 12}  # the most visits anyone has: nothing truncated
     connection = connect(data, bounds)
     rows, errors = released(connection, sql)
@@ -180,16 +175,50 @@ def test_a_self_join_on_the_unit_counts_pairs_of_a_persons_visits(data: dict[str
     connection.close()
 
 
-def test_public_fan_out_enters_the_bound(data: dict[str, pd.DataFrame]) -> None:
-    """A clinic listed under two names: each visit meets 2 rows of the public table, so a person adds 2 · m rows."""
+def _declared_fan_out(most: int) -> dict[str, object]:
+    return {**VISITS_SCHEMA, "max_rows_per_unit": 12,
+            "foreign_keys": {"person_id": "persons.id", "clinic_id": {"references": "clinics.id", "max_rows": most}}}
+
+
+@pytest.mark.parametrize(
+    ("schema", "bound", "said"),
+    [({**VISITS_SCHEMA, "max_rows_per_unit": 12}, 24, "2 row(s) of clinics per key"), (_declared_fan_out(3), 36, "3 row(s) of clinics per key (declared)")],
+    ids=["computed", "declared"],
+)
+def test_public_fan_out_enters_the_bound(data: dict[str, pd.DataFrame], schema: dict[str, object], bound: int, said: str) -> None:
+    """A clinic listed under two names: each visit meets 2 rows of the public table, so a person adds 2 · m rows — or
+    F · m with F declared on the key (``max_rows``: 3 here, above the table's 2). The answers are DuckDB's on the whole
+    doubled table either way."""
     doubled = pd.concat([data["clinics"], data["clinics"].assign(region=data["clinics"].region + "-old")])
-    connection = connect({**data, "clinics": doubled}, {**VISITS_SCHEMA, "max_rows_per_unit": 12})
+    connection = connect({**data, "clinics": doubled}, schema)
     sql = "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
     rows, errors = released(connection, sql)
     assert_cells_match(rows, errors, duckdb_rows(sql, {**data, "clinics": doubled})[1])
-    bound = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
-    assert bound[2] == 24 and "2 row(s) of clinics per key" in bound[3]
+    explained = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
+    assert explained[2] == bound and said in explained[3]
     connection.close()
+
+
+def test_a_declared_fan_out_is_enforced_in_the_engine(data: dict[str, pd.DataFrame]) -> None:
+    """A declared F = 1 over a table with 2 rows per key: one row per key is joined (the first in the order of the table's
+    columns: the original region, before its "-old" copy), so the answers are DuckDB's on the original clinics and the
+    bound stays m = 12 — the declaration holds whatever the table holds."""
+    doubled = pd.concat([data["clinics"], data["clinics"].assign(region=data["clinics"].region + "-old")])
+    connection = connect({**data, "clinics": doubled}, _declared_fan_out(1))
+    sql = "SELECT c.region, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
+    rows, _ = released(connection, sql)
+    exact = dict(duckdb_rows(sql, data)[1])
+    assert {region: pytest.approx(exact.get(region, 0), abs=1e-6) for region, _ in rows} == dict(rows)  # "-old" regions: 0
+    assert set(exact) < {region for region, _ in rows}
+    bound = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
+    assert bound[2] == 12
+    connection.close()
+
+
+@pytest.mark.parametrize("most", [0, -1, 1.5, True, "2"])
+def test_a_declared_fan_out_must_be_a_positive_integer(most: object) -> None:
+    with pytest.raises(dpsql.ProgrammingError, match="max_rows must be a positive integer"):
+        dpsql.schema.Schema.load(_declared_fan_out(most))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -219,26 +248,10 @@ def test_removing_one_person_with_all_their_rows_moves_the_counts_by_at_most_the
     assert 0 < moved <= limit, (moved, limit)
 
 
-@pytest.mark.parametrize(
-    ("sql", "message"),
-    [
-        ("SELECT COUNT(*) FROM visits v JOIN persons p ON v.clinic_id = p.id", r"must go through the privacy unit .*join ON p.id = v.person_id"),
-        ("SELECT COUNT(*) FROM visits v JOIN labs l ON v.cost = l.value", r"must go through the privacy unit"),
-        ("SELECT COUNT(*) FROM visits v, persons p", r"CROSS JOIN .* of private tables"),
-        ("SELECT COUNT(*) FROM visits v CROSS JOIN clinics c", r"CROSS JOIN .* of a private table with clinics"),
-        ("SELECT COUNT(*) FROM visits v JOIN clinics c ON v.cost = c.id", r"v.cost = c.id is not a declared key.*declare foreign_keys: \{cost: clinics.id\} in the schema of 'visits'"),
-        ("SELECT COUNT(*) FROM visits v JOIN regions r ON v.kind = r.region", r"declare foreign_keys: \{kind: regions.region\}"),
-        ("SELECT COUNT(*) FROM visits WHERE clinic_id IN (SELECT person_id FROM labs)", r"the subquery reads a private table"),
-        ("SELECT COUNT(*) FROM visits WHERE cost IN (SELECT id FROM clinics)", r"declare foreign_keys: \{cost: clinics.id\}"),
-        ("SELECT COUNT(*) FROM clinics c LEFT JOIN visits v ON v.clinic_id = c.id", r"LEFT JOIN from the public table clinics would keep its rows"),
-        ("SELECT COUNT(*) FROM visits v RIGHT JOIN clinics c ON v.clinic_id = c.id", r"RIGHT JOIN clinics is not supported"),
-        ("SELECT COUNT(*) FROM visits v JOIN clinics c ON v.clinic_id > c.id", r"a join condition equates declared keys"),
-        ("SELECT COUNT(*) FROM visits v JOIN clinics c ON v.clinic_id = c.id JOIN labs l ON l.person_id = c.id", r"joined to the public table 'clinics'"),
-    ],
-)
-def test_joins_not_through_the_unit_or_not_on_declared_keys_are_refused_free(joined: dpsql.Connection, sql: str, message: str) -> None:
-    with pytest.raises((dpsql.NotSupportedError, dpsql.ProgrammingError), match=message):
-        joined.cursor().execute(sql, epsilon=1.0)
+@pytest.mark.parametrize("path", REJECTED, ids=lambda p: p.stem)
+def test_joins_not_through_the_unit_or_not_on_declared_keys_are_refused_free(joined: dpsql.Connection, path: Path) -> None:
+    """The rejected join corpus: each refused before anything is read or charged, saying what to declare or write."""
+    assert_refused(path, joined)
     assert joined.budget_spent().statements == 0
 
 
@@ -287,4 +300,43 @@ def test_a_statement_chooses_its_bound_and_counts_the_rows_it_keeps(data: dict[s
     with pytest.raises(dpsql.NotSupportedError, match="whose max_rows_per_unit is auto, is not supported: declare a bound"):
         connection.cursor().execute("SELECT COUNT(DISTINCT v.person_id) FROM visits v JOIN clinics c ON v.clinic_id = c.id", epsilon=1.0)
     assert connection.budget_spent().statements == 1
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT v.drug, COUNT(*) AS n FROM visits v JOIN clinics c ON v.clinic_id = c.id WHERE c.region <> 'east' GROUP BY v.drug",
+        "SELECT v.drug, p.sex, COUNT(*) AS n FROM visits v JOIN persons p ON v.person_id = p.id GROUP BY v.drug, p.sex",
+    ],
+    ids=["private-public", "private-private"],
+)
+def test_unknown_keys_over_a_join_are_selected_and_counted_exactly(sql: str) -> None:
+    """GROUP BY a joined column with no declared domain: keys are selected privately over the joined relation. With the
+    noise off, the released keys are exactly those whose total (over the key's cells) reaches the EXPLAINed threshold —
+    "a" (600 rows), "b" (400), "c" (200) but not "d" (20) or "z" (2) — and each released count is DuckDB's exact answer
+    (the bounds keep every row: 2 visits per person, all of one drug)."""
+    sizes = {"a": 300, "b": 200, "c": 100, "d": 10, "z": 1}
+    rng = np.random.default_rng(2)
+    drug = np.repeat(list(sizes), list(sizes.values()))
+    tables = {
+        "persons": pd.DataFrame({"id": np.arange(drug.size), "age": rng.integers(0, 5, drug.size), "sex": rng.choice(["F", "M"], drug.size)}),
+        "visits": pd.DataFrame({"person_id": np.repeat(np.arange(drug.size), 2), "drug": np.repeat(drug, 2).astype(object),
+                                "clinic_id": rng.integers(0, 6, 2 * drug.size), "cost": 1, "kind": "a"}),
+        "clinics": pd.DataFrame({"id": np.arange(6), "region": ["north", "south", "east"] * 2}),
+    }
+    schema = {**VISITS_SCHEMA, "max_rows_per_unit": 2, "max_groups_per_unit": 1, "max_rows_per_group": 2,
+              "columns": {**VISITS_SCHEMA["columns"], "drug": "unknown"}}  # type: ignore[dict-item]
+    connection = connect({**frames(), **tables}, schema)
+    explained = {(r[0], r[1]): r[2] for r in connection.cursor().execute("EXPLAIN " + sql, epsilon=1.0).fetchall()}
+    threshold = explained["selection", "threshold"]
+    with dpsql.testing.seeded(1):
+        rows, _ = released(connection, sql)
+    _, exact = duckdb_rows(sql, tables)
+    totals: dict[object, float] = {}
+    for row in exact:
+        totals[row[0]] = totals.get(row[0], 0) + row[-1]
+    kept = {k for k, total in totals.items() if total >= threshold}
+    assert kept == {"a", "b", "c"} and 20 < threshold < 200
+    assert {r[:-1]: r[-1] for r in rows} == {r[:-1]: pytest.approx(r[-1], abs=1e-9) for r in exact if r[0] in kept}
     connection.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ADULT_SCHEMA
+from conftest import ADULT_SCHEMA, adult_corpus
 from duckdb_answers import assert_refused_as_expected, assert_same_names, assert_same_rows, duckdb_rows
 
 import dpsql
@@ -20,7 +20,7 @@ import dpsql.testing
 GRAMMAR = Path(__file__).resolve().parents[2] / "grammar"
 SHELLS = sorted((GRAMMAR / "accepted" / "shells").glob("*.sql"))
 REJECTED = sorted((GRAMMAR / "rejected" / "shells").glob("*.sql"))
-ACCEPTED = sorted(p for p in (GRAMMAR / "accepted").rglob("*.sql"))
+ACCEPTED = adult_corpus(GRAMMAR / "accepted")
 REFERENCE = re.compile(r"^-- duckdb: (.+)$", re.MULTILINE)
 
 

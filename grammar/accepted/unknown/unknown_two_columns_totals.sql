@@ -1,0 +1,1 @@
+SELECT browser, person_id, sex, COUNT(*) FROM adult GROUP BY GROUPING SETS ((browser, person_id, sex), (sex), ())

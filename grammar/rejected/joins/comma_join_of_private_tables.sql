@@ -1,0 +1,2 @@
+-- expect: NotSupportedError CROSS JOIN
+SELECT COUNT(*) FROM visits v, persons p

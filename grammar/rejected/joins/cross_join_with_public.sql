@@ -1,0 +1,2 @@
+-- expect: NotSupportedError of a private table with clinics
+SELECT COUNT(*) FROM visits v CROSS JOIN clinics c

@@ -1,0 +1,2 @@
+-- expect: NotSupportedError GROUP BY
+SELECT browser, person_id, COUNT(*) FROM adult GROUP BY CUBE (browser, person_id)
