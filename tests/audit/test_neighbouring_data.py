@@ -471,8 +471,13 @@ def movement_violations(typing: Typing, sql: str, first: Sequence[tuple[object, 
         return found
 
     before, after = index(first), index(second)
+    # a released NULL key and a rolled-up NULL show the same key: where one side holds more rows of a key than the
+    # other (the NULL key released on one side only), its rows cannot be paired by their order, and are not compared
+    shown_before, shown_after = Counter(key[:-1] for key in before), Counter(key[:-1] for key in after)
     found = []
     for key in before.keys() & after.keys():
+        if shown_before[key[:-1]] != shown_after[key[:-1]]:
+            continue
         one, two = before[key], after[key]
         per_key = any(one[p] is not None for p in keyed)
         for position, kind in enumerate(kinds):
@@ -676,6 +681,10 @@ def test_the_fuzzer_sees_a_release_that_fails_on_one_side_only() -> None:
     assert len(moved) == 1 and "moved by 3" in moved[0]
     assert not movement_violations(typing, case.statements[0], [("chrome", 10.0)], [("chrome", 10.0 + MAX_ROWS_PER_GROUP)])
     assert len(movement_violations(typing, case.statements[0], [(None, 10.0)], [(None, 10.0 + MAX_ROWS_PER_UNIT + 1)])) == 1
+    # a CUBE's NULL browser key released on D′ only sits before the rolled-up row with the same key: not paired with it
+    cube = "SELECT browser, COUNT(*) FROM adult GROUP BY CUBE (browser)"
+    assert not movement_violations(typing, cube, [("chrome", 9.0), (None, 29.0)], [("chrome", 9.0), (None, 10.0), (None, 32.0)])
+    assert len(movement_violations(typing, cube, [("chrome", 9.0), (None, 29.0)], [("chrome", 19.0), (None, 10.0), (None, 32.0)])) == 1
 
 
 #: keys every engine stores, in a typing: the released keys must be the same values on each
