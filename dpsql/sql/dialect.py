@@ -88,12 +88,48 @@ class Dpsql(DuckDB):
 
 
 def parse(sql: str) -> list[exp.Expression | None]:
-    """``sqlglot.parse`` in dpsql's dialect."""
-    return sqlglot.parse(sql, read=Dpsql)
+    """``sqlglot.parse`` in dpsql's dialect, aggregate FILTER clauses read as CASE (:func:`filters_as_case`)."""
+    return [None if tree is None else filters_as_case(tree) for tree in sqlglot.parse(sql, read=Dpsql)]
 
 
 def parse_one(sql: str) -> exp.Expression:
-    return sqlglot.parse_one(sql, read=Dpsql)
+    return filters_as_case(sqlglot.parse_one(sql, read=Dpsql))
+
+
+_FILTERED_MOMENTS = (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
+
+
+def filters_as_case(tree: exp.Expression) -> exp.Expression:
+    """SQL's aggregate ``FILTER (WHERE p)`` as the CASE it stands for: ``AGG(x) FILTER (WHERE p)`` is
+    ``AGG(CASE WHEN p THEN x END)`` for SUM, AVG and the variances (NULLs are skipped either way), and
+    ``COUNT(*) FILTER (WHERE p)`` is ``SUM(CASE WHEN p THEN 1 ELSE 0 END)`` (``COUNT(x)``: ``p AND x IS NOT
+    NULL``) — a row UNKNOWN under ``p`` is left out by both. The CASE is then an aggregated expression with
+    bounds by interval arithmetic (``dpsql.sql.bounded_expressions``). An unaliased SELECT item keeps its
+    written text as its name. Other filtered aggregates (DISTINCT, quantiles) stay as written, refused later."""
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Filter) or not isinstance(node.expression, exp.Where):
+            return node
+        aggregate, condition = node.this, node.expression.this
+        argument = aggregate.this if isinstance(aggregate, exp.Func) else None
+        if isinstance(argument, exp.Distinct):
+            return node
+        if isinstance(aggregate, exp.Count):
+            counted = condition.copy() if argument is None or isinstance(argument, exp.Star) else exp.and_(
+                exp.paren(condition.copy()), exp.Not(this=exp.Is(this=argument.copy(), expression=exp.Null()))
+            )
+            rewritten: exp.Expression = exp.Sum(this=exp.Case().when(counted, exp.Literal.number(1)).else_(exp.Literal.number(0)))
+            rewritten.meta.update(aggregate.meta)
+        elif type(aggregate) in _FILTERED_MOMENTS and argument is not None:
+            rewritten = aggregate.copy()
+            rewritten.set("this", exp.Case().when(condition.copy(), argument.copy()))
+        else:
+            return node
+        if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
+            return exp.alias_(rewritten, node.sql(dialect="duckdb"), quoted=True)
+        return rewritten
+
+    return tree.transform(rewrite)
 
 
 def dp_options(select: exp.Expression) -> dict[str, exp.Expression]:

@@ -544,6 +544,11 @@ class BranchChecker:
     def _column(self, node: exp.Expression, clause: str) -> str:
         """The name of a plain column reference, checking any qualifier (the table's alias, its name, or the
         end of its qualified name: ``t.age``, ``public.t.age``)."""
+        if isinstance(node, exp.Filter):  # the FILTERs of COUNT, SUM, AVG and the variances are CASEs (dpsql.sql.dialect)
+            raise NotSupportedError(
+                f"{clause}: {node.sql(dialect='duckdb')[:60]!r}: FILTER (WHERE …) is supported on COUNT(*), COUNT(x), SUM, AVG, "
+                f"VARIANCE and STDDEV; for this aggregate put the condition in the statement's WHERE instead. {SUPPORTED}"
+            )
         if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
             raise NotSupportedError(
                 f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not a plain column; write the aggregate of a column and "

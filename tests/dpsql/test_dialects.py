@@ -15,6 +15,7 @@ from duckdb_answers import assert_cells_match, assert_refused_as_expected, asser
 
 import dpsql
 import dpsql.testing
+from dpsql.sql import dialect
 
 GRAMMAR = Path(__file__).resolve().parents[2] / "grammar"
 ACCEPTED = sorted((GRAMMAR / "accepted" / "dialects").glob("*.sql"))
@@ -89,3 +90,22 @@ def test_top_is_a_limit_and_a_column_named_top_is_a_column() -> None:
     assert parse_one("SELECT TOP 5 a FROM t").sql(dialect="duckdb") == "SELECT a FROM t LIMIT 5"
     assert parse_one("SELECT top, COUNT(*) FROM t GROUP BY top").sql(dialect="duckdb") == "SELECT top, COUNT(*) FROM t GROUP BY top"
     assert parse_one("SELECT VAR(x), STD(x) FROM t").sql(dialect="duckdb") == "SELECT VARIANCE(x), STDDEV(x) FROM t"
+
+
+@pytest.mark.parametrize(("written", "read"), [
+    ("SELECT COUNT(*) FILTER (WHERE a > 1) FROM t", 'SELECT SUM(CASE WHEN a > 1 THEN 1 ELSE 0 END) AS "COUNT(*) FILTER(WHERE a > 1)" FROM t'),
+    ("SELECT COUNT(x) FILTER (WHERE a > 1) AS n FROM t", "SELECT SUM(CASE WHEN (a > 1) AND NOT x IS NULL THEN 1 ELSE 0 END) AS n FROM t"),
+    ("SELECT AVG(x) FILTER (WHERE a = 'b' OR c) AS m FROM t", "SELECT AVG(CASE WHEN a = 'b' OR c THEN x END) AS m FROM t"),
+    ("SELECT SUM(x) FILTER (WHERE a) * 2 FROM t", "SELECT SUM(CASE WHEN a THEN x END) * 2 FROM t"),
+    ("SELECT COUNT(DISTINCT x) FILTER (WHERE a) FROM t", "SELECT COUNT(DISTINCT x) FILTER(WHERE a) FROM t"),  # left as written: refused later
+])
+def test_aggregate_filter_clauses_read_as_the_case_they_stand_for(written: str, read: str) -> None:
+    assert dialect.parse_one(written).sql(dialect="duckdb") == read
+
+
+def test_a_filter_on_an_aggregate_that_has_no_case_form_is_refused_in_one_line() -> None:
+    connection = dpsql.connect(budget=dpsql.Budget(1.0))
+    connection.register("t", pd.DataFrame({"x": [1, 2], "a": [0, 1]}), schema={"columns": {"x": {"range": [0, 9]}, "a": {"range": [0, 1]}}})
+    with pytest.raises(dpsql.NotSupportedError, match=r"FILTER \(WHERE …\) is supported on COUNT\(\*\), COUNT\(x\), SUM, AVG") as raised:
+        connection.cursor().execute("SELECT MEDIAN(x) FILTER (WHERE a = 1) FROM t", epsilon=0.1)
+    assert "\n" not in str(raised.value) and connection.budget_spent().statements == 0
