@@ -7,6 +7,7 @@ reads the same way) extended by:
   SELECT's LIMIT, as T-SQL means it (a column named ``top`` still reads as a column);
 * SmartNoise SQL's ``VAR(x)`` and ``STD(x)``: ``VARIANCE(x)`` and ``STDDEV(x)`` (the sample forms, as
   DuckDB's VARIANCE and STDDEV);
+* aggregate ``FILTER (WHERE p)`` on COUNT, SUM, AVG and the variances: the CASE it stands for (:func:`filters_as_case`);
 * Google's differential-privacy SQL: ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=…, delta=…,
   privacy_unit_column=…, max_groups_contributed=…) …`` — read into a :class:`DifferentialPrivacy` node
   kept as the SELECT's ``hint`` (:func:`dp_options` takes it off) — and the per-aggregate
