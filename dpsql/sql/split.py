@@ -485,14 +485,14 @@ def _distinct(nodes: Iterator[exp.Expression] | list[exp.Expression]) -> dict[st
 
 
 def _key_text(node: exp.Expression) -> str:
-    """An expression's text with table qualifiers dropped, lower case: ``t.age // 10`` and ``age // 10`` match."""
+    """An expression's text with table qualifiers and comments dropped, lower case: ``t.age // 10`` and ``age // 10`` match."""
     copy = node.copy()
     for column in copy.find_all(exp.Column):
         for part in ("table", "db", "catalog"):
             column.set(part, None)
     if isinstance(copy, exp.Alias):
         copy = copy.this
-    return copy.sql(dialect="duckdb").lower()
+    return copy.sql(dialect="duckdb", comments=False).lower()
 
 
 def _unaliased(node: exp.Expression) -> exp.Expression:

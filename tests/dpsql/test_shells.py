@@ -174,3 +174,14 @@ def test_shell_outputs_carry_no_float_residue_and_keys_keep_their_type(adult_con
     assert [type(race) for race, _ in rows] == [int] * len(rows) and rows[0][0] == 0
     assert all(len(repr(pct).split("e")[0].replace(".", "").replace("-", "").strip("0")) <= 10 for _, pct in rows)
     assert sum(pct for _, pct in rows) == pytest.approx(100.0, rel=1e-8)
+
+
+@pytest.mark.parametrize("comment", ["\n-- ordered", " /* by sex */", "/* x */ "])
+def test_a_statement_of_several_parts_reads_the_same_with_comments(adult_connection: dpsql.Connection, comment: str) -> None:
+    """The parts of a statement over several data vectors are joined on their keys, found by text: a comment on
+    ORDER BY's key made it another text, and the statement was refused as showing private rows."""
+    plain = "SELECT sex, SUM(age) AS s, COUNT(DISTINCT person_id) AS d FROM adult GROUP BY sex ORDER BY sex"
+    commented = {"\n-- ordered": plain + comment, " /* by sex */": plain.replace(" GROUP BY", comment + " GROUP BY"), "/* x */ ": comment + plain}[comment]
+    with dpsql.testing.noise_disabled():
+        expected = adult_connection.cursor().execute(plain, epsilon=1.0).fetchall()
+        assert adult_connection.cursor().execute(commented, epsilon=1.0).fetchall() == expected
