@@ -231,11 +231,16 @@ def _unit_rows(kind: str, typing: Typing, rng: random.Random, person: int) -> li
             return rng.choice(outside) if outside and rng.random() < 0.35 else rng.choice(inside)
 
         rows.append(_row(
-            person, pick(DOMAIN["sex"], OUTSIDE["sex"]), pick(DOMAIN["race"], OUTSIDE["race"]),  # type: ignore[arg-type]
+            person, pick(DOMAIN["sex"], OUTSIDE["sex"]), pick(DOMAIN["race"], _storable(OUTSIDE["race"], typing.column_type("race"))),  # type: ignore[arg-type]
             pick(DOMAIN["age"], typing.special_ages), pick(DOMAIN["income"], OUTSIDE["income"] + typing.special_incomes),
             pick(DOMAIN["job"], OUTSIDE["job"]), pick(typing.keys, typing.special_keys),
         ))
     return rows
+
+
+def _storable(values: Sequence[str | None], logical: str) -> tuple[str | None, ...]:
+    """The values a column of that logical type can hold (an unsigned column no negative number)."""
+    return tuple(v for v in values if logical != "ubigint" or v is None or not v.startswith("-"))
 
 
 @dataclass(frozen=True, eq=False)
