@@ -7,12 +7,11 @@ commands on a fresh clone and then this file's runner with the interpreter they 
     python tests/end_to_end/readme_blocks.py README.md [--only DISTRIBUTIONS_JSON]
 
 The runner executes the Python and IPython blocks in document order in one IPython shell, like the
-cells of a notebook, in the current directory, and prints one JSON report: per block its name, mark and
+cells of a notebook, in the current directory, and prints one JSON report: per block its name and
 error (or null), then the ε the tour's connection ``conn`` spent. With ``--only`` it first hides every
 installed module whose distribution is not in the given list, so the blocks run with exactly the
-packages an install of those distributions provides. It exits 1 when a block fails that is not marked
-``xfail`` (or an ``xfail`` block runs). A mark must give its reason (``<!-- readme: skip REASON -->``); a
-comment without one is no mark, so its block runs.
+packages an install of those distributions provides. It exits 1 when a block fails. The one mark,
+``<!-- readme: skip REASON -->``, must give its reason; a comment without one is no mark, so its block runs.
 """
 
 from __future__ import annotations
@@ -94,7 +93,7 @@ def run(readme: Path) -> list[dict[str, object]]:
             continue
         result = shell.run_cell(block.code, silent=True)
         error = result.error_before_exec or result.error_in_exec
-        report.append({"name": block.name, "mark": block.mark, "reason": block.reason, "error": None if error is None else repr(error)})
+        report.append({"name": block.name, "error": None if error is None else repr(error)})
     connection = shell.user_ns.get("conn")
     spent = connection.budget_spent().epsilon if connection is not None else None
     report.append({"spent": spent})
@@ -110,9 +109,9 @@ def main(arguments: list[str]) -> int:
         sys.meta_path.insert(0, Hidden({normalized(n) for n in json.loads(Path(arguments[2]).read_text(encoding="utf-8"))}))
     report = run(readme)
     print(json.dumps(report))
-    failed = [r for r in report[:-1] if (r["error"] is None) == (r["mark"] == "xfail")]
+    failed = [r for r in report[:-1] if r["error"] is not None]
     for r in failed:
-        print(f"{r['name']}: {'runs now: remove its xfail mark' if r['error'] is None else 'failed: ' + str(r['error'])}", file=sys.stderr)
+        print(f"{r['name']}: failed: {r['error']}", file=sys.stderr)
     return 1 if failed else 0
 
 

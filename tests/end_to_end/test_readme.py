@@ -7,9 +7,7 @@ the repository, the Python and IPython blocks run in document order in one IPyth
 cells of a notebook — in a fresh interpreter that can import only the distributions ``pip install -e
 ".[examples]"`` (the quick start's step 1) installs (``readme_blocks.py``); each shell block runs on
 its own in bash; each YAML block must load as a schema. ``<!-- readme: skip REASON -->`` right before a
-block exempts it; ``<!-- readme: xfail REASON -->`` marks a block that must fail until REASON is fixed
-(strict: once it passes, this test fails). ``.ci/quickstart.sh`` runs the quick start itself on a
-fresh clone.
+block exempts it. ``.ci/quickstart.sh`` runs the quick start itself on a fresh clone.
 """
 
 from __future__ import annotations
@@ -71,7 +69,7 @@ def test_every_block_is_run_or_marked_with_a_reason() -> None:
     for block in found:
         assert block.language in RUN or block.language == "", f"{block.name}: a fence language the test does not run"
         if block.mark is not None:
-            assert block.mark in ("skip", "xfail") and block.reason, f"{block.name}: mark 'skip REASON' or 'xfail REASON'"
+            assert block.mark == "skip" and block.reason, f"{block.name}: the one mark is 'skip REASON'"
             assert block.language in RUN, f"{block.name}: only blocks that run can be marked"
     assert "../" not in README.read_text(encoding="utf-8"), "the README points outside the repository"
 
@@ -94,9 +92,6 @@ def environment() -> dict[str, str]:
 @pytest.mark.parametrize("block", [b for b in blocks("bash") if b.mark != "skip"], ids=lambda b: b.name)
 def test_shell_block(block: Block, tour: Path) -> None:
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=tour, env=environment(), capture_output=True, text=True, timeout=600)
-    if block.mark == "xfail":
-        assert done.returncode != 0, f"{block.name} runs now: remove its xfail mark ({block.reason})"
-        return
     assert done.returncode == 0, f"{block.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
@@ -140,10 +135,7 @@ def test_python_and_ipython_blocks_run_in_order_like_notebook_cells(tour: Path, 
     assert done.stdout, done.stderr[-3000:]
     *ran, last = json.loads(done.stdout.strip().splitlines()[-1])
     for block in ran:
-        if block["mark"] == "xfail":
-            assert block["error"] is not None, f"{block['name']} runs now: remove its xfail mark ({block['reason']})"
-        else:
-            assert block["error"] is None, f"{block['name']} failed: {block['error']}\n{done.stderr[-3000:]}"
+        assert block["error"] is None, f"{block['name']} failed: {block['error']}\n{done.stderr[-3000:]}"
     assert done.returncode == 0 and len(ran) >= 8
     # the tour's charges (3 × 0.1: derived columns and HAVING; 0.05: VAR by SET dpsql.epsilon; 0.05: jupysql's hinted
     # statement, on a connection of its own), re-use free (the (sex, race) and (race) counts at 0.1 from the 3-way CUBE at 1, whose
