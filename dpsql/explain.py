@@ -265,6 +265,8 @@ def _query_rows(prepared: Prepared) -> list[ExplainRow]:
 def _selection_rows(prepared: Prepared) -> list[ExplainRow]:
     selection = prepared.selection
     assert selection is not None
+    if selection.staged is not None:
+        return _staged_rows(prepared)
     if selection.thresholded is not None:
         return _key_rows(prepared) + _thresholded_rows(prepared)
     chosen, cost = selection.split, prepared.cost
@@ -298,6 +300,31 @@ def _key_rows(prepared: Prepared) -> list[ExplainRow]:
     return [
         ExplainRow("keys", "public", float(len(keys)), f"the {len(keys)} released key(s) of {column!r}: {prepared.keyed!r} is selected over them")
         for column, keys in prepared.public
+    ]
+
+
+def _staged_rows(prepared: Prepared) -> list[ExplainRow]:
+    """Selection in stages (``planner.staged_selection``): the split of the budget and of δ, each stage's threshold."""
+    selection = prepared.selection
+    assert selection is not None and selection.staged is not None
+    staged, cost = selection.staged, prepared.cost
+    name, value = ("epsilon", cost.epsilon) if cost.epsilon is not None else ("rho", cost.rho)
+    first = staged.first[0]
+    columns = ", ".join(prepared.key_columns)
+    largest = staged.second(staged.max_cells)
+    return [
+        ExplainRow("keys", "staged", float(len(prepared.key_columns)), f"({columns}): each column's keys selected first, then one column over the others' released keys"),
+        ExplainRow("bounds", "keys", float(selection.bounds.max_groups_per_unit), selection.bounds.describe()),
+        ExplainRow("cost", name, float(value), "charged once when executed: the two stages' sum (sequential composition)"),
+        ExplainRow("cost", "selection delta", float(cost.delta), "the first stage's spent δ plus the δ reserved for the second"),
+        ExplainRow("split", "first stage share", staged.share, staged.describe()),
+        ExplainRow("selection", "first stage threshold", float(first.threshold), f"per column: a key whose noisy total reaches it is released ({first.describe()})"),
+        ExplainRow(
+            "selection", "second stage threshold", None,
+            f"for keys of |X| cells, chosen after the first stage ({staged.second(1).threshold} for 1 cell, {largest.threshold} for "
+            f"{staged.max_cells}); every released key's cells are its noisy counts at {staged.second_privacy}",
+        ),
+        ExplainRow("keys", "considered", None, "withheld: the number of keys in the data is private"),
     ]
 
 

@@ -62,12 +62,14 @@ class Request:
 @dataclass(frozen=True)
 class Selection:
     """Keys of ``column`` are selected by this statement (``dpsql.selection``): by thresholding the measured
-    counts (``thresholded``) or by a split of the budget between selection and counting (``split``)."""
+    counts (``thresholded``), by a split of the budget between selection and counting (``split``), or — several
+    columns — in stages (``staged``: each column's keys first, then one column over the others' released keys)."""
 
     column: str
     bounds: KeyBounds
     split: SelectionSplit | None
     thresholded: object | None  # dpsql.selection.ThresholdedDesign
+    staged: planner.StagedSelection | None = None
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,13 @@ from planner import (
     NoiseParameterError,
     PartitionSelectionImpossibleError,
     Product,
+    StagedSelection,
     Workload,
     design_keyed_release,
     marginal_for,
     selected_variances,
     split,
+    staged_selection,
 )
 
 MAX_KEYED_OTHER_CELLS = 1 << 16  # a statement selecting keys reads every (key, other cells) count
@@ -120,6 +122,9 @@ def design(
     if public:
         bounds = dataclasses.replace(bounds, max_rows_per_group=min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group))
     try:
+        staged = _staged(workload, columns, others, privacy, delta, bounds) if not public else None
+        if staged is not None:
+            return Selection(column, bounds, None, None, staged)
         thresholded = _thresholded(session, table, workload, columns, others, privacy, bounds, delta)
         if thresholded is not None:
             return Selection(column, bounds, None, thresholded)
@@ -180,6 +185,23 @@ def _without(product: Product, columns: tuple[str, ...], domain: Domain) -> Prod
     return Product(domain, tuple(f for f in product.factors if not set(columns) & set(f.attributes)), product.weight)
 
 
+def _staged(
+    workload: Workload, columns: tuple[str, ...], others: Domain, privacy: planner.Privacy, delta: float, bounds: keys.KeyBounds
+) -> StagedSelection | None:
+    """The staged design (``planner.staged_selection``) for several columns whose every query groups by all of
+    them; None otherwise (one column, totals asked: the thresholded design selects tuples) or when δ is too
+    small to split over the stages."""
+    if len(columns) < 2 or any(_key_kind(p, columns) != "all" for p in workload.products):
+        return None
+    sensitivity = min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group)
+    try:
+        return staged_selection(
+            privacy, delta, len(columns), bounds.max_groups_per_unit, bounds.max_rows_per_group, sensitivity, others.size, MAX_KEYED_OTHER_CELLS
+        )
+    except ValueError:
+        return None
+
+
 def _thresholded(
     session: Session, table: Table, workload: Workload, columns: tuple[str, ...], others: Domain, privacy: planner.Privacy,
     bounds: keys.KeyBounds, delta: float,
@@ -222,6 +244,8 @@ def _thresholded(
 
 def cost(selection: Selection) -> Cost:
     """The ledger charge of a selecting statement: its measurement's privacy plus the selection's (ε, δ) part."""
+    if selection.staged is not None:
+        return cost_of(selection.staged.privacy, 0.0, selection.staged.delta)
     if selection.thresholded is not None:
         release = selection.thresholded.release
         return cost_of(release.privacy, 0.0, release.delta)
@@ -242,6 +266,8 @@ def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Re
     assert selection is not None and prepared.keyed is not None
     if prepared.public:  # the read's keys are tuples with the public columns' parts: their cells, per selected key
         histogram = keys.per_selected_key(histogram, len(prepared.key_columns), tuple(k for _, k in prepared.public), _public_axes(prepared))
+    if selection.staged is not None:
+        return _release_staged(session, prepared, selection.staged, histogram)
     if selection.thresholded is not None:
         return _release_thresholded(session, prepared, selection.thresholded, histogram)
     chosen = selection.split
@@ -388,3 +414,65 @@ def _release_thresholded(session: Session, prepared: Prepared, chosen: Threshold
             session.store.record(prepared.rows, estimates)
     everything = range(len(workload.products))
     return Released(batch, Answers(tuple(values[i] for i in everything), tuple(variances[i] for i in everything)), len(tuples), None)
+
+
+def _release_staged(session: Session, prepared: Prepared, staged: StagedSelection, histogram: KeyHistogram) -> Released:
+    """The staged design (``planner.staged_selection``): each column's keys released from their noisy totals, then
+    the column whose released keys hold the fewest rows selected again over the others' released keys (public
+    now, and cached), by the one-column thresholded design for its keys' number of cells. Total: no key at all
+    releases nothing and answers over nothing."""
+    columns, rng, noise = prepared.key_columns, testing.random_source(), testing.noise_enabled()
+    first: list[tuple[tuple[str | None, ...], np.ndarray]] = []  # per column: its released keys, by noisy total (largest first)
+    for position, rule in enumerate(staged.first):
+        texts, totals = _column_totals(histogram, position)
+        noisy, kept = rule.release(totals.reshape(-1, 1), rng=rng, noise=noise)
+        order = sorted(np.flatnonzero(kept), key=lambda i: (-int(noisy[i, 0]), key_order(texts[i])))
+        first.append((tuple(texts[i] for i in order), noisy[order, 0]))
+    masses = [int(totals.sum()) for _, totals in first]
+    selected = masses.index(min(masses))
+    at = [i for i in range(len(columns)) if i != selected]
+    domain = prepared.batch.workload.domain  # type: ignore[union-attr]
+    everything = tuple(range(len(prepared.batch.workload.products)))  # type: ignore[union-attr]
+    declared = Domain(
+        {a: s for a, s in zip(domain.attributes, domain.sizes) if a not in columns}, ordered=[a for a in domain.ordered if a not in columns]
+    )
+    if any(not first[i][0] for i in at):  # a column to be public released no key: the tuples, selected jointly
+        return _release_thresholded(session, prepared, ThresholdedDesign(staged.fallback, everything, (), declared, None), histogram)
+    counts = _fitting([len(first[i][0]) for i in at], max(1, staged.max_cells // declared.size))
+    types = prepared.table.column_types
+    public = tuple((columns[i], KeySet.of(first[i][0][:n], types[columns[i]])) for i, n in zip(at, counts))
+    for column, key_set in public:
+        if len(key_set) and session.keys.get(prepared.table, column) is None:
+            session.keys.put(prepared.table, column, key_set)
+    stage = dataclasses.replace(prepared, keyed=columns[selected], joint=(), public=public)
+    reordered = KeyHistogram(
+        tuple((k[selected], *(k[i] for i in at)) for k in histogram.keys), histogram.units, histogram.counts, histogram.remainder  # type: ignore[index]
+    )
+    regrouped = keys.per_selected_key(reordered, 1, tuple(k for _, k in public), _public_axes(stage))
+    sizes = {c: len(k) + 1 for c, k in public}
+    others = Domain(
+        {a: sizes.get(a, s) for a, s in zip(domain.attributes, domain.sizes) if a != columns[selected]},
+        ordered=[a for a in domain.ordered if a != columns[selected]],
+    )
+    return _release_thresholded(session, stage, ThresholdedDesign(staged.second(others.size), everything, (), others, None), regrouped)
+
+
+def _column_totals(histogram: KeyHistogram, position: int) -> tuple[tuple[str | None, ...], np.ndarray]:
+    """One column's keys (its parts of the read's key tuples, in key order) and each one's total of rows."""
+    per_tuple = histogram.counts.reshape(len(histogram.keys), -1).sum(axis=1)
+    totals: dict[str | None, int] = {}
+    for key, count in zip(histogram.keys, per_tuple):
+        part = key[position]  # type: ignore[index]
+        totals[part] = totals.get(part, 0) + int(count)
+    texts = tuple(sorted(totals, key=key_order))
+    return texts, np.array([totals[t] for t in texts], dtype=np.int64)
+
+
+def _fitting(sizes: list[int], cells: int) -> list[int]:
+    """How many keys each public column keeps so that their cells (each column's keys and its remainder) number
+    at most ``cells``: the largest key set gives up its smallest keys first (post-processing: total)."""
+    kept = list(sizes)
+    while kept and math.prod(k + 1 for k in kept) > cells:
+        largest = kept.index(max(kept))
+        kept[largest] -= 1
+    return kept

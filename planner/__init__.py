@@ -21,6 +21,7 @@ from planner.race_to_the_top import RaceToTheTop, TruncatedRelease
 from planner.select import BoundUnavailableError
 from planner.selected_intervals import selected_variances
 from planner.selection_split import SelectionSplit, split
+from planner.staged_selection import StagedSelection, staged_selection
 from planner.store import MeasurementStore
 from planner.strategies.base import Answers, Measurement
 
@@ -56,6 +57,7 @@ __all__ = [
     "RaceToTheTop",
     "SelectionSplit",
     "ShiftedPrefix",
+    "StagedSelection",
     "Total",
     "UpperClip",
     "MagnitudeClip",
@@ -73,4 +75,5 @@ __all__ = [
     "plan_balanced",
     "selected_variances",
     "split",
+    "staged_selection",
 ]

@@ -1,6 +1,9 @@
 """Several columns without a declared domain in one statement: their keys are selected jointly, as tuples.
 
-The data are built so that every tuple's count is known: one row per user, ``units[(city, job)]`` users
+``GROUP BY city, job`` selects in stages (``planner.staged_selection``, ``tests/dpsql/test_staged_keys.py``); on
+these few rows at ε = 1 its first stage releases no key of either column, so its second stage selects the tuples
+jointly (``StagedSelection.fallback``) — the design tested here, as a statement asking totals beside the tuples
+uses it from the start. The data are built so that every tuple's count is known: one row per user, ``units[(city, job)]`` users
 per tuple, so key bounding keeps every row and the exact answer is DuckDB's ``GROUP BY city, job``.
 """
 
@@ -46,7 +49,9 @@ def _exact(frame: pd.DataFrame, sql: str) -> dict[tuple[object, ...], int]:
 
 
 def test_noise_free_released_tuples_are_duckdbs_groups_reaching_the_threshold(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
-    threshold = prepare(logs, [PAIRS], epsilon=1.0).selection.thresholded.release.threshold  # type: ignore[union-attr]
+    staged = prepare(logs, [PAIRS], epsilon=1.0).selection.staged  # type: ignore[union-attr]
+    assert staged.first[0].threshold > 90  # no city or job reaches the first stage's threshold: tuples, jointly
+    threshold = staged.fallback.threshold
     exact = _exact(frame, PAIRS)
     assert 3 < threshold < 25  # some tuples each side of it
     with dpsql.testing.noise_disabled(), dpsql.testing.seeded(1):
@@ -74,7 +79,7 @@ def test_a_subtotal_over_one_of_the_columns_is_refused_before_the_read(logs: dps
 
 
 def test_the_statement_is_charged_its_budget_and_the_selection_delta_once(logs: dpsql.Connection) -> None:
-    rule = prepare(logs, [PAIRS], epsilon=1.0).selection.thresholded.release  # type: ignore[union-attr]
+    rule = prepare(logs, [PAIRS], epsilon=1.0).selection.staged  # type: ignore[union-attr]
     logs.cursor().execute(PAIRS, epsilon=1.0)
     spent = logs.budget_spent()
     assert spent.statements == 1 and spent.epsilon == pytest.approx(1.0) and spent.delta == pytest.approx(rule.delta)
@@ -96,13 +101,14 @@ def test_released_tuples_give_each_column_its_keys_for_later_statements(logs: dp
 
 def test_error_bars_are_the_selected_law_and_far_above_the_threshold_the_noise_law(logs: dpsql.Connection) -> None:
     """A tuple of 60 rows lies far above the threshold at ε = 1: its interval is the discrete Laplace's own (scale
-    1/ε for a unit adding one row to one tuple): 95 % central half-width 3 over z — never 0, never the normal guess."""
-    rule = prepare(logs, [PAIRS], epsilon=1.0).selection.thresholded.release  # type: ignore[union-attr]
+    1/ε₂ for a unit adding one row to one tuple, ε₂ = 0.9 the second stage's share): 95 % central half-width 3 over z
+    — never 0, never the normal guess."""
+    rule = prepare(logs, [PAIRS], epsilon=1.0).selection.staged.fallback  # type: ignore[union-attr]
     with dpsql.testing.seeded(4):
         cursor = logs.cursor().execute(PAIRS, epsilon=1.0)
         rows, errors = cursor.fetchall(), cursor.errors
     nice = [e[-1] for r, e in zip(rows, errors) if r[:2] == ("nice", 2)]
-    assert rule.noise_parameter == pytest.approx(1.0) and nice == [pytest.approx(3 / 1.959963984540054)]
+    assert rule.noise_parameter == pytest.approx(1 / 0.9) and nice == [pytest.approx(3 / 1.959963984540054)]
 
 
 def test_with_one_columns_keys_released_the_other_is_selected_over_them(logs: dpsql.Connection, frame: pd.DataFrame) -> None:

@@ -1,0 +1,117 @@
+"""Selecting the keys of several columns without a public domain in stages, inside one statement.
+
+``GROUP BY a, b`` with neither column's domain declared asks for the cells of pairs whose keys are private.
+Selecting the pairs jointly (one threshold on each pair's noisy count, :mod:`planner.keyed_release`) releases
+only pairs that hold many rows on their own. The staged design releases far more when the columns' keys are
+larger than their pairs — as a column's key holds the rows of all its pairs:
+
+1. **First stage** — at a share ``f`` of the statement's budget (ε, or ρ under zCDP) and half its δ: each of
+   the ``n`` columns' keys is selected from its own noisy total (one cell per key, sensitivity
+   ``c = min(m, k·r)`` rows: a unit keeps at most ``k`` key tuples, ``r`` rows per tuple, ``m`` rows in all,
+   so it adds at most ``c`` rows to one key of one column and at most ``k`` keys), each column at ``f/n`` of
+   the budget and ``δ/(2n)``, by the thresholded release (the released totals are not shown: they decide).
+2. **Second stage** — at the rest of the budget and the rest of δ: the column whose released keys hold the
+   fewest rows by their noisy totals (the first column on a tie) is *selected* again, by the one-column
+   thresholded design over the other columns' released keys, now public domains: each of its keys has one
+   cell per combination of their released keys (and their remainders) and of the declared attributes, and is
+   released with all those cells when its noisy total reaches the threshold for that many cells. When a column
+   other than the selected one released no key in the first stage (little data for the budget), its keys are
+   not known and its pairs would all fall in its remainder: the second stage then selects the key tuples jointly
+   instead (:attr:`StagedSelection.fallback`, the thresholded release of tuples over the declared attributes),
+   at the same budget and δ.
+
+Which column is selected in the second stage, and so the number of cells ``|X|`` of its keys, is
+post-processing of the first stage's release; the second stage's threshold is computed for that ``|X|`` after
+the first stage (:meth:`StagedSelection.second`), at the δ reserved for it — the threshold grows with
+``|X|``, and the design checks before anything is read that it exists at the largest ``|X|`` a statement may
+read (``max_cells``).
+
+**Privacy.** Sequential (adaptive) composition: the first stage is ``n`` thresholded releases of ``f/n`` of the
+budget and ``δ/(2n)`` each; the second, for every first-stage outcome, a thresholded release at ``1 − f`` over
+public domains with its δ at most ``δ/2``. The statement costs the budget and at most δ, charged once as the
+sum of the stages' parts (:attr:`StagedSelection.delta`, the second stage's reserved δ counted in full).
+
+**The split.** The first stage only decides which keys are public: its share is small (``FIRST_SHARE``), enough
+for a column whose keys are few and large (a category-like column) to release them, and its δ is half the
+statement's (thresholds grow with ``log(1/δ)`` only). The design depends on public inputs only (the budget, δ,
+the contribution bounds, the number of columns and the largest number of cells), so it is made before any
+data is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from planner.keyed_release import KeyedRelease, threshold_for
+from planner.partition import MIN_PARTITION_DELTA, require_selection_possible
+from planner.privacy import Privacy
+
+FIRST_SHARE = 0.1  # of the statement's ε (ρ) for the first stage, split evenly over the columns
+FIRST_DELTA_SHARE = 0.5  # of the statement's δ for the first stage, split evenly over the columns
+
+
+@dataclass(frozen=True)
+class StagedSelection:
+    """The two stages of one statement (module doc): the first stage's release per column, and the second
+    stage's budget and δ, designed for its number of cells once the first stage has released."""
+
+    privacy: Privacy  # the statement's budget
+    delta: float  # the δ the statement is charged: the first stage's spent, the second's reserved
+    first: tuple[KeyedRelease, ...]  # one per column, in the statement's order: one cell per key
+    second_privacy: Privacy
+    second_delta: float  # reserved for the second stage
+    fallback: KeyedRelease  # the second stage when a column other than the selected one released no key: tuples
+    max_groups: int  # k
+    sensitivity: int  # c = min(m, k·r)
+    max_cells: int  # the most cells per key the second stage may have
+
+    @property
+    def share(self) -> float:
+        """The first stage's share of the budget."""
+        return FIRST_SHARE
+
+    def second(self, cells: int) -> KeyedRelease:
+        """The second stage's thresholded release for keys of ``cells`` cells (``1 ≤ cells ≤ max_cells``): total,
+        as the design checked the largest."""
+        cells = min(max(cells, 1), self.max_cells)
+        return _thresholded(self.second_privacy, self.second_delta, cells, self.max_groups, self.sensitivity, self.sensitivity)
+
+    def describe(self) -> str:
+        first = self.first[0]
+        return (
+            f"stage 1: each of the {len(self.first)} columns' keys selected from its noisy totals at {first.key_privacy} "
+            f"(threshold {first.threshold}, δ ≤ {first.delta:.3g} each); stage 2: the column whose released keys hold the "
+            f"fewest rows is selected again over the others' released keys at {self.second_privacy} and δ ≤ "
+            f"{self.second_delta:.3g}, each of its keys with all its cells (key tuples selected jointly there instead when "
+            f"another column released no key: threshold {self.fallback.threshold})"
+        )
+
+
+@lru_cache(maxsize=256)
+def _thresholded(privacy: Privacy, delta: float, cells: int, max_groups: int, sensitivity: int, rows_per_key: int) -> KeyedRelease:
+    """The thresholded release of keys of ``cells`` cells at the whole of ``privacy``: its least threshold within ``delta``."""
+    threshold, spent = threshold_for(privacy, sensitivity, cells, max_groups, rows_per_key, delta)
+    return KeyedRelease(privacy, 1.0, privacy, None, cells, sensitivity, max_groups, rows_per_key, threshold, spent, 0.0)
+
+
+@lru_cache(maxsize=64)
+def staged_selection(
+    privacy: Privacy, delta: float, columns: int, max_groups: int, rows_per_key: int, sensitivity: int, declared_cells: int, max_cells: int
+) -> StagedSelection:
+    """The staged design of a statement selecting the keys of ``columns`` columns (module doc), or ValueError
+    when δ is too small to split (each column's first stage needs ``δ/(2n)/k ≥`` the least partition δ). A unit
+    keeps at most ``max_groups`` key tuples, ``rows_per_key`` rows per tuple and ``sensitivity`` rows under one
+    key of one column; ``declared_cells``: the declared attributes' cells (a tuple's cells in the fallback)."""
+    require_selection_possible(delta)
+    first_delta = delta * FIRST_DELTA_SHARE / columns
+    second_delta = delta - first_delta * columns
+    if min(first_delta, second_delta) / max_groups < MIN_PARTITION_DELTA:
+        raise ValueError(f"delta {delta:.3g} is too small to split over {columns} columns' selections")
+    first = _thresholded(privacy.scaled(FIRST_SHARE / columns), first_delta, 1, max_groups, sensitivity, sensitivity)
+    second_privacy = privacy.scaled(1 - FIRST_SHARE)
+    _thresholded(second_privacy, second_delta, max_cells, max_groups, sensitivity, sensitivity)  # the largest exists, so every smaller one
+    fallback = _thresholded(second_privacy, second_delta, declared_cells, max_groups, sensitivity, rows_per_key)
+    return StagedSelection(
+        privacy, first.delta * columns + second_delta, (first,) * columns, second_privacy, second_delta, fallback, max_groups, sensitivity, max_cells
+    )
