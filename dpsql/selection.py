@@ -459,7 +459,7 @@ def _release_staged(session: Session, prepared: Prepared, staged: StagedSelectio
 
 def _column_totals(histogram: KeyHistogram, position: int) -> tuple[tuple[str | None, ...], np.ndarray]:
     """One column's keys (its parts of the read's key tuples, in key order) and each one's total of rows."""
-    per_tuple = histogram.counts.reshape(len(histogram.keys), -1).sum(axis=1)
+    per_tuple = histogram.counts.reshape(len(histogram.keys), math.prod(histogram.counts.shape[1:])).sum(axis=1)  # no key: none
     totals: dict[str | None, int] = {}
     for key, count in zip(histogram.keys, per_tuple):
         part = key[position]  # type: ignore[index]
