@@ -425,9 +425,10 @@ def _refusals(session: Session, draft: Draft) -> Draft:
             f"GROUP BY {keyed} (or SELECT DISTINCT) without an aggregate: column {keyed!r} has no declared domain, so its keys "
             "are released only with their noisy counts: add COUNT(*), or declare its categories, range or bins"
         )
-    if batch.encoding is not None and (draft.selecting or batch.encoding.clip_base):
-        why = "clip: auto chooses its clip from the rows of declared domains only" if not draft.selecting else (
-            "its keys are selected by COUNT(*) statements: run SELECT "
+    several = draft.selecting and bool(draft.joint or draft.public)  # one column's keys are selected beside SUM/AVG, not tuples
+    if batch.encoding is not None and (several or batch.encoding.clip_base):
+        why = "clip: auto chooses its clip from the rows of declared domains only" if not several else (
+            "keys of several columns are selected by COUNT(*) statements: run SELECT "
             f"{keyed}, COUNT(*) … GROUP BY {keyed} first, then aggregate over its released keys"
         )
         raise NotSupportedError(

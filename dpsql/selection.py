@@ -121,11 +121,12 @@ def design(
     bounds = keys.KeyBounds.of(table.schema)
     if public:
         bounds = dataclasses.replace(bounds, max_rows_per_group=min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group))
+    moments = batch.encoding is not None  # a moment cell weighs up to ``scale`` per row: only the split measures it
     try:
-        staged = _staged(workload, columns, others, privacy, delta, bounds) if not public else None
+        staged = _staged(workload, columns, others, privacy, delta, bounds) if not public and not moments else None
         if staged is not None:
             return Selection(column, bounds, None, None, staged)
-        thresholded = _thresholded(session, table, workload, columns, others, privacy, bounds, delta)
+        thresholded = None if moments else _thresholded(session, table, workload, columns, others, privacy, bounds, delta)
         if thresholded is not None:
             return Selection(column, bounds, None, thresholded)
         if public:
@@ -143,7 +144,7 @@ def design(
     except ValueError as error:
         raise ProgrammingError(f"GROUP BY {named}: cannot design partition selection: {error}") from error
     try:  # the fallback for counting over any released keys: its noise depends on the budget alone
-        planner.identity_plan(workload, chosen.count_privacy, table.schema.contributions)  # type: ignore[arg-type]
+        planner.identity_plan(workload, chosen.count_privacy, table.schema.contributions * batch.scale)  # type: ignore[arg-type]
     except NoiseParameterError as error:
         raise ProgrammingError(f"the statement's counting budget is too small to add exact noise ({error}); use a larger budget") from error
     return Selection(column, bounds, chosen, None)
@@ -277,7 +278,7 @@ def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Re
     if batch.workload is None or _nothing_to_count(batch, prepared.key_columns, released):
         return Released(batch, None, len(released[0]), None)
     full = keys.over_domain(keys.table_over_keys(histogram, released), prepared.key_columns, batch.workload.domain)
-    plan = _counting_plan(session, batch.workload, chosen.count_privacy, prepared.contributions)  # type: ignore[arg-type]
+    plan = _counting_plan(session, batch.workload, chosen.count_privacy, prepared.contributions * batch.scale)  # type: ignore[arg-type]
     required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}
     measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
     return Released(batch, plan.answer(measurement), len(released[0]), plan)

@@ -9,6 +9,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from pipeline_helpers import prepare
 
 import dpsql
 import dpsql.testing
@@ -66,7 +67,25 @@ def test_sum_by_released_tuples_of_two_columns_equals_duckdb(logs: dpsql.Connect
     assert rows and {tuple(r[:2]): r[2] for r in rows} == pytest.approx({tuple(r[:2]): exact.get(tuple(r[:2]), 0.0) for r in rows}, abs=1e-6)
 
 
-def test_sum_while_selecting_the_keys_is_refused_before_the_read(logs: dpsql.Connection) -> None:
-    with pytest.raises(dpsql.NotSupportedError, match=r"run SELECT city, COUNT\(\*\) … GROUP BY city first"):
+def test_sum_and_avg_in_the_statement_that_selects_the_keys_equal_duckdb_on_the_released_keys(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """One statement selects city's keys at a share of ε (from their distinct units) and measures COUNT, SUM and AVG
+    over the released keys with the rest; noise off, its rows are DuckDB's on those keys, charged once."""
+    sql = "SELECT city, COUNT(*), SUM(age), AVG(age) FROM logs GROUP BY city"
+    chosen = prepare(logs, [sql], epsilon=1.0).selection.split  # type: ignore[union-attr]
+    assert 0 < chosen.fraction < 1 and chosen.count_privacy.epsilon == pytest.approx(1.0 - chosen.fraction)
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(4):
+        rows = logs.cursor().execute(sql, epsilon=1.0).fetchall()
+    exact = {r[0]: r[1:] for r in duckdb.query_df(frame, "logs", sql).fetchall()}
+    assert {"paris", "lyon", "nice"} <= {r[0] for r in rows}
+    assert {r[0]: r[1:] for r in rows} == {c: pytest.approx(exact[c]) for c in (r[0] for r in rows)}
+    spent = logs.budget_spent()
+    assert spent.statements == 1 and spent.epsilon == pytest.approx(1.0) and spent.delta == pytest.approx(chosen.primitive.delta)
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(5):  # the keys are cached: a later statement selects nothing
         logs.cursor().execute("SELECT city, SUM(age) FROM logs GROUP BY city", epsilon=1.0)
+    assert logs.budget_spent().delta == spent.delta
+
+
+def test_sum_while_selecting_the_keys_of_two_columns_is_refused_before_the_read(logs: dpsql.Connection) -> None:
+    with pytest.raises(dpsql.NotSupportedError, match=r"keys of several columns .* run SELECT city, COUNT\(\*\) … GROUP BY city first"):
+        logs.cursor().execute("SELECT city, job, SUM(age) FROM logs GROUP BY city, job", epsilon=1.0)
     assert logs.budget_spent().statements == 0

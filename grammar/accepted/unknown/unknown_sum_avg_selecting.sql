@@ -1,0 +1,1 @@
+SELECT browser, COUNT(*), SUM(age), AVG(age) FROM adult GROUP BY browser

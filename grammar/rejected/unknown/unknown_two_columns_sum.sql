@@ -1,0 +1,2 @@
+-- expect: NotSupportedError no declared domain
+SELECT browser, person_id, SUM(age) FROM adult GROUP BY browser, person_id
