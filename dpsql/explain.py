@@ -307,7 +307,7 @@ def _staged_rows(prepared: Prepared) -> list[ExplainRow]:
     """Selection in stages (``planner.staged_selection``): the split of the budget and of δ, each stage's threshold."""
     selection = prepared.selection
     assert selection is not None and selection.staged is not None
-    staged, cost = selection.staged, prepared.cost
+    staged, cost = selection.staged.stages, prepared.cost  # type: ignore[attr-defined]
     name, value = ("epsilon", cost.epsilon) if cost.epsilon is not None else ("rho", cost.rho)
     first = staged.first[0]
     columns = ", ".join(prepared.key_columns)

@@ -69,7 +69,7 @@ class Selection:
     bounds: KeyBounds
     split: SelectionSplit | None
     thresholded: object | None  # dpsql.selection.ThresholdedDesign
-    staged: planner.StagedSelection | None = None
+    staged: object | None = None  # dpsql.selection.StagedDesign
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,7 +124,7 @@ def design(
         bounds = dataclasses.replace(bounds, max_rows_per_group=min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group))
     moments = batch.encoding is not None  # a moment cell weighs up to ``scale`` per row: only the split measures it
     try:
-        staged = _staged(workload, columns, others, privacy, delta, bounds) if not public and not moments else None
+        staged = _staged(session, table, workload, columns, others, privacy, delta, bounds) if not public and not moments else None
         if staged is not None:
             return Selection(column, bounds, None, None, staged)
         thresholded = None if moments else _thresholded(session, table, workload, columns, others, privacy, bounds, delta)
@@ -152,17 +153,17 @@ def design(
 
 def joint_refusal(columns: tuple[str, ...]) -> str:
     return (
-        f"GROUP BY: columns {list(columns)} have no declared domain; their keys are selected jointly, as tuples, for "
-        "queries that group by all of them (GROUP BY, or a grouping set with all of them) or by none of them (totals): "
-        "a subtotal over some of them, or COUNT of one of them, needs those columns' keys released first — run "
-        f"GROUP BY {columns[0]} on its own first, or declare their domains"
+        f"GROUP BY: columns {list(columns)} have no declared domain; their keys are selected in one statement for "
+        "queries that group by each of them or sum over it (GROUP BY, CUBE, ROLLUP, GROUPING SETS; subtotals over some of "
+        "them need a δ large enough to select in stages): COUNT of one of them, or a predicate on it, needs its keys "
+        f"released first — run GROUP BY {columns[0]} on its own first, or declare their domains"
     )
 
 
 def check_joint(workload: Workload, columns: tuple[str, ...]) -> None:
-    """Refuse, before the read, a statement selecting the keys of several columns jointly whose queries do not
-    each group by all of them or by none (module doc)."""
-    if any(_key_kind(p, columns) == "other" for p in workload.products):
+    """Refuse, before the read, a statement selecting the keys of several columns whose queries do not each group
+    by each of them or sum over it (module doc)."""
+    if not all(_by_key_or_not(p, columns) for p in workload.products):
         raise NotSupportedError(joint_refusal(columns))
 
 
@@ -186,29 +187,48 @@ def _without(product: Product, columns: tuple[str, ...], domain: Domain) -> Prod
     return Product(domain, tuple(f for f in product.factors if not set(columns) & set(f.attributes)), product.weight)
 
 
+@dataclass(frozen=True)
+class StagedDesign:
+    """Selection in stages (``planner.staged_selection``): the stages' budgets and thresholds, and — when every query
+    groups by all the columns or by none — the thresholded design of the tuples the second stage falls back on when
+    a column to be public released no key."""
+
+    stages: StagedSelection
+    tuples: ThresholdedDesign | None
+
+
+def _by_key_or_not(product: Product, columns: tuple[str, ...]) -> bool:
+    """Whether ``product`` groups by each key column alone (Identity on it) or sums over it."""
+    for column in columns:
+        factor = _column_factor(product, column)
+        if factor is not None and (factor.attributes != (column,) or not isinstance(factor.block, Identity)):  # type: ignore[attr-defined]
+            return False
+    return True
+
+
 def _staged(
-    workload: Workload, columns: tuple[str, ...], others: Domain, privacy: planner.Privacy, delta: float, bounds: keys.KeyBounds
-) -> StagedSelection | None:
-    """The staged design (``planner.staged_selection``) for several columns whose every query groups by all of
-    them; None otherwise (one column, totals asked: the thresholded design selects tuples) or when δ is too
-    small to split over the stages."""
-    if len(columns) < 2 or any(_key_kind(p, columns) != "all" for p in workload.products):
+    session: Session, table: Table, workload: Workload, columns: tuple[str, ...], others: Domain, privacy: planner.Privacy, delta: float,
+    bounds: keys.KeyBounds,
+) -> StagedDesign | None:
+    """The staged design for several columns whose every query groups by each of them or sums over it (subtotals
+    included); None otherwise, or when δ is too small to split over the stages."""
+    if len(columns) < 2 or not all(_by_key_or_not(p, columns) for p in workload.products):
         return None
     sensitivity = min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group)
     try:
-        return staged_selection(
-            privacy, delta, len(columns), bounds.max_groups_per_unit, bounds.max_rows_per_group, sensitivity, others.size, MAX_KEYED_OTHER_CELLS
-        )
+        stages = staged_selection(privacy, delta, len(columns), bounds.max_groups_per_unit, sensitivity, MAX_KEYED_OTHER_CELLS)
     except ValueError:
         return None
+    return StagedDesign(stages, _thresholded(session, table, workload, columns, others, stages.second_privacy, bounds, stages.second_delta))
 
 
 def _thresholded(
     session: Session, table: Table, workload: Workload, columns: tuple[str, ...], others: Domain, privacy: planner.Privacy,
-    bounds: keys.KeyBounds, delta: float,
+    bounds: keys.KeyBounds, delta: float, plan: Callable[[Workload, planner.Privacy, int], planner.Plan] | None = None,
 ) -> ThresholdedDesign | None:
     """The thresholded design when every product groups by each key column alone (a key: one cell of each)
-    or sums over all of them, else None."""
+    or sums over all of them, else None; the queries over all keys planned by ``plan`` (the session's)."""
+    plan = plan or session.plan
     per_key, totals = [], []
     for index, product in enumerate(workload.products):
         kind = _key_kind(product, columns)
@@ -225,7 +245,7 @@ def _thresholded(
     totals_error = None
     if totals_workload is not None:
         unit = planner.Privacy.laplace(1.0) if privacy.is_laplace else planner.Privacy.zcdp(1.0)
-        at_unit = session.plan(totals_workload, unit, contributions)
+        at_unit = plan(totals_workload, unit, contributions)
         weighted = sum(p.weight**2 * float(np.mean(v)) for p, v in zip(totals_workload.products, at_unit.query_variances()))
 
         def totals_error(share: planner.Privacy) -> float:  # variances scale as 1/ε² (1/ρ): for choosing the split
@@ -239,14 +259,14 @@ def _thresholded(
     totals_plan = None
     if totals_workload is not None:
         assert release.totals_privacy is not None
-        totals_plan = session.plan(totals_workload, release.totals_privacy, contributions)
+        totals_plan = plan(totals_workload, release.totals_privacy, contributions)
     return ThresholdedDesign(release, tuple(per_key), tuple(totals), others, totals_plan)
 
 
 def cost(selection: Selection) -> Cost:
     """The ledger charge of a selecting statement: its measurement's privacy plus the selection's (ε, δ) part."""
-    if selection.staged is not None:
-        return cost_of(selection.staged.privacy, 0.0, selection.staged.delta)
+    if isinstance(selection.staged, StagedDesign):
+        return cost_of(selection.staged.stages.privacy, 0.0, selection.staged.stages.delta)
     if selection.thresholded is not None:
         release = selection.thresholded.release
         return cost_of(release.privacy, 0.0, release.delta)
@@ -267,7 +287,7 @@ def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Re
     assert selection is not None and prepared.keyed is not None
     if prepared.public:  # the read's keys are tuples with the public columns' parts: their cells, per selected key
         histogram = keys.per_selected_key(histogram, len(prepared.key_columns), tuple(k for _, k in prepared.public), _public_axes(prepared))
-    if selection.staged is not None:
+    if isinstance(selection.staged, StagedDesign):
         return _release_staged(session, prepared, selection.staged, histogram)
     if selection.thresholded is not None:
         return _release_thresholded(session, prepared, selection.thresholded, histogram)
@@ -417,14 +437,14 @@ def _release_thresholded(session: Session, prepared: Prepared, chosen: Threshold
     return Released(batch, Answers(tuple(values[i] for i in everything), tuple(variances[i] for i in everything)), len(tuples), None)
 
 
-def _release_staged(session: Session, prepared: Prepared, staged: StagedSelection, histogram: KeyHistogram) -> Released:
+def _release_staged(session: Session, prepared: Prepared, staged: StagedDesign, histogram: KeyHistogram) -> Released:
     """The staged design (``planner.staged_selection``): each column's keys released from their noisy totals, then
     the column whose released keys hold the fewest rows selected again over the others' released keys (public
-    now, and cached), by the one-column thresholded design for its keys' number of cells. Total: no key at all
-    releases nothing and answers over nothing."""
-    columns, rng, noise = prepared.key_columns, testing.random_source(), testing.noise_enabled()
+    now, and cached), by the one-column thresholded design for its keys' number of cells — the queries summing over
+    it measured over the public keys. Total: no key at all releases nothing and answers over nothing."""
+    columns, rng, noise, stages = prepared.key_columns, testing.random_source(), testing.noise_enabled(), staged.stages
     first: list[tuple[tuple[str | None, ...], np.ndarray]] = []  # per column: its released keys, by noisy total (largest first)
-    for position, rule in enumerate(staged.first):
+    for position, rule in enumerate(stages.first):
         texts, totals = _column_totals(histogram, position)
         noisy, kept = rule.release(totals.reshape(-1, 1), rng=rng, noise=noise)
         order = sorted(np.flatnonzero(kept), key=lambda i: (-int(noisy[i, 0]), key_order(texts[i])))
@@ -432,14 +452,11 @@ def _release_staged(session: Session, prepared: Prepared, staged: StagedSelectio
     masses = [int(totals.sum()) for _, totals in first]
     selected = masses.index(min(masses))
     at = [i for i in range(len(columns)) if i != selected]
+    if staged.tuples is not None and any(not first[i][0] for i in at):  # a column to be public released no key: tuples
+        return _release_thresholded(session, prepared, staged.tuples, histogram)
     domain = prepared.batch.workload.domain  # type: ignore[union-attr]
-    everything = tuple(range(len(prepared.batch.workload.products)))  # type: ignore[union-attr]
-    declared = Domain(
-        {a: s for a, s in zip(domain.attributes, domain.sizes) if a not in columns}, ordered=[a for a in domain.ordered if a not in columns]
-    )
-    if any(not first[i][0] for i in at):  # a column to be public released no key: the tuples, selected jointly
-        return _release_thresholded(session, prepared, ThresholdedDesign(staged.fallback, everything, (), declared, None), histogram)
-    counts = _fitting([len(first[i][0]) for i in at], max(1, staged.max_cells // declared.size))
+    declared = math.prod(s for a, s in zip(domain.attributes, domain.sizes) if a not in columns)
+    counts = _fitting([len(first[i][0]) for i in at], max(1, stages.max_cells // declared))
     types = prepared.table.column_types
     public = tuple((columns[i], KeySet.of(first[i][0][:n], types[columns[i]])) for i, n in zip(at, counts))
     for column, key_set in public:
@@ -450,12 +467,23 @@ def _release_staged(session: Session, prepared: Prepared, staged: StagedSelectio
         tuple((k[selected], *(k[i] for i in at)) for k in histogram.keys), histogram.units, histogram.counts, histogram.remainder  # type: ignore[index]
     )
     regrouped = keys.per_selected_key(reordered, 1, tuple(k for _, k in public), _public_axes(stage))
-    sizes = {c: len(k) + 1 for c, k in public}
+    workload = recompiled(stage, (_PLACEHOLDER_KEYS,)).workload  # over the public keys, the selected column's still to come
+    assert workload is not None
     others = Domain(
-        {a: sizes.get(a, s) for a, s in zip(domain.attributes, domain.sizes) if a != columns[selected]},
-        ordered=[a for a in domain.ordered if a != columns[selected]],
+        {a: s for a, s in zip(workload.domain.attributes, workload.domain.sizes) if a != stage.keyed},
+        ordered=[a for a in workload.domain.ordered if a != stage.keyed],
     )
-    return _release_thresholded(session, stage, ThresholdedDesign(staged.second(others.size), everything, (), others, None), regrouped)
+    # a unit adds at most k keys of the selected column and c = min(m, k·r) rows over all its cells: the stage's bounds
+    bounds = keys.KeyBounds(stages.max_groups, stages.sensitivity, stages.sensitivity)
+    design = _thresholded(
+        session, prepared.table, workload, (stage.keyed,), others, stages.second_privacy, bounds, stages.second_delta,  # type: ignore[arg-type]
+        lambda w, p, c: _counting_plan(session, w, p, c),
+    )
+    assert design is not None  # the selected column is grouped by in some query: it is a key column
+    return _release_thresholded(session, stage, design, regrouped)
+
+
+_PLACEHOLDER_KEYS = KeySet(("",), (keys.PLACEHOLDER_KEY,))  # a column's keys before they are selected (its placeholder domain)
 
 
 def _column_totals(histogram: KeyHistogram, position: int) -> tuple[tuple[str | None, ...], np.ndarray]:

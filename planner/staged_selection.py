@@ -14,10 +14,11 @@ larger than their pairs — as a column's key holds the rows of all its pairs:
    fewest rows by their noisy totals (the first column on a tie) is *selected* again, by the one-column
    thresholded design over the other columns' released keys, now public domains: each of its keys has one
    cell per combination of their released keys (and their remainders) and of the declared attributes, and is
-   released with all those cells when its noisy total reaches the threshold for that many cells. When a column
-   other than the selected one released no key in the first stage (little data for the budget), its keys are
-   not known and its pairs would all fall in its remainder: the second stage then selects the key tuples jointly
-   instead (:attr:`StagedSelection.fallback`, the thresholded release of tuples over the declared attributes),
+   released with all those cells when its noisy total reaches the threshold for that many cells. Queries that
+   sum over the selected column (a CUBE's subtotals over the others, the grand total) are measured on the whole
+   table over the public keys, at a share of the second stage's budget (:mod:`planner.keyed_release`). When a
+   column other than the selected one released no key in the first stage (little data for the budget) and
+   every query groups by all the columns or by none, the second stage selects the key tuples jointly instead,
    at the same budget and δ.
 
 Which column is selected in the second stage, and so the number of cells ``|X|`` of its keys, is
@@ -43,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.keyed_release import KeyedRelease, threshold_for
+from planner.keyed_release import KEY_SHARES, KeyedRelease, threshold_for
 from planner.partition import MIN_PARTITION_DELTA, require_selection_possible
 from planner.privacy import Privacy
 
@@ -61,7 +62,6 @@ class StagedSelection:
     first: tuple[KeyedRelease, ...]  # one per column, in the statement's order: one cell per key
     second_privacy: Privacy
     second_delta: float  # reserved for the second stage
-    fallback: KeyedRelease  # the second stage when a column other than the selected one released no key: tuples
     max_groups: int  # k
     sensitivity: int  # c = min(m, k·r)
     max_cells: int  # the most cells per key the second stage may have
@@ -83,8 +83,7 @@ class StagedSelection:
             f"stage 1: each of the {len(self.first)} columns' keys selected from its noisy totals at {first.key_privacy} "
             f"(threshold {first.threshold}, δ ≤ {first.delta:.3g} each); stage 2: the column whose released keys hold the "
             f"fewest rows is selected again over the others' released keys at {self.second_privacy} and δ ≤ "
-            f"{self.second_delta:.3g}, each of its keys with all its cells (key tuples selected jointly there instead when "
-            f"another column released no key: threshold {self.fallback.threshold})"
+            f"{self.second_delta:.3g}, each of its keys with all its cells"
         )
 
 
@@ -96,13 +95,12 @@ def _thresholded(privacy: Privacy, delta: float, cells: int, max_groups: int, se
 
 
 @lru_cache(maxsize=64)
-def staged_selection(
-    privacy: Privacy, delta: float, columns: int, max_groups: int, rows_per_key: int, sensitivity: int, declared_cells: int, max_cells: int
-) -> StagedSelection:
+def staged_selection(privacy: Privacy, delta: float, columns: int, max_groups: int, sensitivity: int, max_cells: int) -> StagedSelection:
     """The staged design of a statement selecting the keys of ``columns`` columns (module doc), or ValueError
     when δ is too small to split (each column's first stage needs ``δ/(2n)/k ≥`` the least partition δ). A unit
-    keeps at most ``max_groups`` key tuples, ``rows_per_key`` rows per tuple and ``sensitivity`` rows under one
-    key of one column; ``declared_cells``: the declared attributes' cells (a tuple's cells in the fallback)."""
+    keeps at most ``max_groups`` key tuples and ``sensitivity`` rows under one key of one column. The second
+    stage's threshold is checked to exist for ``max_cells`` cells at the least key share a statement with totals
+    gives its keys (every other is lower)."""
     require_selection_possible(delta)
     first_delta = delta * FIRST_DELTA_SHARE / columns
     second_delta = delta - first_delta * columns
@@ -110,8 +108,7 @@ def staged_selection(
         raise ValueError(f"delta {delta:.3g} is too small to split over {columns} columns' selections")
     first = _thresholded(privacy.scaled(FIRST_SHARE / columns), first_delta, 1, max_groups, sensitivity, sensitivity)
     second_privacy = privacy.scaled(1 - FIRST_SHARE)
-    _thresholded(second_privacy, second_delta, max_cells, max_groups, sensitivity, sensitivity)  # the largest exists, so every smaller one
-    fallback = _thresholded(second_privacy, second_delta, declared_cells, max_groups, sensitivity, rows_per_key)
+    _thresholded(second_privacy.scaled(KEY_SHARES[0]), second_delta, max_cells, max_groups, sensitivity, sensitivity)  # the hardest exists
     return StagedSelection(
-        privacy, first.delta * columns + second_delta, (first,) * columns, second_privacy, second_delta, fallback, max_groups, sensitivity, max_cells
+        privacy, first.delta * columns + second_delta, (first,) * columns, second_privacy, second_delta, max_groups, sensitivity, max_cells
     )

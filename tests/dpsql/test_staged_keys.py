@@ -56,7 +56,7 @@ def _totals(frame: pd.DataFrame, column: str) -> dict[object, int]:
 
 
 def test_noise_free_cells_are_duckdbs_over_the_jobs_for_every_city_reaching_the_second_threshold(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
-    staged = prepare(logs, [PAIRS], epsilon=EPSILON).selection.staged  # type: ignore[union-attr]
+    staged = prepare(logs, [PAIRS], epsilon=EPSILON).selection.staged.stages  # type: ignore[union-attr]
     first, second = staged.first[0].threshold, staged.second(4).threshold
     jobs, cities = _totals(frame, "job"), _totals(frame, "city")
     assert min(jobs.values()) >= first and sum(n for n in cities.values() if n >= first) < sum(jobs.values())  # the cities are selected again
@@ -70,7 +70,7 @@ def test_noise_free_cells_are_duckdbs_over_the_jobs_for_every_city_reaching_the_
 
 def test_a_declared_column_beside_them_gives_each_city_its_cells_over_jobs_and_sexes(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
     sql = "SELECT city, job, sex, COUNT(*) FROM logs GROUP BY city, job, sex"
-    staged = prepare(logs, [sql], epsilon=EPSILON).selection.staged  # type: ignore[union-attr]
+    staged = prepare(logs, [sql], epsilon=EPSILON).selection.staged.stages  # type: ignore[union-attr]
     with dpsql.testing.noise_disabled(), dpsql.testing.seeded(2):
         rows = logs.cursor().execute(sql, epsilon=EPSILON).fetchall()
     cities = [c for c, n in _totals(frame, "city").items() if n >= staged.second(4 * 2).threshold]
@@ -79,7 +79,7 @@ def test_a_declared_column_beside_them_gives_each_city_its_cells_over_jobs_and_s
 
 
 def test_the_charge_is_the_sum_of_the_stages_and_within_the_selection_delta(logs: dpsql.Connection) -> None:
-    staged = prepare(logs, [PAIRS], epsilon=EPSILON).selection.staged  # type: ignore[union-attr]
+    staged = prepare(logs, [PAIRS], epsilon=EPSILON).selection.staged.stages  # type: ignore[union-attr]
     with dpsql.testing.seeded(3):
         logs.cursor().execute(PAIRS, epsilon=EPSILON)
     spent, allowed = logs.budget_spent(), logs._session.selection_delta()
@@ -118,3 +118,19 @@ def test_explain_states_the_stages_and_their_split(logs: dpsql.Connection) -> No
     assert rows[("keys", "staged")] == 2.0 and rows[("split", "first stage share")] == pytest.approx(0.1)
     assert rows[("selection", "first stage threshold")] > 1 and rows[("cost", "epsilon")] == pytest.approx(EPSILON)
     assert logs.budget_spent().statements == 0
+
+
+def test_a_cube_gives_each_columns_subtotals_over_every_row(logs: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """CUBE (city, job): the cities are selected over the jobs' released keys, so the (city, job) cells and the city
+    subtotals are per released city, and the job subtotals and the grand total — summing over the cities — are
+    measured over every row (the unreleased cities' rows in the remainder); noise off, all equal DuckDB's."""
+    sql = "SELECT city, job, GROUPING(city, job) AS g, COUNT(*) FROM logs GROUP BY CUBE (city, job)"
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(6):
+        rows = logs.cursor().execute(sql, epsilon=EPSILON).fetchall()
+    cities = {r[0] for r in rows if r[2] == 0}
+    exact = _exact(frame, PAIRS)
+    assert "metz" not in cities and {"paris", None} <= cities
+    assert {(r[0], r[1]): r[3] for r in rows if r[2] == 0} == {(c, j): exact.get((c, j), 0) for c in cities for j in (1, 2, 3)}
+    assert {r[0]: r[3] for r in rows if r[2] == 1} == {c: n for c, n in _totals(frame, "city").items() if c in cities}
+    assert {r[1]: r[3] for r in rows if r[2] == 2} == _totals(frame, "job")
+    assert [r[3] for r in rows if r[2] == 3] == [len(frame)]

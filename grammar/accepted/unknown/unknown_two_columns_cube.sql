@@ -1,2 +1,1 @@
--- expect: NotSupportedError GROUP BY
 SELECT browser, person_id, COUNT(*) FROM adult GROUP BY CUBE (browser, person_id)
