@@ -22,9 +22,9 @@ A second table: **two columns without declared domain**, ``GROUP BY puma, educ``
 16 = 3,728 possible pairs, those present in the data are the cells), at the same (ε, δ): OpenDP's one
 ``group_by(puma, educ)`` against dpsql's one statement, which selects in stages (``planner.staged_selection``:
 each column's keys from its noisy totals at a tenth of ε, then PUMAs over the released education levels), and
-with the grand total in the same statement (``GROUPING SETS ((puma, educ), ())``: the (puma, educ) tuples
-selected jointly, the total measured on the whole table at a share the planner chooses); and the two-statement
-route (``GROUP BY educ`` first) the staged design does inside one statement.
+with the grand total in the same statement (``GROUPING SETS ((puma, educ), ())``: the total measured on the whole
+table at a share of the second stage the planner chooses); and the two-statement route (``GROUP BY educ`` first)
+the staged design does inside one statement.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/unknown_keys.py [--trials 20]
     # OpenDP: python3 -m venv /tmp/peers && /tmp/peers/bin/pip install "opendp[polars]" pandas
@@ -241,7 +241,7 @@ def joint_main(trials: int) -> list[dict[str, object]]:
     educ_first = [("SELECT educ, COUNT(*) FROM pums GROUP BY educ", EDUC_EPSILON)]
     configurations = {
         "dpsql: one GROUP BY puma, educ at 1 (selected in stages)": [(JOINT, EPSILON)],
-        "dpsql: one GROUPING SETS ((puma, educ), ()) at 1 (tuples jointly)": [(JOINT_TOTAL, EPSILON)],
+        "dpsql: one GROUPING SETS ((puma, educ), ()) at 1 (in stages)": [(JOINT_TOTAL, EPSILON)],
         f"dpsql: GROUP BY educ at {EDUC_EPSILON:g}, then GROUP BY puma, educ at {EPSILON - EDUC_EPSILON:g}": [*educ_first, (JOINT, EPSILON - EDUC_EPSILON)],
         f"dpsql: GROUP BY educ at {EDUC_EPSILON:g}, then GROUPING SETS ((puma, educ), ()) at {EPSILON - EDUC_EPSILON:g}": [
             *educ_first, (JOINT_TOTAL, EPSILON - EDUC_EPSILON)

@@ -14,14 +14,20 @@ one read, the statement already charged) selects them and answers the statement 
   counts the statement over the released keys with the planner's plan for them — or, should that plan
   fail for the number of keys released, the summed identity, which prepare checked can always be built.
 
-**Several columns without declared domain.** When none of them has released keys, a key is the tuple of
-their values (the read bounds tuples per unit), selected by the thresholded design; every query must group
-by all of them (its cells per tuple) or by none (totals) — a subtotal over some is refused in prepare
-(:func:`check_joint`). The cells of the product of the columns' released parts that are not released tuples
-are marked unreleased and never shown (:func:`recompiled`); each column's parts are cached as its keys. When
-all but one have released keys, those are public domains (``Prepared.public``) and the remaining column is
-selected over them by the one-column design, each of its keys counting up to ``min(m, k·r)`` rows of a unit
-(:func:`keys.per_selected_key` turns the read's tuples into that column's keys).
+**Several columns without declared domain.** When none of them has released keys and every query groups by each
+of them or sums over it (GROUP BY, CUBE, ROLLUP, GROUPING SETS), they are selected in stages
+(``planner.staged_selection``, :func:`_release_staged`): each column's keys from its noisy totals, then the column
+whose released keys hold the fewest rows over the others' released keys, now public and cached — by the
+one-column design below, its subtotals and the grand total measured over the public keys. Where a column to be
+public released no key and every query groups by all of them or by none, the second stage selects key tuples
+instead (the read bounds tuples per unit) by the thresholded design; the cells of the product of the columns'
+released parts that are not released tuples are marked unreleased and never shown (:func:`recompiled`), and each
+column's parts are cached as its keys. A query over one of them otherwise (``COUNT(column)``, a predicate) is
+refused in prepare (:func:`check_joint`). When all but one have released keys, those are public domains
+(``Prepared.public``) and the remaining column is selected over them by the one-column design, each of its keys
+counting up to ``min(m, k·r)`` rows of a unit (:func:`keys.per_selected_key` turns the read's tuples into that
+column's keys). SUM/AVG/VARIANCE/STDDEV in a statement selecting one column's keys take the split design: their
+moment cells weigh up to ``R^p`` per row, beyond the thresholded design's per-row bound.
 """
 
 from __future__ import annotations
