@@ -63,7 +63,7 @@ from planner import (
     marginal_for,
     selected_variances,
     split,
-    staged_selection,
+    design_staged_selection,
 )
 
 MAX_KEYED_OTHER_CELLS = 1 << 16  # a statement selecting keys reads every (key, other cells) count
@@ -222,7 +222,7 @@ def _staged(
         return None
     sensitivity = min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group)
     try:
-        stages = staged_selection(privacy, delta, len(columns), bounds.max_groups_per_unit, sensitivity, MAX_KEYED_OTHER_CELLS)
+        stages = design_staged_selection(privacy, delta, len(columns), bounds.max_groups_per_unit, sensitivity, MAX_KEYED_OTHER_CELLS)
     except ValueError:
         return None
     return StagedDesign(stages, _thresholded(session, table, workload, columns, others, stages.second_privacy, bounds, stages.second_delta))

@@ -21,7 +21,8 @@ from planner.race_to_the_top import RaceToTheTop, TruncatedRelease
 from planner.select import BoundUnavailableError
 from planner.selected_intervals import selected_variances
 from planner.selection_split import SelectionSplit, split
-from planner.staged_selection import StagedSelection, staged_selection
+from planner.staged_selection import StagedSelection
+from planner.staged_selection import design as design_staged_selection
 from planner.store import MeasurementStore
 from planner.strategies.base import Answers, Measurement
 
@@ -67,6 +68,7 @@ __all__ = [
     "TruncatedRelease",
     "Workload",
     "design_keyed_release",
+    "design_staged_selection",
     "choose_quantiles",
     "composition_shares",
     "identity_plan",
@@ -75,5 +77,4 @@ __all__ = [
     "plan_balanced",
     "selected_variances",
     "split",
-    "staged_selection",
 ]

@@ -95,7 +95,7 @@ def _thresholded(privacy: Privacy, delta: float, cells: int, max_groups: int, se
 
 
 @lru_cache(maxsize=64)
-def staged_selection(privacy: Privacy, delta: float, columns: int, max_groups: int, sensitivity: int, max_cells: int) -> StagedSelection:
+def design(privacy: Privacy, delta: float, columns: int, max_groups: int, sensitivity: int, max_cells: int) -> StagedSelection:
     """The staged design of a statement selecting the keys of ``columns`` columns (module doc), or ValueError
     when δ is too small to split (each column's first stage needs ``δ/(2n)/k ≥`` the least partition δ). A unit
     keeps at most ``max_groups`` key tuples and ``sensitivity`` rows under one key of one column. The second

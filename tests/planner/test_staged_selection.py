@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from planner import Privacy, StagedSelection, staged_selection
+from planner import Privacy, StagedSelection, design_staged_selection
 
 
 def _within(staged: StagedSelection, budget: Privacy, delta: float) -> bool:
@@ -25,18 +25,18 @@ def _within(staged: StagedSelection, budget: Privacy, delta: float) -> bool:
 @pytest.mark.parametrize("budget", [Privacy.laplace(1.0), Privacy.laplace(0.1), Privacy.zcdp(0.5)])
 @pytest.mark.parametrize(("columns", "groups"), [(2, 1), (3, 2)])
 def test_the_stages_compose_to_the_budget_and_stay_within_delta(budget: Privacy, columns: int, groups: int) -> None:
-    staged = staged_selection(budget, 1e-5, columns, groups, groups, 1 << 16)
+    staged = design_staged_selection(budget, 1e-5, columns, groups, groups, 1 << 16)
     assert _within(staged, budget, 1e-5)
     broken = dataclasses.replace(staged, second_delta=1e-5)  # the second stage given the whole δ: over it
     assert not _within(broken, budget, 1e-5)
 
 
 def test_the_second_threshold_grows_with_its_cells_and_is_capped_at_the_largest_checked() -> None:
-    staged = staged_selection(Privacy.laplace(1.0), 1e-5, 2, 1, 1, 1 << 10)
+    staged = design_staged_selection(Privacy.laplace(1.0), 1e-5, 2, 1, 1, 1 << 10)
     thresholds = [staged.second(cells).threshold for cells in (1, 4, 16, 1 << 10, 1 << 20)]
     assert thresholds == sorted(thresholds) and thresholds[-1] == thresholds[-2]
 
 
 def test_a_delta_too_small_to_split_is_refused() -> None:
     with pytest.raises(ValueError, match="too small to split"):
-        staged_selection(Privacy.laplace(1.0), 3e-15, 2, 1, 1, 16)
+        design_staged_selection(Privacy.laplace(1.0), 3e-15, 2, 1, 1, 16)
