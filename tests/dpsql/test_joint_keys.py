@@ -2,50 +2,27 @@
 
 ``GROUP BY city, job`` selects in stages (``planner.staged_selection``, ``tests/dpsql/test_staged_keys.py``); on
 these few rows at ε = 1 its first stage releases no key of either column, so its second stage selects the tuples
-jointly (``StagedSelection.fallback``) — the design tested here, as a statement asking totals beside the tuples
+jointly (``StagedDesign.tuples``) — the design tested here, as a statement asking totals beside the tuples
 uses it from the start. The data are built so that every tuple's count is known: one row per user, ``units[(city, job)]`` users
 per tuple, so key bounding keeps every row and the exact answer is DuckDB's ``GROUP BY city, job``.
 """
 
 from __future__ import annotations
 
-import duckdb
-import numpy as np
 import pandas as pd
 import pytest
+from city_job_tables import connection_with, exact, frame, logs  # noqa: F401 - the fixtures
 from pipeline_helpers import prepare
 
 import dpsql
 import dpsql.testing
 
 UNITS = {("paris", 1): 40, ("paris", 2): 3, ("lyon", 1): 25, ("lyon", 3): 1, ("nice", 2): 60, ("nice", 3): 30, ("lille", 1): 2}
-SCHEMA = {"privacy_unit": "user_id", "max_rows_per_unit": 1, "columns": {"sex": {"categories": ["F", "M"]}, "city": "unknown", "job": "unknown"}}
 PAIRS = "SELECT city, job, COUNT(*) FROM logs GROUP BY city, job"
 WITH_TOTALS = "SELECT city, job, sex, COUNT(*) FROM logs GROUP BY GROUPING SETS ((city, job, sex), (sex), ())"
 
 
-@pytest.fixture
-def frame() -> pd.DataFrame:
-    tuples = [key for key, units in UNITS.items() for _ in range(units)]
-    return pd.DataFrame(
-        {
-            "user_id": np.arange(len(tuples)),
-            "city": [c for c, _ in tuples],
-            "job": np.array([j for _, j in tuples], dtype=np.int64),
-            "sex": ["F" if i % 3 else "M" for i in range(len(tuples))],
-        }
-    )
-
-
-@pytest.fixture
-def logs(frame: pd.DataFrame) -> dpsql.Connection:
-    connection = dpsql.connect(budget=dpsql.Budget(epsilon=100.0, delta=1e-5))
-    connection.register("logs", frame, schema=SCHEMA)
-    return connection
-
-
-def _exact(frame: pd.DataFrame, sql: str) -> dict[tuple[object, ...], int]:
-    return {tuple(row[:-1]): int(row[-1]) for row in duckdb.query_df(frame, "logs", sql).fetchall()}
+_exact = exact
 
 
 def test_noise_free_released_tuples_are_duckdbs_groups_reaching_the_threshold(logs: dpsql.Connection, frame: pd.DataFrame) -> None:

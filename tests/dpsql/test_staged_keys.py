@@ -9,10 +9,10 @@ zeros included, when its total reaches the threshold for 3 + 1 cells.
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from city_job_tables import connection_with, exact, frame, logs  # noqa: F401 - the fixtures
 from pipeline_helpers import prepare
 
 import dpsql
@@ -22,33 +22,11 @@ UNITS = {
     ("paris", 1): 50, ("paris", 2): 30, ("paris", 3): 20, ("lyon", 1): 30, ("lyon", 2): 30, ("nice", 1): 20, ("nice", 3): 12,
     ("lille", 2): 10, ("lille", 1): 2, ("metz", 3): 2, (None, 1): 18, (None, 2): 5,
 }
-SCHEMA = {"privacy_unit": "user_id", "max_rows_per_unit": 1, "columns": {"sex": {"categories": ["F", "M"]}, "city": "unknown", "job": "unknown"}}
 PAIRS = "SELECT city, job, COUNT(*) FROM logs GROUP BY city, job"
 EPSILON = 10.0  # the first stage's 1/20 of it per column releases keys of a few dozen rows
 
 
-@pytest.fixture
-def frame() -> pd.DataFrame:
-    tuples = [key for key, units in UNITS.items() for _ in range(units)]
-    return pd.DataFrame(
-        {
-            "user_id": np.arange(len(tuples)),
-            "city": [c for c, _ in tuples],
-            "job": np.array([j for _, j in tuples], dtype=np.int64),
-            "sex": ["F" if i % 3 else "M" for i in range(len(tuples))],
-        }
-    )
-
-
-@pytest.fixture
-def logs(frame: pd.DataFrame) -> dpsql.Connection:
-    connection = dpsql.connect(budget=dpsql.Budget(epsilon=100.0, delta=1e-5))
-    connection.register("logs", frame, schema=SCHEMA)
-    return connection
-
-
-def _exact(frame: pd.DataFrame, sql: str) -> dict[tuple[object, ...], int]:
-    return {tuple(row[:-1]): int(row[-1]) for row in duckdb.query_df(frame, "logs", sql).fetchall()}
+_exact = exact
 
 
 def _totals(frame: pd.DataFrame, column: str) -> dict[object, int]:
@@ -106,8 +84,7 @@ def test_no_key_released_gives_no_row_and_is_charged(rows: int) -> None:
         {"user_id": np.arange(rows), "city": pd.Series(["paris"] * rows, dtype="string"), "job": np.ones(rows, dtype=np.int64),
          "sex": pd.Series(["F"] * rows, dtype="string")}
     )
-    connection = dpsql.connect(budget=dpsql.Budget(epsilon=100.0, delta=1e-5))
-    connection.register("logs", frame, schema=SCHEMA)
+    connection = connection_with(frame)
     with dpsql.testing.seeded(5):
         assert connection.cursor().execute(PAIRS, epsilon=1.0).fetchall() == []
     assert connection.budget_spent().statements == 1
