@@ -435,10 +435,13 @@ def _refusals(session: Session, draft: Draft) -> Draft:
             f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported here: {why}; "
             "or declare its categories, range or bins"
         )
-    if batch.distinct is not None:
+    if batch.distinct is not None and not (draft.selecting and not draft.joint and not draft.public and batch.distinct.group == (keyed,)):
         raise NotSupportedError(
-            f"COUNT(DISTINCT {batch.distinct.unit}) with the column {keyed!r}, which has no declared domain, is not supported: "
-            f"declare {keyed!r}'s categories, range or bins, or count distinct units in a statement that does not use it"
+            f"COUNT(DISTINCT {batch.distinct.unit}) with the column {keyed!r}, which has no declared domain, is supported only "
+            f"grouped by {keyed!r} alone in the statement that selects its keys"
+            + (f" (write SELECT {keyed}, COUNT(DISTINCT {batch.distinct.unit}) … GROUP BY {keyed})" if draft.selecting else
+               " (its keys are released already: register the table again to select them afresh)")
+            + f", or declare {keyed!r}'s categories, range or bins"
         )
     if draft.joint and draft.selecting and batch.workload is not None:
         selection.check_joint(batch.workload, (keyed, *draft.joint))
@@ -921,7 +924,7 @@ def _aggregation(session: Session, prepared: Prepared) -> tuple[BoundedAggregati
         keyed=keyed,
         value=batch.encoding,
         bounded=bounded,
-        distinct=batch.distinct,
+        distinct=None if prepared.keyed is not None else batch.distinct,  # a selection reads each key's distinct units itself
     )
     return aggregation, kept
 

@@ -129,6 +129,8 @@ def design(
     if public:
         bounds = dataclasses.replace(bounds, max_rows_per_group=min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group))
     moments = batch.encoding is not None  # a moment cell weighs up to ``scale`` per row: only the split measures it
+    if batch.distinct is not None:  # prepare's refusals left one column grouped alone
+        return Selection(column, bounds, None, _distinct_units(workload, batch.distinct.contributions, privacy, delta, bounds))
     try:
         staged = _staged(session, table, workload, columns, others, privacy, delta, bounds) if not public and not moments else None
         if staged is not None:
@@ -269,6 +271,21 @@ def _thresholded(
     return ThresholdedDesign(release, tuple(per_key), tuple(totals), others, totals_plan)
 
 
+def _distinct_units(workload: Workload, contributions: int, privacy: planner.Privacy, delta: float, bounds: keys.KeyBounds) -> ThresholdedDesign:
+    """``SELECT browser, COUNT(DISTINCT unit) … GROUP BY browser``: each key's distinct units (the read counts them
+    for every key) measured with noise and thresholded. Key bounding keeps at most ``k`` keys per unit, so a unit
+    adds 1 to at most ``k`` keys' counts (L1 sensitivity ``contributions`` = min(k, m)), at most ``k`` new keys,
+    each with 1 unit: the thresholded design with one cell per key and 1 row per key (docs/math.md §14)."""
+    nothing = Domain({}, ordered=[])
+    try:
+        release = design_keyed_release(privacy, delta, bounds.max_groups_per_unit, 1, contributions, nothing, (), None)
+    except NoiseParameterError as error:
+        raise ProgrammingError(f"the statement's budget is too small to add exact noise ({error}); use a larger budget") from error
+    except (ValueError, PartitionSelectionImpossibleError) as error:
+        raise ProgrammingError(f"COUNT(DISTINCT) by keys to select: {error}") from error
+    return ThresholdedDesign(release, tuple(range(len(workload.products))), (), nothing, None)
+
+
 def cost(selection: Selection) -> Cost:
     """The ledger charge of a selecting statement: its measurement's privacy plus the selection's (ε, δ) part."""
     if isinstance(selection.staged, StagedDesign):
@@ -295,6 +312,8 @@ def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Re
         histogram = keys.per_selected_key(histogram, len(prepared.key_columns), tuple(k for _, k in prepared.public), _public_axes(prepared))
     if isinstance(selection.staged, StagedDesign):
         return _release_staged(session, prepared, selection.staged, histogram)
+    if prepared.batch.distinct is not None:  # each key's distinct units are its one cell
+        histogram = KeyHistogram(histogram.keys, histogram.units, histogram.units.reshape(-1, 1), np.zeros(1, dtype=np.int64))
     if selection.thresholded is not None:
         return _release_thresholded(session, prepared, selection.thresholded, histogram)
     chosen = selection.split

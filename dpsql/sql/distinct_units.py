@@ -33,7 +33,8 @@ What is refused, in prepare (before anything is read), and why:
   unit in their total), so each grouping set would be a measurement of its own pairs — ask them as
   separate statements, each priced on its own;
 * derived group columns and columns without a declared domain: the pairs are distinct over the cells the
-  engine reads, which for those are not the cells released.
+  engine reads, which for those are not the cells released — except ``GROUP BY`` one such column alone, in the
+  statement that selects its keys: each key's distinct units are read with the keys themselves (``dpsql.selection``).
 
 Another aggregate beside it (``COUNT(*)``, ``SUM``, a quantile, …) is measured over rows, not pairs — a different
 data vector: the statement is composed of one part per vector (``dpsql.sql.data_vectors``), each planned at its
@@ -123,9 +124,12 @@ def for_batch(statements: Sequence[Statement], schema: Schema, table_columns: Se
             "units would be counted once per cell of its source column, not of its values; use a declared column instead"
         )
     group = tuple(resolve(c, table_columns, query.table, "GROUP BY") for c in query.group_by)
-    sizes = []
+    sizes: list[float] = []
     for name in group:
         domain = schema.column(name)
+        if domain.kind == "keys" and len(group) == 1:  # keys to select, or released: the pipeline decides (``dpsql.selection``)
+            sizes.append(math.inf)  # a unit's pairs are bounded by k, whatever the number of keys
+            continue
         if domain.kind in ("keys", "unknown"):
             raise NotSupportedError(
                 f"SELECT COUNT(DISTINCT {unit}) grouped by {name!r}, a column without a declared domain, is not supported: "
@@ -133,7 +137,7 @@ def for_batch(statements: Sequence[Statement], schema: Schema, table_columns: Se
             )
         sizes.append(domain.size)
     k = schema.max_groups_per_unit
-    return DistinctUnits(unit, group, k, min(k, schema.max_rows_per_unit, math.prod(sizes)))
+    return DistinctUnits(unit, group, k, int(min(k, schema.max_rows_per_unit, math.prod(sizes))))
 
 
 def pairs(rows: exp.Query, group: Sequence[exp.Expression], unit: exp.Expression, bound: int, salt: int) -> exp.Select:

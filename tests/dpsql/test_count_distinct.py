@@ -9,6 +9,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from pipeline_helpers import prepare
 
 import dpsql
 import dpsql.testing
@@ -192,7 +193,7 @@ def test_repeated_statement_is_answered_from_its_own_kept_measurement_only() -> 
     ("SELECT state, COUNT(DISTINCT person_id) FROM visits GROUP BY state UNION ALL "
      "SELECT sex, COUNT(DISTINCT person_id) FROM visits GROUP BY sex", "several grouping sets"),
     ("SELECT age // 10 AS decade, COUNT(DISTINCT person_id) FROM visits GROUP BY decade", "derived group column"),
-    ("SELECT browser, COUNT(DISTINCT person_id) FROM visits GROUP BY browser", "without a declared domain"),
+    ("SELECT browser, state, COUNT(DISTINCT person_id) FROM visits GROUP BY browser, state", "without a declared domain"),
 ])
 def test_refused_forms_name_the_reason_and_charge_nothing(sql: str, fragment: str) -> None:
     frame = visits().assign(browser="firefox")
@@ -203,6 +204,33 @@ def test_refused_forms_name_the_reason_and_charge_nothing(sql: str, fragment: st
         connection.cursor().execute(sql, epsilon=1.0)
     assert fragment in str(raised.value)
     assert connection.budget_spent().epsilon == 0
+    connection.close()
+
+
+def test_grouped_by_keys_it_selects_each_released_key_has_duckdbs_distinct_count() -> None:
+    """``GROUP BY browser`` (no declared domain) with COUNT(DISTINCT person_id): each key's distinct units, measured at
+    L1 sensitivity k = 2 (a unit keeps at most 2 keys, adding 1 to each) and thresholded (at most 2 new keys of 1 unit
+    per unit). Every person visits at most 2 browsers, so nothing is cut: noise off, the released keys are those whose
+    distinct count reaches the threshold, with DuckDB's counts; one charge, the selection's δ. Over the keys once
+    released, a later COUNT(DISTINCT) is refused, free."""
+    frame = visits()
+    frame["browser"] = np.where(frame.person_id % 7 == 0, "lynx", np.where(frame.person_id % 2 == 0, "firefox", "chrome"))
+    frame.loc[frame.index % 5 == 0, "browser"] = np.where(frame.person_id[frame.index % 5 == 0] < 12, "links", "chrome")
+    table_schema = schema(max_groups=2)
+    table_schema["columns"] = {**table_schema["columns"], "browser": "unknown"}  # type: ignore[dict-item]
+    connection = connect(frame, table_schema)
+    sql = "SELECT browser, COUNT(DISTINCT person_id) FROM visits GROUP BY browser"
+    rule = prepare(connection, [sql], epsilon=1.0).selection.thresholded.release  # type: ignore[union-attr]
+    assert frame.groupby("person_id").browser.nunique().max() <= 2 and rule.sensitivity == 2 and rule.rows_per_key == 1
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(1):
+        released = dict(connection.cursor().execute(sql, epsilon=1.0).fetchall())
+    truth = dict(duckdb.sql("SELECT browser, COUNT(DISTINCT person_id) FROM frame GROUP BY browser").fetchall())
+    assert released == {b: n for b, n in truth.items() if n >= rule.threshold} and 0 < len(released) < len(truth)
+    spent = connection.budget_spent()
+    assert spent.statements == 1 and spent.epsilon == pytest.approx(1.0) and spent.delta == pytest.approx(rule.delta)
+    with pytest.raises(dpsql.NotSupportedError, match="in the statement that selects its keys"):
+        connection.cursor().execute(sql, epsilon=1.0)
+    assert connection.budget_spent().statements == 1
     connection.close()
 
 

@@ -1,0 +1,1 @@
+SELECT browser, COUNT(DISTINCT person_id) FROM adult GROUP BY browser
