@@ -68,6 +68,7 @@ from planner import (
 
 MAX_KEYED_OTHER_CELLS = 1 << 16  # a statement selecting keys reads every (key, other cells) count
 MAX_JOINT_CELLS = 1 << 22  # cells over the product of jointly selected columns' released keys (and the other attributes)
+MAX_STAGED_CELLS = 1 << 12  # cells of a key in the second stage (every key's are read densely): the first stage's keys cut to fit
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,8 @@ def _staged(
         return None
     sensitivity = min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group)
     try:
-        stages = design_staged_selection(privacy, delta, len(columns), bounds.max_groups_per_unit, sensitivity, MAX_KEYED_OTHER_CELLS)
+        cells = max(MAX_STAGED_CELLS, others.size)  # the public keys' product is cut to this after the first stage
+        stages = design_staged_selection(privacy, delta, len(columns), bounds.max_groups_per_unit, sensitivity, cells)
     except ValueError:
         return None
     return StagedDesign(stages, _thresholded(session, table, workload, columns, others, stages.second_privacy, bounds, stages.second_delta))

@@ -111,3 +111,14 @@ def test_a_cube_gives_each_columns_subtotals_over_every_row(logs: dpsql.Connecti
     assert {r[0]: r[3] for r in rows if r[2] == 1} == {c: n for c, n in _totals(frame, "city").items() if c in cities}
     assert {r[1]: r[3] for r in rows if r[2] == 2} == _totals(frame, "job")
     assert [r[3] for r in rows if r[2] == 3] == [len(frame)]
+
+
+def test_public_keys_beyond_the_second_stage_cells_keep_their_largest(monkeypatch: pytest.MonkeyPatch, logs: dpsql.Connection) -> None:
+    """The jobs' released keys are cut after the first stage so that a city's cells fit the cap (post-processing of
+    the first stage: never a failure): with room for 3 cells, the 2 jobs of largest totals and the remainder."""
+    from dpsql import selection
+
+    monkeypatch.setattr(selection, "MAX_STAGED_CELLS", 3)
+    with dpsql.testing.noise_disabled(), dpsql.testing.seeded(7):
+        rows = logs.cursor().execute(PAIRS, epsilon=EPSILON).fetchall()
+    assert {r[1] for r in rows} == {1, 2}  # job 3 (34 rows) is cut: its rows are in the jobs' remainder
