@@ -60,10 +60,10 @@ from planner import (
     StagedSelection,
     Workload,
     design_keyed_release,
+    design_staged_selection,
     marginal_for,
     selected_variances,
     split,
-    design_staged_selection,
 )
 
 MAX_KEYED_OTHER_CELLS = 1 << 16  # a statement selecting keys reads every (key, other cells) count
