@@ -248,3 +248,10 @@ def per_selected_key(histogram: KeyHistogram, selected: int, public: Sequence[Ke
         found, np.zeros(len(found), dtype=np.int64), np.moveaxis(counts, tuple(m + 1 for m in moved), tuple(a + 1 for a in axes)),
         np.moveaxis(remainder, moved, tuple(axes)),
     )
+
+
+def distinct_units(histogram: KeyHistogram) -> KeyHistogram:
+    """``COUNT(DISTINCT unit) … GROUP BY`` one column without declared domain: each key's distinct units (the read
+    counts them per key) as its one cell; a unit adds 1 to each of the at most ``k`` keys it keeps, and nothing
+    to the remainder (not a group of its own: never shown)."""
+    return KeyHistogram(histogram.keys, histogram.units, histogram.units.copy(), np.zeros((), dtype=np.int64))

@@ -435,13 +435,11 @@ def _refusals(session: Session, draft: Draft) -> Draft:
             f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported here: {why}; "
             "or declare its categories, range or bins"
         )
-    if batch.distinct is not None and not (draft.selecting and not draft.joint and not draft.public and batch.distinct.group == (keyed,)):
+    if batch.distinct is not None and (draft.joint or draft.public or batch.distinct.group != (keyed,)):
         raise NotSupportedError(
-            f"COUNT(DISTINCT {batch.distinct.unit}) with the column {keyed!r}, which has no declared domain, is supported only "
-            f"grouped by {keyed!r} alone in the statement that selects its keys"
-            + (f" (write SELECT {keyed}, COUNT(DISTINCT {batch.distinct.unit}) … GROUP BY {keyed})" if draft.selecting else
-               " (its keys are released already: register the table again to select them afresh)")
-            + f", or declare {keyed!r}'s categories, range or bins"
+            f"COUNT(DISTINCT {batch.distinct.unit}) with the column {keyed!r}, which has no declared domain, is supported "
+            f"grouped by {keyed!r} alone: write SELECT {keyed}, COUNT(DISTINCT {batch.distinct.unit}) … GROUP BY {keyed}, "
+            f"or declare {keyed!r}'s categories, range or bins"
         )
     if draft.joint and draft.selecting and batch.workload is not None:
         selection.check_joint(batch.workload, (keyed, *draft.joint))
@@ -499,7 +497,7 @@ def _plan(session: Session, draft: Draft) -> Draft:
     clip = None if draft.keyed is not None else clipping.design(batch.encoding, whole, table.schema.contributions)
     privacy = whole if clip is None else whole.scaled(1 - clip.share)  # the clip first, then the rest
     contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
-    if batch.distinct is not None and not privacy.is_laplace:
+    if batch.distinct is not None and not privacy.is_laplace and draft.keyed is None:
         # a unit's pairs lie in distinct cells of the group marginal, the one marginal the summed identity
         # measures: L2 sensitivity √k (L1 is k whatever the strategy, so pure DP takes the planner's best)
         fresh, balance = planner.identity_plan(batch.workload, privacy, contributions, distinct_cells=True), None
@@ -895,7 +893,7 @@ def _aggregation(session: Session, prepared: Prepared) -> tuple[BoundedAggregati
     if prepared.keyed is not None:
         keyed = KeyedColumn(
             prepared.keyed, table.schema.max_groups_per_unit, keys.KeyBounds.of(table.schema).max_rows_per_group,
-            count_units=prepared.selection is not None, joint=prepared.read_keys[1:],
+            count_units=prepared.selection is not None or batch.distinct is not None, joint=prepared.read_keys[1:],
         )
         marginals: tuple[tuple[str, ...], ...] = (domain.attributes,)
     else:
@@ -965,6 +963,8 @@ def _measured(
         columns = prepared.key_columns
         released = tuple(session.keys.get(prepared.table, c) for c in columns)
         assert all(k is not None for k in released) and isinstance(counts, KeyHistogram)
+        if batch.distinct is not None:
+            counts = keys.distinct_units(counts)
         full = keys.over_domain(keys.table_over_keys(counts, released), columns, batch.workload.domain)  # type: ignore[arg-type]
         required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}  # type: ignore[union-attr]
     else:

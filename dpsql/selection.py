@@ -314,8 +314,8 @@ def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Re
         histogram = keys.per_selected_key(histogram, len(prepared.key_columns), tuple(k for _, k in prepared.public), _public_axes(prepared))
     if isinstance(selection.staged, StagedDesign):
         return _release_staged(session, prepared, selection.staged, histogram)
-    if prepared.batch.distinct is not None:  # each key's distinct units are its one cell
-        histogram = KeyHistogram(histogram.keys, histogram.units, histogram.units.reshape(-1, 1), np.zeros(1, dtype=np.int64))
+    if prepared.batch.distinct is not None:
+        histogram = keys.distinct_units(histogram)
     if selection.thresholded is not None:
         return _release_thresholded(session, prepared, selection.thresholded, histogram)
     chosen = selection.split

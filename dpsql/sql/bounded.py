@@ -362,13 +362,16 @@ class BoundedAggregation:
             flagged = [*(k.copy() for k in key), exp.alias_(exp.Literal.number(1), KEPT_NAME), *others]
             return exp.select(*flagged).from_(bounded.subquery("bounded", copy=False))
         unit = exp.column(UNIT_NAME)
+        # the tuple's parts in the columns' name order: which tuples a unit keeps does not depend on which of the
+        # columns a statement selects and which are public (the same rows, whatever the route to their keys)
+        canonical = [k for _, k in sorted(zip(self.keyed.names, key), key=lambda pair: pair[0])]
         key_rank = exp.Window(
             this=exp.DenseRank(),
             partition_by=[unit.copy()],
             order=exp.Order(
                 expressions=[
-                    exp.Ordered(this=salted_order_key([unit.copy(), *(k.copy() for k in key)], self.salt)),
-                    *(exp.Ordered(this=k.copy()) for k in key),
+                    exp.Ordered(this=salted_order_key([unit.copy(), *(k.copy() for k in canonical)], self.salt)),
+                    *(exp.Ordered(this=k.copy()) for k in canonical),
                 ]
             ),
         )
@@ -376,7 +379,7 @@ class BoundedAggregation:
             this=exp.RowNumber(),
             partition_by=[unit.copy(), *(k.copy() for k in key)],
             order=exp.Order(
-                expressions=[exp.Ordered(this=salted_order_key([unit.copy(), *(k.copy() for k in key), exp.column(ROW_KEY_NAME)], self.salt))]
+                expressions=[exp.Ordered(this=salted_order_key([unit.copy(), *(k.copy() for k in canonical), exp.column(ROW_KEY_NAME)], self.salt))]
             ),
         )
         ranked = exp.select(

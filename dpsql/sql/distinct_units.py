@@ -33,8 +33,8 @@ What is refused, in prepare (before anything is read), and why:
   unit in their total), so each grouping set would be a measurement of its own pairs — ask them as
   separate statements, each priced on its own;
 * derived group columns and columns without a declared domain: the pairs are distinct over the cells the
-  engine reads, which for those are not the cells released — except ``GROUP BY`` one such column alone, in the
-  statement that selects its keys: each key's distinct units are read with the keys themselves (``dpsql.selection``).
+  engine reads, which for those are not the cells released — except ``GROUP BY`` one such column alone: each key's
+  distinct units are read with the keys themselves (``dpsql.keys.distinct_units``, ``dpsql.selection``).
 
 Another aggregate beside it (``COUNT(*)``, ``SUM``, a quantile, …) is measured over rows, not pairs — a different
 data vector: the statement is composed of one part per vector (``dpsql.sql.data_vectors``), each planned at its

@@ -28,7 +28,7 @@ SHAPES = {
 }
 BATCH = ["SELECT sex, COUNT(*) FROM adult WHERE race = 0 GROUP BY sex", "SELECT sex, COUNT(*) FROM adult WHERE race = 1 GROUP BY sex"]
 REFUSED = {
-    "a subtotal over one of two unknown columns": "SELECT browser, person_id, COUNT(*) FROM adult GROUP BY CUBE (browser, person_id)",
+    "COUNT of one of two unknown columns": "SELECT browser, person_id, COUNT(browser) FROM adult GROUP BY browser, person_id",
     "unknown column": "SELECT colour, COUNT(*) FROM adult GROUP BY CUBE (colour)",
     "out of the grammar": "SELECT sex, ARG_MAX(job, age) FROM adult GROUP BY sex",
 }
