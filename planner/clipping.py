@@ -164,8 +164,8 @@ class UpperClip:
         epsilon_numerator = math.floor(self._epsilon() * 2**EPSILON_BITS)
         denominator = 2 ** (2 * EPSILON_BITS) * self.contributions
         prior = np.round(self.power * np.log(clips / clips[0]) * 2**EPSILON_BITS).astype(np.int64)  # over 2^EPSILON_BITS
-        reach = MAX_EXPONENT + int(prior[-1]) // 2**EPSILON_BITS + 1  # beyond the base measure's whole range
-        cap = -(-reach * denominator // epsilon_numerator)  # a public cap: the widest candidate always scores 0
+        span = MAX_EXPONENT + int(prior[-1]) // 2**EPSILON_BITS + 1  # nats beyond the base measure's whole range
+        cap = -(-span * denominator // epsilon_numerator)  # a public cap: the widest candidate always scores 0
         numerators = np.minimum(self.excess_scores(histogram), cap) * epsilon_numerator + prior * 2**EPSILON_BITS * self.contributions
         return numerators - numerators.min(), denominator
 

@@ -24,8 +24,8 @@ every statement.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
