@@ -302,7 +302,7 @@ def _counts_nulls(column: str, query: Query, columns: dict[str, ColumnDomain]) -
     (rows of keys not released) ``COUNT(column)`` leaves out."""
     domain = columns[column]
     needs_cells = domain.nullable or domain.kind == "keys"
-    return needs_cells and any((k := kinds.item_kind(i)) is not None and k.counted(i) == column for i in query.select)
+    return needs_cells and column in kinds.counted_columns(query)
 
 
 def _in_where(column: str, query: Query) -> bool:

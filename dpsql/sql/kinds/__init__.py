@@ -19,14 +19,14 @@ from dpsql.schema import Schema
 from dpsql.sql import distinct_units, moments as moment_cells
 from dpsql.sql.kinds import counts, moments, quantiles
 from dpsql.sql.kinds.protocol import ColumnOf, Kind, Vector
-from dpsql.sql.parse import SelectItem
+from dpsql.sql.parse import Query, SelectItem
 
 if TYPE_CHECKING:
     from dpsql.sql.distinct_units import DistinctUnits
     from dpsql.sql.moments import ValueEncoding
     from dpsql.sql.statement import Statement
 
-__all__ = ["KINDS", "ColumnOf", "Kind", "Vector", "item_kind", "kind_of", "measured", "parse_item", "weights"]
+__all__ = ["KINDS", "ColumnOf", "Kind", "Vector", "counted_columns", "item_kind", "kind_of", "measured", "parse_item", "weights"]
 
 KINDS: tuple[Kind, ...] = (counts, moments, quantiles)  # type: ignore[assignment]  # modules implementing the protocol
 _BY_EXPRESSION = {t: kind for kind in KINDS for t in kind.EXPRESSIONS}
@@ -48,6 +48,11 @@ def item_kind(item: SelectItem) -> Kind | None:
 def measured(item: SelectItem) -> bool:
     """Whether the item is an aggregate (a measured value), not a group key."""
     return type(item) in _BY_ITEM
+
+
+def counted_columns(query: Query) -> list[str]:
+    """The columns the query's items count the non-NULL rows of (``COUNT(column)``), in order."""
+    return [c for item in query.select if (kind := item_kind(item)) is not None and (c := kind.counted(item)) is not None]
 
 
 def parse_item(node: exp.Expression, name: str | None, column: ColumnOf) -> SelectItem | None:
