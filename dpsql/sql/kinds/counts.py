@@ -133,10 +133,11 @@ def explain(batch: CompiledBatch, see: Callable[[str], str]) -> list[ExplainLine
     return [("bounding", "groups per unit", float(batch.distinct.contributions), batch.distinct.describe())]
 
 
-def local_refusal(item: SelectItem) -> str | None:
+def local_refusal(item: SelectItem) -> tuple[int, str] | None:
+    """A distinct count (told after any aggregate of values: precedence 1)."""
     if not item.distinct:  # type: ignore[union-attr]
         return None
-    return (
+    return 1, (
         f"{item.name}: a local survey answers COUNTs of its declared cells only; each unit sends one report "
         "about one record, so count units with COUNT(*) instead"
     )

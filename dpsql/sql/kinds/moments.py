@@ -115,13 +115,13 @@ def explain(batch: CompiledBatch, see: Callable[[str], str]) -> list[ExplainLine
     return [("aggregate", batch.encoding.column, float(batch.encoding.scale), f"{batch.encoding.describe()}; RMSEs in rows ({see('aggregate')})")]
 
 
-def local_refusal(item: SelectItem) -> str | None:
+def local_refusal(item: SelectItem) -> tuple[int, str] | None:
     return aggregated_refusal(item)
 
 
-def aggregated_refusal(item: SelectItem) -> str:
-    """A local survey answers counts only (the same words for a quantile)."""
-    return (
+def aggregated_refusal(item: SelectItem) -> tuple[int, str]:
+    """A local survey answers counts only (the same words for a quantile; precedence 0)."""
+    return 0, (
         f"{item.function}({item.column}): a local survey answers COUNTs of its declared cells only; "  # type: ignore[union-attr]
         "sums, averages, variances and quantiles of reported values are not supported there"
     )

@@ -14,7 +14,8 @@ test item types:
 * **release** (``dpsql.result``): its released values as a result column and its errors (:class:`Cells`), and the
   type and NULL-ability of that column before anything is read;
 * **EXPLAIN** (``dpsql.explain``): the rows that say how the batch measures the kind's items;
-* **local surveys** (``dpsql.local``): why a local survey cannot answer it, if it cannot.
+* **local surveys** (``dpsql.local``): why a local survey cannot answer it, if it cannot, with a precedence (a
+  statement refused for several items is told the first refusal of the lowest precedence).
 """
 
 from __future__ import annotations
@@ -134,4 +135,4 @@ class Kind(Protocol):
     def explain(self, batch: CompiledBatch, see: Callable[[str], str]) -> list[ExplainLine]: ...
 
     # local surveys
-    def local_refusal(self, item: SelectItem) -> str | None: ...
+    def local_refusal(self, item: SelectItem) -> tuple[int, str] | None: ...

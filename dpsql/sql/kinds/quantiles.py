@@ -151,5 +151,5 @@ def explain(batch: CompiledBatch, see: Callable[[str], str]) -> list[ExplainLine
     ]
 
 
-def local_refusal(item: SelectItem) -> str | None:
+def local_refusal(item: SelectItem) -> tuple[int, str] | None:
     return aggregated_refusal(item)
