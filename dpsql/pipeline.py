@@ -53,8 +53,9 @@ from dpsql.sql.bounded import BoundedAggregation, KeyedColumn, KeyHistogram
 from dpsql.sql.bounded_rows import LEVEL_NAME
 from dpsql.sql.literals import ColumnType
 from dpsql.sql.moments import ValueEncoding
-from dpsql.sql import clipping, data_vectors, kinds, quantile_paths
+from dpsql.sql import clipping, data_vectors, quantile_paths
 from dpsql.sql.compile import MAX_RELEASED_CELLS, too_many_cells
+from dpsql.sql.kinds import counted_columns
 from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, placeholder_targets, predicate_columns
 from dpsql.sql.settings import COST_SETTINGS, SettingCommand, TextCost
 from dpsql.sql.split import Bound, bind
@@ -655,7 +656,7 @@ def _keyed_columns(session: Session, table: Table, statements: Sequence[Statemen
                 resolved = table.resolve(name)
                 if resolved is not None and not table.schema.column(resolved).is_known:
                     grouped[resolved] = None
-            mentioned = kinds.counted_columns(query)
+            mentioned = counted_columns(query)
             mentioned += list(predicate_columns(query.where)) if query.where is not None else []
             for name in mentioned:
                 resolved = table.resolve(name)
