@@ -350,8 +350,8 @@ def _share_of(cost: Cost, share: float) -> Cost:
 
 
 def _relation(session: Session, draft: Draft) -> Draft:
-    """The one registered table every planned statement reads (one pass over its rows); Google's options
-    checked against its schema."""
+    """The one relation every planned statement reads (one pass over its rows): a registered table, or the joined
+    relation of a FROM clause (``Session.relation``); Google's options checked against its schema."""
     statements = draft.request.statements
     table = session.relation(statements[0].branches[0].query)
     for statement in statements[1:]:
