@@ -244,3 +244,18 @@ def f(item, node):
     assert _item_type_tests("isinstance(item, Count)\n", "dpsql.sql.parse", classes) == [1]
     with_measured = {"dpsql.sql.parse": classes["dpsql.sql.parse"] | {"MEASURED"}}  # main's tuple of them, now gone
     assert _item_type_tests(broken, "dpsql.somewhere", with_measured) == [12, 13, 14, 15, 16, 17, 18, 20]
+
+
+def test_every_registered_kind_implements_the_whole_protocol() -> None:
+    """A kind module missing a stage's function would fail only when a statement of that kind reaches the stage."""
+    from dpsql.sql import kinds
+    from dpsql.sql.kinds.protocol import Kind
+
+    constants = set(Kind.__annotations__)
+    functions = {name for name, value in vars(Kind).items() if callable(value) and not name.startswith("_")}
+    assert {"ITEMS", "VALUES"} <= constants and {"parse", "block", "moment_need", "release", "explain"} <= functions
+    missing = {
+        kind.__name__: sorted(n for n in constants | functions if not hasattr(kind, n) or (n in functions and not callable(getattr(kind, n))))
+        for kind in kinds.KINDS  # type: ignore[attr-defined]  # modules
+    }
+    assert missing == {name: [] for name in missing}
