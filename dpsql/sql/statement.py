@@ -103,7 +103,7 @@ def parse_text(sql: object) -> ParsedText:
             f"expected exactly one SQL statement, got {len(trees)}: pass one statement per execute(), or a list to "
             "connection.workload()"
         )
-    texts = (sql.strip(),) if len(trees) == 1 and not explain else tuple(t.sql(dialect="duckdb") for t in trees)
+    texts = (sql.strip(),) if len(trees) == 1 and not explain else tuple(t.sql(dialect=dialect.Dpsql) for t in trees)
     return ParsedText(explain, trees, texts)
 
 
