@@ -48,7 +48,8 @@ def node_vector(node: exp.Expression) -> tuple[str, ...]:
 
 def resolve(item: SelectItem, names: Names) -> SelectItem:
     """``COUNT(*)`` as is; ``COUNT(DISTINCT unit)`` checked to count the privacy unit (its pairs with the group cells
-    are what is counted: ``COUNT(*)`` over them); ``COUNT(column)`` of a column with bounds but no domain becomes an
+    are what is counted: ``COUNT(*)`` over them); ``COUNT(unit)`` is ``COUNT(*)`` (rows without a unit are never
+    counted); ``COUNT(column)`` of a column with bounds but no domain becomes an
     aggregate of its moment cells (``dpsql.sql.moments.counted_by_moments``), else a count of its non-NULL cells."""
     assert isinstance(item, Count)
     if item.column is None:
@@ -57,6 +58,9 @@ def resolve(item: SelectItem, names: Names) -> SelectItem:
     if item.distinct:
         checked_unit(item.column, names.schema, table, names.table_columns)
         return Count(item.name, None, distinct=True)
+    unit = names.schema.privacy_unit
+    if unit is not None and resolved_column(item.column, names.table_columns, table, "SELECT COUNT") == unit:
+        return Count(item.name, None)  # bounding drops rows without a unit: COUNT(unit) counts what COUNT(*) counts
     if counted_by_moments(item, names.schema, names.table_columns, table):  # bounds, no domain
         return Aggregate(item.name, "COUNT", resolved_column(item.column, names.table_columns, table, "SELECT COUNT"))
     return Count(item.name, names.name(item.column, "SELECT COUNT"))
