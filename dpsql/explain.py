@@ -37,10 +37,8 @@ import planner
 from dpsql.request import Prepared
 from dpsql.columns import clean_number
 from dpsql.result import ResultSet
-from dpsql.schema import ColumnDomain
-from dpsql.sql.parse import Quantile
+from dpsql.sql import kinds
 from dpsql.types import NUMBER, STRING
-from dpsql.workloads import CompiledBatch
 
 GLOSSARY = "docs/glossary.md"
 """Where every section and term EXPLAIN prints is explained (a path in the repository)."""
@@ -149,19 +147,7 @@ def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
     schema = prepared.table.schema
     unit = prepared.table.bounding() if prepared.chosen is None else f"the bound is {prepared.chosen.describe()}"
     rows.append(ExplainRow("bounding", "rows per unit", float(schema.contributions), f"{unit}; rows outside the declared domains are dropped first ({_see('rows-per-unit')})"))
-    if batch.distinct is not None:
-        rows.append(ExplainRow("bounding", "groups per unit", float(batch.distinct.contributions), batch.distinct.describe()))
-    if batch.encoding is not None:
-        rows.append(ExplainRow(
-            "aggregate", batch.encoding.column, float(batch.encoding.scale),
-            f"{batch.encoding.describe()}; RMSEs in rows ({_see('aggregate')})",
-        ))
-    for column, domain in _quantiled(batch).items():
-        rows.append(ExplainRow(
-            "quantile", column, float(domain.size),
-            f"one cumulative count (CDF) per group over the {domain.size} cells of {column!r}, shared by its quantiles; "
-            f"query RMSEs below are the CDF's, in rows ({_see('quantile')})",
-        ))
+    rows += [ExplainRow(*row) for kind in kinds.KINDS for row in kind.explain(batch, _see)]  # how each kind is measured
     if prepared.clip is not None:
         rows.append(ExplainRow("clip", *prepared.clip.explain(_see("clip"))))
     if prepared.quantile_paths is not None:
@@ -210,14 +196,6 @@ def _balance_rows(prepared: Prepared) -> list[ExplainRow]:
 
 def _see(anchor: str) -> str:
     return f"{GLOSSARY}#{anchor}"
-
-
-def _quantiled(batch: CompiledBatch) -> dict[str, ColumnDomain]:
-    """The columns the batch's quantiles rank, with their domains."""
-    return {
-        item.column: branch.columns[item.column]
-        for statement in batch.statements for branch in statement.branches for item in branch.query.select if isinstance(item, Quantile)
-    }
 
 
 def plan_rows(plan: planner.Plan) -> list[ExplainRow]:

@@ -75,7 +75,8 @@ from dpsql.result import ResultSet
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.bounded import salted_order_key
 from dpsql.sql.literals import ColumnType, canonical_schema
-from dpsql.sql.parse import Aggregate, Count, GroupKey, Quantile, Query, predicate_columns
+from dpsql.sql import kinds
+from dpsql.sql.parse import Query, predicate_columns
 from dpsql.sql.statement import Statement, bind_statement, parse_text
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import Domain, Workload
@@ -141,8 +142,10 @@ def _compile(sql: object, parameters: Sequence[object] | None, schema: Schema) -
 def _mentioned(query: Query) -> list[str]:
     names = list(query.group_sources())
     for item in query.select:
-        if isinstance(item, GroupKey) or (isinstance(item, Count) and item.column is not None):
-            names.append(item.column)  # type: ignore[arg-type]
+        kind = kinds.item_kind(item)
+        column = item.column if kind is None else kind.counted(item)  # a group key's column, or what a COUNT names
+        if column is not None:
+            names.append(column)
     if query.where is not None:
         names.extend(predicate_columns(query.where))
     return names
@@ -155,18 +158,9 @@ def _check_declared(query: Query, schema: Schema) -> None:
             f"GROUP BY {query.derived[0].key[:60]!r}: a local survey answers group columns it randomized; group by the "
             "source column and combine its rows, or declare the derived values as a column of the survey"
         )
-    aggregated = [i for i in query.select if isinstance(i, (Aggregate, Quantile))]
-    if aggregated:
-        raise NotSupportedError(
-            f"{aggregated[0].function}({aggregated[0].column}): a local survey answers COUNTs of its declared cells only; "
-            "sums, averages, variances and quantiles of reported values are not supported there"
-        )
-    distinct = [i for i in query.select if isinstance(i, Count) and i.distinct]
-    if distinct:
-        raise NotSupportedError(
-            f"{distinct[0].name}: a local survey answers COUNTs of its declared cells only; each unit sends one report "
-            "about one record, so count units with COUNT(*) instead"
-        )
+    refused = [r for i in query.select if (kind := kinds.item_kind(i)) is not None and (r := kind.local_refusal(i)) is not None]
+    if refused:
+        raise NotSupportedError(min(refused, key=lambda r: r[0])[1])  # the first of the lowest precedence
     known = {c.name.lower(): c for c in schema.columns}
     for name in _mentioned(query):
         column = known.get(name.lower())

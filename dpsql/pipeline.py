@@ -14,7 +14,8 @@ already answer at least as accurately as a fresh measurement at the requested co
 (``planner.store``); for a statement that selects keys, how it selects them (``dpsql.selection``: from the
 measured counts themselves, or by a split of its budget), checked to be runnable for any data.
 
-**release** follows one charge rule: a statement that reads nothing (every answer already kept, or zero
+**release** runs the ordered stages of :data:`RELEASE_STAGES` over the cores, then the shells. It follows one
+charge rule: a statement that reads nothing (every answer already kept, or zero
 by construction) is free and never refused; otherwise the ledger is charged — durably, refusing an
 overspend before anything is read — and only then is the backend asked for the private rows, ONCE.
 From that moment the statement has been paid for, whatever happens; nothing after the read raises
@@ -54,7 +55,8 @@ from dpsql.sql.literals import ColumnType
 from dpsql.sql.moments import ValueEncoding
 from dpsql.sql import clipping, data_vectors, quantile_paths
 from dpsql.sql.compile import MAX_RELEASED_CELLS, too_many_cells
-from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, Count, placeholder_targets, predicate_columns
+from dpsql.sql.kinds import counted_columns
+from dpsql.sql.parse import AGGREGATE_TARGET, LIMIT_TARGET, placeholder_targets, predicate_columns
 from dpsql.sql.settings import COST_SETTINGS, SettingCommand, TextCost
 from dpsql.sql.split import Bound, bind
 from dpsql.sql.statement import ParsedText, Statement, parse_text
@@ -348,8 +350,8 @@ def _share_of(cost: Cost, share: float) -> Cost:
 
 
 def _relation(session: Session, draft: Draft) -> Draft:
-    """The one registered table every planned statement reads (one pass over its rows); Google's options
-    checked against its schema."""
+    """The one relation every planned statement reads (one pass over its rows): a registered table, or the joined
+    relation of a FROM clause (``Session.relation``); Google's options checked against its schema."""
     statements = draft.request.statements
     table = session.relation(statements[0].branches[0].query)
     for statement in statements[1:]:
@@ -657,7 +659,7 @@ def _keyed_columns(session: Session, table: Table, statements: Sequence[Statemen
                 resolved = table.resolve(name)
                 if resolved is not None and not table.schema.column(resolved).is_known:
                     grouped[resolved] = None
-            mentioned = [i.column for i in query.select if isinstance(i, Count) and i.column is not None]
+            mentioned = counted_columns(query)
             mentioned += list(predicate_columns(query.where)) if query.where is not None else []
             for name in mentioned:
                 resolved = table.resolve(name)
@@ -824,42 +826,125 @@ def release(session: Session, prepared: Prepared) -> list[ResultSet]:
     return written
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What release knows so far about the cores of a prepared request: each stage of :data:`RELEASE_STAGES` adds to
+    it. A stage that answers the request sets ``results``; the later stages then have nothing to do."""
+
+    prepared: Prepared
+    charged: bool = False  # the ledger was charged: by this release, or by the composed request this is a part of
+    aggregation: BoundedAggregation | None = None  # the one bounded aggregation sent
+    rows: dict[str, np.ndarray] | None = None  # what the engine returned (dropped once counted)
+    rng: np.random.Generator | None = None  # None: OS entropy (a seeded generator only inside ``testing.seeded``)
+    counts: KeyHistogram | dict[tuple[str, ...], np.ndarray] | None = None
+    clip: int | tuple[float, float] | None = None  # the clip released first, when the statement clips
+    results: list[ResultSet] | None = None
+
+
 def _release_cores(session: Session, prepared: Prepared, charged: bool = False) -> list[ResultSet]:
-    """The planned statements' results (a shell's cores among them); ``charged``: the charge was made by the
-    composed request this is a part of. A composed request is charged once, before any part reads."""
-    if prepared.parts:
-        if prepared.reads:
-            session.ledger.charge(prepared.cost, prepared.request.text)  # durable; refuses an overspend before any read
-        found: list[ResultSet | None] = [None] * len(prepared.request.statements)
-        explained = ComposedExplanation(prepared, [])
-        for part in prepared.parts:
-            released = _release_cores(session, part.prepared, charged=True)
-            explained.parts.append(released[0].explained_by)  # type: ignore[arg-type]  # an Explanation: a part has no parts
-            for index, result in zip(part.statements, released):
-                found[index] = result
-        return [result.explained(explained) for result in found if result is not None]
+    """The planned statements' results (a shell's cores among them): the stages of :data:`RELEASE_STAGES`, in order;
+    ``charged``: the charge was made by the composed request this is a part of."""
+    known = Reading(prepared, charged)
+    for name, stage in RELEASE_STAGES:
+        known = _after_read(stage, session, known) if name in _AFTER_READ else stage(session, known)
+        if known.results is not None:
+            return known.results
+    raise AssertionError("the last release stage answers")  # pragma: no cover
+
+
+def _release_parts(session: Session, known: Reading) -> Reading:
+    """A composed request is charged once, before any part reads; then each part is released through these stages."""
+    prepared = known.prepared
+    if not prepared.parts:
+        return known
+    if prepared.reads:
+        session.ledger.charge(prepared.cost, prepared.request.text)  # durable; refuses an overspend before any read
+    found: list[ResultSet | None] = [None] * len(prepared.request.statements)
+    explained = ComposedExplanation(prepared, [])
+    for part in prepared.parts:
+        released = _release_cores(session, part.prepared, charged=True)
+        explained.parts.append(released[0].explained_by)  # type: ignore[arg-type]  # an Explanation: a part has no parts
+        for index, result in zip(part.statements, released):
+            found[index] = result
+    return dataclasses.replace(known, results=[result.explained(explained) for result in found if result is not None])
+
+
+def _nothing_to_measure(session: Session, known: Reading) -> Reading:
+    """Every count zero by construction, or only declared group keys asked for: free."""
+    prepared = known.prepared
     batch = prepared.batch
-    if batch.workload is None:
-        return _with_explanation(session, prepared, batch.results([], []), Outcome("zero" if batch.measures else "keys"))
-    if not prepared.reads:  # every answer is kept: free, never refused
-        gls = _from_store(session, prepared, tuple(range(len(batch.workload.products))))
-        answers, note = _finished(session, prepared, gls, None, None, from_store=True)
-        return _with_explanation(session, prepared, batch.results(answers.values, answers.variances), Outcome("free", note=note))
-    if not charged:
-        session.ledger.charge(prepared.cost, prepared.request.text)  # durable; refuses an overspend before the read
-    aggregation, kept = _aggregation(session, prepared)
-    result = _read(session, prepared.table, aggregation, kept)
+    if batch.workload is not None:
+        return known
+    return dataclasses.replace(known, results=_with_explanation(session, prepared, batch.results([], []), Outcome("zero" if batch.measures else "keys")))
+
+
+def _kept_answers(session: Session, known: Reading) -> Reading:
+    """Every answer is kept: free, never refused."""
+    prepared = known.prepared
+    batch = prepared.batch
+    if prepared.reads:
+        return known
+    assert batch.workload is not None
+    gls = _from_store(session, prepared, tuple(range(len(batch.workload.products))))
+    answers, note = _finished(session, prepared, gls, None, None, from_store=True)
+    results = _with_explanation(session, prepared, batch.results(answers.values, answers.variances), Outcome("free", note=note))
+    return dataclasses.replace(known, results=results)
+
+
+def _charge(session: Session, known: Reading) -> Reading:
+    if not known.charged:
+        session.ledger.charge(known.prepared.cost, known.prepared.request.text)  # durable; refuses an overspend before the read
+    return dataclasses.replace(known, charged=True)
+
+
+def _read_rows(session: Session, known: Reading) -> Reading:
+    """The one read of private rows: the bounded aggregation of every kind's SQL weights (:func:`_aggregation`)."""
+    aggregation, kept = _aggregation(session, known.prepared)
+    return dataclasses.replace(known, aggregation=aggregation, rows=_read(session, known.prepared.table, aggregation, kept))
+
+
+def _count(session: Session, known: Reading) -> Reading:
+    """What the read counted (:func:`_counted`); the engine's rows (every column of every grouping set) are dropped
+    here, before the plan's arrays are made."""
+    assert known.aggregation is not None and known.rows is not None
+    rng = testing.random_source()
+    counts, clip = _counted(known.prepared, known.aggregation, known.rows, rng)
+    return dataclasses.replace(known, rows=None, rng=rng, counts=counts, clip=clip)
+
+
+def _measure(session: Session, known: Reading) -> Reading:
+    assert known.counts is not None
+    return dataclasses.replace(known, results=_measured(session, known.prepared, known.counts, known.clip, known.rng))
+
+
+def _after_read(stage: ReleaseStage, session: Session, known: Reading) -> Reading:
+    """A stage after the read: it cannot fail on any data, so a failure is a dpsql defect, reported by a fixed text
+    (the statement was charged)."""
     try:
-        rng = testing.random_source()
-        counts, clip = _counted(prepared, aggregation, result, rng)
-        del result  # the engine's rows (every column of every grouping set): freed before the plan's arrays are made
-        return _measured(session, prepared, counts, clip, rng)
+        return stage(session, known)
     except Error as error:
         raise InternalError(f"answering the statement failed after its rows were read ({type(error).__name__}); it was charged. "
                             "This is a dpsql defect: please report it") from None
     except Exception as error:  # noqa: BLE001 - nothing after the read may surface data-dependent detail
         raise InternalError(f"answering the statement failed after its rows were read ({type(error).__name__}); it was charged. "
                             "This is a dpsql defect: please report it") from None
+
+
+ReleaseStage = Callable[[Session, Reading], Reading]
+RELEASE_STAGES: tuple[tuple[str, ReleaseStage], ...] = (
+    ("parts", _release_parts),
+    ("zero", _nothing_to_measure),
+    ("kept", _kept_answers),
+    ("charge", _charge),
+    ("read", _read_rows),
+    ("count", _count),
+    ("measure", _measure),
+)
+"""Release of the cores, in order: a composed request's parts (charged once, each released through these stages);
+free answers (nothing to measure, or every answer kept); the durable charge; the one read; then, with no failure
+that can depend on the data, what the read counted (keys to select, the clip released first) and the measurement
+(keys selected, noise drawn, kept, GLS, rows). The shells run after, over the released rows (:func:`release`)."""
+_AFTER_READ = frozenset({"count", "measure"})  # stages after the read: a failure there is a defect (:func:`_after_read`)
 
 
 def _read(session: Session, table: Table, aggregation: BoundedAggregation, kept: bool) -> dict[str, np.ndarray]:

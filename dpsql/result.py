@@ -19,33 +19,27 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
 
 import numpy as np
 
-from dpsql.columns import Column, ColumnRows, Floats, Labels, Objects, Repeated, Row, clean_number
+from dpsql.columns import Column, ColumnRows, Labels, Repeated, Row, clean_number
 from dpsql.errors import ProgrammingError
 from dpsql.frame_source import ERROR_SUFFIX, error_layout
 from dpsql.frames import FrameSource, ResultFrames
-from dpsql.schema import BinLabel
-from dpsql.sql.compile import CompiledQuery, ProductRows
+from dpsql.schema import BinLabel, ColumnDomain
+from dpsql.sql.compile import CompiledQuery
 from dpsql.sql.grouping import Constant
 from dpsql.sql.literals import INT64_MAX, INT64_MIN, ColumnType
 from dpsql.sql.having import holds
-from dpsql.sql import quantiles
-from dpsql.sql.parse import Aggregate, GroupKey, Quantile
+from dpsql.sql import kinds
+from dpsql.sql.kinds.protocol import Cells, ChosenCells, RankVariances
 from dpsql.sql.statement import Statement
 from dpsql.types import DATETIME, NUMBER, STRING
 
-RankVariances = Callable[[int, str, float], "np.ndarray | None"]
-"""(product index in the branch, quantiled column, fraction) → ``Var(F(k) − q·N)`` of the product's rows from
-the plan (``quantiles.rank_block``), or None where the plan does not offer it."""
-ChosenCells = Callable[[int, str, float], "np.ndarray | None"]
-"""(product index in the branch, quantiled column, fraction) → indicators over the product's rows of the cells an
-exponential mechanism released (``dpsql.sql.quantile_paths``), or None where the CDF answers."""
 Interval = tuple[float, float] | tuple[datetime.date, datetime.date]  # a date quantile's interval is in dates
 
 
@@ -193,85 +187,19 @@ def _branch_columns(
     scale = compiled.scale
     values = [np.asarray(v) / scale for v in values]
     variances = [np.asarray(v) / scale**2 for v in variances]
-    cdfs: dict[str, np.ndarray] = {}  # a column's projected CDF, shared by its quantiles (one product)
+    released = Cells(compiled, values, variances, shown, {}, ranks, chosen)  # each kind releases its items from these
     for item, rows in zip(compiled.query.select, compiled.counts):
-        if isinstance(item, GroupKey):
+        kind = kinds.item_kind(item)
+        if kind is None:  # a group key
             position = compiled.group_columns.index(item.column)
             labels = compiled.group_domain(item.column).labels()
             columns.append(Labels(key_cells[position][shown].astype(np.min_scalar_type(len(labels))), labels))
             error_columns.append(Repeated(None, count))
             continue
-        if isinstance(item, (Aggregate, Quantile)):
-            released, errors = _aggregate_column(compiled, item, rows, values, variances, cdfs, ranks, chosen)
-            columns.append(Objects([clean_number(released[i], errors[i]) for i in np.flatnonzero(shown)]))
-            error_columns.append(Objects([clean_number(errors[i]) for i in np.flatnonzero(shown)]))
-            continue
-        value = np.zeros(len(cells))
-        variance = np.zeros(len(cells))
-        if rows is not None:
-            flat = np.ravel_multi_index(tuple(rows.keys.T), shape) if shape else np.zeros(len(rows.keys), dtype=int)
-            value[flat] = values[rows.index]
-            variance[flat] = variances[rows.index]
-            zeros = compiled.structural_zeros.ravel()
-            value[zeros], variance[zeros] = 0.0, 0.0
-        error = np.sqrt(np.maximum(variance[shown], 0.0))
-        columns.append(Floats(value[shown], error))
-        error_columns.append(Floats(error))
+        column, errors = kind.release(item, rows, released)
+        columns.append(column)
+        error_columns.append(errors)
     return columns, error_columns
-
-
-def _aggregate_column(
-    compiled: CompiledQuery,
-    item: Aggregate | Quantile,
-    rows: ProductRows | None,
-    values: Sequence[np.ndarray],
-    variances: Sequence[np.ndarray],
-    cdfs: dict[str, np.ndarray],
-    ranks: RankVariances | None = None,
-    chosen: ChosenCells | None = None,
-) -> tuple[list[object], list[float | None]]:
-    """Per GROUP BY cell, an aggregate or a quantile and its error from its block (the moment cells,
-    ``dpsql.sql.moments``, or the column's CDF, ``dpsql.sql.quantiles``): the block's factor is the last of
-    the product, so each group cell owns consecutive rows. A cell no row can reach (WHERE) has SUM 0 and no
-    other aggregate (NULL, as in SQL). A quantile's CDF is projected once per column (``cdfs``)."""
-    encoding = compiled.encoding
-    if isinstance(item, Quantile):
-        width = compiled.columns[item.column].size
-    else:
-        assert encoding is not None
-        width = len(encoding.block())
-    cells = compiled.group_cells
-    block_values = np.zeros((cells, width))
-    block_variances = np.zeros((cells, width))
-    rank_variances = None
-    picked = None
-    if rows is not None:
-        keys = rows.keys[::width]
-        flat = np.ravel_multi_index(tuple(keys.T), compiled.group_shape) if compiled.group_shape else np.zeros(len(keys), dtype=int)
-        block_values[flat] = np.asarray(values[rows.index]).reshape(-1, width)
-        block_variances[flat] = np.asarray(variances[rows.index]).reshape(-1, width)
-        ranked = ranks(rows.index, item.column, item.fraction) if ranks is not None and isinstance(item, Quantile) else None
-        if ranked is not None:
-            rank_variances = np.zeros((cells, width))
-            rank_variances[flat] = np.asarray(ranked).reshape(-1, width) / compiled.scale**2
-        indicators = chosen(rows.index, item.column, item.fraction) if chosen is not None and isinstance(item, Quantile) else None
-        if indicators is not None:
-            marked = np.zeros((cells, width))
-            marked[flat] = np.asarray(indicators).reshape(-1, width)
-            picked = np.argmax(marked, axis=1)
-    if isinstance(item, Quantile):
-        domain = compiled.columns[item.column]
-        if item.column not in cdfs:
-            value_cells = domain.value_cells
-            cdfs[item.column] = quantiles.monotone(block_values[:, :value_cells], block_variances[:, :value_cells])
-        released, errors = quantiles.released(item, domain, cdfs[item.column], block_variances, rank_variances, picked)
-    else:
-        assert encoding is not None
-        released, errors = encoding.released(item.function, block_values, block_variances)
-    unreachable = compiled.structural_zeros.ravel() if rows is not None else np.ones(cells, dtype=bool)
-    for cell in np.flatnonzero(unreachable):
-        released[cell], errors[cell] = (0.0, 0.0) if item.function in ("SUM", "COUNT") else (None, None)
-    return released, errors
 
 
 @dataclass(frozen=True)
@@ -313,6 +241,11 @@ def _value_kind(labels: Sequence[object], column_type: ColumnType | None) -> str
     return column_type.kind
 
 
+def _columns_kind(column: ColumnDomain, column_type: ColumnType | None) -> str:
+    """The kind of a declared column's values (its value cells' labels, else its engine type)."""
+    return _value_kind(column.labels()[: column.value_cells], column_type)
+
+
 def output_columns(
     statement: Statement, compiled: Sequence[CompiledQuery], column_types: Mapping[str, ColumnType] | None = None
 ) -> tuple[OutputColumn, ...]:
@@ -328,19 +261,16 @@ def output_columns(
                 null_ok |= slot.value is None
                 continue
             item = query.query.select[slot]
-            if isinstance(item, GroupKey):
+            aggregate = kinds.item_kind(item)
+            if aggregate is None:  # a group key
                 if not named:  # a group column shown unaliased has the table's spelling (dpsql.sql.compile)
                     name, named = item.name, True
                 column = query.group_domain(item.column)
                 kind = _value_kind(column.labels()[: column.value_cells], types.get(item.column))
                 null_ok |= column.nullable
-            elif isinstance(item, Quantile):  # NULL for a group without rows; DISC, MIN, MAX show the column's values
-                column = query.columns[item.column]
-                kind = "float" if item.function == "PERCENTILE_CONT" else _value_kind(column.labels()[: column.value_cells], types.get(item.column))
-                null_ok, measured = True, True
-            else:
-                kind, measured = "float", True
-                null_ok |= isinstance(item, Aggregate) and item.function not in ("SUM", "COUNT")
+            else:  # a measured value: its type and whether it can be NULL, as its kind says
+                kind, nullable = aggregate.output(item, query, lambda c, q=query: _columns_kind(q.columns[c], types.get(c)))
+                null_ok, measured = null_ok or nullable, True
         if kind is None:  # constants in every branch: GROUPING()
             kind = "integer"
         described.append(OutputColumn(name, kind, null_ok, measured))

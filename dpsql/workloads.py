@@ -29,10 +29,10 @@ import numpy as np
 from dpsql.result import ResultSet, statement_result
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.compile import MAX_RELEASED_ROWS, CellFilter, CompiledQuery, DerivedAttribute, compile_query, released_rows, statement_counts
-from dpsql.sql.distinct_units import DistinctUnits, for_batch
-from dpsql.sql.moments import ValueEncoding, encoding_for
+from dpsql.sql import kinds
+from dpsql.sql.distinct_units import DistinctUnits
+from dpsql.sql.moments import ValueEncoding
 from dpsql.sql.quantiles import rank_block
-from dpsql.sql.parse import MEASURED
 from dpsql.sql.statement import Statement
 from planner import Domain, Factor, Product, Workload
 
@@ -71,7 +71,7 @@ class CompiledBatch:
     @functools.cached_property
     def measures(self) -> bool:
         """Whether some statement asks for a measured value (not only group keys)."""
-        return any(isinstance(item, MEASURED) for s in self.statements for b in s.branches for item in b.query.select)
+        return any(kinds.measured(item) for s in self.statements for b in s.branches for item in b.query.select)
 
     @property
     def scale(self) -> int:
@@ -194,9 +194,8 @@ def compile_batch(
     More than ``row_limit`` GROUP BY cells in all is refused; a batch recompiled over released keys after
     the charge passes ``math.inf`` (nothing may fail there, and the keys' number is the data's).
     ``excluded_cells`` says whether the results show the GROUP BY cells the WHERE clause excludes; ``zero_nulls``
-    is :func:`dpsql.sql.moments.encoding_for`'s."""
-    distinct = for_batch(statements, schema, table_columns)
-    encoding = encoding_for([b.query for s in statements for b in s.branches], schema, table_columns, zero_nulls)
+    is :func:`dpsql.sql.moments.encoding_for`'s (the SQL weights: :func:`dpsql.sql.kinds.weights`)."""
+    distinct, encoding = kinds.weights(statements, schema, table_columns, zero_nulls)
     compiled, rows_left = [], row_limit
     for statement in statements:
         branches = []

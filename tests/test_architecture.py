@@ -129,3 +129,133 @@ def test_the_cycle_check_sees_a_cycle_and_a_lazy_import() -> None:
     broken = {m: set(t) for m, t in graph.items()}
     broken["planner.strategies.composite"].add("planner.select")  # the lazy import this layering removed
     assert ["planner.select", "planner.strategies.composite"] in _cycles(broken)
+
+
+# -- One module per aggregate kind: no type tests of aggregate items outside dpsql/sql/kinds -------------------
+
+
+def _item_classes() -> dict[str, set[str]]:
+    """Defining module → names of the SELECT item classes the aggregate kinds register (``dpsql.sql.kinds.KINDS``)."""
+    from dpsql.sql import kinds
+
+    found: dict[str, set[str]] = {}
+    for kind in kinds.KINDS:
+        for item_type in kind.ITEMS:
+            found.setdefault(item_type.__module__, set()).add(item_type.__name__)
+    return {module: names | _tuples_of(_modules()[module].read_text(), names) for module, names in found.items()}
+
+
+def _tuples_of(source: str, names: set[str]) -> set[str]:
+    """Module-level names bound to a tuple, list or set naming some of ``names`` (``MEASURED = (Count, …)``)."""
+    found = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List, ast.Set)):
+            if any(isinstance(e, ast.Name) and e.id in names for e in node.value.elts):
+                found.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return found
+
+
+def _item_type_tests(source: str, module: str, classes: dict[str, set[str]]) -> list[int]:
+    """Lines of ``source`` (module ``module``) that test a value against an aggregate item class: ``isinstance`` /
+    ``issubclass``, ``type(x) is / == / in``, or a ``case`` class pattern — naming the class directly, through an
+    import alias, as an attribute of its module, or through a module-level tuple of them."""
+    tree = ast.parse(source)
+    names = set(classes.get(module, ()))  # the defining module's own names
+    modules: set[str] = set()  # local names bound to a defining module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if alias.name in classes.get(node.module, ()):
+                    names.add(alias.asname or alias.name)
+                if f"{node.module}.{alias.name}" in classes:
+                    modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.asname or alias.name for alias in node.names if alias.name in classes)
+
+    def names_a_class(expression: ast.AST) -> bool:
+        for inner in ast.walk(expression):
+            if isinstance(inner, ast.Name) and inner.id in names:
+                return True
+            if isinstance(inner, ast.Attribute) and ast.unparse(inner.value) in modules and inner.attr in classes.get(_module_of(inner.value), ()):
+                return True
+        return False
+
+    def _module_of(value: ast.AST) -> str:
+        written = ast.unparse(value)
+        return next((m for m in classes if m == written or m.rpartition(".")[2] == written), written)
+
+    names |= _tuples_of(source, names)  # this module's own tuples of them
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
+            tested = names_a_class(node.args[1])
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Call) and ast.unparse(node.left.func) == "type":
+            tested = any(names_a_class(c) for c in node.comparators)
+        elif isinstance(node, ast.MatchClass):
+            tested = names_a_class(node.cls)
+        else:
+            continue
+        if tested:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_outside_the_kinds_tests_aggregate_item_types() -> None:
+    """A new aggregate kind is one module of dpsql/sql/kinds: every other module asks the kind
+    (``kinds.item_kind(item)``, ``kinds.measured(item)``) instead of testing the item's class."""
+    classes = _item_classes()
+    assert {"Count", "Aggregate", "Quantile"} <= set().union(*classes.values())
+    kinds_package = ROOT / "dpsql" / "sql" / "kinds"
+    found = {}
+    for module, path in _modules().items():
+        if module.startswith("dpsql.") and kinds_package not in path.parents:
+            lines = _item_type_tests(path.read_text(), module, classes)
+            if lines:
+                found[str(path.relative_to(ROOT))] = lines
+    assert found == {}
+
+
+def test_the_item_type_check_sees_every_spelling() -> None:
+    """The check itself can fail: each way of testing an item's class is found, a sqlglot ``exp.Count`` is not."""
+    classes = _item_classes()
+    broken = '''
+from sqlglot import exp
+from dpsql.sql import parse
+from dpsql.sql.parse import Aggregate as A, Count, GroupKey
+import dpsql.sql.parse
+from dpsql.sql.parse import MEASURED
+BOTH = (Count, A)
+
+def f(item, node):
+    isinstance(node, exp.Count)
+    isinstance(item, GroupKey)
+    isinstance(item, Count)
+    isinstance(item, (int, A))
+    isinstance(item, parse.Quantile)
+    isinstance(item, dpsql.sql.parse.Quantile)
+    isinstance(item, BOTH)
+    type(item) is Count
+    isinstance(item, MEASURED)
+    match item:
+        case A(function="SUM"):
+            pass
+'''
+    assert _item_type_tests(broken, "dpsql.somewhere", classes) == [12, 13, 14, 15, 16, 17, 20]
+    assert _item_type_tests("isinstance(item, Count)\n", "dpsql.sql.parse", classes) == [1]
+    with_measured = {"dpsql.sql.parse": classes["dpsql.sql.parse"] | {"MEASURED"}}  # main's tuple of them, now gone
+    assert _item_type_tests(broken, "dpsql.somewhere", with_measured) == [12, 13, 14, 15, 16, 17, 18, 20]
+
+
+def test_every_registered_kind_implements_the_whole_protocol() -> None:
+    """A kind module missing a stage's function would fail only when a statement of that kind reaches the stage."""
+    from dpsql.sql import kinds
+    from dpsql.sql.kinds.protocol import Kind
+
+    constants = set(Kind.__annotations__)
+    functions = {name for name, value in vars(Kind).items() if callable(value) and not name.startswith("_")}
+    assert {"ITEMS", "VALUES"} <= constants and {"parse", "block", "moment_need", "release", "explain"} <= functions
+    missing = {
+        kind.__name__: sorted(n for n in constants | functions if not hasattr(kind, n) or (n in functions and not callable(getattr(kind, n))))
+        for kind in kinds.KINDS  # type: ignore[attr-defined]  # modules
+    }
+    assert missing == {name: [] for name in missing}

@@ -47,22 +47,18 @@ import numpy as np
 from dpsql.errors import DataError, NotSupportedError, ProgrammingError
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.derived import CaseWhen, Derived, DerivedMap, derived_map
-from dpsql.sql.distinct_units import counted_unit
-from dpsql.sql.moments import ValueEncoding, aggregated, counted_by_moments, resolve
-from dpsql.sql import quantiles
+from dpsql.sql import kinds
+from dpsql.sql.moments import ValueEncoding, resolve
 from dpsql.sql.parse import (
-    Aggregate,
     And,
     Between,
     Comparison,
-    Count,
     GroupKey,
     InList,
     IsNull,
     Not,
     Or,
     Predicate,
-    Quantile,
     Query,
     SelectItem,
     predicate_columns,
@@ -178,16 +174,16 @@ def compile_query(
     cells = {**columns, **{name: d.map.domain for name, d in derived.items()}}  # every attribute's domain
     group = query.group_by
     _check_released_rows(group, cells, rows_left)
-    ranked = tuple(dict.fromkeys(i.column for i in query.select if isinstance(i, Quantile)))  # after the GROUP BY columns
+    ranked = tuple(dict.fromkeys(c for i in query.select if (k := kinds.item_kind(i)) and (c := k.ranked(i)) is not None))  # after the GROUP BY columns
     counted = [c for c in columns if c not in group and c not in ranked and _counts_nulls(c, query, columns)]
     where_only = [c for c in columns if c not in group and c not in counted and c not in ranked and _in_where(c, query)]
     where_conjuncts = _conjuncts(query.where) if query.where is not None else []
-    value = encoding if any(isinstance(i, Aggregate) for i in query.select) else None
+    value = _value(query, encoding)
     statement_domain = _domain(cells, (*group, *ranked, *counted, *where_only), value)
     statement_workload, statement_counts = _workload(statement_domain, cells, query, where_conjuncts, value=value)
     filters = _cell_filters(statement_domain, columns, where_conjuncts)
     domain = _domain(cells, (*group, *ranked, *counted), value)
-    zero = {_item_key(i) for i, c in zip(query.select, statement_counts) if not isinstance(i, GroupKey) and c is None}
+    zero = {_item_key(i) for i, c in zip(query.select, statement_counts) if kinds.measured(i) and c is None}
     workload, counts = _workload(domain, cells, query, [], zero, value)
     if statement_workload is None:
         workload, counts = None, tuple(None for _ in counts)
@@ -224,12 +220,17 @@ def _domain(columns: dict[str, ColumnDomain], names: Sequence[str], value: Value
     return Domain(sizes, ordered=[n for n in names if columns[n].is_ordered])
 
 
-def _item_key(item: Count | Aggregate | Quantile) -> object:
-    """Items sharing a product: COUNTs of the same column; every aggregate of the column (one moment
-    block); every quantile of the column (one CDF)."""
-    if isinstance(item, Aggregate):
-        return ("moments", item.column)
-    return ("cdf", item.column) if isinstance(item, Quantile) else item.column
+def _value(query: Query, encoding: ValueEncoding | None) -> ValueEncoding | None:
+    """The batch's aggregated value when some item of the query reads its moment cells, else None."""
+    return encoding if any((k := kinds.item_kind(i)) is not None and k.VALUES for i in query.select) else None
+
+
+def _item_key(item: SelectItem) -> object:
+    """Items sharing a product, as their kind says (COUNTs of the same column; every aggregate of the column: one
+    moment block; every quantile of the column: one CDF)."""
+    kind = kinds.item_kind(item)
+    assert kind is not None
+    return (kind.NAME, kind.product_key(item))
 
 
 def _workload(
@@ -246,7 +247,8 @@ def _workload(
     counts: list[ProductRows | None] = []
     built: dict[object, ProductRows | None] = {}
     for item in query.select:
-        if isinstance(item, GroupKey):
+        kind = kinds.item_kind(item)
+        if kind is None:  # a group key
             counts.append(None)
             continue
         key = _item_key(item)
@@ -254,16 +256,8 @@ def _workload(
             counts.append(None)
             continue
         if key not in built:
-            conjuncts = list(where_conjuncts)
-            extra = None
-            if isinstance(item, Aggregate):
-                assert value is not None
-                extra = Factor((value.attribute,), Explicit(value.block()))
-            elif isinstance(item, Quantile):
-                extra = Factor((item.column,), quantiles.cdf_block(columns[item.column]))
-            elif item.column is not None and (columns[item.column].nullable or columns[item.column].kind == "keys"):
-                conjuncts.append(Not(IsNull(item.column)))
-            made = _product(domain, columns, query.group_by, conjuncts, extra)
+            extra, conditions = kind.block(item, columns, value)
+            made = _product(domain, columns, query.group_by, [*where_conjuncts, *conditions], extra)
             if made is None:
                 built[key] = None
             else:
@@ -308,7 +302,7 @@ def _counts_nulls(column: str, query: Query, columns: dict[str, ColumnDomain]) -
     (rows of keys not released) ``COUNT(column)`` leaves out."""
     domain = columns[column]
     needs_cells = domain.nullable or domain.kind == "keys"
-    return needs_cells and any(isinstance(i, Count) and i.column == column for i in query.select)
+    return needs_cells and column in kinds.counted_columns(query)
 
 
 def _in_where(column: str, query: Query) -> bool:
@@ -375,25 +369,9 @@ class _Resolver:
             column = self.name(item.column, "SELECT")
             # unaliased, a column is named as the table spells it (DuckDB's rule; PostgreSQL's for a name it accepts)
             return GroupKey(column if item.name == item.column else item.name, column)
-        if isinstance(item, Aggregate):  # needs bounds, not a domain (checked by moments.encoding_for)
-            return dataclasses.replace(item, column=aggregated(item, self.table_columns, self.query.table))
-        if isinstance(item, Quantile):
-            column = self.name(item.column, f"SELECT {item.function}")
-            quantiles.check_column(item, self.columns[column])
-            if column in self.query.group_by or column in {d.source for d in self.query.derived}:
-                raise NotSupportedError(
-                    f"SELECT {item.function}({column}): the statement also groups by {column!r} (or an expression of it); "
-                    "quantiles of a column within groups of its own values are not supported"
-                )
-            return Quantile(item.name, item.function, column, item.fraction)
-        if item.column is None:
-            return item
-        if item.distinct:  # the privacy unit: its pairs with the group cells are what is counted (COUNT(*) over them)
-            counted_unit(item.column, self.schema, self.query.table, self.table_columns)
-            return Count(item.name, None, distinct=True)
-        if counted_by_moments(item, self.schema, self.table_columns, self.query.table):  # bounds, no domain
-            return Aggregate(item.name, "COUNT", resolve(item.column, self.table_columns, self.query.table, "SELECT COUNT"))
-        return Count(item.name, self.name(item.column, "SELECT COUNT"))
+        kind = kinds.item_kind(item)
+        assert kind is not None
+        return kind.resolve(item, self)
 
     def _predicate(self, predicate: Predicate) -> Predicate:
         if isinstance(predicate, (And, Or)):
@@ -873,5 +851,5 @@ def statement_counts(compiled: CompiledQuery) -> tuple[ProductRows | None, ...]:
         return tuple(None for _ in compiled.query.select)
     conjuncts = _conjuncts(compiled.query.where) if compiled.query.where is not None else []
     cells = {**compiled.columns, **{name: d.map.domain for name, d in compiled.derived.items()}}
-    value = compiled.encoding if any(isinstance(i, Aggregate) for i in compiled.query.select) else None
+    value = _value(compiled.query, compiled.encoding)
     return _workload(compiled.statement_workload.domain, cells, compiled.query, conjuncts, value=value)[1]

@@ -58,22 +58,37 @@ def _with_bounds(kind: type[exp.Func]) -> Callable[[list[exp.Expression]], exp.E
     return build
 
 
+_BOUNDED_AGGREGATES = (
+    ("SUM", exp.Sum), ("AVG", exp.Avg), ("COUNT", exp.Count), ("VARIANCE", exp.Variance), ("VAR_SAMP", exp.Variance),
+    ("VAR_POP", exp.VariancePop), ("STDDEV", exp.Stddev), ("STDDEV_SAMP", exp.StddevSamp), ("STDDEV_POP", exp.StddevPop),
+    ("PERCENTILE_CONT", exp.PercentileCont),
+)
+
+
+def _bounds_written(kind: type[exp.Expression]) -> Callable[[DuckDB.Generator, exp.Expression], str]:
+    """The SQL of a ``kind`` node as DuckDB writes it, with its ``contribution_bounds_…`` argument back in place."""
+
+    def generate(generator: DuckDB.Generator, node: exp.Expression) -> str:
+        default = DuckDB.Generator.TRANSFORMS.get(kind)
+        text = default(generator, node) if default is not None else getattr(generator, f"{node.key}_sql", generator.function_fallback_sql)(node)
+        bounds = node.meta.get(BOUNDS_KEY)
+        if bounds is None or not text.endswith(")"):
+            return text
+        return f"{text[:-1]}, {node.meta.get(BOUNDS_NAME_KEY, BOUNDS_KEY)} => {generator.sql(bounds)})"
+
+    return generate
+
+
 class Dpsql(DuckDB):
-    """DuckDB's dialect with TOP, SmartNoise's VAR/STD and Google's DIFFERENTIAL_PRIVACY options."""
+    """DuckDB's dialect with TOP, SmartNoise's VAR/STD and Google's DIFFERENTIAL_PRIVACY options (read, and written
+    back as read: a statement shown or re-parsed keeps its options and bounds)."""
 
     class Parser(DuckDB.Parser):
         FUNCTIONS = {
             **DuckDB.Parser.FUNCTIONS,
             "VAR": exp.Variance.from_arg_list,
             "STD": exp.Stddev.from_arg_list,
-            **{
-                name: _with_bounds(kind)
-                for name, kind in (
-                    ("SUM", exp.Sum), ("AVG", exp.Avg), ("COUNT", exp.Count), ("VARIANCE", exp.Variance),
-                    ("VAR_SAMP", exp.Variance), ("VAR_POP", exp.VariancePop), ("STDDEV", exp.Stddev),
-                    ("STDDEV_SAMP", exp.StddevSamp), ("STDDEV_POP", exp.StddevPop), ("PERCENTILE_CONT", exp.PercentileCont),
-                )
-            },
+            **{name: _with_bounds(kind) for name, kind in _BOUNDED_AGGREGATES},
         }
 
         def _parse_hint(self) -> exp.Expression | None:  # type: ignore[override]
@@ -91,6 +106,14 @@ class Dpsql(DuckDB):
                 self._advance()
                 return super()._parse_limit(this, top=True, skip_limit_token=True)
             return super()._parse_limit(this, top, skip_limit_token)
+
+
+    class Generator(DuckDB.Generator):
+        TRANSFORMS = {
+            **DuckDB.Generator.TRANSFORMS,
+            DifferentialPrivacy: lambda generator, node: f" WITH DIFFERENTIAL_PRIVACY OPTIONS({generator.expressions(node, flat=True)})",
+            **{kind: _bounds_written(kind) for _, kind in _BOUNDED_AGGREGATES},
+        }
 
 
 def parse(sql: str) -> list[exp.Expression | None]:

@@ -53,8 +53,7 @@ from dpsql.errors import NotSupportedError
 from dpsql.schema import Schema
 from dpsql.sql.bounded_rows import salted_order_key
 from dpsql.sql.moments import resolve
-from dpsql.sql.parse import Count
-from dpsql.sql.statement import Statement
+from dpsql.sql.parse import Query
 
 GROUP_IN_UNIT_NAME = "group_in_unit"
 WHY_UNIT_ONLY = (
@@ -104,15 +103,14 @@ def counted_unit(name: str, schema: Schema, table: str, table_columns: Sequence[
     return column
 
 
-def for_batch(statements: Sequence[Statement], schema: Schema, table_columns: Sequence[str]) -> DistinctUnits | None:
-    """The distinct-unit count of a batch (None when it has none), after refusing what cannot be priced."""
-    branches = [b for s in statements for b in s.branches]
-    found = [(b.query, i) for b in branches for i in b.query.select if isinstance(i, Count) and i.distinct]
-    if not found:
+def for_batch(counted: Sequence[tuple[Query, str]], branches: int, schema: Schema, table_columns: Sequence[str]) -> DistinctUnits | None:
+    """The distinct-unit count of a batch of ``branches`` grouping sets (None when it has none), after refusing what
+    cannot be priced; ``counted``: each ``COUNT(DISTINCT unit)`` of the batch, with its query (as written)."""
+    if not counted:
         return None
-    query, item = found[0]
-    unit = counted_unit(item.column, schema, query.table, table_columns)  # type: ignore[arg-type]
-    if len(branches) > 1:
+    query, written = counted[0]
+    unit = counted_unit(written, schema, query.table, table_columns)
+    if branches > 1:
         raise NotSupportedError(
             f"SELECT COUNT(DISTINCT {unit}) with several grouping sets (CUBE, ROLLUP, GROUPING SETS, UNION ALL or a batch) "
             "is not supported: distinct counts do not add up over grouping sets (a unit in two cells is one unit in "

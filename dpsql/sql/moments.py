@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from statistics import NormalDist
+from typing import NamedTuple
 
 import numpy as np
 import sqlglot
@@ -55,7 +56,7 @@ from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.schema import MAX_VALUE_BOUND, Schema
 from dpsql.sql.bounded_expressions import derive, resolved
 from dpsql.sql import magnitudes
-from dpsql.sql.parse import Aggregate, Count, Query
+from dpsql.sql.parse import Aggregate, Count
 
 GRID = 4096
 """Grid steps (``R``) for a column whose values are not on a lattice of at most this many steps between
@@ -381,22 +382,29 @@ def _function(function: str, estimate: np.ndarray, low: float, high: float) -> t
     return (math.sqrt(variance) if root else variance), gradient, root
 
 
-def encoding_for(queries: Iterable[Query], schema: Schema, table_columns: Sequence[str], zero_nulls: bool = True) -> ValueEncoding | None:
-    """The moment cells the queries' aggregates need (None when they have none). One aggregated column per
-    statement or batch; the column must have bounds (declared, or an integer range). ``zero_nulls=False`` keeps
-    the NULL cell where ``null_as_zero`` would drop it (to read a measurement kept with that cell)."""
+class MomentNeed(NamedTuple):
+    """What one aggregate reads from the moment cells: the value it aggregates (the table's spelling of a column, or an
+    expression's text), its function, whether the value is an expression, and the bounds the statement gives it."""
+
+    value: str
+    function: str
+    expression: bool = False
+    bounds: tuple[float, float] | None = None
+
+
+def encoding_for(needs: Iterable[MomentNeed], schema: Schema, zero_nulls: bool = True) -> ValueEncoding | None:
+    """The moment cells the aggregates' needs ask for (None when there are none; each kind says what its items need,
+    ``dpsql.sql.kinds.weights``). One aggregated column per statement or batch; the column must have bounds (declared,
+    or an integer range). ``zero_nulls=False`` keeps the NULL cell where ``null_as_zero`` would drop it (to read a
+    measurement kept with that cell)."""
     found: dict[str, set[str]] = {}
     given: set[tuple[float, float]] = set()  # bounds the statements give (Google's contribution_bounds_per_group)
     expressions: set[str] = set()  # the aggregated values that are expressions (``dpsql.sql.bounded_expressions``)
-    for query in queries:
-        for item in query.select:
-            if isinstance(item, Aggregate):
-                found.setdefault(aggregated(item, table_columns, query.table), set()).add(item.function)
-                expressions |= {aggregated(item, table_columns, query.table)} if item.expression else set()
-                if item.bounds is not None:
-                    given.add(item.bounds)
-            elif counted_by_moments(item, schema, table_columns, query.table):
-                found.setdefault(resolve(item.column, table_columns, query.table, "SELECT COUNT"), set()).add("COUNT")  # type: ignore[arg-type]
+    for need in needs:
+        found.setdefault(need.value, set()).add(need.function)
+        expressions |= {need.value} if need.expression else set()
+        if need.bounds is not None:
+            given.add(need.bounds)
     if not found:
         return None
     if len(found) > 1:
@@ -481,10 +489,10 @@ def value_grid(low: float, high: float, resolution: float | None) -> tuple[int, 
     return GRID, False
 
 
-def counted_by_moments(item: object, schema: Schema, table_columns: Sequence[str], table: str) -> bool:
+def counted_by_moments(item: Count, schema: Schema, table_columns: Sequence[str], table: str) -> bool:
     """``COUNT(column)`` of a column with bounds but no declared domain: its non-NULL rows are the moment cells'
     count ``C`` (no domain needed), released like the column's other aggregates."""
-    if not isinstance(item, Count) or item.column is None or item.distinct:
+    if item.column is None or item.distinct:
         return False
     domain = schema.column(resolve(item.column, table_columns, table, "SELECT COUNT"))
     return not domain.is_known and domain.value_bounds is not None

@@ -146,7 +146,6 @@ class Quantile:
 
 SelectItem = GroupKey | Count | Aggregate | Quantile
 ItemParser = Callable[[exp.Expression, "str | None", Callable[[exp.Expression, str], str]], "SelectItem | None"]
-MEASURED = (Count, Aggregate, Quantile)  # the SELECT items that are measured (not group keys)
 
 
 @dataclass(frozen=True)
@@ -169,7 +168,7 @@ class Query:
     def columns(self) -> tuple[str, ...]:
         """Every column the statement mentions, in order of first appearance."""
         found = list(self.group_sources())
-        found += [item.column for item in self.select if isinstance(item, MEASURED) and item.column is not None]
+        found += [item.column for item in self.select if not isinstance(item, GroupKey) and item.column is not None]
         if self.where is not None:
             found += predicate_columns(self.where)
         return tuple(dict.fromkeys(found))

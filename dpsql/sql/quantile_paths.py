@@ -26,6 +26,7 @@ import numpy as np
 
 import planner
 from dpsql.schema import ColumnDomain
+from dpsql.sql.kinds import quantiles as quantile_kind
 from dpsql.sql.parse import Quantile
 from dpsql.sql.quantiles import rank_block
 from dpsql.workloads import CompiledBatch
@@ -116,11 +117,8 @@ def candidates(batch: CompiledBatch, plan: planner.Plan) -> list[tuple[QuantileC
     if batch.workload is None or batch.distinct is not None:
         return []
     items: dict[str, list[Quantile]] = {}
-    for statement in batch.statements:
-        for branch in statement.branches:
-            for item in branch.query.select:
-                if isinstance(item, Quantile):
-                    items.setdefault(item.column, []).append(item)
+    for item in quantile_kind.items(b.query for s in batch.statements for b in s.branches):
+        items.setdefault(item.column, []).append(item)
     found = []
     variances = plan.query_variances()
     for column, quantiles in items.items():

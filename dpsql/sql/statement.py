@@ -29,7 +29,7 @@ from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql import dialect, kinds
 from dpsql.sql.grouping import MAX_GROUPING_SETS, Constant, GroupingSet, Slot, split_select
 from dpsql.sql.having import Condition, aggregates, having_condition, is_aggregate
-from dpsql.sql.parse import MEASURED, SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
+from dpsql.sql.parse import SUPPORTED, BranchChecker, GroupKey, Query, bind_parameters, check_paramstyle, first_line
 from dpsql.sql.settings import TextCost, cost_comment, google_options
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
@@ -103,7 +103,7 @@ def parse_text(sql: object) -> ParsedText:
             f"expected exactly one SQL statement, got {len(trees)}: pass one statement per execute(), or a list to "
             "connection.workload()"
         )
-    texts = (sql.strip(),) if len(trees) == 1 and not explain else tuple(t.sql(dialect="duckdb") for t in trees)
+    texts = (sql.strip(),) if len(trees) == 1 and not explain else tuple(t.sql(dialect=dialect.Dpsql) for t in trees)
     return ParsedText(explain, trees, texts)
 
 
@@ -146,7 +146,7 @@ def check_statement(bound: exp.Expression, sql: str, cost: TextCost, checks: tup
         if len(branches) > MAX_GROUPING_SETS:
             raise NotSupportedError(f"the statement expands to more than {MAX_GROUPING_SETS} grouping sets; use fewer")
     assert names is not None
-    if not any(select.args.get("group") for select in selects) and not any(isinstance(i, MEASURED) for b in branches for i in b.query.select):
+    if not any(select.args.get("group") for select in selects) and not any(kinds.measured(i) for b in branches for i in b.query.select):
         raise NotSupportedError(f"SELECT must contain an aggregate (COUNT(*), SUM, AVG, …) or GROUP BY columns; add COUNT(*). {SUPPORTED}")
     tables = {b.query.table.lower() for b in branches}
     if len(tables) > 1:

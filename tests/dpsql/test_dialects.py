@@ -38,6 +38,21 @@ def test_dialect_statement_equals_duckdb(path: Path, adult_connection: dpsql.Con
         assert_cells_match(cursor.fetchall(), cursor.errors, exact)
 
 
+@pytest.mark.parametrize("path", ACCEPTED, ids=lambda p: p.stem)
+def test_explain_shows_a_dialect_statement_as_written(path: Path, adult_connection: dpsql.Connection) -> None:
+    """EXPLAIN of every dialect spelling: rows, nothing charged, and the statement shown keeps Google's options and
+    contribution bounds (the shown text parses back to the same statement)."""
+    from dpsql.sql.dialect import Dpsql, parse_one
+
+    sql = path.read_text().split("\n", 1)[1]
+    rows = adult_connection.cursor().execute("EXPLAIN " + sql).fetchall()
+    shown = rows[0][3]
+    assert rows[0][0] == "statement" and adult_connection.budget_spent().statements == 0
+    assert parse_one(shown).sql(dialect=Dpsql) == parse_one(sql).sql(dialect=Dpsql)
+    for spelling in ("DIFFERENTIAL_PRIVACY", "contribution_bounds_per_group", "contribution_bounds_per_row"):
+        assert (spelling in shown) == (spelling in sql)
+
+
 @pytest.mark.parametrize("path", REJECTED, ids=lambda p: p.stem)
 def test_dialect_refusal_says_why_and_charges_nothing(path: Path, adult_connection: dpsql.Connection) -> None:
     assert_refused_as_expected(path, adult_connection)

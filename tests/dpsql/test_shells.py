@@ -166,6 +166,26 @@ def test_prepare_is_an_ordered_list_of_stages_a_prefix_of_which_runs(adult_conne
     assert ready.prepared is not None and ready.prepared.plan is not None and ready.prepared.shells[0] is not None
 
 
+def test_release_is_an_ordered_list_of_stages_that_stops_at_the_first_answer(
+    adult_connection: dpsql.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dpsql import pipeline
+
+    assert [name for name, _ in pipeline.RELEASE_STAGES] == ["parts", "zero", "kept", "charge", "read", "count", "measure"]
+    ran: list[str] = []
+
+    def recorded(name: str, stage: pipeline.ReleaseStage) -> pipeline.ReleaseStage:
+        return lambda session, known: ran.append(name) or stage(session, known)
+
+    monkeypatch.setattr(pipeline, "RELEASE_STAGES", tuple((name, recorded(name, stage)) for name, stage in pipeline.RELEASE_STAGES))
+    cursor = adult_connection.cursor()
+    cursor.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=0.5)
+    assert ran == ["parts", "zero", "kept", "charge", "read", "count", "measure"]
+    ran.clear()
+    cursor.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=0.5)  # the kept measurement answers: free
+    assert ran == ["parts", "zero", "kept"] and adult_connection.budget_spent().statements == 1
+
+
 def test_shell_outputs_carry_no_float_residue_and_keys_keep_their_type(adult_connection: dpsql.Connection) -> None:
     """A share computed in the shell read ``33.12245357574269`` (16 digits of a noisy value); released
     numbers show at most 10 significant digits, and an integer key 0 stays the integer 0."""
