@@ -218,8 +218,7 @@ class StrategyCovariance(DenseCovariance):
 
     @cached_property
     def _matrix(self) -> np.ndarray:
-        dense = self.rows.astype(float)
-        return self.variance * hats.spd_inverse(dense.T @ dense)
+        return self.variance * hats.gram_inverse(self.rows.astype(float))
 
     def matrix(self) -> np.ndarray:
         return self._matrix
