@@ -88,7 +88,7 @@ ROW_IN_KEY_NAME = "row_in_key"
 
 BOUNDED_NAME = "bounded_rows"  # the subquery of bounded rows, when they are not materialised
 MANY_SETS = 64  # more grouping sets than this are read through covers (see BoundedAggregation._covers)
-COVER_CELLS = 1 << 16  # most cells of a cover
+COVER_CELLS = 1 << 12  # most cells of a cover: its rows returned are at most this many, the scans are one per cover
 GROUPING_ARGUMENTS = 31  # columns per GROUPING() call: PostgreSQL takes fewer than 32, DuckDB fewer than 64
 FLAT_BINS = 16  # bins columns with more bins find a row's bin by binary search in SQL
 MIN_BETWEEN_RUN = 3  # a range mask's runs of at least this many cells become BETWEEN, shorter ones an IN list
@@ -750,32 +750,68 @@ def _row_codes(columns: list[np.ndarray], count: int) -> np.ndarray:
 @lru_cache(maxsize=16)
 def _greedy_covers(marginals: tuple[tuple[str, ...], ...], sizes: tuple[tuple[str, int], ...]) -> tuple[tuple[str, ...], ...]:
     """Each marginal's cover (:attr:`BoundedAggregation._covers`) from public facts alone — the marginals
-    and the counted columns' sizes, in statement order — so a repeated batch finds them here. Largest
-    marginal first, each into the cover it enlarges least (the first such, in creation order), or a new
-    one; a cover's cell count is kept beside it and grown by the marginal's columns it lacks."""
+    and the counted columns' sizes, in statement order — so a repeated batch finds them here.
+
+    Covers are grown one at a time, the greedy rule for covering designs: a cover starts from the largest
+    marginal not yet held and takes, while its cells stay within :data:`COVER_CELLS`, the column that
+    completes the most marginals not yet held (the smaller column on a tie); when no column completes any,
+    the missing columns of the first marginal that still fits. Counts are kept per column and updated only
+    for the marginals of the column just taken, so a batch of 4,950 pairs is covered in about 0.1 s (78
+    covers of 16 binary columns where taking each marginal into the cover it enlarges least needed 182)."""
     size, order = dict(sizes), {c: i for i, (c, _) in enumerate(sizes)}
     cells = lambda columns: math.prod(size[c] for c in columns)  # noqa: E731
-    covers: list[set[str]] = []
-    cover_cells: list[int] = []
     ranked = sorted(range(len(marginals)), key=lambda k: (-cells(marginals[k]), [order[c] for c in marginals[k]]))
-    chosen = [0] * len(marginals)
-    for k in ranked:
-        marginal = marginals[k]
-        best: tuple[int, int] | None = None
-        for i, cover in enumerate(covers):
-            grown = cover_cells[i] * math.prod(size[c] for c in marginal if c not in cover)
-            if grown <= COVER_CELLS and (best is None or grown - cover_cells[i] < best[0]):
-                best = (grown - cover_cells[i], i)
-        if best is None:
-            chosen[k] = len(covers)
-            covers.append(set(marginal))
-            cover_cells.append(cells(set(marginal)))
-        else:
-            chosen[k] = best[1]
-            covers[best[1]] |= set(marginal)
-            cover_cells[best[1]] += best[0]
-    ordered = [tuple(sorted(cover, key=order.__getitem__)) for cover in covers]
-    return tuple(ordered[i] for i in chosen)
+    sets = [frozenset(m) for m in marginals]
+    holding: dict[str, list[int]] = {c: [] for c in size}
+    for k, columns in enumerate(sets):
+        for column in columns:
+            holding[column].append(k)
+    chosen: list[int | None] = [None] * len(marginals)
+    covers: list[tuple[str, ...]] = []
+    pending = iter(ranked)
+    for first in pending:
+        if chosen[first] is not None:
+            continue
+        cover: set[str] = set()
+        cover_cells = 1
+        outside = {k: len(sets[k]) for k in ranked if chosen[k] is None and sets[k]}  # columns each open marginal lacks
+        for k in ranked:
+            if chosen[k] is None and not sets[k]:  # the total fits any cover
+                chosen[k] = len(covers)
+        completes = dict.fromkeys(size, 0)  # open marginals the column alone would complete
+        for k, lacking in outside.items():
+            if lacking == 1:
+                completes[next(iter(sets[k]))] += 1
+
+        def take(column: str) -> None:
+            nonlocal cover_cells
+            cover.add(column)
+            cover_cells *= size[column]
+            for k in holding[column]:
+                if k not in outside:
+                    continue
+                outside[k] -= 1
+                if outside[k] == 1:
+                    completes[next(c for c in sets[k] if c not in cover)] += 1
+                elif outside[k] == 0:
+                    completes[column] -= 1
+                    chosen[k] = len(covers)
+                    del outside[k]
+
+        for column in sorted(sets[first], key=order.__getitem__):
+            take(column)
+        while True:
+            fitting = [c for c, n in completes.items() if n > 0 and c not in cover and cover_cells * size[c] <= COVER_CELLS]
+            if fitting:
+                take(max(fitting, key=lambda c: (completes[c], -size[c], -order[c])))
+                continue
+            grown = next((k for k in outside if cover_cells * cells(sets[k] - cover) <= COVER_CELLS), None)
+            if grown is None:
+                break
+            for column in sorted(sets[grown] - cover, key=order.__getitem__):
+                take(column)
+        covers.append(tuple(sorted(cover, key=order.__getitem__)))
+    return tuple(covers[i] for i in chosen)  # type: ignore[index]
 
 
 def _edges_on_a_line(edges: tuple[object, ...]) -> tuple[int, int, int] | None:
