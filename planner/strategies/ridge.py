@@ -49,7 +49,8 @@ from planner.strategies.ranges import RangeLayout
 from planner.workload import Workload
 
 MAX_WIDTH = 3.0  # widths searched in [0, MAX_WIDTH]: the optimum is 1.5–2.5; the sampler keeps ≥ 10 %
-WIDTH_TOLERANCE = 1e-6  # relative change of the error at which the width search stops (1e-7: 1.5–3× the evaluations, errors within 1e-5)
+WIDTH_TOLERANCE = 1e-7  # relative change of the error at which the width search stops
+LARGE_WIDTH_TOLERANCE = 1e-6  # ... for a Θ of more than SUPPORT_ONLY_ENTRIES entries (1e-7: 1.5–3× the evaluations)
 FIRST_WIDTHS = (1.6, 1.6)  # where the width search starts (the optima seen are 1.3–2.5)
 SUPPORT_ONLY_ENTRIES = 1 << 15  # a larger Θ is optimised on its start's support only (below, all of Θ: better)
 SUPPORT_ITERATIONS = 80  # L-BFGS-B iterations on that support (n = 1024: ~0.4 s, less error than 120 on all of Θ)
@@ -85,7 +86,8 @@ def best_widths(theta: np.ndarray, gram: pidentity.GramOperator, start: tuple[fl
     def error(widths: np.ndarray) -> float:
         return pidentity.objective_value(theta.ravel(), gram, *noise_structures(theta, *widths))
 
-    result = minimize(error, np.array(start), method="L-BFGS-B", bounds=[(0.0, MAX_WIDTH)] * 2, options={"ftol": WIDTH_TOLERANCE})
+    tolerance = LARGE_WIDTH_TOLERANCE if theta.size > SUPPORT_ONLY_ENTRIES else WIDTH_TOLERANCE
+    result = minimize(error, np.array(start), method="L-BFGS-B", bounds=[(0.0, MAX_WIDTH)] * 2, options={"ftol": tolerance})
     return float(result.x[0]), float(result.x[1])
 
 
