@@ -1006,7 +1006,7 @@ def _measured_at_chosen_bound(
     assert chosen is not None and batch.workload is not None and prepared.decision.plan is not None
     bound = chosen.bound(arrays, rng=rng, noise=testing.noise_enabled())
     plan = chosen.plan(batch.workload, bound)
-    required = batch.folded(plan.required_marginals(), truncation.bounded_to(arrays, bound.bit_length() - 1))
+    required = batch.folded(plan.required_marginals(), truncation.bounded_to(arrays, chosen.choice.truncations.index(bound)))
     measurement = plan.measure(required, rng=rng, noise=testing.noise_enabled())
     fresh = plan.answer(measurement)
     answers, note = _finished(session, prepared, fresh, plan, measurement, from_store=False, batch=batch)

@@ -49,8 +49,9 @@ column references the other's, or when both reference the same table's unit; onl
 them, and only along the unit (Google's rule for DP SQL: ``visits.person_id = persons.id``).
 
 ``max_rows_per_unit: auto`` leaves the bound to each statement: it spends :data:`CHOICE_SHARE` of its budget
-to choose it privately among 1, 2, 4, … up to :data:`AUTO_LIMIT` (or ``{auto: N}``) by R2T
-(``planner.RaceToTheTop``, Dong, Fang, Yi, Tao and Machanavajjhala, SIGMOD 2022), then measures with that bound.
+to choose it privately among 1, 2, 3, 4, 6, 8, 11, 16, … (``planner.bound_levels``) up to :data:`AUTO_LIMIT` (or
+``{auto: N}``) from a noisy histogram of the units' rows (``dpsql.truncation``, ``planner.BoundChoice``), then
+measures with that bound.
 
 ``foreign_keys`` maps a column to the ``table.column`` it references (a private or a public table). Joins use
 declared keys only: a private table joins a public one on a declared foreign key

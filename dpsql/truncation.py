@@ -3,11 +3,12 @@
 Skewed data (a few persons with hundreds of visits) makes any declared bound a bad guess for some statement:
 too low and the heavy units' rows are lost, too high and every answer carries their noise. With
 ``max_rows_per_unit: auto`` (``dpsql.schema``) the bounded rows keep up to the largest bound ``T`` rows per unit,
-each ranked by the salted order and labelled with its *level* ``j`` (the first ``2^j`` rows of a unit are those of
-levels ``≤ j``) and with the level of its unit's last row (``dpsql.sql.bounded_rows``). A statement then, in its one
-bounded read, counts every marginal its plan needs *per level* (the level is one more grouped column, so the rows
-of any bound ``τ_j = 2^j`` are the levels ``≤ j`` summed) and, in one more grouping set, the units by the level of
-their last row (each unit's first row, level 0, counted once); and after the read:
+each ranked by the salted order and labelled with its *level* ``j`` among the bounds ``τ_0 = 1 < … < τ_L = T`` of
+``planner.bound_levels`` (1, 2, 3, 4, 6, 8, 11, 16, …: a ratio of about √2; the first ``τ_j`` rows of a unit are
+those of levels ``≤ j``) and with the level of its unit's last row (``dpsql.sql.bounded_rows``). A statement then,
+in its one bounded read, counts every marginal its plan needs *per level* (the level is one more grouped column, so
+the rows of any bound ``τ_j`` are the levels ``≤ j`` summed) and, in one more grouping set, the units by the level
+of their last row (each unit's first row, level 0, counted once); and after the read:
 
 1. spends :data:`dpsql.schema.CHOICE_SHARE` of its budget on that histogram of units (sensitivity 1 — the joins'
    fan-out when a unit's first row may meet several public rows) and chooses the bound that minimises the rows it
@@ -89,7 +90,7 @@ def design(table: Table, batch: CompiledBatch, privacy: planner.Privacy, keyed: 
             "for such statements"
         )
     assert batch.workload is not None
-    largest = planner.RaceToTheTop.design(privacy, largest=table.schema.max_rows_per_unit // fan_out).truncations
+    largest = planner.bound_levels(table.schema.max_rows_per_unit // fan_out)  # those of the bounded rows' levels
     weight = batch.scale * fan_out
     measurement = privacy.scaled(1 - CHOICE_SHARE)
     for bound in (1, largest[-1]):  # the plan can be built for any bound in between: check the ends

@@ -5,7 +5,7 @@ subpackage) only, never from the modules behind it (tests/test_architecture.py).
 
 from planner.balance import Balance, plan_balanced
 from planner.clipping import CLIP_SHARE, LOWEST_OCTAVE, MANTISSA_BITS, OCTAVES, MagnitudeClip, UpperClip, magnitude_bins, magnitude_edges, magnitudes
-from planner.bound_choice import BoundChoice
+from planner.bound_choice import BoundChoice, bound_levels
 from planner.composition import composition_shares
 from planner.domain import Domain
 from planner.privacy import Privacy
@@ -64,6 +64,7 @@ __all__ = [
     "magnitudes",
     "TruncatedRelease",
     "Workload",
+    "bound_levels",
     "design_keyed_release",
     "choose_quantiles",
     "composition_shares",

@@ -45,6 +45,7 @@ from typing import Literal
 
 from sqlglot import exp
 
+import planner
 from dpsql.schema import ColumnDomain
 from dpsql.sql.literals import ColumnType, sql_literal
 
@@ -58,7 +59,7 @@ TIES_NAME = "__dpsql_ties"  # how many rows whose key equals the threshold that 
 CANDIDATES_NAME = "__dpsql_candidates"  # the rows that pass the domain tests, before bounding
 OVER_BOUND_NAME = "__dpsql_over_bound"  # the units with more candidate rows than the bound
 THRESHOLDS_NAME = "__dpsql_thresholds"
-LEVEL_NAME = "__dpsql_level"  # a ranked row's level: the first 2^j rows of a unit are those of levels ≤ j
+LEVEL_NAME = "__dpsql_level"  # a ranked row's level: the first τ_j rows of a unit are those of levels ≤ j
 TOP_LEVEL_NAME = "__dpsql_top_level"  # the level of its unit's last row: how many rows the unit has, in levels
 UNIT_ROWS_NAME = "__dpsql_unit_rows"
 
@@ -95,13 +96,13 @@ def in_domain(reference: exp.Expression, column: ColumnDomain, column_type: Colu
     return exp.paren(test, copy=False)  # (no copies: a domain of 10⁶ categories is one long IN list)
 
 
-def _level(rank: exp.Expression, bound: int) -> exp.Expression:
-    """The level of a rank: 0 for 1, ``j`` for ``2^(j−1) < rank ≤ 2^j``, the last level for any rank beyond the bound."""
-    levels = (bound - 1).bit_length() + 1
+def _level(rank: exp.Expression, levels: tuple[int, ...]) -> exp.Expression:
+    """The level of a rank among the bounds ``levels`` (``planner.bound_levels``): 0 for 1, ``j`` for
+    ``τ_(j−1) < rank ≤ τ_j``, the last level for any rank beyond the one before it."""
     case = exp.Case()
-    for j in range(levels - 1):
-        case = case.when(rank.copy() <= exp.Literal.number(1 << j), exp.Literal.number(j))
-    return case.else_(exp.Literal.number(levels - 1))
+    for j, level in enumerate(levels[:-1]):
+        case = case.when(rank.copy() <= exp.Literal.number(level), exp.Literal.number(j))
+    return case.else_(exp.Literal.number(len(levels) - 1))
 
 
 def relation_source(relation: str | exp.Query, alias: str) -> exp.Expression:
@@ -125,7 +126,8 @@ def bounded_rows(
     """The bounded rows of ``table`` (module doc): ``row_columns`` of the rows whose values of ``columns``
     lie in their domains, at most ``max_rows_per_unit`` per unit of ``privacy_unit``, in the given form.
     ``with_levels`` (the window form): every row carries its level, :data:`LEVEL_NAME` — ``j`` for the rows of
-    rank ``2^(j−1) < r ≤ 2^j`` (0 for the first), so the rows of levels ``≤ j`` are the first ``2^j`` of the unit:
+    rank ``τ_(j−1) < r ≤ τ_j`` among the bounds ``τ`` of ``planner.bound_levels(max_rows_per_unit)`` (0 for the
+    first), so the rows of levels ``≤ j`` are the first ``τ_j`` of the unit:
     a statement that chooses its bound keeps those (``dpsql.truncation``) — and the level its unit's last row would
     have, :data:`TOP_LEVEL_NAME` (the last level for units beyond the bound)."""
     kept_columns = tuple(dict.fromkeys((*row_columns, *columns, privacy_unit)))
@@ -141,14 +143,15 @@ def bounded_rows(
     )
     bound = exp.Literal.number(max_rows_per_unit)
     if with_levels:
+        levels = planner.bound_levels(max_rows_per_unit)
         unit_rows = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[unit.copy()])
         everyone = exp.select(
             *_columns(kept_columns), exp.alias_(_row_number(unit), ROW_NUMBER_NAME), exp.alias_(unit_rows, UNIT_ROWS_NAME)
         ).from_(CANDIDATES_NAME)
         leveled = exp.select(
             *_columns(kept_columns),
-            exp.alias_(_level(exp.column(ROW_NUMBER_NAME), max_rows_per_unit), LEVEL_NAME),
-            exp.alias_(_level(exp.column(UNIT_ROWS_NAME), max_rows_per_unit), TOP_LEVEL_NAME),
+            exp.alias_(_level(exp.column(ROW_NUMBER_NAME), levels), LEVEL_NAME),
+            exp.alias_(_level(exp.column(UNIT_ROWS_NAME), levels), TOP_LEVEL_NAME),
         ).from_(everyone.subquery("__dpsql_numbered"))
         leveled = leveled.where(exp.column(ROW_NUMBER_NAME) <= bound.copy())
         return leveled.with_(CANDIDATES_NAME, as_=candidates)

@@ -320,6 +320,20 @@ def _in_where(column: str, query: Query) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
+def _domain_advice(domain: ColumnDomain) -> str:
+    """What to declare so a column can be grouped, filtered and ranked: a bounds-only column already names its range."""
+    if domain.bounds is not None and not any(domain.auto_ends):
+        low, high = (f"{end:g}" for end in domain.bounds)
+        return (
+            f"its bounds [{low}, {high}] serve SUM/AVG/VARIANCE/STDDEV only; declare range: [{low}, {high}] (integers) "
+            "or bins to filter, group and rank it over declared cells"
+        )
+    return (
+        "declare its categories, range or bins, or first GROUP BY it in a statement of its own, which selects its keys "
+        "privately (later statements then use the released keys in WHERE and COUNT too)"
+    )
+
+
 class _Resolver:
     """Maps the names a statement uses onto the table's columns and checks each has a domain."""
 
@@ -333,11 +347,7 @@ class _Resolver:
         resolved = resolve(name, self.table_columns, self.query.table, clause)
         domain = self.schema.column(resolved)
         if not domain.is_known:
-            raise NotSupportedError(
-                f"{clause}: column {resolved!r} has no declared domain in the schema of {self.query.table!r}; declare its "
-                "categories, range or bins, or first GROUP BY it in a statement of its own, which selects its keys "
-                "privately (later statements then use the released keys in WHERE and COUNT too)"
-            )
+            raise NotSupportedError(f"{clause}: column {resolved!r} has no declared domain in the schema of {self.query.table!r}; {_domain_advice(domain)}")
         self.columns.setdefault(resolved, domain)
         return resolved
 

@@ -12,7 +12,9 @@ reads the same way) extended by:
   privacy_unit_column=…, max_groups_contributed=…) …`` — read into a :class:`DifferentialPrivacy` node
   kept as the SELECT's ``hint`` (:func:`dp_options` takes it off) — and the per-aggregate
   ``contribution_bounds_per_group => (lo, hi)`` argument of ``SUM``, ``AVG``, ``COUNT`` and the
-  variance/standard-deviation aggregates, kept in the aggregate's ``meta`` under :data:`BOUNDS_KEY`.
+  variance/standard-deviation aggregates (or ``contribution_bounds_per_row``, BigQuery's name on ``VAR_POP``
+  and ``PERCENTILE_CONT(x, q, …)``), kept in the aggregate's ``meta`` under :data:`BOUNDS_KEY` with the name
+  written under :data:`BOUNDS_NAME_KEY`.
 
 >>> tree = parse_one("SELECT TOP 3 sex, VAR(age) FROM t GROUP BY sex")
 >>> tree.sql(dialect="duckdb")
@@ -29,6 +31,8 @@ from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.tokens import TokenType
 
 BOUNDS_KEY = "contribution_bounds_per_group"  # an aggregate's meta entry: the (lo, hi) expression
+BOUNDS_NAME_KEY = "contribution_bounds_name"  # an aggregate's meta entry: the argument's name as written
+BOUNDS_NAMES = (BOUNDS_KEY, "contribution_bounds_per_row")  # Google's names for an aggregate's clamping bounds
 _TOP_ARGUMENTS = (TokenType.NUMBER, TokenType.L_PAREN)
 
 
@@ -39,15 +43,16 @@ class DifferentialPrivacy(exp.Expression):
 
 
 def _with_bounds(kind: type[exp.Func]) -> Callable[[list[exp.Expression]], exp.Expression]:
-    """A builder of ``kind`` that takes a ``contribution_bounds_per_group => (lo, hi)`` argument into the
-    node's meta (sqlglot would count it as one argument too many)."""
+    """A builder of ``kind`` that takes a ``contribution_bounds_per_group => (lo, hi)`` (or ``…_per_row``)
+    argument into the node's meta (sqlglot would count it as one argument too many)."""
 
     def build(args: list[exp.Expression]) -> exp.Expression:
-        named = [a for a in args if isinstance(a, exp.Kwarg) and a.this.name.lower() == BOUNDS_KEY]
+        named = [a for a in args if isinstance(a, exp.Kwarg) and a.this.name.lower() in BOUNDS_NAMES]
         args[:] = [a for a in args if a not in named]  # the parser validates the node against this list
         node = kind.from_arg_list(args)
         for argument in named:
             node.meta[BOUNDS_KEY] = argument.expression
+            node.meta[BOUNDS_NAME_KEY] = argument.this.name.lower()
         return node
 
     return build
@@ -66,7 +71,7 @@ class Dpsql(DuckDB):
                 for name, kind in (
                     ("SUM", exp.Sum), ("AVG", exp.Avg), ("COUNT", exp.Count), ("VARIANCE", exp.Variance),
                     ("VAR_SAMP", exp.Variance), ("VAR_POP", exp.VariancePop), ("STDDEV", exp.Stddev),
-                    ("STDDEV_SAMP", exp.StddevSamp), ("STDDEV_POP", exp.StddevPop),
+                    ("STDDEV_SAMP", exp.StddevSamp), ("STDDEV_POP", exp.StddevPop), ("PERCENTILE_CONT", exp.PercentileCont),
                 )
             },
         }

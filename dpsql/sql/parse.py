@@ -25,7 +25,7 @@ from sqlglot import exp
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.sql.bounded_expressions import checked_argument
 from dpsql.sql.derived import Derived, derived_column, is_derived
-from dpsql.sql.dialect import BOUNDS_KEY
+from dpsql.sql.dialect import BOUNDS_KEY, BOUNDS_NAME_KEY
 from dpsql.sql.joins import MATCHED, JoinSpec, Source, column_qualifier, join_spec, semi_join, table_path
 
 SUPPORTED = "(the SQL dpsql runs: docs/sql.md)"  # ends a refusal that names what to write instead
@@ -391,18 +391,18 @@ def contribution_bounds(node: exp.Expression) -> tuple[float, float] | None:
     given = node.meta.get(BOUNDS_KEY)
     if given is None:
         return None
-    name = type(node).__name__.upper()
+    name, written = type(node).__name__.upper(), node.meta.get(BOUNDS_NAME_KEY, BOUNDS_KEY)
     pair = given.expressions if isinstance(given, exp.Tuple) else []
-    numbers = [BranchChecker._literal(v, f"{name}(..., {BOUNDS_KEY})") if isinstance(v, (exp.Literal, exp.Neg)) else None for v in pair]
+    numbers = [BranchChecker._literal(v, f"{name}(..., {written})") if isinstance(v, (exp.Literal, exp.Neg)) else None for v in pair]
     if len(numbers) != 2 or not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
-        raise ProgrammingError(f"{name}: {BOUNDS_KEY} must be two numbers, e.g. {BOUNDS_KEY} => (0, 100)")
+        raise ProgrammingError(f"{name}: {written} must be two numbers, e.g. {written} => (0, 100)")
     low, high = float(numbers[0]), float(numbers[1])  # type: ignore[arg-type]
     if isinstance(node, exp.Count):
         if not 0 <= low <= high:
-            raise ProgrammingError(f"COUNT: {BOUNDS_KEY} must satisfy 0 <= lo <= hi, got ({numbers[0]}, {numbers[1]})")
+            raise ProgrammingError(f"COUNT: {written} must satisfy 0 <= lo <= hi, got ({numbers[0]}, {numbers[1]})")
         return None
     if not low < high:
-        raise ProgrammingError(f"{name}: {BOUNDS_KEY} must satisfy lo < hi, got ({numbers[0]}, {numbers[1]})")
+        raise ProgrammingError(f"{name}: {written} must satisfy lo < hi, got ({numbers[0]}, {numbers[1]})")
     return (low, high)
 
 
@@ -433,6 +433,11 @@ def quantile_item(node: exp.Expression, name: str | None, column: Callable[[exp.
     function = QUANTILE_FUNCTIONS.get(type(node))
     if function is None:
         return None
+    if BOUNDS_KEY in node.meta:
+        raise NotSupportedError(
+            f"SELECT {function}: {node.meta.get(BOUNDS_NAME_KEY, BOUNDS_KEY)} is not supported on quantiles, which rank the values over "
+            "the column's declared range or bins (rows outside them are dropped, not clamped); drop the argument"
+        )
     if isinstance(node.this, exp.Distinct) or node.this is None or isinstance(node.this, exp.Star):
         raise NotSupportedError(f"SELECT {function}: give one column, e.g. {function}(age). {SUPPORTED}")
     if isinstance(node, (exp.Min, exp.Max, exp.Median)) and any(v for k, v in node.args.items() if k != "this"):

@@ -247,3 +247,21 @@ def test_one_statement_computes_several_marginals_with_grouping_sets(
     bins = pd.cut(adult_frame["income"], [0, 10000, 50000, 100000, 1000000], right=False)
     assert (marginals[("income",)] == bins.value_counts(sort=False).to_numpy()).all()
     assert int(marginals[()]) == len(adult_frame)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM t WHERE age BETWEEN 20 AND 30",
+        "SELECT CASE WHEN age < 50 THEN 'young' ELSE 'old' END AS band, COUNT(*) FROM t GROUP BY band",
+        "SELECT MEDIAN(age) FROM t",
+    ],
+)
+def test_a_bounds_only_column_outside_sums_names_the_range_to_declare(sql: str) -> None:
+    """A column declared with ``bounds`` only has no domain of cells; the refusal names the range its bounds imply."""
+    frame = pd.DataFrame({"pid": [1, 2, 3], "age": [20, 35, 71]})
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1.0))
+    connection.register("t", frame, schema={"privacy_unit": "pid", "columns": {"age": {"bounds": [0, 100]}}})
+    with pytest.raises(dpsql.NotSupportedError, match=r"bounds \[0, 100\] serve SUM/AVG/VARIANCE/STDDEV only; declare range: \[0, 100\]"):
+        connection.cursor().execute(sql, epsilon=0.5)
+    assert connection.budget_spent().epsilon == 0.0

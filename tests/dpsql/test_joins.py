@@ -278,7 +278,7 @@ def test_a_join_is_reused_and_forgotten_when_a_table_is_registered_again(joined:
 def test_a_statement_chooses_its_bound_and_counts_the_rows_it_keeps(data: dict[str, pd.DataFrame]) -> None:
     """max_rows_per_unit: auto — with the noise off the bound is the one the exact histogram of persons by their visits'
     level chooses (computed here from the frame), and the answers are DuckDB's on the visits that bound keeps."""
-    from planner import BoundChoice
+    from planner import BoundChoice, bound_levels
 
     connection = connect(data, {**VISITS_SCHEMA, "max_rows_per_unit": {"auto": 16}})
     sql = "SELECT c.region, COUNT(*) AS n, SUM(v.cost) AS s FROM visits v JOIN clinics c ON v.clinic_id = c.id GROUP BY c.region"
@@ -288,15 +288,16 @@ def test_a_statement_chooses_its_bound_and_counts_the_rows_it_keeps(data: dict[s
     chosen = next(iter(connection._session.registrations.joined.values()))
     prepared_choice = dpsql.pipeline.prepare(connection._session, dpsql.pipeline.execute_request(connection._session, sql, None, 1.0, None, None)).chosen
     visits_per_person = data["visits"].person_id.value_counts().to_numpy()
-    levels = np.array([0 if c == 1 else int(c - 1).bit_length() for c in visits_per_person])
-    histogram = np.bincount(levels, minlength=5)[:5]
+    bounds = bound_levels(16)  # 1, 2, 3, 4, 6, 8, 11, 16: a person's level is that of their last visit
+    levels = np.minimum(np.searchsorted(bounds, visits_per_person), len(bounds) - 1)
+    histogram = np.bincount(levels, minlength=len(bounds))
     expected = BoundChoice(prepared_choice.choice.privacy, prepared_choice.choice.truncations, prepared_choice.choice.penalty).choose(histogram, noise=False)
     assert f"rows per unit chosen: {expected} " in cursor.explanation and chosen.schema.choose_bound
     assert expected < 12  # some persons lose visits: the truncation is exercised
     kept = _truncated_visits(connection, data, expected)
     assert_cells_match(rows, cursor.errors, duckdb_rows(sql, {**data, "visits": kept})[1])
     explained = [r for r in connection.cursor().execute("EXPLAIN " + sql).fetchall() if r[1] == "rows per unit"][0]
-    assert "chosen privately among 1, 2, 4, 8, … up to 16" in explained[3]
+    assert "chosen privately among 1, 2, 3, 4, … up to 16" in explained[3]
     with pytest.raises(dpsql.NotSupportedError, match="whose max_rows_per_unit is auto, is not supported: declare a bound"):
         connection.cursor().execute("SELECT COUNT(DISTINCT v.person_id) FROM visits v JOIN clinics c ON v.clinic_id = c.id", epsilon=1.0)
     assert connection.budget_spent().statements == 1

@@ -120,3 +120,39 @@ def test_bound_choice_estimates_lost_rows_and_prices_the_bound() -> None:
     assert set(draws) <= {2, 4, 8} and draws.count(4) > 150  # the noise (scale 6) rarely moves a choice this clear
     with pytest.raises(ValueError, match="one integer per level"):
         choice.choose(np.array([1, 2]))
+
+
+def test_bound_levels_are_a_grid_of_ratio_root_two_ending_at_the_largest_bound() -> None:
+    """The bounds a statement chooses among: the powers of two and the integers nearest 2^i·√2 between them, the last
+    the largest bound itself, so some level lies within a factor √2 of any contribution up to it."""
+    from planner import bound_levels
+
+    assert bound_levels(1) == (1,)
+    assert bound_levels(16) == (1, 2, 3, 4, 6, 8, 11, 16)
+    assert bound_levels(300) == (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128, 181, 256, 300)
+    for largest in (2, 5, 1000, 1024, 2**30):
+        levels = np.array(bound_levels(largest))
+        assert levels[0] == 1 and levels[-1] == largest and np.all(np.diff(levels) > 0)
+        assert np.all(levels[1:] / levels[:-1] <= 2.0)  # no contribution is more than √2 (rounded: 2 at the start) from a level
+        assert np.all(levels[2:-1] / levels[1:-2] <= 1.5)  # from 2 on: 3/2, 4/3, 6/4, 8/6, 11/8, …
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="largest must be a positive integer"):
+            bound_levels(bad)  # type: ignore[arg-type]
+
+
+def test_bound_choice_on_a_finer_grid_keeps_a_bound_near_the_heaviest_units() -> None:
+    """Units of 257–300 rows: on the grid of ratio √2 the least lost rows plus penalty is 300 (all rows, a bound 1.7×
+    smaller than 512, the next power of two); the buckets' middles are those of the grid's intervals."""
+    from planner import BoundChoice, bound_levels
+
+    levels = bound_levels(300)
+    choice = BoundChoice(Privacy.laplace(1.0), levels, penalty=1.0)
+    histogram = np.zeros(len(levels), dtype=np.int64)
+    histogram[0], histogram[-1] = 1000, 50  # 50 units in (256, 300]: middle 278
+    lost = choice.lost_rows(histogram)
+    assert lost[-2] == pytest.approx(50 * (278 - 256)) and lost[-1] == 0
+    assert choice.choose(histogram, noise=False) == 300
+    with pytest.raises(ValueError, match="increasing integers from 1"):
+        BoundChoice(Privacy.laplace(1.0), (1, 3, 3), penalty=1.0)
+    with pytest.raises(ValueError, match="increasing integers from 1"):
+        BoundChoice(Privacy.laplace(1.0), (2, 4), penalty=1.0)
