@@ -67,18 +67,19 @@ class PairNoise:
         return self.size - self.size % 2
 
     def __matmul__(self, matrix: np.ndarray) -> np.ndarray:
-        result = matrix.copy()
-        even, odd = matrix[0 : self.paired : 2], matrix[1 : self.paired : 2]
-        result[0 : self.paired : 2] = self.alpha * even + self.beta * odd
-        result[1 : self.paired : 2] = self.beta * even + self.alpha * odd
-        return result
+        return self._mixed(matrix, 0)
 
     def right_of(self, matrix: np.ndarray) -> np.ndarray:
         """``matrix @ N`` (columns mixed in pairs): ``(N matrixᵀ)ᵀ`` without transposing a copy."""
+        return self._mixed(matrix, 1)
+
+    def _mixed(self, matrix: np.ndarray, axis: int) -> np.ndarray:
+        """``matrix`` with its pairs of rows (``axis`` 0) or columns (1) mixed by the 2 × 2 blocks."""
         result = matrix.copy()
-        even, odd = matrix[:, 0 : self.paired : 2], matrix[:, 1 : self.paired : 2]
-        result[:, 0 : self.paired : 2] = self.alpha * even + self.beta * odd
-        result[:, 1 : self.paired : 2] = self.beta * even + self.alpha * odd
+        moved, mixed = np.moveaxis(matrix, axis, 0), np.moveaxis(result, axis, 0)
+        even, odd = moved[0 : self.paired : 2], moved[1 : self.paired : 2]
+        mixed[0 : self.paired : 2] = self.alpha * even + self.beta * odd
+        mixed[1 : self.paired : 2] = self.beta * even + self.alpha * odd
         return result
 
     def diagonal(self) -> np.ndarray:
