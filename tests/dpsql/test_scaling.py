@@ -17,6 +17,7 @@ import pytest
 import dpsql
 import dpsql.testing
 from dpsql import pipeline
+from dpsql.schema import ColumnDomain
 from dpsql.sql import bounded
 from dpsql.sql import compile as compile_module
 from dpsql.sql import literals
@@ -105,6 +106,29 @@ def test_text_categories_register_without_asking_the_engine(monkeypatch: pytest.
     assert sorted((n, round(c)) for n, c in rows) == database.execute(
         "SELECT n, COUNT(*) FROM t WHERE word IN ('k1', 'k2', 'k3') GROUP BY n ORDER BY n"
     ).fetchall()
+
+
+def test_integer_bin_edges_register_without_asking_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,025 integer edges of bins on a BIGINT column compare as themselves: no constant SELECT of 2,050
+    columns at register (0.13 s of a 1.9 s first statement); edges beyond 32 bits are still checked."""
+    asked: list[int] = []
+    engine_check = literals.check_literals
+
+    def recording(columns: tuple[ColumnDomain, ...], column_types: dict[str, literals.ColumnType], *arguments: object) -> None:
+        asked.append(sum(len(literals._compared(c, column_types[c.name])) for c in columns))
+        engine_check(columns, column_types, *arguments)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(literals, "check_literals", recording)
+    database = duckdb.connect()
+    database.execute("CREATE TABLE t AS SELECT i * 7 AS v FROM range(1000) t(i)")
+    connection = dpsql.connect(database, budget=dpsql.Budget(epsilon=1e6))
+    edges = [int(round(e)) for e in np.linspace(0, 7000, 1025)]
+    connection.register("t", None, schema={"privacy_unit": None, "columns": {"v": {"bins": edges}}})
+    connection.register("u", "t", schema={"privacy_unit": None, "columns": {"v": {"bins": [0, 7000, 2**40]}}})
+    assert asked == [0, 1]
+    sql = f"SELECT COUNT(*) FROM t WHERE v >= {edges[100]} AND v < {edges[200]}"
+    with dpsql.testing.noise_disabled():
+        assert round(connection.cursor().execute(sql, epsilon=1.0).fetchall()[0][0]) == database.execute(sql).fetchone()[0]
 
 
 def test_a_batch_over_seventy_columns_gives_duckdb_counts() -> None:
