@@ -492,8 +492,8 @@ def _plan(session: Session, draft: Draft) -> Draft:
         return dataclasses.replace(
             draft, prepared=Prepared(request, table, batch, draft.rows, whole, draft.keyed, None, decision, cost, cached, chosen=chosen, joint=draft.joint)
         )
-    clip = None if draft.keyed is not None else clipping.design(batch.encoding, whole, table.schema.contributions)
-    privacy = whole if clip is None else whole.scaled(1 - clip.share)  # the clip first, then the rest
+    clip_share = 0.0 if draft.keyed is not None else clipping.share(batch.encoding)
+    privacy = whole.scaled(1 - clip_share) if clip_share else whole  # the clip first, then the rest
     contributions = table.schema.contributions * batch.scale if batch.distinct is None else batch.distinct.contributions
     if batch.distinct is not None and not privacy.is_laplace:
         # a unit's pairs lie in distinct cells of the group marginal, the one marginal the summed identity
@@ -507,6 +507,7 @@ def _plan(session: Session, draft: Draft) -> Draft:
     exponential = paths is not None and paths.exponential
     if exponential:  # the mechanisms need a read: the linear plan runs at its share, nothing answered from kept measurements
         fresh, balance = _planned(session, batch, paths.privacy(privacy), contributions)  # type: ignore[union-attr]
+    clip = clipping.design(batch.encoding, whole, table.schema.contributions, clipping.noise_slope(batch, fresh)) if clip_share else None
     mechanisms = (paths.spent() if exponential else 0.0) + (clip.spent() if clip is not None else 0.0)  # type: ignore[union-attr]
     _check_spent(fresh.privacy, whole, mechanisms)
     reusable = request.cost is not None and not exponential and clip is None  # a clipped measurement is never kept

@@ -4,7 +4,7 @@ This module is the planner's public API: ``dpsql`` imports from here (and from t
 subpackage) only, never from the modules behind it (tests/test_architecture.py)."""
 
 from planner.balance import Balance, plan_balanced
-from planner.clipping import CLIP_SHARE, LOWEST_OCTAVE, MANTISSA_BITS, OCTAVES, MagnitudeClip, UpperClip, magnitude_bins, magnitude_edges, magnitudes
+from planner.clipping import CLIP_SHARE, LOWEST_OCTAVE, MANTISSA_BITS, OCTAVES, UPPER_CLIP_SHARE, MagnitudeClip, UpperClip, magnitude_bins, magnitude_edges, magnitudes
 from planner.bound_choice import BoundChoice, bound_levels
 from planner.composition import composition_shares
 from planner.domain import Domain
@@ -30,6 +30,7 @@ __all__ = [
     "LOWEST_OCTAVE",
     "MANTISSA_BITS",
     "OCTAVES",
+    "UPPER_CLIP_SHARE",
     "Answers",
     "Balance",
     "Block",

@@ -1,44 +1,53 @@
 """A private upper clip for a bounded column's values: where SUM/AVG/VARIANCE clamp when the declared
 bounds are loose (``clip: auto``, :class:`UpperClip`), or where a column with no declared end clamps
-(``bounds: auto``, :class:`MagnitudeClip`: the same score and sampler over clips of a distance from a public
-origin, on a geometric grid from the column type's spacing to ``2^53``).
+(``bounds: auto``, :class:`MagnitudeClip`: clips of a distance from a public origin, on a geometric grid from
+the column type's spacing to ``2^53``).
 
 The column's values are read on a public *base grid* of ``base + 1`` points over the declared ``[lo, hi]``
 (index ``i`` stands for ``lo + i·(hi − lo)/base``). The candidates are the grid points
 ``round(base·2^(−j/STEPS_PER_DOUBLING))`` (``j = 0, 1, …``, down to index 1): a geometric grid from ``hi``
 towards ``lo``, so a clip is never more than ``2^(1/32) − 1 ≈ 2.2 %`` of its width above the best
-candidate. :class:`UpperClip` releases one by the **exponential mechanism** over them:
+candidate. :class:`UpperClip` releases one by the **exponential mechanism** whose score is the predicted
+error of the answers at each clip (widths ``w = c − lo`` below):
 
-* the score of candidate ``c`` is ``|G(c) − m| − min(t(c), h)``: ``G(c)`` the rows above ``c``,
-  ``m = ROWS_ABOVE`` (the clip that leaves about ``m`` rows above it), ``t(c)`` the rows between the next
-  lower candidate and ``c`` and ``h = ROWS_INSIDE`` (a clip just above many rows — a top-coded value, the
-  end of the data — beats the empty candidates above it). A row adds one to ``G(c)`` or to ``t(c)`` or to
-  neither, so with ``k`` rows per unit every score moves by at most ``k``;
-* the base measure is ``∝ (c − lo)^(−PRIOR_POWER)``: a clip twice as wide costs four times the noise
-  variance, and nothing in the data tells the candidates far above the largest value apart (they all leave
-  0 rows above and hold none), so without it the mechanism would pick among them uniformly. A base measure
-  that does not depend on the data changes no privacy: ``P(c) ∝ μ(c)·exp(−ε·score(c)/(2k))`` is ε-DP
-  (McSherry and Talwar 2007, "Mechanism design via differential privacy"), and ``ε²/8``-zCDP (Cesar and
-  Rogers 2021, "Bounding, concentrating, and truncating: unifying privacy loss composition for data
-  analytics");
+* the answers' error at clip ``c`` is about ``L(c) = λ·w + B(c)``: their noise, ``λ`` rows' worth of clip width
+  (``slope``: the plan's expected absolute error of the sums, public), plus the clipped rows' excess
+  ``B(c) = Σ (x − c)⁺`` — the bias–variance trade-off of Amin, Kulesza, Muñoz Medina and Vassilvitskii
+  ("Bounding User Contributions: A Bias-Variance Trade-off in Differential Privacy", ICML 2019);
+* ``ln L = ln w + ln(λ + B/w) ≈ ln w + B/(λ·w)`` while the bias is small beside the noise; with each row's excess
+  counted up to ``w/REACH``, ``B/w`` becomes ``S(c)/REACH``, ``S(c) = Σ min(REACH·(x − c)⁺/w, 1)`` — the clipped rows,
+  each weighed by its excess up to a twentieth of the width. The law ``P(c) ∝ L(c)^(−K)`` is then
+  ``P(c) ∝ w^(−K)·exp(−K·S(c)/(REACH·λ))``: the base measure ``∝ w^(−K)`` is the noise term, and ``K = ε·λ·REACH/k``
+  makes the data term the exponential mechanism's ``exp(−ε·S(c)/k)``;
+* adding a row raises every ``S(c)`` by at most one (``k`` per unit) and lowers none: for such a *monotone*
+  score the mechanism needs no factor 2 — the scores and the normaliser move the same way — so
+  ``exp(−ε·S/k)`` is ε-DP (McSherry and Talwar 2007, "Mechanism design via differential privacy"), and, its
+  log-ratios over the outputs spanning at most ε (ε-bounded range, Durfee and Rogers 2019, "Practical
+  differentially private top-k selection with pay-what-you-get composition"), ``ε²/8``-zCDP (Cesar and Rogers
+  2021, "Bounding, concentrating, and truncating: unifying privacy loss composition for data analytics");
+  a base measure that does not depend on the data changes no privacy;
+* why not the predicted error itself as the score: one row moves ``L(c) − L(c′)`` by up to ``|c − c′|``, so in
+  units that bound its sensitivity the good and the poor clips of a heavy tail differ by a row or two, where
+  ``S`` counts every clipped row (``benchmarks/clip_scores.py`` puts the families side by side);
 * it is sampled exactly: a uniform candidate is kept with probability ``exp(−γ)``, ``γ`` the rational
-  ``ε(s − s*)/(2k)`` (``ε`` rounded down to ``EPSILON_BITS`` binary places, the score capped ``MAX_EXPONENT``
-  scales beyond the base measure's range above the least, which keeps its sensitivity) plus the base
-  measure's ``PRIOR_POWER·ln((c − lo)/(c₀ − lo))`` rounded to ``EPSILON_BITS`` binary places (a public choice
-  of base measure).
+  ``ε·S/k`` (``ε`` rounded down and ``S`` floored to ``EPSILON_BITS`` binary places — the floor keeps the score
+  monotone and its steps within ``k`` — and ``S`` capped at a public level ``MAX_EXPONENT`` nats beyond the
+  base measure's range: the widest candidate always scores 0) plus ``K·ln(w/w₀)`` rounded to ``EPSILON_BITS``
+  binary places (a public choice of base measure).
+
+:class:`MagnitudeClip` scores ``|G(c) − m| − min(t(c), h)``: ``G(c)`` the rows beyond ``c``, ``m = ROWS_ABOVE``,
+``t(c)`` the rows between the next lower candidate and ``c``, ``h = ROWS_INSIDE`` (a clip just above many rows — a
+top-coded value, the end of the data — beats the empty candidates beyond it); a row moves ``G`` or ``t`` by one, not
+monotonely, so ``P(c) ∝ c^(−2)·exp(−ε·score(c)/(2k))``.
 
 Heavy tails make the clip a trade-off, not a free win: a tail of a few rows far above the rest (PUMS income:
-three rows above 500,000 among 10,000) cannot be located at a share of ε, and the clip lands within a
-factor of about 1.5 of the best one either way (``benchmarks/aggregates.py``). The bias it leaves — the
-clipped rows' excess — enters the error bars as :attr:`UpperClip.rows_above` rows ``RELATIVE_EXCESS`` of a
-clip width above it: ``m + 2k/ε`` rows, ``m`` the rows the score aims at plus one *temperature* of the
-mechanism — candidates whose scores differ by ``2k/ε`` rows are drawn with probabilities within a factor
-``e``, so the mechanism cannot tell a clip with ``m`` rows above it from one with ``m + 2k/ε``, and a clip
-drawn below the aimed one leaves about that many rows more. It is an estimate from public quantities
-(``m``, ``k``, ``ε``), not a bound — a few rows at the declared upper bound could move an average further —
-calibrated on heavy tails: the 95 % intervals of AVG(income) by sex on PUMS with ``[0, 10000000]`` cover the
-unclipped truth at 99 % (with ``m`` rows alone, 80 %; ``benchmarks/aggregates.py``), a log-normal tail of
-σ = 0.8 at 97 %, one of σ = 1 at only 88 % (``tests/audit/test_audit_clip_intervals.py``).
+three rows above 500,000 among 10,000) cannot be located at a share of ε (``benchmarks/aggregates.py``).
+The bias a clip leaves enters the error bars as :attr:`UpperClip.rows_above` rows ``RELATIVE_EXCESS`` of a
+clip width above it: ``m + k/ε`` rows, one *temperature* of the mechanism above ``m`` — candidates whose scores
+differ by ``k/ε`` rows are drawn with probabilities within a factor ``e``, so a clip drawn below the best leaves
+about that many rows more (``m + 2k/ε`` for :class:`MagnitudeClip`, whose temperature is ``2k/ε``). It is an
+estimate from public quantities (``m``, ``k``, ``ε``), not a bound — a few rows at the declared upper bound could
+move an average further — calibrated on heavy tails (``tests/audit/test_audit_clip_intervals.py``).
 """
 
 from __future__ import annotations
@@ -53,19 +62,23 @@ from planner.privacy import Privacy
 
 STEPS_PER_DOUBLING = 32
 ROWS_ABOVE = 3
-"""``m``: the clip leaves about this many rows above it."""
+"""``m``: :class:`MagnitudeClip` leaves about this many rows beyond its clip; the error bars' least clipped rows."""
 ROWS_INSIDE = 100
 """``h``: a candidate earns up to this many rows of score for the rows between it and the next lower one."""
-PRIOR_POWER = 4.0
-"""The base measure falls as ``(c − lo)^(−4)``."""
 MAGNITUDE_PRIOR_POWER = 2.0
 """``bounds: auto``: the base measure falls as ``c^(−2)`` (its pull spans up to 85 doublings: see :class:`MagnitudeClip`)."""
 CLIP_SHARE = 0.15
-"""The share of the statement's budget the clip spends (the rest measures the aggregates)."""
+"""``bounds: auto``: the share of the statement's budget its clips spend (the rest measures the aggregates)."""
+UPPER_CLIP_SHARE = 0.10
+"""``clip: auto``: the share of the statement's budget :class:`UpperClip` spends."""
+REACH = 20
+""":class:`UpperClip` weighs a clipped row by its excess up to ``1/REACH`` of the clip's width."""
 RELATIVE_EXCESS = 0.5
 """For the error bars: a clipped row is taken to lie half a clip width above the clip."""
 EPSILON_BITS = 16
 MAX_EXPONENT = 64
+MAX_POWER = 4096.0
+"""The steepest base measure :class:`UpperClip` uses (it keeps the integers of the exact sampler small)."""
 
 
 def candidates(base: int) -> tuple[int, ...]:
@@ -83,15 +96,20 @@ def candidates(base: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class UpperClip:
-    """The exponential mechanism of the module doc over ``candidates(base)``, spending ``privacy``."""
+    """``clip: auto``: the exponential mechanism of the module doc over ``candidates(base)`` whose score is the
+    predicted error of the answers at each clip, spending ``privacy``; ``slope`` is ``λ``, the noise of the
+    measurement that follows in rows of clip width (public: from its plan)."""
 
     base: int
     privacy: Privacy
+    slope: float
     contributions: int = 1
 
     def __post_init__(self) -> None:
         if self.base < 1 or self.contributions < 1:
             raise ValueError("a clip needs a base grid of at least one step and at least one row per unit")
+        if not (math.isfinite(self.slope) and self.slope > 0):
+            raise ValueError(f"the noise slope must be a positive number, got {self.slope!r}")
         if math.floor(self._epsilon() * 2**EPSILON_BITS) < 1:
             raise ValueError(f"epsilon {self._epsilon():g} for the clip is below 2^-{EPSILON_BITS}")
 
@@ -102,10 +120,16 @@ class UpperClip:
     def _epsilon(self) -> float:
         return _epsilon(self.privacy)
 
+    @property
+    def power(self) -> float:
+        """``K = ε·λ·REACH/k``: the base measure falls as ``c^(−K)``, the noise term of the predicted error (module doc)."""
+        return min(self._epsilon() * self.slope * REACH / self.contributions, MAX_POWER)
+
     def describe(self) -> str:
         return (
             f"exponential mechanism over {len(self.candidates)} clips on a geometric grid ({STEPS_PER_DOUBLING} per doubling of the "
-            f"width) at {_budget(self.privacy)}: the clip with about {ROWS_ABOVE} rows above it, base measure ∝ width^-{PRIOR_POWER:g}"
+            f"width) at {_budget(self.privacy)}, scored by the predicted error of the answers: their noise ({self.slope:.3g} rows of "
+            f"clip width) and the clipped rows' excess (each up to 1/{REACH} of the width), base measure ∝ width^-{self.power:.3g}"
         )
 
     def release(self, histogram: np.ndarray, rng: RandomLike = None) -> int:
@@ -118,16 +142,37 @@ class UpperClip:
         """The clip the mechanism draws most often (what tests with the noise off read), a base-grid index."""
         return int(self.candidates[int(np.argmin(self._numerators(histogram)[0]))])
 
-    def _numerators(self, histogram: np.ndarray) -> tuple[np.ndarray, int]:
+    def excess_scores(self, histogram: np.ndarray) -> np.ndarray:
+        """Per candidate ``c`` (ascending), ``⌊2^EPSILON_BITS·S(c)⌋`` with ``S(c) = Σ_rows min(REACH·(i − c)⁺/c, 1)``
+        (``i`` a row's base-grid index): the clipped rows, each weighed by its excess up to 1/REACH of the width.
+        Adding a row raises every score by at most ``2^EPSILON_BITS`` and lowers none."""
         counts = np.asarray(histogram, dtype=np.int64).reshape(-1)[: self.base + 1]
+        counts = np.concatenate([counts, np.zeros(self.base + 1 - counts.size, dtype=np.int64)])
+        rows = np.cumsum(counts)  # rows at or below each index
+        moment = np.cumsum(counts * np.arange(self.base + 1, dtype=np.int64))  # Σ index over those rows
         clips = np.array(self.candidates, dtype=np.int64)
-        at_most = np.cumsum(counts)
-        return _log_weights(at_most[clips], at_most[-1], clips / clips[0], self._epsilon(), self.contributions)
+        full = np.minimum(-(-clips * (REACH + 1) // REACH), self.base + 1)  # the first index whose excess reaches c/REACH
+        below = full - 1
+        partial = REACH * ((moment[below] - moment[clips]) - clips * (rows[below] - rows[clips]))
+        numerator = (rows[-1] - rows[below]) * clips + partial  # S(c) = numerator / c
+        return (numerator // clips) * 2**EPSILON_BITS + (numerator % clips) * 2**EPSILON_BITS // clips
+
+    def _numerators(self, histogram: np.ndarray) -> tuple[np.ndarray, int]:
+        """``−log`` of each candidate's unnormalised probability, ``ε·min(S, cap)/k + K·ln(c/c₀)``, as integer
+        numerators over the returned denominator (shifted so that the least is 0)."""
+        clips = np.array(self.candidates, dtype=np.int64)
+        epsilon_numerator = math.floor(self._epsilon() * 2**EPSILON_BITS)
+        denominator = 2 ** (2 * EPSILON_BITS) * self.contributions
+        prior = np.round(self.power * np.log(clips / clips[0]) * 2**EPSILON_BITS).astype(np.int64)  # over 2^EPSILON_BITS
+        span = MAX_EXPONENT + int(prior[-1]) // 2**EPSILON_BITS + 1  # nats beyond the base measure's whole range
+        cap = -(-span * denominator // epsilon_numerator)  # a public cap: the widest candidate always scores 0
+        numerators = np.minimum(self.excess_scores(histogram), cap) * epsilon_numerator + prior * 2**EPSILON_BITS * self.contributions
+        return numerators - numerators.min(), denominator
 
     @property
     def rows_above(self) -> float:
-        """The clipped rows the error bars assume: ``m + 2k/ε`` (the module doc), ``ε`` the mechanism's."""
-        return ROWS_ABOVE + 2.0 * self.contributions / self._epsilon()
+        """The clipped rows the error bars assume: ``m + k/ε`` (the module doc), ``ε`` the mechanism's."""
+        return ROWS_ABOVE + self.contributions / self._epsilon()
 
     @property
     def relative_excess(self) -> float:
@@ -239,17 +284,17 @@ def _budget(privacy: Privacy) -> str:
 
 
 def _log_weights(
-    at_most: np.ndarray, total: int, widths: np.ndarray, epsilon: float, contributions: int, power: float | None = None
+    at_most: np.ndarray, total: int, widths: np.ndarray, epsilon: float, contributions: int, power: float
 ) -> tuple[np.ndarray, int]:
-    """Per candidate (ascending; ``at_most`` the rows at or below each, ``widths`` its width over the first's),
-    ``−log`` of its unnormalised probability (the module doc's score and base measure) as integer numerators
-    over the returned denominator, shifted so that the least is 0."""
+    """:class:`MagnitudeClip`: per candidate (ascending; ``at_most`` the rows at or below each, ``widths`` its width
+    over the first's), ``−log`` of its unnormalised probability (the module doc's score and base measure
+    ``∝ width^(−power)``) as integer numerators over the returned denominator, shifted so that the least is 0."""
     above = total - at_most
     inside = at_most - np.concatenate([[0], at_most[:-1]])  # rows in (previous candidate, c]
     score = np.abs(above - ROWS_ABOVE) - np.minimum(inside, ROWS_INSIDE) + ROWS_INSIDE
     epsilon_numerator = math.floor(epsilon * 2**EPSILON_BITS)
     denominator = 2**EPSILON_BITS * 2 * contributions
-    prior = np.round((PRIOR_POWER if power is None else power) * np.log(widths) * 2**EPSILON_BITS).astype(np.int64)  # over 2^EPSILON_BITS
+    prior = np.round(power * np.log(widths) * 2**EPSILON_BITS).astype(np.int64)  # over 2^EPSILON_BITS
     reach = MAX_EXPONENT + int(prior[-1]) // 2**EPSILON_BITS + 1  # beyond the base measure's whole range
     cap = -(-reach * denominator // epsilon_numerator)
     data = np.minimum(score - score.min(), cap) * epsilon_numerator  # over ``denominator``

@@ -4,11 +4,13 @@
 (:class:`AutomaticBounds`) chooses each ``auto`` end within the public envelope ±2^53 from the values' magnitude
 codes (``dpsql.sql.magnitudes``), below and above a public origin (the declared end, else 0). Both work alike:
 
-Prepare (:func:`design`): the batch's aggregated column has ``clip: auto`` in the schema. The statement's
-budget is split before anything else is planned: ``planner.clipping.CLIP_SHARE`` for the clip (a
-``planner.UpperClip`` over the column's base grid), the rest for the linear plan — one charge for both. The
-moment cells keep their shape (``GRID`` steps of the clip's width, the same sensitivity for any clip), so the
-plan is made before the clip is known.
+Prepare (:func:`share`, :func:`design`): the batch's aggregated column has ``clip: auto`` in the schema. The
+statement's budget is split before anything else is planned: :func:`share` for the clips
+(``planner.UPPER_CLIP_SHARE`` for ``clip: auto``, ``planner.CLIP_SHARE`` for ``bounds: auto``), the rest for the
+linear plan — one charge for both. The moment cells keep their shape (``GRID`` steps of the clip's width, the
+same sensitivity for any clip), so the plan is made before the clip is known, and the clip's mechanism (a
+``planner.UpperClip`` over the column's base grid) weighs the noise that plan predicts (:func:`noise_slope`)
+against the bias of each clip.
 
 Release (:meth:`AutomaticClip.release`): the one read returns every row's value as an index on the base grid
 (``ValueEncoding.index``) beside the group cells; the rows per index go to the mechanism, which draws from OS
@@ -22,6 +24,7 @@ every statement.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -30,7 +33,11 @@ import numpy as np
 import planner
 from dpsql.sql.bounded import BoundedAggregation
 from dpsql.sql.moments import ValueEncoding
+from dpsql.workloads import CompiledBatch
 from planner import UpperClip
+
+MIN_SLOPE = 1e-6
+"""A plan whose sums carry (next to) no noise still gives the clip a positive noise slope."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,9 @@ class AutomaticClip:
         budget = self.mechanism.privacy
         spent = f"ε {budget.epsilon:.3g}" if budget.is_laplace else f"ρ {budget.rho:.3g}"
         return (encoding.column, self.share,
-                f"share of the budget: a private upper clip in [{encoding.low:g}, {encoding.high:g}] at {spent}; bias estimate in the errors ({see})")
+                f"share of the budget: a private upper clip in [{encoding.low:g}, {encoding.high:g}] at {spent}, the one of least predicted "
+                f"error: the plan's noise ({self.mechanism.slope:.3g} rows of clip width) against the clipped rows' excess; "
+                f"bias estimate in the errors ({see})")
 
 
 @dataclass(frozen=True)
@@ -120,14 +129,36 @@ class AutomaticBounds:
                 f"d × {per_doubling:.0f} rows beyond the origin; bias estimate in the errors ({see})")
 
 
-def design(encoding: ValueEncoding | None, privacy: planner.Privacy, contributions: int) -> AutomaticClip | AutomaticBounds | None:
-    """The clips of ``encoding``'s column when its schema says ``clip: auto`` or ``bounds: auto`` (None otherwise)."""
+def share(encoding: ValueEncoding | None) -> float:
+    """The share of the statement's budget its clips spend (0 when its schema asks for none), known before the
+    plan: the plan measures with the rest."""
     if encoding is not None and any(encoding.auto_ends):
-        share = planner.CLIP_SHARE
-        each = privacy.scaled(share / sum(encoding.auto_ends))
-        mechanisms = tuple(planner.MagnitudeClip(each, contributions, encoding.resolution) if auto else None for auto in encoding.auto_ends)
-        return AutomaticBounds(encoding, mechanisms, share)  # type: ignore[arg-type]
-    if encoding is None or not encoding.clip_base:
+        return planner.CLIP_SHARE
+    return planner.UPPER_CLIP_SHARE if encoding is not None and encoding.clip_base else 0.0
+
+
+def noise_slope(batch: CompiledBatch, plan: planner.Plan) -> float:
+    """``λ``: the noise the plan leaves on the column's sums, as their expected absolute error in rows of clip width
+    (``√(2/π)·sd(U)`` summed over the groups of a grouping set, averaged over its sets). Public: the plan's."""
+    encoding, workload = batch.encoding, batch.workload
+    assert encoding is not None and workload is not None
+    width = len(encoding.block())  # a clipped column is never read as SUM alone: row 1 of each group's block is U
+    variances = plan.query_variances()
+    holding = [i for i, p in enumerate(workload.products) if any(encoding.attribute in f.attributes for f in p.factors)]
+    total = sum(float(np.sum(np.sqrt(np.asarray(variances[i]).reshape(-1, width)[:, 1]))) for i in holding)
+    return math.sqrt(2 / math.pi) * total / batch.scale / max(1, len(holding))
+
+
+def design(
+    encoding: ValueEncoding | None, privacy: planner.Privacy, contributions: int, slope: float
+) -> AutomaticClip | AutomaticBounds | None:
+    """The clips of ``encoding``'s column when its schema says ``clip: auto`` or ``bounds: auto`` (None otherwise),
+    spending :func:`share` of ``privacy``; ``slope`` the plan's :func:`noise_slope` (what ``clip: auto`` weighs)."""
+    spent = share(encoding)
+    if encoding is None or not spent:
         return None
-    share = planner.CLIP_SHARE
-    return AutomaticClip(encoding, UpperClip(encoding.clip_base, privacy.scaled(share), contributions), share)
+    if any(encoding.auto_ends):
+        each = privacy.scaled(spent / sum(encoding.auto_ends))
+        mechanisms = tuple(planner.MagnitudeClip(each, contributions, encoding.resolution) if auto else None for auto in encoding.auto_ends)
+        return AutomaticBounds(encoding, mechanisms, spent)  # type: ignore[arg-type]
+    return AutomaticClip(encoding, UpperClip(encoding.clip_base, privacy.scaled(spent), max(slope, MIN_SLOPE), contributions), spent)

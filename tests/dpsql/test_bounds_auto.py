@@ -109,7 +109,7 @@ def test_the_error_bars_assume_the_clipped_rows_of_each_end() -> None:
     """Each end's mechanism spends half the clips' share: the error bars take 3 + 2k/(ε/2) rows beyond the
     ends, in the width between them, and the codes' rounding."""
     encoding = ValueEncoding("v", -(2.0**53), 2.0**53, 4096, 1, True, exact=False, auto_ends=(True, True), resolution=1.0)
-    chosen = design(encoding, planner.Privacy.laplace(2.0), 1)
+    chosen = design(encoding, planner.Privacy.laplace(2.0), 1, slope=1.0)  # the noise slope is clip: auto's alone
     assert chosen is not None
     clipped = chosen.clipped((-10.0, 1000.0))
     assert (clipped.low, clipped.high, clipped.clipped_excess) == (-10.0, 1000.0, 0.5)

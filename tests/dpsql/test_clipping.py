@@ -15,7 +15,7 @@ import dpsql.testing
 import planner
 from dpsql.sql.clipping import design
 from dpsql.sql.moments import ValueEncoding
-from planner import CLIP_SHARE
+from planner import UPPER_CLIP_SHARE
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,9 @@ def test_clip_needs_auto_and_bounds(spec: dict[str, object], message: str) -> No
 def test_explain_states_the_clip_and_its_share(connection: dpsql.Connection) -> None:
     rows = connection.cursor().execute("EXPLAIN SELECT g, AVG(v) FROM t GROUP BY g", epsilon=1.0).fetchall()
     (clip,) = [r for r in rows if r[0] == "clip"]
-    assert clip[1] == "v" and clip[2] == pytest.approx(CLIP_SHARE) and "upper clip in [0, 1e+07] at ε 0.15" in clip[3] and "#clip" in clip[3]
-    assert [r for r in rows if r[0] == "strategy"][0][3].startswith(f"{1 - CLIP_SHARE:g}-DP")
+    assert clip[1] == "v" and clip[2] == pytest.approx(UPPER_CLIP_SHARE) and "upper clip in [0, 1e+07] at ε 0.1," in clip[3] and "#clip" in clip[3]
+    assert "least predicted error" in clip[3] and re.search(r"noise \(\d+(\.\d+)? rows of clip width\)", clip[3])
+    assert [r for r in rows if r[0] == "strategy"][0][3].startswith(f"{1 - UPPER_CLIP_SHARE:g}-DP")
     assert connection.budget_spent().statements == 0
 
 
@@ -72,14 +73,15 @@ def test_noise_off_clamps_at_the_declared_bounds_as_duckdb(connection: dpsql.Con
 
 
 def test_a_released_clip_is_stated_and_clamps_the_values(connection: dpsql.Connection, frame: pd.DataFrame) -> None:
-    """At a large ε the clip lands just above the bulk of the data, the explanation states it, and AVG is the
-    mean of the values clamped there (to the clip grid's resolution)."""
+    """At a large ε the noise is too small for clipping any row to pay: the clip lands at or above the largest value
+    (above it the law falls as width^-K, K = ε·λ·20 ≈ 5 for two groups whatever ε, λ falling as 1/ε), the
+    explanation states it, and AVG is the mean of the values clamped there (to the clip grid's resolution)."""
     with dpsql.testing.seeded(3):
         cursor = connection.cursor().execute("SELECT g, AVG(v) FROM t GROUP BY g", epsilon=2000.0)
     (line,) = [line for line in cursor.explanation.splitlines() if line.startswith("clip: v = ") and "released" in line]
     clip = float(re.match(r"clip: v = ([0-9.e+]+)", line).group(1))  # type: ignore[union-attr]
     values = frame["v"].dropna().astype(float)
-    assert 50_000 < clip < 1_300_000 and (values > clip).sum() <= 20
+    assert values.max() * 0.9999 <= clip <= values.max() * 1.5
     for g, avg in cursor.fetchall():
         group = frame.loc[frame["g"] == g, "v"].dropna().astype(float)
         assert avg == pytest.approx(group.clip(upper=clip).mean(), rel=2e-3)
@@ -111,10 +113,37 @@ def test_under_zcdp_the_clip_spends_its_share_of_rho(frame: pd.DataFrame) -> Non
 
 
 def test_the_error_bars_assume_the_rows_the_clip_mechanism_cannot_tell_apart() -> None:
-    """At ε = 2 the clip spends 0.3: the error bars take 3 + 2/0.3 rows as clipped (3 alone before)."""
+    """At ε = 2 the clip spends 0.2: the error bars take 3 + 1/0.2 rows as clipped (its temperature above 3)."""
     encoding = ValueEncoding("v", 0.0, 1000.0, 4096, 1, False, clip_base=1000)
-    clip = design(encoding, planner.Privacy.laplace(2.0), 1)
+    clip = design(encoding, planner.Privacy.laplace(2.0), 1, slope=2.5)
     assert clip is not None
     clipped = clip.clipped(500)
     assert clipped.high == 500.0 and clipped.clipped_excess == 0.5
-    assert clipped.clipped_rows == pytest.approx(3 + 2 / (CLIP_SHARE * 2.0), rel=1e-4)  # ε rounded to 2^-16 steps
+    assert clipped.clipped_rows == pytest.approx(3 + 1 / (UPPER_CLIP_SHARE * 2.0), rel=1e-4)  # ε rounded to 2^-16 steps
+
+
+def test_the_clip_weighs_the_noise_its_plan_predicts(connection: dpsql.Connection) -> None:
+    """The mechanism's noise slope is the plan's: √(2/π)·sd of each group's sum of clip widths, summed over the
+    groups. One grouping set of two groups, AVG: each group's C, U cells measured at ε·0.9 (sensitivity 1 after
+    the scale) — the slope the clip reads equals that of the plan's own variances, and a CUBE's is the mean over
+    its grouping sets."""
+    from dpsql.sql import clipping
+
+    seen: list[float] = []
+    original = clipping.noise_slope
+
+    def spy(batch, plan):  # noqa: ANN001, ANN202
+        seen.append(original(batch, plan))
+        width = len(batch.encoding.block())
+        held = [v for p, v in zip(batch.workload.products, plan.query_variances()) if any(batch.encoding.attribute in f.attributes for f in p.factors)]
+        expected = np.mean([np.sqrt(np.asarray(v).reshape(-1, width)[:, 1]).sum() for v in held]) * np.sqrt(2 / np.pi) / batch.scale
+        assert seen[-1] == pytest.approx(expected) and seen[-1] > 0
+        return seen[-1]
+
+    clipping.noise_slope = spy
+    try:
+        connection.cursor().execute("SELECT g, AVG(v) FROM t GROUP BY g", epsilon=1.0)
+        connection.cursor().execute("SELECT g, AVG(v) FROM t GROUP BY CUBE (g)", epsilon=1.0)
+    finally:
+        clipping.noise_slope = original
+    assert len(seen) == 2 and seen[0] > seen[1] / 2
