@@ -31,6 +31,7 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from functools import cache, partial  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from results_io import RESULTS, print_table  # noqa: E402
 
@@ -38,6 +39,7 @@ RECORD = RESULTS / "regress.json"
 TIME = 1.5  # a time may grow by this factor before it counts as worse
 RATIO = 1.01  # an accuracy ratio may grow by 1 %
 STARTUP_RUNS = 5
+FRESH_RUNS = 3
 RETRIES = 2  # a figure that looks worse is measured again, at most this many times, and judged on its best
 LATENCY_ROWS, LATENCY_EVENT_ROWS, LATENCY_REPEATS = 1_000_000, 500_000, 5
 SMALL_ROWS, SMALL_REPEATS = 10_000, 30
@@ -84,10 +86,10 @@ def accuracy_ratio(row_name: str, laplace: bool) -> float:
     return accuracy.planned_ratio(row, Privacy.laplace(1.0) if laplace else Privacy.zcdp(1.0))
 
 
-def startup_seconds(*arguments: str) -> float:
-    """CPU seconds of a fresh interpreter running ``python ARGUMENTS`` (the fastest of several runs)."""
+def startup_seconds(*arguments: str, runs: int = STARTUP_RUNS) -> float:
+    """CPU seconds of a fresh interpreter running ``python ARGUMENTS`` (the fastest of ``runs`` runs)."""
     spent = []
-    for _ in range(STARTUP_RUNS):
+    for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([sys.executable, *arguments], check=True, stdout=subprocess.DEVNULL)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -172,6 +174,42 @@ def fine_domain_seconds(case: str, kind: str) -> float:
     return float(fine_domains.dpsql_run(_fine_table(), fine_domains.CASES[case], kind)[2])
 
 
+FRESH_STATEMENT = """import duckdb, dpsql, sys
+connection = dpsql.connect(duckdb.connect(sys.argv[1]), budget=dpsql.Budget(epsilon=1e9), reuse=False)
+connection.register("t", None, schema={schema!r})
+connection.cursor().execute({sql!r}, epsilon=1.0).fetchall()
+"""
+
+
+@cache
+def _fine_file() -> str:
+    """A DuckDB file holding ``benchmarks/fine_domains.py``'s table of ``FINE_ROWS`` rows (removed at exit)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    import duckdb
+    import fine_domains
+
+    folder = tempfile.mkdtemp(prefix="dpsql-regress-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = str(Path(folder) / "fine.duckdb")
+    with duckdb.connect(path) as database:
+        fine_domains.generate(database, FINE_ROWS)
+    return path
+
+
+def fresh_quantiles_seconds(case: str) -> float:
+    """What a user meets: CPU seconds of a new interpreter that imports dpsql, connects to a DuckDB file,
+    registers ``benchmarks/fine_domains.py``'s table with ``case``'s income domain and runs its 99
+    quantiles — imports, planning and the read included (the fastest of ``FRESH_RUNS`` runs)."""
+    import fine_domains
+
+    schema = {"privacy_unit": None, "columns": {"income": fine_domains.CASES[case], "g": {"range": [0, 1]}}}
+    statement = FRESH_STATEMENT.format(schema=schema, sql=fine_domains.quantile_sql())
+    return startup_seconds("-c", statement, _fine_file(), runs=FRESH_RUNS)
+
+
 def wide_batch_seconds(width: int = 70, rows: int = 20_000) -> float:
     """A batch over ``width`` binary columns (more than one ``GROUPING()`` takes): x0 with every other column,
     and the total, through SQL (CPU s of a fresh connection's first run, DuckDB's threads included)."""
@@ -250,6 +288,8 @@ FIGURES: list[Figure] = [
     Figure("latency ÷ DuckDB: person-level k=3 (10 k rows)", partial(small_latency_ratio, "person-level (k=3)"), "×", TIME),
     Figure("first statement ÷ DuckDB bounding: person-level k=3 (5 M rows)", first_statement_ratio, "×", TIME),
     Figure("99 quantiles, cold: 1,024 bins (s CPU)", partial(fine_domain_seconds, "bins: 1,024", "quantiles"), "s", TIME),
+    Figure("99 quantiles, new process: 1,024 bins (s CPU)", partial(fresh_quantiles_seconds, "bins: 1,024"), "s", TIME),
+    Figure("99 quantiles, new process: range [0, 500000] (s CPU)", partial(fresh_quantiles_seconds, "range: [0, 500000]"), "s", TIME),
     Figure("99 quantiles, cold: range [0, 500000] (s CPU)", partial(fine_domain_seconds, "range: [0, 500000]", "quantiles"), "s", TIME),
     Figure("100 range counts, cold: range [0, 500000] (s CPU)", partial(fine_domain_seconds, "range: [0, 500000]", "ranges"), "s", TIME),
     Figure("batch over 70 binary columns, 70 statements (s CPU)", wide_batch_seconds, "s", TIME),

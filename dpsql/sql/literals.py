@@ -232,6 +232,13 @@ def _casts_to_itself(values: tuple[object, ...], data_type: exp.DataType) -> boo
     return False
 
 
+def _compares_as_itself(value: object, column_type: ColumnType) -> bool:
+    """Whether a range end or bin edge needs no check by the engine: a 32-bit integer compared with a signed
+    integer column of at least 32 bits is read as itself and compares without failing (as in
+    :func:`_casts_to_itself`; 1,025 bin edges took a constant query of 2,050 columns, 0.13 s)."""
+    return type(value) is int and column_type.data_type is not None and _casts_to_itself((value,), column_type.data_type)
+
+
 def _cast_in_engine(column: ColumnDomain, data_type: exp.DataType, where: str, run: Run, dialect: str) -> tuple[object, ...]:
     """The categories cast to the column's type by a constant ``SELECT`` (reads no table); refused when one
     does not cast, or changes a number."""
@@ -275,8 +282,9 @@ def _refuse_fractional_categories(column: ColumnDomain, column_type: ColumnType,
 
 def _compared(column: ColumnDomain, column_type: ColumnType) -> list[tuple[object, ColumnType]]:
     """The values a statement's SQL renders as literals for ``column``'s range ends, bin edges and bounds
-    (and their width), each with the type it is compared with (bounds: DOUBLE, as the clamp compares them)."""
-    compared = [(value, column_type) for value in column.values] if column.kind in ("range", "bins") else []
+    (and their width), each with the type it is compared with (bounds: DOUBLE, as the clamp compares them),
+    but for those that compare as themselves (:func:`_compares_as_itself`)."""
+    compared = [(v, column_type) for v in column.values if not _compares_as_itself(v, column_type)] if column.kind in ("range", "bins") else []
     if column.bounds is not None:
         low, high = (float(bound) for bound in column.bounds)
         compared += [(low, _DOUBLE), (high, _DOUBLE), (high - low, _DOUBLE)]  # the clamp's ends and the grid's width

@@ -15,7 +15,7 @@ offered for ordered attributes of at most ``MAX_SIZE`` cells; variances are exac
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -79,6 +79,57 @@ def spd_inverse(matrix: np.ndarray) -> np.ndarray:
     return np.where(np.tri(inverse.shape[0], dtype=bool), inverse, inverse.T)  # the lower triangle, mirrored
 
 
+def gram_inverse(rows: np.ndarray) -> np.ndarray:
+    """``(RᵀR)⁻¹`` for rows ``R`` most of which each lie within one pair of cells ``{2k, 2k+1}`` (the leaves
+    of a hierarchy, p-Identity's cell rows, ridge pairs of cell rows): their Gram ``D`` is block-diagonal
+    with 2 × 2 blocks, and the ``p`` other rows ``U`` add a rank-``p`` term, so by Woodbury
+    ``(D + UᵀU)⁻¹ = D⁻¹ − VᵀV`` with ``V = L⁻¹ U D⁻¹`` and ``LLᵀ = I + U D⁻¹ Uᵀ``: ``O(n p² + n² p)`` instead
+    of the ``O(n³)`` Cholesky inverse (n = 1,024, p = 70: about 15× less work). Falls back to
+    :func:`spd_inverse` when the local rows leave a block singular or the others are as many as the cells."""
+    n = rows.shape[1]
+    pair = np.arange(n) // 2
+    touched = rows != 0
+    rows, touched = rows[touched.any(axis=1)], touched[touched.any(axis=1)]  # a zero row adds nothing
+    first = touched.argmax(axis=1)
+    last = n - 1 - touched[:, ::-1].argmax(axis=1)
+    local = pair[first] == pair[last]
+    others = rows[~local]
+    if 2 * others.shape[0] >= n:
+        return spd_inverse(rows.T @ rows)
+    even = rows[local][:, 0 : n - n % 2 : 2]  # the local rows by pair: (rows, pairs) for the even and odd cell
+    odd = rows[local][:, 1 : n : 2]
+    a, b, c = (even * even).sum(axis=0), (even * odd).sum(axis=0), (odd * odd).sum(axis=0)
+    determinant = a * c - b * b
+    single = (rows[local][:, -1] ** 2).sum() if n % 2 else None
+    if np.any(determinant <= 1e-12 * np.maximum(a * c, np.finfo(float).tiny)) or (single is not None and single <= 0):
+        return spd_inverse(rows.T @ rows)
+    inverse = np.zeros((n, n))
+    cells = np.arange(0, n - n % 2, 2)
+    inverse[cells, cells], inverse[cells + 1, cells + 1] = c / determinant, a / determinant
+    inverse[cells, cells + 1] = inverse[cells + 1, cells] = -b / determinant
+    if single is not None:
+        inverse[n - 1, n - 1] = 1.0 / single
+    if not others.shape[0]:
+        return inverse
+    scaled = others.copy()  # U D⁻¹, one 2 × 2 block at a time
+    scaled[:, cells] = others[:, cells] * inverse[cells, cells] + others[:, cells + 1] * inverse[cells + 1, cells]
+    scaled[:, cells + 1] = others[:, cells] * inverse[cells, cells + 1] + others[:, cells + 1] * inverse[cells + 1, cells + 1]
+    if single is not None:
+        scaled[:, n - 1] = others[:, n - 1] * inverse[n - 1, n - 1]
+    from scipy.linalg import solve_triangular  # imported with spd_inverse's lapack
+
+    factor = np.linalg.cholesky(np.eye(others.shape[0]) + scaled @ others.T)
+    root = solve_triangular(factor, scaled, lower=True)
+    inverse -= root.T @ root
+    return inverse
+
+
+def _scaled_rows(levels: Sequence[np.ndarray], variances: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Every level's rows over the square root of its noise variance, stacked (``Σ_t⁻¹`` is their Gram);
+    an unmeasured level (infinite variance) adds none."""
+    return np.vstack([rows / np.sqrt(v) for rows, v in zip(levels, variances) if np.isfinite(v)])
+
+
 def _level_matrix(rows: np.ndarray) -> np.ndarray | csr_matrix:
     """A level's integer rows as floats (exact: small integers), sparse when the level has many rows (a
     hat covers ``2s − 1`` of the ``n`` cells): a product with it costs ``O(n)`` per column, not ``O(n · rows)``."""
@@ -88,12 +139,6 @@ def _level_matrix(rows: np.ndarray) -> np.ndarray | csr_matrix:
     from scipy import sparse  # loaded with scipy.optimize, which every plan's box trees import
 
     return sparse.csr_matrix(dense)
-
-
-def _gram(level: np.ndarray | csr_matrix) -> np.ndarray:
-    """``HᵀH`` of a :func:`_level_matrix`, dense (exact: sums of small integers)."""
-    gram = level.T @ level
-    return gram if isinstance(gram, np.ndarray) else gram.toarray()
 
 
 def _spread_mass(level: np.ndarray | csr_matrix, covariance: np.ndarray, weighted: np.ndarray) -> float:
@@ -119,8 +164,7 @@ class HatCovariance(DenseCovariance):
 
     @cached_property
     def _matrix(self) -> np.ndarray:
-        precision = sum(_gram(_level_matrix(rows)) / v for rows, v in zip(self.levels, self.level_variances))
-        return spd_inverse(precision)
+        return gram_inverse(_scaled_rows(self.levels, self.level_variances))
 
     def matrix(self) -> np.ndarray:
         return self._matrix
@@ -142,18 +186,18 @@ _SHARES_CACHE = caches.ArrayMemo(size=64)
 
 
 def _polished_shares(n: int, spacings: list[int], budgets: np.ndarray, gram: GramOperator, epsilon: float = 1.0) -> np.ndarray:
-    """Each round: ``Σ`` by one Cholesky inverse, the error ``tr(GΣ)`` and the recovery masses
+    """Each round: ``Σ`` by :func:`gram_inverse`, the error ``tr(GΣ)`` and the recovery masses
     ``tr(H_ℓᵀH_ℓ Σ G Σ)`` from ``GΣ`` (cumulative sums for prefixes and ranges) and products with the
     levels' sparse rows: no dense ``n × n × n`` product."""
-    levels = [_level_matrix(hat_rows(n, s)) for s in spacings]
-    grams = [_gram(level) for level in levels]
+    integer_levels = [hat_rows(n, s) for s in spacings]
+    levels = [_level_matrix(rows) for rows in integer_levels]
     magnitudes = np.array([magnitude(n, s) for s in spacings], dtype=float)
     budgets = _floored(budgets, epsilon)
     best, best_error = budgets, np.inf
     for _ in range(POLISH_STEPS + 1):
         with np.errstate(divide="ignore"):  # an unmeasured level (budget 0) has infinite variance
             variances = 2 * (magnitudes / budgets) ** 2
-        covariance = spd_inverse(sum(g / v for g, v in zip(grams, variances)))
+        covariance = gram_inverse(_scaled_rows(integer_levels, variances))
         weighted = np.ascontiguousarray(gram(covariance).T)  # ΣG (G and Σ are symmetric)
         error = float(np.trace(weighted))
         if error >= best_error:

@@ -41,6 +41,7 @@ MAX_ITERATIONS = 120  # L-BFGS-B iterations (n = 1024: about a second)
 SCALE_BITS = 16  # the real strategy (entries ≤ 1) is scaled by 2^16 before rounding
 MIN_LEAF_WEIGHT = 2.0**-8  # least weight of a cell's identity row in the released strategy
 GROUP = "p-identity rows"
+CHOLESKY_ENTRIES = 1 << 15  # larger systems of the objective are solved by Cholesky (see _spd_solve)
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,19 @@ class PairNoise:
         return self.size - self.size % 2
 
     def __matmul__(self, matrix: np.ndarray) -> np.ndarray:
+        return self._mixed(matrix, 0)
+
+    def right_of(self, matrix: np.ndarray) -> np.ndarray:
+        """``matrix @ N`` (columns mixed in pairs): ``(N matrixᵀ)ᵀ`` without transposing a copy."""
+        return self._mixed(matrix, 1)
+
+    def _mixed(self, matrix: np.ndarray, axis: int) -> np.ndarray:
+        """``matrix`` with its pairs of rows (``axis`` 0) or columns (1) mixed by the 2 × 2 blocks."""
         result = matrix.copy()
-        even, odd = matrix[0 : self.paired : 2], matrix[1 : self.paired : 2]
-        result[0 : self.paired : 2] = self.alpha * even + self.beta * odd
-        result[1 : self.paired : 2] = self.beta * even + self.alpha * odd
+        moved, mixed = np.moveaxis(matrix, axis, 0), np.moveaxis(result, axis, 0)
+        even, odd = moved[0 : self.paired : 2], moved[1 : self.paired : 2]
+        mixed[0 : self.paired : 2] = self.alpha * even + self.beta * odd
+        mixed[1 : self.paired : 2] = self.beta * even + self.alpha * odd
         return result
 
     def diagonal(self) -> np.ndarray:
@@ -129,14 +139,25 @@ class _ObjectiveTerms:
         self.cells = cell_noise or PairNoise(n)
         rows = row_noise or PairNoise(T.shape[0])
         self.c = c = 1.0 + T.sum(axis=0)
-        NT = self.cells @ T.T  # N Θᵀ
-        self.Y = np.linalg.solve(rows.dense() + T @ NT, NT.T)
+        NT = self.cells.right_of(T).T  # N Θᵀ = (Θ N)ᵀ, N symmetric
+        self.Y = _spd_solve(rows.dense() + T @ NT, NT.T)
         self.GCNT = gram(c[:, None] * NT)  # G C N Θᵀ
         partners = self.cells.partners()
         self.gcn_diagonal = (
             gram.diagonal * c * self.cells.diagonal() + gram.partner_entries(partners) * c[partners] * self.cells.offdiagonal()
         )
         self.value = float(np.sum(c * self.gcn_diagonal) - np.sum(self.Y.T * (c[:, None] * self.GCNT)))
+
+
+def _spd_solve(matrix: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``matrix⁻¹ right`` for the positive definite ``M + ΘNΘᵀ``: by Cholesky when ``right`` has more than
+    ``CHOLESKY_ENTRIES`` entries (n = 1,024, p = 70: 2.7× faster than LU), by LU below (the optimiser's path,
+    hence the strategy, of smaller designs is kept exactly as it was)."""
+    if right.size <= CHOLESKY_ENTRIES:
+        return np.linalg.solve(matrix, right)
+    from scipy.linalg import cho_factor, cho_solve  # loaded with scipy.optimize, which calls this
+
+    return cho_solve(cho_factor(matrix), right)
 
 
 def optimised_theta(layout: RangeLayout, start: np.ndarray) -> np.ndarray:
@@ -218,8 +239,7 @@ class StrategyCovariance(DenseCovariance):
 
     @cached_property
     def _matrix(self) -> np.ndarray:
-        dense = self.rows.astype(float)
-        return self.variance * hats.spd_inverse(dense.T @ dense)
+        return self.variance * hats.gram_inverse(self.rows.astype(float))
 
     def matrix(self) -> np.ndarray:
         return self._matrix

@@ -180,14 +180,15 @@ class DenseCovariance(OrderedCovariance):
     @cached_property
     def prefix_covariance(self) -> np.ndarray:
         """``K`` with a zero row and column in front (index 0 is the empty prefix), one row block of
-        ``Σ_t`` at a time: cumulative sums along each row, then a running sum down the rows."""
+        ``Σ_t`` at a time: cumulative sums along each row, then down the block's rows from the row above it."""
         n = self.size
         padded = np.empty((n + 1, n + 1))
         padded[0] = 0.0
         padded[:, 0] = 0.0
         for start, rows in self.row_blocks():
-            for row, sums in enumerate(np.cumsum(rows, axis=1), start=start):
-                np.add(padded[row, 1:], sums, out=padded[row + 1, 1:])
+            sums = np.cumsum(rows, axis=1)
+            np.cumsum(sums, axis=0, out=sums)
+            np.add(sums, padded[start, 1:], out=padded[start + 1 : start + 1 + rows.shape[0], 1:])
         return padded
 
     def trace(self, block: Block) -> float:

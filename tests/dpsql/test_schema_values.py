@@ -139,7 +139,8 @@ def test_literals_are_rendered_from_the_plain_value() -> None:
 
 def test_an_engine_that_rejects_a_declared_literal_refuses_it_at_register() -> None:
     """The range ends, bin edges and bounds go through the engine at register, one query per table: a
-    literal it cannot parse or reads as another number is refused then, naming the column."""
+    literal it cannot parse or reads as another number is refused then, naming the column. 32-bit integer
+    ends of a BIGINT column compare as themselves and are not asked."""
     schema = Schema.load({"columns": {"income": {"bins": [0, 1e305]}, "age": {"range": [17, 90], "bounds": [17, 90]}}})
     types = {"income": ColumnType.of("DOUBLE", "duckdb"), "age": ColumnType.of("BIGINT", "duckdb")}
     queries: list[str] = []
@@ -149,7 +150,7 @@ def test_an_engine_that_rejects_a_declared_literal_refuses_it_at_register() -> N
         return {name: np.array([value]) for name, value in duckdb.sql(sql).fetchnumpy().items()}
 
     check_literals(schema.columns, types, "t", run, "duckdb")
-    assert len(queries) == 1 and "CAST(NULL AS DOUBLE) < 1e+305" in queries[0] and "CAST(NULL AS BIGINT) < 90" in queries[0]
+    assert len(queries) == 1 and "CAST(NULL AS DOUBLE) < 1e+305" in queries[0] and "CAST(NULL AS BIGINT)" not in queries[0]
 
     def rejecting(sql: str) -> dict[str, np.ndarray]:
         if "1e+305" in sql:

@@ -201,6 +201,23 @@ def test_hat_levels_have_equal_integer_column_sums(size: int, spacing: int) -> N
     assert np.array_equal(rows.sum(axis=0), np.full(size, hats.magnitude(size, spacing)))
 
 
+@pytest.mark.parametrize("cells, others, paired", [(64, 6, True), (63, 6, True), (40, 3, False), (20, 12, False), (9, 0, True)])
+def test_gram_inverse_by_woodbury_equals_the_dense_inverse(cells: int, others: int, paired: bool) -> None:
+    """``(RᵀR)⁻¹`` for rows within pairs of cells (ridge pairs mix two, leaves one) and a few wide rows
+    equals the dense inverse; with as many wide rows as half the cells it takes the dense route."""
+    rng = np.random.default_rng(cells + others)
+    local = []
+    for first in range(0, cells, 2):
+        block = np.zeros((2, cells))
+        width = min(2, cells - first)
+        block[:, first : first + width] = rng.uniform(0.5, 3.0, (2, width)) * ([[1, 1], [1, -1]] if paired and width == 2 else np.eye(2)[:, :width])
+        local.append(block[: width if not paired else 2])
+    wide = np.where(rng.uniform(size=(others, cells)) < 0.3, rng.uniform(0.0, 40.0, (others, cells)), 0.0)
+    rows = np.vstack([*local, wide, np.zeros((1, cells))])[rng.permutation(sum(len(b) for b in local) + others + 1)]
+    expected = np.linalg.inv(rows.T @ rows)
+    assert np.allclose(hats.gram_inverse(rows), expected, rtol=1e-9, atol=1e-12 * np.abs(expected).max())
+
+
 def test_hat_variances_equal_brute_force_and_answers_are_exact() -> None:
     workload = range_workload(24)
     (candidate,) = hats.candidates(workload, Privacy.laplace(0.8), contributions=2)
