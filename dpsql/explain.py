@@ -138,8 +138,10 @@ def _shell_rows(prepared: Prepared) -> list[ExplainRow]:
 def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
     request, batch, decision = prepared.request, prepared.batch, prepared.decision
     rows = [ExplainRow("statement", str(i + 1), w, s.sql) for i, (s, w) in enumerate(zip(request.statements, request.weights))]
+    selecting = set(prepared.key_columns) if prepared.selection is not None else set()
     for name, column in batch.columns.items():
-        rows.append(ExplainRow("column", name, None, column.describe()))
+        detail = f"no declared domain: its keys are selected privately by this statement ({_see('selection')})"
+        rows.append(ExplainRow("column", name, None, detail if name in selecting else column.describe()))
     for name, derived in batch.derived.items():
         detail = (f"derived from {derived.source!r}: {derived.map.domain.size} cell(s), counts per {derived.source!r} cell "
                   f"summed into them before the noise ({_see('derived-column')})")

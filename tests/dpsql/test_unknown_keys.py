@@ -510,3 +510,16 @@ def test_a_cube_over_selected_keys_is_consistent_and_counts_the_whole_table(logs
     truth = _exact(frame, "SELECT browser, sex, COUNT(*) FROM logs GROUP BY browser, sex")
     assert {(b, s): n for b, s, g, n in exact if g == 0} == pytest.approx({k: float(v) for k, v in truth.items() if k[0] != "lynx"})
     assert [n for *_, g, n in exact if g == 3] == [pytest.approx(len(frame))]
+
+
+def test_explain_says_whether_a_columns_keys_are_selected_by_the_statement_or_released_earlier(adult_connection: dpsql.Connection) -> None:
+    """Before any key of ``browser`` is released, EXPLAIN says this statement selects them (it showed "1 released key(s)":
+    the placeholder of an empty key set); after, it counts the released keys."""
+    cursor = adult_connection.cursor()
+    sql = "SELECT browser, COUNT(*) FROM adult GROUP BY browser"
+    columns = [r for r in cursor.execute("EXPLAIN " + sql).fetchall() if r[0] == "column" and r[1] == "browser"]
+    assert columns == [("column", "browser", None, "no declared domain: its keys are selected privately by this statement (docs/glossary.md#selection)")]
+    released = len(cursor.execute(sql, epsilon=1.0).fetchall())
+    assert released >= 1
+    columns = [r for r in cursor.execute("EXPLAIN SELECT browser, sex, COUNT(*) FROM adult GROUP BY browser, sex").fetchall() if r[0] == "column" and r[1] == "browser"]
+    assert columns[0][3].startswith(f"{released} released key(s)")
