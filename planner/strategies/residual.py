@@ -25,6 +25,7 @@ import numpy as np
 from planner.budget import Sensitivity, discrete_variance, sample_noise, continuous_laplace_variance, optimal_budgets
 from planner.privacy import Privacy
 from planner.recovery import (
+    AttributeBasis,
     Bases,
     NonNegativityReport,
     Subset,
@@ -153,9 +154,11 @@ class CoefficientCandidate(Candidate):
         return float(sum(np.sum(self.masses[t] * variances[t]) for t in self.needed))
 
     def in_helmert_basis(self) -> bool:
-        """Whether every attribute uses the (unpadded) Helmert basis that ``planner.store`` keeps."""
+        """Whether every attribute uses the (unpadded) Helmert basis that ``planner.store`` keeps — itself, or a basis
+        equal to it: on an attribute of two cells the Fourier (Hadamard) basis is the Helmert basis, so a Fourier
+        measurement of binary attributes is kept like a marginal one."""
         domain = self.workload.domain
-        return all(self.bases[a] is helmert_basis(domain.size_of(a)) for a in domain.attributes)
+        return all(_same_basis(self.bases[a], helmert_basis(domain.size_of(a))) for a in domain.attributes)
 
     def kept_estimates(self, measurement: Measurement) -> tuple[CoefficientEstimate, ...] | None:
         """The GLS estimate of every coefficient this measurement estimates (relevant subsets)."""
@@ -371,3 +374,6 @@ def _cells(workload: Workload, attributes: Subset) -> int:
     return math.prod(workload.domain.shape(attributes))
 
 
+def _same_basis(basis: AttributeBasis, other: AttributeBasis) -> bool:
+    """The same orthonormal basis: the same cells, padding and integer rows."""
+    return basis is other or (basis.size == other.size and basis.padded == other.padded and np.array_equal(basis.rows, other.rows))

@@ -120,3 +120,32 @@ def test_nonnegative_answers_change_nothing_when_gls_is_already_positive() -> No
     assert report.negative_before == 0 and report.changed == 0
     for got, want in zip(answers.values, chosen.answer(measurement).values):
         np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("sizes", [(2, 2, 2, 2, 2), (2, 3, 2, 2)], ids=["binary", "one ternary"])
+def test_a_fourier_measurement_of_binary_attributes_is_kept_and_answers_alike_from_the_store(sizes: tuple[int, ...]) -> None:
+    """On two cells the Fourier (Hadamard) basis is the Helmert basis: a Fourier measurement of binary attributes is
+    kept as residual estimates, and the store answers the workload with the candidate's own GLS values and variances.
+    An attribute of three cells pads to four: another basis, nothing kept."""
+    from planner.store import MeasurementStore
+    from planner.strategies.fourier import fourier_candidate
+
+    domain = Domain({f"a{i}": n for i, n in enumerate(sizes)})
+    workload = Workload.marginals(domain, itertools.combinations(domain.attributes, 2))
+    candidate = fourier_candidate(workload, Privacy.laplace(1.0), Sensitivity(1))
+    rng = np.random.default_rng(5)
+    data = rng.integers(0, 50, size=domain.shape(domain.attributes))
+    required = {m: data.sum(axis=tuple(i for i, a in enumerate(domain.attributes) if a not in m)) for m in candidate.required_marginals()}
+    measurement = candidate.measure(required, rng=rng)
+    kept = candidate.kept_estimates(measurement)
+    if set(sizes) != {2}:
+        assert kept is None
+        return
+    store = MeasurementStore()
+    store.record("rows", kept)
+    assert all(store.covered("rows", workload))
+    own = candidate.answer(measurement)
+    stored = store.answer("rows", workload, range(len(workload.products)))
+    for index in range(len(workload.products)):
+        np.testing.assert_allclose(stored[index][0], own.values[index], rtol=1e-9, atol=1e-6)
+        np.testing.assert_allclose(stored[index][1], own.variances[index], rtol=1e-9)
