@@ -173,7 +173,7 @@ def _plan_rows(prepared: Prepared) -> list[ExplainRow]:
         value = prepared.cost.epsilon if prepared.cost.epsilon is not None else prepared.cost.rho
         kept = f"; {len(decision.kept)} of {len(batch.workload.products)} products answered from kept measurements" if decision.kept else ""
         rows.append(ExplainRow("cost", cost_name, float(value), f"charged once when executed{kept}"))
-        rows += plan_rows(decision.plan)
+        rows += plan_rows(decision.plan, _counted(prepared))
         rows += _balance_rows(prepared)
     rows += _query_rows(prepared)
     if decision.plan is not None:
@@ -200,8 +200,14 @@ def _see(anchor: str) -> str:
     return f"{GLOSSARY}#{anchor}"
 
 
-def plan_rows(plan: planner.Plan) -> list[ExplainRow]:
-    rows = [ExplainRow("strategy", plan.strategy_name, None, f"{plan.privacy}, {plan.contributions} row(s) per privacy unit")]
+def _counted(prepared: Prepared) -> str:
+    """What one privacy unit contributes to the data vector a plan measures: rows, or the (unit, group) pairs of
+    ``COUNT(DISTINCT unit)``."""
+    return "(unit, group) pair(s)" if prepared.batch.distinct is not None else "row(s)"
+
+
+def plan_rows(plan: planner.Plan, counted: str = "row(s)") -> list[ExplainRow]:
+    rows = [ExplainRow("strategy", plan.strategy_name, None, f"{plan.privacy}, {plan.contributions} {counted} per privacy unit")]
     budget_name = "epsilon" if plan.privacy.is_laplace else "rho"
     for group in plan.group_budgets():
         rows.append(ExplainRow("group", group.name, float(group.budget), f"its share of {budget_name} for {group.rows} measured row(s); noise variance {group.noise_variance:.6g}"))
@@ -326,13 +332,13 @@ def _thresholded_rows(prepared: Prepared) -> list[ExplainRow]:
         ExplainRow("selection", "threshold", float(rule.threshold), rule.describe()),
         ExplainRow("selection", "midpoint", float(rule.threshold), "a key whose rows reach about this many is released with probability 1/2"),
         ExplainRow("split", "key share", rule.key_share, f"the rest ({1 - rule.key_share:.0%}) for the queries over all keys; least objective {rule.objective:.4g} on the grid"),
-        ExplainRow("strategy", "per-key cells", None, f"{rule.key_privacy}, {rule.sensitivity} row(s) per privacy unit over a key's cells"),
+        ExplainRow("strategy", "per-key cells", None, f"{rule.key_privacy}, {rule.sensitivity} {_counted(prepared)} per privacy unit over a key's cells"),
         ExplainRow("group", "cells of every present key", float(key_budget), f"its share of {budget} for {rule.cells} measured row(s) per key; noise variance {rule.cell_variance:.6g}"),
         ExplainRow("keys", "considered", None, "withheld: the number of keys in the data is private"),
     ]
     plan = chosen.totals_plan  # type: ignore[attr-defined]
     if plan is not None:
-        rows += plan_rows(plan)
+        rows += plan_rows(plan, _counted(prepared))
     workload = prepared.batch.workload
     variances = {i: rule.answer_variances(workload.products[i], workload.domain.attributes) for i in chosen.per_key}  # type: ignore[attr-defined]
     if plan is not None:
@@ -377,7 +383,7 @@ class Explanation:
             named = repr(columns[0]) if len(columns) == 1 else "(" + ", ".join(columns) + ")"
             rows.append(ExplainRow("keys", "released", float(outcome.released), f"of {named}, newly selected and cached on the connection"))
         if outcome.plan is not None:
-            rows += plan_rows(outcome.plan) + error_rows(outcome.plan)
+            rows += plan_rows(outcome.plan, _counted(self.prepared)) + error_rows(outcome.plan)
         rows += [ExplainRow("clip", column, value, f"{detail} ({_see('clip')})") for column, value, detail in outcome.clip]
         return rows
 

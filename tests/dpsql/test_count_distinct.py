@@ -131,7 +131,7 @@ def test_laplace_variance_is_that_of_sensitivity_k(groups: int, sql: str, k: int
     rows = cursor.fetchall()
     bound = next(r for r in rows if r[:2] == ("bounding", "groups per unit"))
     assert bound[2] == k and f"L1 sensitivity {k}, L2 sensitivity √{k}" in bound[3]
-    assert next(r for r in rows if r[0] == "strategy")[3].endswith(f"{k} row(s) per privacy unit")
+    assert next(r for r in rows if r[0] == "strategy")[3].endswith(f"{k} (unit, group) pair(s) per privacy unit")  # one per group a unit is in, not its rows
     assert connection.budget_spent().epsilon == 0
     cursor.execute(sql, epsilon=0.5)
     variance = discrete_laplace_variance(k / 0.5)
