@@ -90,15 +90,15 @@ def design(table: Table, batch: CompiledBatch, privacy: planner.Privacy, keyed: 
             "for such statements"
         )
     assert batch.workload is not None
-    largest = planner.bound_levels(table.schema.max_rows_per_unit // fan_out)  # those of the bounded rows' levels
+    levels = planner.bound_levels(table.schema.max_rows_per_unit // fan_out)  # those of the bounded rows' levels
     weight = batch.scale * fan_out
     measurement = privacy.scaled(1 - CHOICE_SHARE)
-    for bound in (1, largest[-1]):  # the plan can be built for any bound in between: check the ends
+    for bound in (1, levels[-1]):  # the plan can be built for any bound in between: check the ends
         planner.identity_plan(batch.workload, measurement, bound * weight)
     unit_plan = planner.identity_plan(batch.workload, measurement, weight)
     noise = sum(float(np.sum(np.sqrt(v))) for v in unit_plan.query_variances()) * math.sqrt(2 / math.pi)
     penalty = noise / max(1, len(batch.workload.products)) / weight  # expected absolute noise per product and unit of bound, in rows
-    choice = planner.BoundChoice(privacy.scaled(CHOICE_SHARE), largest, penalty, fan_out)
+    choice = planner.BoundChoice(privacy.scaled(CHOICE_SHARE), levels, penalty, fan_out)
     choice.noise_parameter  # the noise can be drawn (checked here, before any read)
     return ChosenBound(choice, measurement, weight, batch.scale)
 
