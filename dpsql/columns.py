@@ -16,7 +16,7 @@ import bisect
 from abc import ABC, abstractmethod
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar, overload
 
 import numpy as np
@@ -89,22 +89,25 @@ class Floats(Column):
 
 @dataclass(frozen=True, eq=False)
 class Labels(Column):
-    """A group key: each row's cell number, read as that cell's label."""
+    """A group key: each row's cell number, read as that cell's label (``labels``: an object array, the
+    column's :func:`label_array`)."""
 
     cells: np.ndarray
-    labels: tuple[object, ...]
-    _lookup: np.ndarray = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        lookup = np.empty(len(self.labels), dtype=object)
-        lookup[:] = list(self.labels)  # element-wise: labels that are tuples stay whole
-        object.__setattr__(self, "_lookup", lookup)
+    labels: np.ndarray
 
     def __len__(self) -> int:
         return len(self.cells)
 
     def chunk(self, start: int, stop: int) -> list[object]:
-        return self._lookup[self.cells[start:stop]].tolist()
+        return self.labels[self.cells[start:stop]].tolist()
+
+
+def label_array(labels: Sequence[object]) -> np.ndarray:
+    """Labels as a read-only object array, element by element (labels that are tuples stay whole)."""
+    lookup = np.empty(len(labels), dtype=object)
+    lookup[:] = list(labels)
+    lookup.setflags(write=False)
+    return lookup
 
 
 @dataclass(frozen=True, eq=False)

@@ -127,15 +127,17 @@ class ResultSet(ResultFrames):
 def statement_result(
     statement: Statement,
     compiled: Sequence[CompiledQuery],
+    description: tuple[tuple[object, ...], ...],
     values: Sequence[Sequence[np.ndarray]],
     variances: Sequence[Sequence[np.ndarray]],
     ranks: Sequence[RankVariances | None] | None = None,
     chosen: Sequence[ChosenCells | None] | None = None,
     keep_excluded: bool = False,
 ) -> ResultSet:
-    """The result set of ``statement`` from each branch's compiled query and its products' answers (and,
-    per branch, the quantiles' rank variances when the plan gives them). GROUP BY cells the WHERE clause
-    excludes are rows only with ``keep_excluded`` (module doc). Without HAVING, ORDER BY, LIMIT or OFFSET the
+    """The result set of ``statement`` (whose PEP 249 ``description`` is given: it is public, computed once
+    per compiled statement) from each branch's compiled query and its products' answers (and, per branch,
+    the quantiles' rank variances when the plan gives them). GROUP BY cells the WHERE clause excludes are
+    rows only with ``keep_excluded`` (module doc). Without HAVING, ORDER BY, LIMIT or OFFSET the
     rows stay columns until read (:mod:`dpsql.columns`: a batch may release millions)."""
     shown = len(statement.names)
     branch_ranks = ranks if ranks is not None else [None] * len(compiled)
@@ -148,7 +150,6 @@ def statement_result(
         count = len(columns[0]) if columns else 0
         parts.append(tuple(Repeated(s.value, count) if isinstance(s, Constant) else columns[s] for s in branch.layout))
         error_parts.append(tuple(Repeated(None, count) if isinstance(s, Constant) else error_columns[s] for s in branch.layout))
-    description = _description(statement, compiled)
     ordered = statement.order_by or statement.limit is not None or statement.offset
     if not ordered and all(b.having is None for b in statement.branches):
         return ResultSet(description, ColumnRows([p[:shown] for p in parts]), ColumnRows([p[:shown] for p in error_parts]))
@@ -171,17 +172,11 @@ def _branch_columns(
     """One row per shown GROUP BY cell, in domain order, as columns (values, and their standard errors: None
     in key columns): hidden remainder cells left out, and the cells the WHERE clause excludes unless
     ``keep_excluded`` (they are known to be empty: not measurements). Numbers read clean (:func:`clean_number`)."""
-    shape = compiled.group_shape
-    cells = np.arange(compiled.group_cells)
-    key_cells = np.unravel_index(cells, shape) if shape else ()
-    shown = np.ones(len(cells), dtype=bool) if keep_excluded or not shape else ~compiled.structural_zeros.ravel()
-    for position, column in enumerate(compiled.group_columns):
-        hidden = compiled.group_domain(column).hidden_cells
-        if hidden:
-            shown &= ~np.isin(key_cells[position], hidden)
-    if compiled.unreleased is not None:  # tuples of jointly selected keys that were not released: not measurements
-        shown &= ~compiled.unreleased.ravel()
-    count = int(shown.sum())
+    key_cells = compiled.key_cells
+    shown = compiled.listed_cells  # a key set's remainder and unreleased key tuples are not measurements
+    if not keep_excluded and compiled.group_shape:
+        shown = shown & ~compiled.structural_zeros.ravel()
+    count = int(np.count_nonzero(shown))
     columns: list[Column] = []
     error_columns: list[Column] = []
     scale = compiled.scale
@@ -192,7 +187,7 @@ def _branch_columns(
         kind = kinds.item_kind(item)
         if kind is None:  # a group key
             position = compiled.group_columns.index(item.column)
-            labels = compiled.group_domain(item.column).labels()
+            labels = compiled.key_labels[position]
             columns.append(Labels(key_cells[position][shown].astype(np.min_scalar_type(len(labels))), labels))
             error_columns.append(Repeated(None, count))
             continue
@@ -277,7 +272,7 @@ def output_columns(
     return tuple(described)
 
 
-def _description(statement: Statement, compiled: Sequence[CompiledQuery]) -> tuple[tuple[object, ...], ...]:
+def description_of(statement: Statement, compiled: Sequence[CompiledQuery]) -> tuple[tuple[object, ...], ...]:
     """PEP 249 ``description``: (name, type_code, display_size, internal_size, precision, scale, null_ok)."""
     return tuple((c.name, c.type_code, None, None, None, None, c.null_ok) for c in output_columns(statement, compiled))
 

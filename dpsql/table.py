@@ -7,6 +7,7 @@ source has the column (:func:`matching_columns`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -33,6 +34,11 @@ class Table:
     def declared_columns(self) -> dict[str, ColumnDomain]:
         """The columns with a declared domain: their domain tests decide which rows every statement counts."""
         return {c.name: c for c in self.schema.columns if c.is_known and c.name in self.column_types}
+
+    @functools.cached_property
+    def has_undeclared_columns(self) -> bool:
+        """Whether some column has no declared domain (its keys, if grouped by, are selected privately)."""
+        return any(not self.schema.column(name).is_known for name in self.column_types)
 
     @property
     def fan_out(self) -> int:

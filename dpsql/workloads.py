@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from dpsql.result import ResultSet, statement_result
+from dpsql.result import ResultSet, description_of, statement_result
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.compile import MAX_RELEASED_ROWS, CellFilter, CompiledQuery, DerivedAttribute, compile_query, released_rows, statement_counts
 from dpsql.sql import kinds
@@ -45,6 +45,11 @@ class CompiledStatement:
     branches: tuple[CompiledQuery, ...]
     first_products: tuple[int, ...]  # per branch: index of its first product in the merged workload
     weight: float
+
+    @functools.cached_property
+    def description(self) -> tuple[tuple[object, ...], ...]:
+        """PEP 249 ``description`` of the statement's result (public: computed once per compiled statement)."""
+        return description_of(self.statement, self.branches)
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,7 @@ class CompiledBatch:
                 per_branch_chosen.append(None if not chosen else functools.partial(self._chosen_cells, chosen, first))
             results.append(
                 statement_result(
-                    compiled.statement, compiled.branches, per_branch_values, per_branch_variances, per_branch_ranks,
+                    compiled.statement, compiled.branches, compiled.description, per_branch_values, per_branch_variances, per_branch_ranks,
                     keep_excluded=self.excluded_cells == "zeros", chosen=per_branch_chosen,
                 )
             )
@@ -257,5 +262,7 @@ def _rows_in_order_of(values: np.ndarray, own: Product, merged: Product) -> np.n
     """A merged product's answers in the row order of the branch's own product: the merged domain may
     order attributes differently (``GROUP BY race, sex`` after ``GROUP BY sex, race``), and a product's
     rows follow the Kronecker order of its factors, which the domain sorts."""
+    if own.factors == merged.factors:
+        return np.asarray(values)
     order = [merged.factors.index(factor) for factor in own.factors]
     return np.asarray(values).reshape(merged.row_shape).transpose(order).reshape(-1)

@@ -41,6 +41,10 @@ class Domain:
         object.__setattr__(self, "sizes", size_values)
         object.__setattr__(self, "ordered", ordered_set)
         object.__setattr__(self, "_positions", {name: i for i, name in enumerate(attributes)})  # not a field
+        object.__setattr__(self, "_hash", hash((attributes, size_values, ordered_set)))  # not a field: a key of many caches
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
 
     @property
     def size(self) -> int:

@@ -157,9 +157,12 @@ class MeasurementStore:
         if kept is None:
             return (False,) * len(workload.products)
         return tuple(
-            self._compatible(kept, p)
-            and all(workload.domain.size_of(a) <= MAX_BASIS_SIZE for a in p.attributes)
-            and all(_canonical(t)[0] in kept.coefficients for t in relevant_subsets(p))
+            p in kept.answered  # answered since the last measurement: covered (a repeated batch asks only this)
+            or (
+                self._compatible(kept, p)
+                and all(workload.domain.size_of(a) <= MAX_BASIS_SIZE for a in p.attributes)
+                and all(_canonical(t)[0] in kept.coefficients for t in relevant_subsets(p))
+            )
             for p in workload.products
         )
 

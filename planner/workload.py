@@ -313,6 +313,13 @@ class Product:
         object.__setattr__(self, "factors", tuple(kept))
 
     @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.domain, self.factors, self.weight))
+
+    def __hash__(self) -> int:  # computed once: products key the planner's caches and the kept measurements
+        return self._hash
+
+    @functools.cached_property
     def attributes(self) -> tuple[str, ...]:
         """The attributes this product reads, in domain order: the marginal it needs."""
         return self.domain.canonical(a for f in self.factors for a in f.attributes)

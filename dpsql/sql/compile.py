@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsql.columns import label_array
 from dpsql.errors import DataError, NotSupportedError, ProgrammingError
 from dpsql.schema import ColumnDomain, Schema
 from dpsql.sql.derived import CaseWhen, Derived, DerivedMap, derived_map
@@ -132,13 +134,40 @@ class CompiledQuery:
         """The domain a GROUP BY entry's rows show: its column's, or a derived column's values."""
         return self.derived[name].map.domain if name in self.derived else self.columns[name]
 
-    @property
+    @functools.cached_property
     def group_shape(self) -> tuple[int, ...]:
         return tuple(self.group_domain(c).size for c in self.query.group_by)
 
-    @property
+    @functools.cached_property
     def group_cells(self) -> int:
         return math.prod(self.group_shape)
+
+    @functools.cached_property
+    def key_cells(self) -> tuple[np.ndarray, ...]:
+        """Each GROUP BY column's cell index of every GROUP BY cell (C order); read-only, computed once."""
+        cells = np.unravel_index(np.arange(self.group_cells), self.group_shape) if self.group_shape else ()
+        for axis in cells:
+            axis.setflags(write=False)
+        return tuple(cells)
+
+    @functools.cached_property
+    def key_labels(self) -> tuple[np.ndarray, ...]:
+        """Each GROUP BY column's cell labels as an object array (:func:`dpsql.columns.label_array`), computed once."""
+        return tuple(label_array(self.group_domain(c).labels()) for c in self.group_columns)
+
+    @functools.cached_property
+    def listed_cells(self) -> np.ndarray:
+        """The GROUP BY cells a result may show, before the WHERE clause's exact zeros are taken out: all
+        but a key set's remainder and the key tuples a joint selection did not release (read-only)."""
+        listed = np.ones(self.group_cells, dtype=bool)
+        for position, column in enumerate(self.group_columns):
+            hidden = self.group_domain(column).hidden_cells
+            if hidden:
+                listed &= ~np.isin(self.key_cells[position], hidden)
+        if self.unreleased is not None:
+            listed &= ~self.unreleased.ravel()
+        listed.setflags(write=False)
+        return listed
 
     def describe(self) -> str:
         lines = [f"table {self.query.table}: {self.contributions} row(s) per privacy unit after bounding"]
