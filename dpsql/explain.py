@@ -293,23 +293,50 @@ def _staged_rows(prepared: Prepared) -> list[ExplainRow]:
     """Selection in stages (``planner.staged_selection``): the split of the budget and of δ, each stage's threshold."""
     selection = prepared.selection
     assert selection is not None and selection.staged is not None
-    staged, cost = selection.staged.stages, prepared.cost  # type: ignore[attr-defined]
+    staged, measured, cost = selection.staged.stages, selection.staged.measured, prepared.cost  # type: ignore[attr-defined]
     name, value = ("epsilon", cost.epsilon) if cost.epsilon is not None else ("rho", cost.rho)
     first = staged.first[0]
     columns = ", ".join(prepared.key_columns)
-    largest = staged.second(staged.max_cells)
-    return [
+    rows = [
         ExplainRow("keys", "staged", float(len(prepared.key_columns)), f"({columns}): each column's keys selected first, then one column over the others' released keys"),
         ExplainRow("bounds", "keys", float(selection.bounds.max_groups_per_unit), selection.bounds.describe()),
-        ExplainRow("cost", name, float(value), "charged once when executed: the two stages' sum (sequential composition)"),
-        ExplainRow("cost", "selection delta", float(cost.delta), "the first stage's spent δ plus the δ reserved for the second"),
-        ExplainRow("split", "first stage share", staged.share, staged.describe()),
-        ExplainRow("selection", "first stage threshold", float(first.threshold), f"per column: a key whose noisy total reaches it is released ({first.describe()})"),
-        ExplainRow(
-            "selection", "second stage threshold", None,
+    ]
+    if measured is None:
+        largest = staged.second(staged.max_cells)
+        second = (
             f"for keys of |X| cells, chosen after the first stage ({staged.second(1).threshold} for 1 cell, {largest.threshold} for "
-            f"{staged.max_cells}); every released key's cells are its noisy counts at {staged.second_privacy}",
-        ),
+            f"{staged.max_cells}); every released key's cells are its noisy counts at {staged.second_privacy}"
+        )
+        rows += [
+            ExplainRow("cost", name, float(value), "charged once when executed: the two stages' sum (sequential composition)"),
+            ExplainRow("cost", "selection delta", float(cost.delta), "the first stage's spent δ plus the δ reserved for the second"),
+        ]
+    else:
+        second = (
+            f"a key of the column selected again is released when its noisy total reaches it ({measured.second.describe()}); the statement "
+            "is then measured over every tuple of the released keys, tuples not released hidden"
+        )
+        counting, spent = measured.count_privacy, staged.privacy
+        rows += [
+            ExplainRow("cost", name, float(value), "charged once when executed: the stages' and the measurement's sum (sequential composition)"),
+            ExplainRow("cost", f"selection {name}", float(spent.epsilon if spent.is_laplace else spent.rho), "the two stages, selecting keys only"),
+            ExplainRow("cost", "selection delta", float(cost.delta), "the first stage's spent δ plus the δ reserved for the second"),
+            ExplainRow("cost", f"measurement {name}", float(counting.epsilon if counting.is_laplace else counting.rho), "the statement's cells over the released keys"),
+            ExplainRow("split", "selection fraction", measured.fraction, measured.describe()),
+        ]
+    stages = staged.describe() if measured is None else (
+        f"of the selection's {staged.privacy}: stage 1 selects each of the {len(staged.first)} columns' keys from its noisy totals at "
+        f"{first.key_privacy}; stage 2, at {staged.second_privacy} and δ ≤ {staged.second_delta:.3g}, the column whose released keys "
+        "hold the fewest rows from its keys' noisy totals"
+    )
+    return rows + [
+        ExplainRow("split", "first stage share", staged.share, stages),
+        ExplainRow("selection", "first stage threshold", float(first.threshold), f"per column: a key whose noisy total reaches it is released ({first.describe()})"),
+        ExplainRow("selection", "second stage threshold", float(measured.second.threshold) if measured is not None else None, second),
+        *(() if measured is None else (
+            ExplainRow("counts", "counting", measured.count_variance, "noise variance of one count measured alone at the measurement's share"),
+            ExplainRow("strategy", "chosen after selection", None, "the cells are planned for the released keys (the plan is reported after execution)"),
+        )),
         ExplainRow("keys", "considered", None, "withheld: the number of keys in the data is private"),
     ]
 

@@ -427,15 +427,11 @@ def _refusals(session: Session, draft: Draft) -> Draft:
             f"GROUP BY {keyed} (or SELECT DISTINCT) without an aggregate: column {keyed!r} has no declared domain, so its keys "
             "are released only with their noisy counts: add COUNT(*), or declare its categories, range or bins"
         )
-    several = draft.selecting and bool(draft.joint or draft.public)  # one column's keys are selected beside SUM/AVG, not tuples
-    if batch.encoding is not None and (several or batch.encoding.clip_base):
-        why = "clip: auto chooses its clip from the rows of declared domains only" if not several else (
-            "keys of several columns are selected by COUNT(*) statements: run SELECT "
-            f"{keyed}, COUNT(*) … GROUP BY {keyed} first, then aggregate over its released keys"
-        )
+    if batch.encoding is not None and batch.encoding.reads_index:
         raise NotSupportedError(
-            f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported here: {why}; "
-            "or declare its categories, range or bins"
+            f"SUM/AVG/VARIANCE/STDDEV with column {keyed!r}, which has no declared domain, is not supported here: clip: auto "
+            "and bounds: auto choose their clips from the rows of declared domains only; declare the aggregated column's "
+            f"bounds, or the categories, range or bins of {keyed!r}"
         )
     if batch.distinct is not None and (draft.joint or draft.public or batch.distinct.group != (keyed,)):
         raise NotSupportedError(

@@ -58,12 +58,14 @@ from planner import (
     PartitionSelectionImpossibleError,
     Product,
     StagedSelection,
+    StagedSplit,
     Workload,
     design_keyed_release,
     design_staged_selection,
     marginal_for,
     selected_variances,
     split,
+    split_staged_selection,
 )
 
 MAX_KEYED_OTHER_CELLS = 1 << 16  # a statement selecting keys reads every (key, other cells) count
@@ -129,20 +131,23 @@ def design(
     bounds = keys.KeyBounds.of(table.schema)
     if public:
         bounds = dataclasses.replace(bounds, max_rows_per_group=min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group))
-    moments = batch.encoding is not None  # a moment cell weighs up to ``scale`` per row: only the split measures it
+    moments = batch.encoding is not None  # a moment cell weighs up to ``scale`` per row: the stages or the split select, the rest measures
     if batch.distinct is not None:  # prepare's refusals left one column grouped alone
         return Selection(column, bounds, None, _distinct_units(workload, batch.distinct.contributions, privacy, delta, bounds))
     try:
-        staged = _staged(session, table, workload, columns, others, privacy, delta, bounds) if not public and not moments else None
+        staged = _staged(session, table, workload, columns, others, privacy, delta, bounds, moments) if not public else None
         if staged is not None:
+            if staged.measured is not None:
+                _check_counting(workload, staged.measured.count_privacy, table.schema.contributions * batch.scale)
             return Selection(column, bounds, None, None, staged)
         thresholded = None if moments else _thresholded(session, table, workload, columns, others, privacy, bounds, delta)
         if thresholded is not None:
             return Selection(column, bounds, None, thresholded)
         if public:
+            what = "COUNT(*) and aggregates" if not moments else "COUNT(*) (not SUM/AVG/VARIANCE/STDDEV) and aggregates"
             raise NotSupportedError(
-                f"GROUP BY {named}: its keys are selected over other columns' released keys only for COUNT(*) and "
-                f"aggregates that group by {named} or sum over it; select {named}'s keys in a statement of their own first"
+                f"GROUP BY {named}: its keys are selected over other columns' released keys only for {what} that group by "
+                f"{named} or sum over it; select {named}'s keys in a statement of their own first"
             )
         if len(columns) > 1:
             raise NotSupportedError(joint_refusal(columns))
@@ -153,11 +158,16 @@ def design(
         raise ProgrammingError(f"the statement's budget is too small to add exact noise ({error}); use a larger budget") from error
     except ValueError as error:
         raise ProgrammingError(f"GROUP BY {named}: cannot design partition selection: {error}") from error
-    try:  # the fallback for counting over any released keys: its noise depends on the budget alone
-        planner.identity_plan(workload, chosen.count_privacy, table.schema.contributions * batch.scale)  # type: ignore[arg-type]
+    _check_counting(workload, chosen.count_privacy, table.schema.contributions * batch.scale)  # type: ignore[arg-type]
+    return Selection(column, bounds, chosen, None)
+
+
+def _check_counting(workload: Workload, privacy: planner.Privacy, contributions: int) -> None:
+    """The fallback for counting over any released keys can be built: its noise depends on the budget alone."""
+    try:
+        planner.identity_plan(workload, privacy, contributions)
     except NoiseParameterError as error:
         raise ProgrammingError(f"the statement's counting budget is too small to add exact noise ({error}); use a larger budget") from error
-    return Selection(column, bounds, chosen, None)
 
 
 def joint_refusal(columns: tuple[str, ...]) -> str:
@@ -200,10 +210,14 @@ def _without(product: Product, columns: tuple[str, ...], domain: Domain) -> Prod
 class StagedDesign:
     """Selection in stages (``planner.staged_selection``): the stages' budgets and thresholds, and — when every query
     groups by all the columns or by none — the thresholded design of the tuples the second stage falls back on when
-    a column to be public released no key."""
+    a column to be public released no key. With SUM/AVG/VARIANCE/STDDEV (``measured``): the stages select keys only, at
+    the planner's share of the budget, and the rest measures the statement over the released keys
+    (:func:`_release_measured_stages`); ``fallback`` says whether every query groups by all the columns or by none."""
 
     stages: StagedSelection
     tuples: ThresholdedDesign | None
+    measured: StagedSplit | None = None
+    fallback: bool = False
 
 
 def _by_key_or_not(product: Product, columns: tuple[str, ...]) -> bool:
@@ -217,13 +231,18 @@ def _by_key_or_not(product: Product, columns: tuple[str, ...]) -> bool:
 
 def _staged(
     session: Session, table: Table, workload: Workload, columns: tuple[str, ...], others: Domain, privacy: planner.Privacy, delta: float,
-    bounds: keys.KeyBounds,
+    bounds: keys.KeyBounds, moments: bool,
 ) -> StagedDesign | None:
     """The staged design for several columns whose every query groups by each of them or sums over it (subtotals
-    included); None otherwise, or when δ is too small to split over the stages."""
+    included); None otherwise, or when δ is too small to split over the stages (with ``moments``, the statement's
+    SUM/AVG/VARIANCE/STDDEV measured over the released keys: ValueError then)."""
     if len(columns) < 2 or not all(_by_key_or_not(p, columns) for p in workload.products):
         return None
     sensitivity = min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group)
+    if moments:
+        measured = split_staged_selection(privacy, delta, len(columns), bounds.max_groups_per_unit, sensitivity, table.schema.contributions)
+        fallback = all(_key_kind(p, columns) != "other" for p in workload.products)
+        return StagedDesign(measured.stages, None, measured, fallback)
     try:
         cells = max(MAX_STAGED_CELLS, others.size)  # the public keys' product is cut to this after the first stage
         stages = design_staged_selection(privacy, delta, len(columns), bounds.max_groups_per_unit, sensitivity, cells)
@@ -291,7 +310,8 @@ def _distinct_units(workload: Workload, contributions: int, privacy: planner.Pri
 def cost(selection: Selection) -> Cost:
     """The ledger charge of a selecting statement: its measurement's privacy plus the selection's (ε, δ) part."""
     if isinstance(selection.staged, StagedDesign):
-        return cost_of(selection.staged.stages.privacy, 0.0, selection.staged.stages.delta)
+        staged = selection.staged
+        return cost_of(staged.stages.privacy if staged.measured is None else staged.measured.privacy, 0.0, staged.stages.delta)
     if selection.thresholded is not None:
         release = selection.thresholded.release
         return cost_of(release.privacy, 0.0, release.delta)
@@ -319,16 +339,25 @@ def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Re
     if selection.thresholded is not None:
         return _release_thresholded(session, prepared, selection.thresholded, histogram)
     chosen = selection.split
-    assert chosen is not None
+    assert chosen is not None and chosen.count_privacy is not None
     released = _remember(session, prepared, keys.select_keys(histogram, chosen.primitive, testing.random_source()))
-    batch = recompiled(prepared, released)
+    return _measured_over(session, prepared, recompiled(prepared, released), histogram, released, chosen.count_privacy, len(released[0]))
+
+
+def _measured_over(
+    session: Session, prepared: Prepared, batch: CompiledBatch, histogram: KeyHistogram, released: tuple[KeySet, ...],
+    privacy: planner.Privacy, count: int,
+) -> Released:
+    """The statement measured over the released key sets (``batch``, compiled over them) at ``privacy``, by the planner's
+    plan for them: every row of the read in its cell — a released key's, else the column's remainder — so queries summing
+    over a key column count every row. ``count``: the keys (or tuples) released."""
     if batch.workload is None or _nothing_to_count(batch, prepared.key_columns, released):
-        return Released(batch, None, len(released[0]), None)
+        return Released(batch, None, count, None)
     full = keys.over_domain(keys.table_over_keys(histogram, released), prepared.key_columns, batch.workload.domain)
-    plan = _counting_plan(session, batch.workload, chosen.count_privacy, prepared.contributions * batch.scale)  # type: ignore[arg-type]
+    plan = _counting_plan(session, batch.workload, privacy, prepared.contributions * batch.scale)
     required = {m: marginal_for(batch.workload.domain, {batch.workload.domain.attributes: full}, m) for m in plan.required_marginals()}
     measurement = plan.measure(required, rng=testing.random_source(), noise=testing.noise_enabled())
-    return Released(batch, plan.answer(measurement), len(released[0]), plan)
+    return Released(batch, plan.answer(measurement), count, plan)
 
 
 def _remember(session: Session, prepared: Prepared, released: tuple[Key, ...]) -> tuple[KeySet, ...]:
@@ -339,9 +368,15 @@ def _remember(session: Session, prepared: Prepared, released: tuple[Key, ...]) -
     types = [prepared.table.column_types[c] for c in columns]
     sets = (KeySet.of(released, types[0]),) if len(columns) == 1 else keys.projections(released, types)  # type: ignore[arg-type]
     for column, key_set in zip(columns, sets):
-        if len(key_set) and session.keys.get(prepared.table, column) is None:
-            session.keys.put(prepared.table, column, key_set)
+        _cache(session, prepared, column, key_set)
     return sets
+
+
+def _cache(session: Session, prepared: Prepared, column: str, key_set: KeySet) -> None:
+    """Keep a column's released keys for later statements, unless it has a cached set (an empty set is not cached: a
+    later statement selects afresh)."""
+    if len(key_set) and session.keys.get(prepared.table, column) is None:
+        session.keys.put(prepared.table, column, key_set)
 
 
 def _public_axes(prepared: Prepared) -> tuple[int, ...]:
@@ -357,10 +392,10 @@ def _nothing_to_count(batch: CompiledBatch, columns: tuple[str, ...], released: 
     return not len(released[0]) and all(set(columns) & set(b.group_columns) for s in batch.statements for b in s.branches)
 
 
-def recompiled(prepared: Prepared, released: tuple[KeySet, ...], tuples: tuple[Key, ...] = ()) -> CompiledBatch:
+def recompiled(prepared: Prepared, released: tuple[KeySet, ...], tuples: tuple[Key, ...] | None = ()) -> CompiledBatch:
     """The request compiled over the released keys (it compiled over the stand-in keys, so it compiles); for
-    jointly selected columns, the cells of tuples that were not released (``tuples``: those that were) are
-    marked unreleased in every branch grouping by them, never shown."""
+    jointly selected columns, the cells of tuples that were not released (``tuples``: those that were; None: every
+    tuple of the released key sets' product) are marked unreleased in every branch grouping by them, never shown."""
     columns = prepared.key_columns
     schema = prepared.table.schema
     domains = tuple(k.domain(c) for k, c in zip(released, columns)) + tuple(k.domain(c) for c, k in prepared.public)
@@ -372,7 +407,7 @@ def recompiled(prepared: Prepared, released: tuple[KeySet, ...], tuples: tuple[K
         excluded_cells=prepared.batch.excluded_cells,
     )
     columns = prepared.key_columns
-    if len(columns) == 1:
+    if len(columns) == 1 or tuples is None:
         return batch
     cells_of = [k.cells() for k in released]
     statements = []
@@ -469,26 +504,14 @@ def _release_staged(session: Session, prepared: Prepared, staged: StagedDesign, 
     the column whose released keys hold the fewest rows selected again over the others' released keys (public
     now, and cached), by the one-column thresholded design for its keys' number of cells — the queries summing over
     it measured over the public keys. Total: no key at all releases nothing and answers over nothing."""
-    columns, rng, noise, stages = prepared.key_columns, testing.random_source(), testing.noise_enabled(), staged.stages
-    first: list[tuple[tuple[str | None, ...], np.ndarray]] = []  # per column: its released keys, by noisy total (largest first)
-    for position, rule in enumerate(stages.first):
-        texts, totals = _column_totals(histogram, position)
-        noisy, kept = rule.release(totals.reshape(-1, 1), rng=rng, noise=noise)
-        order = sorted(np.flatnonzero(kept), key=lambda i: (-int(noisy[i, 0]), key_order(texts[i])))
-        first.append((tuple(texts[i] for i in order), noisy[order, 0]))
-    masses = [int(totals.sum()) for _, totals in first]
-    selected = masses.index(min(masses))
+    if staged.measured is not None:
+        return _release_measured_stages(session, prepared, staged, histogram)
+    columns, stages = prepared.key_columns, staged.stages
+    first, selected = _first_stage(stages, histogram.keys, _rows_per_key(histogram, 1))
     at = [i for i in range(len(columns)) if i != selected]
     if staged.tuples is not None and any(not first[i][0] for i in at):  # a column to be public released no key: tuples
         return _release_thresholded(session, prepared, staged.tuples, histogram)
-    domain = prepared.batch.workload.domain  # type: ignore[union-attr]
-    declared = math.prod(s for a, s in zip(domain.attributes, domain.sizes) if a not in columns)
-    counts = _fitting([len(first[i][0]) for i in at], max(1, stages.max_cells // declared))
-    types = prepared.table.column_types
-    public = tuple((columns[i], KeySet.of(first[i][0][:n], types[columns[i]])) for i, n in zip(at, counts))
-    for column, key_set in public:
-        if len(key_set) and session.keys.get(prepared.table, column) is None:
-            session.keys.put(prepared.table, column, key_set)
+    public = _public_keys(session, prepared, first, at, stages.max_cells)
     stage = dataclasses.replace(prepared, keyed=columns[selected], joint=(), public=public)
     reordered = KeyHistogram(
         tuple((k[selected], *(k[i] for i in at)) for k in histogram.keys), histogram.units, histogram.counts, histogram.remainder  # type: ignore[index]
@@ -510,14 +533,88 @@ def _release_staged(session: Session, prepared: Prepared, staged: StagedDesign, 
     return _release_thresholded(session, stage, design, regrouped)
 
 
+def _release_measured_stages(session: Session, prepared: Prepared, staged: StagedDesign, histogram: KeyHistogram) -> Released:
+    """SUM/AVG/VARIANCE/STDDEV grouped by several columns without declared domain (``planner.split_staged_selection``):
+    the stages select keys from the rows each key holds (the moment cells summed back to rows) — each column's keys
+    from its noisy totals, then the column whose released keys hold the fewest rows from its keys' totals alone, or,
+    when a column to be public released no key and every query groups by all of them or by none, the key tuples from
+    theirs — and the statement is measured over the product of the released key sets (tuples not released hidden)
+    with the rest of the budget. Total: no key at all releases nothing and answers over nothing."""
+    measured, columns = staged.measured, prepared.key_columns
+    assert measured is not None
+    rng, noise = testing.random_source(), testing.noise_enabled()
+    rows = _rows_per_key(histogram, prepared.batch.scale)
+    first, selected = _first_stage(staged.stages, histogram.keys, rows)
+    at = [i for i in range(len(columns)) if i != selected]
+    declared = _declared_cells(prepared)
+    if staged.fallback and any(not first[i][0] for i in at):  # a column to be public released no key: tuples
+        noisy, kept = measured.second.release(rows.reshape(-1, 1), rng=rng, noise=noise)
+        kept = _within_product_limit(histogram.keys, noisy[:, 0], kept, declared)
+        tuples = tuple(k for k, keep in zip(histogram.keys, kept) if keep)
+        released = _remember(session, prepared, tuples)
+        return _measured_over(session, prepared, recompiled(prepared, released, tuples), histogram, released, measured.count_privacy, len(tuples))
+    public = dict(_public_keys(session, prepared, first, at, max(MAX_STAGED_CELLS, declared)))
+    texts, totals = _column_totals(histogram.keys, rows, selected)
+    noisy, kept = measured.second.release(totals.reshape(-1, 1), rng=rng, noise=noise)
+    cells = declared * math.prod(len(k) + 1 for k in public.values())
+    kept = _within_product_limit(tuple((t,) for t in texts), noisy[:, 0], kept, cells)
+    column = columns[selected]
+    chosen = KeySet.of([t for t, keep in zip(texts, kept) if keep], prepared.table.column_types[column])
+    _cache(session, prepared, column, chosen)
+    released = tuple(chosen if c == column else public[c] for c in columns)
+    count = math.prod(len(k) for k in released)
+    return _measured_over(session, prepared, recompiled(prepared, released, None), histogram, released, measured.count_privacy, count)
+
+
+def _first_stage(stages: StagedSelection, tuples: tuple[Key, ...], rows: np.ndarray) -> tuple[list[tuple[tuple[str | None, ...], np.ndarray]], int]:
+    """Each column's keys released from their noisy totals of ``rows`` (per key tuple), largest first, and the position
+    of the column whose released keys hold the fewest rows by those totals (the first on a tie)."""
+    rng, noise = testing.random_source(), testing.noise_enabled()
+    first: list[tuple[tuple[str | None, ...], np.ndarray]] = []
+    for position, rule in enumerate(stages.first):
+        texts, totals = _column_totals(tuples, rows, position)
+        noisy, kept = rule.release(totals.reshape(-1, 1), rng=rng, noise=noise)
+        order = sorted(np.flatnonzero(kept), key=lambda i: (-int(noisy[i, 0]), key_order(texts[i])))
+        first.append((tuple(texts[i] for i in order), noisy[order, 0]))
+    masses = [int(totals.sum()) for _, totals in first]
+    return first, masses.index(min(masses))
+
+
+def _public_keys(
+    session: Session, prepared: Prepared, first: list[tuple[tuple[str | None, ...], np.ndarray]], at: list[int], cells: int
+) -> tuple[tuple[str, KeySet], ...]:
+    """The first stage's released keys of the columns at ``at``, public now (and cached): cut so that their cells
+    times the declared ones number at most ``cells`` (:func:`_fitting`)."""
+    columns, types = prepared.key_columns, prepared.table.column_types
+    counts = _fitting([len(first[i][0]) for i in at], max(1, cells // _declared_cells(prepared)))
+    public = tuple((columns[i], KeySet.of(first[i][0][:n], types[columns[i]])) for i, n in zip(at, counts))
+    for column, key_set in public:
+        _cache(session, prepared, column, key_set)
+    return public
+
+
+def _declared_cells(prepared: Prepared) -> int:
+    """Cells of the statement's attributes other than its key columns (declared columns, an aggregated value's moment cells)."""
+    domain = prepared.batch.workload.domain  # type: ignore[union-attr]
+    return math.prod(s for a, s in zip(domain.attributes, domain.sizes) if a not in prepared.key_columns)
+
+
 _PLACEHOLDER_KEYS = KeySet(("",), (keys.PLACEHOLDER_KEY,))  # a column's keys before they are selected (its placeholder domain)
 
 
-def _column_totals(histogram: KeyHistogram, position: int) -> tuple[tuple[str | None, ...], np.ndarray]:
-    """One column's keys (its parts of the read's key tuples, in key order) and each one's total of rows."""
-    per_tuple = histogram.counts.reshape(len(histogram.keys), math.prod(histogram.counts.shape[1:])).sum(axis=1)  # no key: none
+def _rows_per_key(histogram: KeyHistogram, scale: int) -> np.ndarray:
+    """Each key's rows: the sum of its cells, where a row puts ``scale`` units (an aggregated value's moment cells; 1: a
+    count). Exact, summed per cell's quotient and remainder, never beyond int64 (rows of no key: none)."""
+    cells = histogram.counts.reshape(len(histogram.keys), math.prod(histogram.counts.shape[1:]))
+    if scale == 1:
+        return cells.sum(axis=1)
+    return (cells // scale).sum(axis=1) + (cells % scale).sum(axis=1) // scale
+
+
+def _column_totals(tuples: tuple[Key, ...], rows: np.ndarray, position: int) -> tuple[tuple[str | None, ...], np.ndarray]:
+    """One column's keys (its parts of the read's key tuples, in key order) and each one's total of ``rows``."""
     totals: dict[str | None, int] = {}
-    for key, count in zip(histogram.keys, per_tuple):
+    for key, count in zip(tuples, rows):
         part = key[position]  # type: ignore[index]
         totals[part] = totals.get(part, 0) + int(count)
     texts = tuple(sorted(totals, key=key_order))

@@ -21,8 +21,9 @@ from planner.race_to_the_top import RaceToTheTop, TruncatedRelease
 from planner.select import BoundUnavailableError
 from planner.selected_intervals import selected_variances
 from planner.selection_split import SelectionSplit, split
-from planner.staged_selection import StagedSelection
+from planner.staged_selection import StagedSelection, StagedSplit
 from planner.staged_selection import design as design_staged_selection
+from planner.staged_selection import split as split_staged_selection
 from planner.store import MeasurementStore
 from planner.strategies.base import Answers, Measurement
 
@@ -60,6 +61,7 @@ __all__ = [
     "SelectionSplit",
     "ShiftedPrefix",
     "StagedSelection",
+    "StagedSplit",
     "Total",
     "UpperClip",
     "MagnitudeClip",
@@ -79,4 +81,5 @@ __all__ = [
     "plan_balanced",
     "selected_variances",
     "split",
+    "split_staged_selection",
 ]

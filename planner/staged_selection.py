@@ -37,16 +37,33 @@ for a column whose keys are few and large (a category-like column) to release th
 statement's (thresholds grow with ``log(1/δ)`` only). The design depends on public inputs only (the budget, δ,
 the contribution bounds, the number of columns and the largest number of cells), so it is made before any
 data is read.
+
+**Stages that select only** (:func:`split`). A statement whose released values are not the stages' noisy counts —
+SUM, AVG, VARIANCE, STDDEV, whose moment cells weigh up to ``R^p`` per row, beyond the stages' per-row bound — runs
+the stages at a share ``f`` of its budget to select keys only, and measures its cells over the product of the
+released key sets with the rest, ``1 − f``. The second stage then thresholds each key's total alone (one cell at
+the whole second-stage budget: its cells are measured later, so a key need not carry their noise), a lower
+threshold than for ``|X|`` cells. ``f`` is chosen on the grid of :data:`planner.selection_split.SELECTION_FRACTIONS`
+by the one-column split's objective (:mod:`planner.selection_split`), ``max_n π_f(n)·V_f + (1 − π_f(n))·n²``, with
+``π_f`` the second stage's probability of releasing a key of ``n`` rows and ``V_f`` the noise variance of one count
+at ``1 − f``: the second stage decides most keys, and the first stage's share within ``f`` stays ``FIRST_SHARE``
+(which column has few large keys is private). Privacy: the stages are ``(fε, δ)`` as above, the measurement
+``(1 − f)ε`` over public key sets (a function of the stages' release), composed sequentially: ``(ε, δ)``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
+
+import numpy as np
+from scipy.special import ndtr
 
 from planner.keyed_release import KEY_SHARES, KeyedRelease, threshold_for
 from planner.partition import MIN_PARTITION_DELTA, require_selection_possible
 from planner.privacy import Privacy
+from planner.selection_split import SELECTION_FRACTIONS, count_variance
 
 FIRST_SHARE = 0.1  # of the statement's ε (ρ) for the first stage, split evenly over the columns
 FIRST_DELTA_SHARE = 0.5  # of the statement's δ for the first stage, split evenly over the columns
@@ -112,3 +129,55 @@ def design(privacy: Privacy, delta: float, columns: int, max_groups: int, sensit
     return StagedSelection(
         privacy, first.delta * columns + second_delta, (first,) * columns, second_privacy, second_delta, max_groups, sensitivity, max_cells
     )
+
+
+@dataclass(frozen=True)
+class StagedSplit:
+    """Stages that select keys only, at ``fraction`` of a statement's budget, and the measurement over the released
+    keys at the rest (module doc, "Stages that select only")."""
+
+    privacy: Privacy  # the statement's budget: what it is charged, with the stages' δ
+    stages: StagedSelection  # at ``fraction`` of it; its second stage thresholds each key's total (:attr:`second`)
+    fraction: float
+    count_privacy: Privacy  # the rest: the measurement over the released keys
+    count_variance: float  # noise variance of one count measured alone at ``count_privacy`` (V in the objective)
+    objective: float  # max_n π(n)·V + (1 − π(n))·n² of this split
+
+    @property
+    def second(self) -> KeyedRelease:
+        """The second stage: a key released when its noisy total (one cell) reaches the threshold."""
+        return self.stages.second(1)
+
+    def describe(self) -> str:
+        return (
+            f"{self.fraction:.0%} of the statement's budget to selecting keys in stages, the cells measured over the released keys "
+            f"under {self.count_privacy}; per-count noise variance {self.count_variance:.4g}; worst expected squared error of one key "
+            f"(dropped keys count as 0) {self.objective:.4g}, the least over the candidate splits"
+        )
+
+
+def worst_key_error(release: KeyedRelease, variance: float) -> float:
+    """``max over n ≥ 1 of π(n)·V + (1 − π(n))·n²`` for a key of ``n`` rows released by ``release`` (its normal
+    approximation, :meth:`KeyedRelease.keep_probability`), over ``n`` up to 12 deviations above the threshold."""
+    spread = math.sqrt(release.cells * release.cell_variance)
+    rows = np.arange(1, release.threshold + math.ceil(12 * spread) + 2, dtype=float)
+    keep = ndtr((rows - (release.threshold - 0.5)) / spread)
+    return float(np.max(keep * variance + (1 - keep) * rows**2))
+
+
+@lru_cache(maxsize=64)
+def split(privacy: Privacy, delta: float, columns: int, max_groups: int, sensitivity: int, contributions: int) -> StagedSplit:
+    """The share of ``privacy`` the stages spend with the least :func:`worst_key_error` (module doc), the rest measuring
+    counts of L1 sensitivity ``contributions`` (in count units). ValueError when δ is too small for the stages."""
+    budget = float(privacy.epsilon if privacy.is_laplace else privacy.rho)
+    best: StagedSplit | None = None
+    for fraction in SELECTION_FRACTIONS:
+        stages = design(privacy.scaled(fraction), delta, columns, max_groups, sensitivity, 1)
+        spent = float(stages.privacy.epsilon if privacy.is_laplace else stages.privacy.rho)
+        rest = Privacy.laplace(budget - spent) if privacy.is_laplace else Privacy.zcdp(budget - spent)
+        variance = count_variance(rest, contributions)
+        candidate = StagedSplit(privacy, stages, fraction, rest, variance, worst_key_error(stages.second(1), variance))
+        if best is None or candidate.objective < best.objective:
+            best = candidate
+    assert best is not None
+    return best

@@ -570,8 +570,14 @@ SEQUENCES = {
 }
 #: statements at a large ε, so that a selection's first stage releases keys of the worlds' few rows: GROUP BY two
 #: columns without declared domain, selected in stages (``planner.staged_selection``) — browser's keys first, then
-#: person_id over them — or, where the first stage releases no browser key, as tuples
-AT_LARGE_EPSILON = {"staged selection": ("SELECT browser, person_id, COUNT(*) FROM adult GROUP BY browser, person_id", 400.0)}
+#: person_id over them — or, where the first stage releases no browser key, as tuples; with SUM and AVG, the stages
+#: select keys only and the moments are measured over the released tuples (``planner.split_staged_selection``)
+AT_LARGE_EPSILON = {
+    "staged selection": ("SELECT browser, person_id, COUNT(*) FROM adult GROUP BY browser, person_id", 400.0),
+    "staged selection with moments": (
+        "SELECT browser, person_id, COUNT(*), SUM(age), AVG(age), STDDEV(age) FROM adult GROUP BY CUBE (browser, person_id)", 400.0
+    ),
+}
 ENGINE_TYPINGS = {
     "duckdb": tuple(TYPINGS),
     "postgres": ("plain", "hugeint", "decimal", "date", "double", "wide_bounds"),

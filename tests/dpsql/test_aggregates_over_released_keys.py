@@ -84,8 +84,3 @@ def test_sum_and_avg_in_the_statement_that_selects_the_keys_equal_duckdb_on_the_
         logs.cursor().execute("SELECT city, SUM(age) FROM logs GROUP BY city", epsilon=1.0)
     assert logs.budget_spent().delta == spent.delta
 
-
-def test_sum_while_selecting_the_keys_of_two_columns_is_refused_before_the_read(logs: dpsql.Connection) -> None:
-    with pytest.raises(dpsql.NotSupportedError, match=r"keys of several columns .* run SELECT city, COUNT\(\*\) … GROUP BY city first"):
-        logs.cursor().execute("SELECT city, job, SUM(age) FROM logs GROUP BY city, job", epsilon=1.0)
-    assert logs.budget_spent().statements == 0

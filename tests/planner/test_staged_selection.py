@@ -40,3 +40,25 @@ def test_the_second_threshold_grows_with_its_cells_and_is_capped_at_the_largest_
 def test_a_delta_too_small_to_split_is_refused() -> None:
     with pytest.raises(ValueError, match="too small to split"):
         design_staged_selection(Privacy.laplace(1.0), 3e-15, 2, 1, 1, 16)
+
+
+
+@pytest.mark.parametrize("budget", [Privacy.laplace(0.7), Privacy.zcdp(0.3)])
+def test_stages_that_select_only_take_the_grids_best_share_and_the_measurement_exactly_the_rest(budget: Privacy) -> None:
+    """``split_staged_selection``: the stages at the fraction of least objective on the grid, the measurement at exactly
+    the rest of the budget, the stages' δ within the statement's, the second stage thresholding one cell per key."""
+    from planner import split_staged_selection
+    from planner.selection_split import SELECTION_FRACTIONS, count_variance
+    from planner.staged_selection import worst_key_error
+
+    chosen = split_staged_selection(budget, 1e-5, 2, 1, 1, 1)
+    total = (lambda p: p.epsilon) if budget.is_laplace else (lambda p: p.rho)
+    assert total(chosen.stages.privacy) + total(chosen.count_privacy) == pytest.approx(total(budget), rel=1e-12)
+    assert total(chosen.stages.privacy) == pytest.approx(chosen.fraction * total(budget))
+    assert chosen.stages.delta <= 1e-5 and chosen.second.delta <= chosen.stages.second_delta and chosen.second.cells == 1
+    objectives = []
+    for fraction in SELECTION_FRACTIONS:
+        stages = design_staged_selection(budget.scaled(fraction), 1e-5, 2, 1, 1, 1)
+        rest = budget.scaled(1 - fraction)
+        objectives.append(worst_key_error(stages.second(1), count_variance(rest, 1)))
+    assert 0.05 < chosen.fraction < 0.95 and chosen.objective == pytest.approx(min(objectives), rel=1e-9)
