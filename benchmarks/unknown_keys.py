@@ -26,7 +26,15 @@ with the grand total in the same statement (``GROUPING SETS ((puma, educ), ())``
 table at a share of the second stage the planner chooses); and the two-statement route (``GROUP BY educ`` first)
 the staged design does inside one statement.
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/unknown_keys.py [--trials 20]
+A third table: **SUM(income) grouped by the two undeclared columns**, ``SELECT puma, educ, SUM(income) … GROUP BY
+puma, educ`` with ``income`` bounded to [0, 500000], in one statement at the same (ε, δ): the stages select the key
+tuples at the planner's share of ε and the sums are measured over every released tuple with the rest
+(``planner.split_staged_selection``); the mean absolute error of the released cells' sums and of all present pairs'
+sums (a pair not released reads 0), and the coverage of the sums' 95 % intervals; beside it, the two-statement route
+(the pairs' counts first, at half of ε, then the sums over the released pairs). OpenDP's comparable query is one
+``group_by(puma, educ).agg(dp.len(), income.dp.sum((0, 500000)))`` (its count selects the keys).
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/unknown_keys.py [--trials 20] [--only sums]
     # OpenDP: python3 -m venv /tmp/peers && /tmp/peers/bin/pip install "opendp[polars]" pandas
     #         DPSQL_PEER_PYTHON=/tmp/peers/bin/python .venv/bin/python benchmarks/unknown_keys.py
 """
@@ -138,17 +146,19 @@ def per_query(frame: pd.DataFrame) -> Released:
     ))
 
 
-def opendp_trials(trials: int, columns: str = "puma,sex") -> tuple[list[Released], str] | None:
-    """OpenDP's releases from the peer environment (DPSQL_PEER_PYTHON), or None with a printed note."""
+def opendp_trials(trials: int, columns: str = "puma,sex", summed: tuple[str, float, float] | None = None) -> tuple[list[Released], str] | None:
+    """OpenDP's releases from the peer environment (DPSQL_PEER_PYTHON), or None with a printed note: the cells' counts,
+    or — with ``summed`` (column, low, high) — their sums of that column."""
     python = os.environ.get("DPSQL_PEER_PYTHON")
     if not python:
         print("note: OpenDP skipped (set DPSQL_PEER_PYTHON to a Python with opendp[polars]; see the module doc)")
         return None
+    value = [] if summed is None else [summed[0], str(summed[1]), str(summed[2])]
     output = subprocess.run(
-        [python, str(HERE / "peers" / "opendp_keys.py"), str(DATA), str(EPSILON), str(DELTA), str(trials), columns],
+        [python, str(HERE / "peers" / "opendp_keys.py"), str(DATA), str(EPSILON), str(DELTA), str(trials), columns, *value],
         check=True, capture_output=True, text=True,
     ).stdout.strip().splitlines()
-    releases = [from_cells({(p, s): float(n) for p, s, n in json.loads(line)}) for line in output[:-1]]
+    releases = [from_cells({(row[0], row[1]): float(row[-1]) for row in json.loads(line)}) for line in output[:-1]]
     return releases, json.loads(output[-1])["opendp"]
 
 
@@ -208,12 +218,12 @@ JOINT_TOTAL = "SELECT puma, educ, COUNT(*) FROM pums GROUP BY GROUPING SETS ((pu
 Joint = tuple[dict[tuple[int, int], float], dict[tuple[int, int], tuple[float, float]], float | None]  # cells, intervals, total
 
 
-def joint_run(frame: pd.DataFrame, statements: list[tuple[str, float]]) -> Joint:
+def joint_run(frame: pd.DataFrame, statements: list[tuple[str, float]], schema: dict[str, object] = JOINT_SCHEMA) -> Joint:
     """The statements in turn on one connection, their ε adding up to EPSILON and their selections' δ to DELTA; the
     last one's release."""
     selection_delta = DELTA / len(statements)
     connection = dpsql.connect(budget=dpsql.Budget(epsilon=EPSILON, delta=DELTA), selection_delta=selection_delta)
-    connection.register("pums", frame, schema=JOINT_SCHEMA)
+    connection.register("pums", frame, schema=schema)
     for sql, epsilon in statements:
         rows = with_intervals(connection.cursor().execute(sql, epsilon=epsilon))
     connection.close()
@@ -258,7 +268,39 @@ def joint_main(trials: int) -> list[dict[str, object]]:
     return [{"configuration": name, **{m: round(float(np.mean([r[m] for r in runs])), 3) for m in runs[0]}} for name, runs in measured.items()]
 
 
-def report(table: list[dict[str, object]], joint: list[dict[str, object]]) -> None:
+SUMMED = ("income", 0.0, 500000.0)
+SUM_SCHEMA = {**JOINT_SCHEMA, "columns": {**JOINT_SCHEMA["columns"], "income": {"bounds": [SUMMED[1], SUMMED[2]]}}}  # type: ignore[dict-item]
+JOINT_SUM = "SELECT puma, educ, SUM(income) FROM pums GROUP BY puma, educ"
+
+
+def sum_main(trials: int) -> list[dict[str, object]]:
+    """The third table (module doc): SUM(income) grouped by puma and educ, both undeclared, in one statement."""
+    frame = pd.read_csv(DATA)[["PersonID", "puma", "educ", "income"]]
+    exact = {k: float(v) for k, v in frame.groupby(["puma", "educ"]).income.sum().items()}
+    half = EPSILON / 2
+    configurations = {
+        "dpsql: one SELECT puma, educ, SUM(income) … GROUP BY puma, educ at 1 (selected in stages)": [(JOINT_SUM, EPSILON)],
+        f"dpsql: GROUP BY puma, educ (COUNT) at {half:g}, then SUM over its released keys at {half:g}": [(JOINT, half), (JOINT_SUM, half)],
+    }
+    measured: dict[str, list[dict[str, float]]] = {name: [] for name in configurations}
+    for _ in range(trials):
+        for name, statements in configurations.items():
+            measured[name].append(joint_errors(joint_run(frame, statements, SUM_SCHEMA), exact))
+    peer = opendp_trials(trials, "puma,educ", SUMMED)
+    if peer is not None:
+        releases, version = peer
+        measured[f"OpenDP {version}: one group_by(puma, educ).agg(len, sum)"] = [joint_errors((r["cells"], {}, None), exact) for r in releases]  # type: ignore[arg-type]
+    return [{"configuration": name, **{m: round(_mean_of_defined([r[m] for r in runs]), 3) for m in runs[0]}} for name, runs in measured.items()]
+
+
+def _mean_of_defined(values: list[float]) -> float:
+    """The mean over the trials where a figure is defined (the released cells' error: where a cell was released —
+    OpenDP's often release none), NaN where it never is."""
+    defined = [v for v in values if not np.isnan(v)]
+    return float(np.mean(defined)) if defined else float("nan")
+
+
+def report(table: list[dict[str, object]], joint: list[dict[str, object]], sums: list[dict[str, object]]) -> None:
     print(f"PUMS_10k, 466 (puma, sex) cells, (ε, δ) = ({EPSILON:g}, {DELTA:g}); means over trials")
     print_table(table, list(table[0]), number_text)
     write_csv("unknown_keys.csv", table)
@@ -266,10 +308,20 @@ def report(table: list[dict[str, object]], joint: list[dict[str, object]]) -> No
           f"(ε, δ) = ({EPSILON:g}, {DELTA:g}); means over trials")
     print_table(joint, list(joint[0]), number_text)
     write_csv("unknown_keys_joint.csv", joint)
+    print(f"\nPUMS_10k, SUM(income) in [0, 500000] GROUP BY puma, educ with both undeclared, (ε, δ) = ({EPSILON:g}, {DELTA:g}); "
+          "errors in dollars, means over trials")
+    print_table(sums, list(sums[0]), number_text)
+    write_csv("unknown_keys_sums.csv", sums)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--only", choices=("sums",), help="run only the sums' table")
     arguments = parser.parse_args()
-    sys.exit(report(main(arguments.trials), joint_main(arguments.trials)))
+    if arguments.only == "sums":
+        sums = sum_main(arguments.trials)
+        print_table(sums, list(sums[0]), number_text)
+        write_csv("unknown_keys_sums.csv", sums)
+    else:
+        report(main(arguments.trials), joint_main(arguments.trials), sum_main(arguments.trials))
