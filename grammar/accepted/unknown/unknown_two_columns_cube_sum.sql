@@ -1,2 +1,1 @@
--- expect: NotSupportedError no declared domain
 SELECT browser, person_id, SUM(age) FROM adult GROUP BY CUBE (browser, person_id)
