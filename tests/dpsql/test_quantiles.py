@@ -115,6 +115,7 @@ def test_dates_answer_discrete_quantiles_and_refuse_interpolation() -> None:
     exact.register("visits", frame)
     assert sorted(released) == sorted(exact.execute(sql).fetchall())
     assert isinstance(released[0][1], datetime.date) and cursor.description[1][1] == dpsql.DATETIME
+    assert [c[0] for c in cursor.description[1:3]] == ["QUANTILE_DISC(day, 0.5)", "PERCENTILE_DISC(0.1) WITHIN GROUP (ORDER BY day)"]  # as written
     for row, intervals in zip(released, cursor.confidence_interval(0.95)):  # in whole days, around each date
         assert all(low <= value <= high and (high - value).days == (value - low).days for value, (low, high) in zip(row[1:], intervals[1:]))
     with pytest.raises(dpsql.NotSupportedError, match="interpolating between dates"):
