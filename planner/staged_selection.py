@@ -58,7 +58,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import ndtr
 
 from planner.keyed_release import KEY_SHARES, KeyedRelease, threshold_for
 from planner.partition import MIN_PARTITION_DELTA, require_selection_possible
@@ -159,6 +158,8 @@ class StagedSplit:
 def worst_key_error(release: KeyedRelease, variance: float) -> float:
     """``max over n ≥ 1 of π(n)·V + (1 − π(n))·n²`` for a key of ``n`` rows released by ``release`` (its normal
     approximation, :meth:`KeyedRelease.keep_probability`), over ``n`` up to 12 deviations above the threshold."""
+    from scipy.special import ndtr  # imported when first needed: scipy.special costs ~0.15 s
+
     spread = math.sqrt(release.cells * release.cell_variance)
     rows = np.arange(1, release.threshold + math.ceil(12 * spread) + 2, dtype=float)
     keep = ndtr((rows - (release.threshold - 0.5)) / spread)
