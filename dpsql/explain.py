@@ -253,6 +253,8 @@ def _selection_rows(prepared: Prepared) -> list[ExplainRow]:
     assert selection is not None
     if selection.staged is not None:
         return _staged_rows(prepared)
+    if selection.measured is not None:
+        return _measured_rows(prepared)
     if selection.thresholded is not None:
         return _key_rows(prepared) + _thresholded_rows(prepared)
     chosen, cost = selection.split, prepared.cost
@@ -293,50 +295,71 @@ def _staged_rows(prepared: Prepared) -> list[ExplainRow]:
     """Selection in stages (``planner.staged_selection``): the split of the budget and of δ, each stage's threshold."""
     selection = prepared.selection
     assert selection is not None and selection.staged is not None
-    staged, measured, cost = selection.staged.stages, selection.staged.measured, prepared.cost  # type: ignore[attr-defined]
+    staged, cost = selection.staged.stages, prepared.cost  # type: ignore[attr-defined]
     name, value = ("epsilon", cost.epsilon) if cost.epsilon is not None else ("rho", cost.rho)
     first = staged.first[0]
     columns = ", ".join(prepared.key_columns)
-    rows = [
+    largest = staged.second(staged.max_cells)
+    return [
         ExplainRow("keys", "staged", float(len(prepared.key_columns)), f"({columns}): each column's keys selected first, then one column over the others' released keys"),
         ExplainRow("bounds", "keys", float(selection.bounds.max_groups_per_unit), selection.bounds.describe()),
-    ]
-    if measured is None:
-        largest = staged.second(staged.max_cells)
-        second = (
-            f"for keys of |X| cells, chosen after the first stage ({staged.second(1).threshold} for 1 cell, {largest.threshold} for "
-            f"{staged.max_cells}); every released key's cells are its noisy counts at {staged.second_privacy}"
-        )
-        rows += [
-            ExplainRow("cost", name, float(value), "charged once when executed: the two stages' sum (sequential composition)"),
-            ExplainRow("cost", "selection delta", float(cost.delta), "the first stage's spent δ plus the δ reserved for the second"),
-        ]
-    else:
-        second = (
-            f"a key of the column selected again is released when its noisy total reaches it ({measured.second.describe()}); the statement "
-            "is then measured over every tuple of the released keys, tuples not released hidden"
-        )
-        counting, spent = measured.count_privacy, staged.privacy
-        rows += [
-            ExplainRow("cost", name, float(value), "charged once when executed: the stages' and the measurement's sum (sequential composition)"),
-            ExplainRow("cost", f"selection {name}", float(spent.epsilon if spent.is_laplace else spent.rho), "the two stages, selecting keys only"),
-            ExplainRow("cost", "selection delta", float(cost.delta), "the first stage's spent δ plus the δ reserved for the second"),
-            ExplainRow("cost", f"measurement {name}", float(counting.epsilon if counting.is_laplace else counting.rho), "the statement's cells over the released keys"),
-            ExplainRow("split", "selection fraction", measured.fraction, measured.describe()),
-        ]
-    stages = staged.describe() if measured is None else (
-        f"of the selection's {staged.privacy}: stage 1 selects each of the {len(staged.first)} columns' keys from its noisy totals at "
-        f"{first.key_privacy}; stage 2, at {staged.second_privacy} and δ ≤ {staged.second_delta:.3g}, the column whose released keys "
-        "hold the fewest rows from its keys' noisy totals"
-    )
-    return rows + [
-        ExplainRow("split", "first stage share", staged.share, stages),
+        ExplainRow("cost", name, float(value), "charged once when executed: the two stages' sum (sequential composition)"),
+        ExplainRow("cost", "selection delta", float(cost.delta), "the first stage's spent δ plus the δ reserved for the second"),
+        ExplainRow("split", "first stage share", staged.share, staged.describe()),
         ExplainRow("selection", "first stage threshold", float(first.threshold), f"per column: a key whose noisy total reaches it is released ({first.describe()})"),
-        ExplainRow("selection", "second stage threshold", float(measured.second.threshold) if measured is not None else None, second),
-        *(() if measured is None else (
-            ExplainRow("counts", "counting", measured.count_variance, "noise variance of one count measured alone at the measurement's share"),
-            ExplainRow("strategy", "chosen after selection", None, "the cells are planned for the released keys (the plan is reported after execution)"),
-        )),
+        ExplainRow(
+            "selection", "second stage threshold", None,
+            f"for keys of |X| cells, chosen after the first stage ({staged.second(1).threshold} for 1 cell, {largest.threshold} for "
+            f"{staged.max_cells}); every released key's cells are its noisy counts at {staged.second_privacy}",
+        ),
+        ExplainRow("keys", "considered", None, "withheld: the number of keys in the data is private"),
+    ]
+
+
+def _measured_rows(prepared: Prepared) -> list[ExplainRow]:
+    """SUM/AVG/VARIANCE/STDDEV beside several columns without declared domain (``planner.split_staged_selection``): keys
+    selected only — in stages, or one column over others' released keys — at a share of the budget, the statement
+    measured over the released keys with the rest."""
+    selection = prepared.selection
+    assert selection is not None and selection.measured is not None
+    chosen, cost = selection.measured.split, prepared.cost  # type: ignore[attr-defined]
+    name, value = ("epsilon", cost.epsilon) if cost.epsilon is not None else ("rho", cost.rho)
+
+    def spent(privacy: planner.Privacy) -> float:
+        return float(privacy.epsilon if privacy.is_laplace else privacy.rho)
+
+    stages, second = chosen.stages, chosen.second
+    if stages is None:
+        keys = _key_rows(prepared)
+        how = f"{prepared.keyed!r}'s keys released when their noisy totals reach it ({second.describe()})"
+    else:
+        columns = ", ".join(prepared.key_columns)
+        keys = [ExplainRow("keys", "staged", float(len(prepared.key_columns)), f"({columns}): each column's keys selected first, then one column over the others' released keys")]
+        how = f"a key of the column selected again is released when its noisy total reaches it ({second.describe()})"
+    rows = keys + [
+        ExplainRow("bounds", "keys", float(selection.bounds.max_groups_per_unit), selection.bounds.describe()),
+        ExplainRow("cost", name, float(value), "charged once when executed: the selection's and the measurement's sum (sequential composition)"),
+        ExplainRow("cost", f"selection {name}", spent(chosen.selection_privacy), "selecting keys only, by thresholding their rows' noisy totals"),
+        ExplainRow("cost", "selection delta", float(cost.delta), "the thresholds' δ" if stages is None else "the first stage's spent δ plus the δ reserved for the second"),
+        ExplainRow("cost", f"measurement {name}", spent(chosen.count_privacy), "the statement's cells over the released keys"),
+        ExplainRow("split", "selection fraction", chosen.fraction, chosen.describe()),
+    ]
+    if stages is not None:
+        first = stages.first[0]
+        rows += [
+            ExplainRow(
+                "split", "first stage share", stages.share,
+                f"of the selection's {stages.privacy}: stage 1 selects each of the {len(stages.first)} columns' keys from its noisy totals "
+                f"at {first.key_privacy}; stage 2, at {stages.second_privacy} and δ ≤ {stages.second_delta:.3g}, the column whose released "
+                "keys hold the fewest rows from its keys' noisy totals",
+            ),
+            ExplainRow("selection", "first stage threshold", float(first.threshold), f"per column: a key whose noisy total reaches it is released ({first.describe()})"),
+        ]
+    return rows + [
+        ExplainRow("selection", "threshold" if stages is None else "second stage threshold", float(second.threshold),
+                   f"{how}; the statement is then measured over every tuple of the released keys, tuples not released hidden"),
+        ExplainRow("counts", "counting", chosen.count_variance, "noise variance of one count measured alone at the measurement's share"),
+        ExplainRow("strategy", "chosen after selection", None, "the cells are planned for the released keys (the plan is reported after execution)"),
         ExplainRow("keys", "considered", None, "withheld: the number of keys in the data is private"),
     ]
 

@@ -63,13 +63,16 @@ class Request:
 class Selection:
     """Keys of ``column`` are selected by this statement (``dpsql.selection``): by thresholding the measured
     counts (``thresholded``), by a split of the budget between selection and counting (``split``), or — several
-    columns — in stages (``staged``: each column's keys first, then one column over the others' released keys)."""
+    columns — in stages (``staged``: each column's keys first, then one column over the others' released keys); with
+    SUM/AVG/VARIANCE/STDDEV beside other columns without declared domain, by thresholding their rows' totals at a
+    share of the budget, the rest measuring the statement over the released keys (``measured``)."""
 
     column: str
     bounds: KeyBounds
     split: SelectionSplit | None
     thresholded: object | None  # dpsql.selection.ThresholdedDesign
     staged: object | None = None  # dpsql.selection.StagedDesign
+    measured: object | None = None  # dpsql.selection.MeasuredDesign
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,10 @@ refused in prepare (:func:`check_joint`). When all but one have released keys, t
 (``Prepared.public``) and the remaining column is selected over them by the one-column design, each of its keys
 counting up to ``min(m, k·r)`` rows of a unit (:func:`keys.per_selected_key` turns the read's tuples into that
 column's keys). SUM/AVG/VARIANCE/STDDEV in a statement selecting one column's keys take the split design: their
-moment cells weigh up to ``R^p`` per row, beyond the thresholded design's per-row bound.
+moment cells weigh up to ``R^p`` per row, beyond the thresholded design's per-row bound. Beside several such columns,
+or one over others' released keys, the keys are selected only — in stages, or by one threshold on the column's keys'
+totals of rows — at the planner's share of the budget (``planner.split_staged_selection``), and the statement is
+measured over the product of the released key sets with the rest (:class:`MeasuredDesign`).
 """
 
 from __future__ import annotations
@@ -131,23 +134,24 @@ def design(
     bounds = keys.KeyBounds.of(table.schema)
     if public:
         bounds = dataclasses.replace(bounds, max_rows_per_group=min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group))
-    moments = batch.encoding is not None  # a moment cell weighs up to ``scale`` per row: the stages or the split select, the rest measures
+    moments = batch.encoding is not None  # a moment cell weighs up to ``scale`` per row: selected first, measured after
     if batch.distinct is not None:  # prepare's refusals left one column grouped alone
         return Selection(column, bounds, None, _distinct_units(workload, batch.distinct.contributions, privacy, delta, bounds))
     try:
-        staged = _staged(session, table, workload, columns, others, privacy, delta, bounds, moments) if not public else None
+        measured = _measured(workload, columns, privacy, delta, bounds, public, table.schema.contributions) if moments else None
+        if measured is not None:
+            _check_counting(workload, measured.split.count_privacy, table.schema.contributions * batch.scale)
+            return Selection(column, bounds, None, None, measured=measured)
+        staged = _staged(session, table, workload, columns, others, privacy, delta, bounds) if not public and not moments else None
         if staged is not None:
-            if staged.measured is not None:
-                _check_counting(workload, staged.measured.count_privacy, table.schema.contributions * batch.scale)
             return Selection(column, bounds, None, None, staged)
         thresholded = None if moments else _thresholded(session, table, workload, columns, others, privacy, bounds, delta)
         if thresholded is not None:
             return Selection(column, bounds, None, thresholded)
         if public:
-            what = "COUNT(*) and aggregates" if not moments else "COUNT(*) (not SUM/AVG/VARIANCE/STDDEV) and aggregates"
             raise NotSupportedError(
-                f"GROUP BY {named}: its keys are selected over other columns' released keys only for {what} that group by "
-                f"{named} or sum over it; select {named}'s keys in a statement of their own first"
+                f"GROUP BY {named}: its keys are selected over other columns' released keys only for COUNT(*) and "
+                f"aggregates that group by {named} or sum over it; select {named}'s keys in a statement of their own first"
             )
         if len(columns) > 1:
             raise NotSupportedError(joint_refusal(columns))
@@ -210,14 +214,22 @@ def _without(product: Product, columns: tuple[str, ...], domain: Domain) -> Prod
 class StagedDesign:
     """Selection in stages (``planner.staged_selection``): the stages' budgets and thresholds, and — when every query
     groups by all the columns or by none — the thresholded design of the tuples the second stage falls back on when
-    a column to be public released no key. With SUM/AVG/VARIANCE/STDDEV (``measured``): the stages select keys only, at
-    the planner's share of the budget, and the rest measures the statement over the released keys
-    (:func:`_release_measured_stages`); ``fallback`` says whether every query groups by all the columns or by none."""
+    a column to be public released no key."""
 
     stages: StagedSelection
     tuples: ThresholdedDesign | None
-    measured: StagedSplit | None = None
-    fallback: bool = False
+
+
+@dataclass(frozen=True)
+class MeasuredDesign:
+    """SUM/AVG/VARIANCE/STDDEV beside columns without declared domain whose keys the statement selects — several, or
+    one over others' released keys (``planner.split_staged_selection``): their keys selected only, by thresholding
+    their rows' noisy totals at the planner's share of the budget, and the statement measured over the released keys
+    with the rest (:func:`_release_measured`); ``fallback``: every query groups by all the columns or by none, so the
+    stages select the tuples when a column to be public released no key."""
+
+    split: StagedSplit
+    fallback: bool
 
 
 def _by_key_or_not(product: Product, columns: tuple[str, ...]) -> bool:
@@ -229,20 +241,30 @@ def _by_key_or_not(product: Product, columns: tuple[str, ...]) -> bool:
     return True
 
 
+def _measured(
+    workload: Workload, columns: tuple[str, ...], privacy: planner.Privacy, delta: float, bounds: keys.KeyBounds, public: bool,
+    contributions: int,
+) -> MeasuredDesign | None:
+    """The measured design (:class:`MeasuredDesign`) for SUM/AVG/VARIANCE/STDDEV grouped by several columns without
+    declared domain, each query grouping by each of them or summing over it (one column: None, the one-column split
+    serves it); ValueError when δ is too small. A unit adds at most ``min(m, k·r)`` rows to one key of a column (with
+    ``public``, the bounds say so already: ``r`` is that) and at most ``k`` new keys."""
+    if (len(columns) < 2 and not public) or not all(_by_key_or_not(p, columns) for p in workload.products):
+        return None
+    sensitivity = min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group)
+    chosen = split_staged_selection(privacy, delta, len(columns), bounds.max_groups_per_unit, sensitivity, contributions)
+    return MeasuredDesign(chosen, len(columns) > 1 and all(_key_kind(p, columns) != "other" for p in workload.products))
+
+
 def _staged(
     session: Session, table: Table, workload: Workload, columns: tuple[str, ...], others: Domain, privacy: planner.Privacy, delta: float,
-    bounds: keys.KeyBounds, moments: bool,
+    bounds: keys.KeyBounds,
 ) -> StagedDesign | None:
     """The staged design for several columns whose every query groups by each of them or sums over it (subtotals
-    included); None otherwise, or when δ is too small to split over the stages (with ``moments``, the statement's
-    SUM/AVG/VARIANCE/STDDEV measured over the released keys: ValueError then)."""
+    included); None otherwise, or when δ is too small to split over the stages."""
     if len(columns) < 2 or not all(_by_key_or_not(p, columns) for p in workload.products):
         return None
     sensitivity = min(bounds.max_rows_per_unit, bounds.max_groups_per_unit * bounds.max_rows_per_group)
-    if moments:
-        measured = split_staged_selection(privacy, delta, len(columns), bounds.max_groups_per_unit, sensitivity, table.schema.contributions)
-        fallback = all(_key_kind(p, columns) != "other" for p in workload.products)
-        return StagedDesign(measured.stages, None, measured, fallback)
     try:
         cells = max(MAX_STAGED_CELLS, others.size)  # the public keys' product is cut to this after the first stage
         stages = design_staged_selection(privacy, delta, len(columns), bounds.max_groups_per_unit, sensitivity, cells)
@@ -310,8 +332,9 @@ def _distinct_units(workload: Workload, contributions: int, privacy: planner.Pri
 def cost(selection: Selection) -> Cost:
     """The ledger charge of a selecting statement: its measurement's privacy plus the selection's (ε, δ) part."""
     if isinstance(selection.staged, StagedDesign):
-        staged = selection.staged
-        return cost_of(staged.stages.privacy if staged.measured is None else staged.measured.privacy, 0.0, staged.stages.delta)
+        return cost_of(selection.staged.stages.privacy, 0.0, selection.staged.stages.delta)
+    if isinstance(selection.measured, MeasuredDesign):
+        return cost_of(selection.measured.split.privacy, 0.0, selection.measured.split.delta)
     if selection.thresholded is not None:
         release = selection.thresholded.release
         return cost_of(release.privacy, 0.0, release.delta)
@@ -334,6 +357,8 @@ def release(session: Session, prepared: Prepared, histogram: KeyHistogram) -> Re
         histogram = keys.per_selected_key(histogram, len(prepared.key_columns), tuple(k for _, k in prepared.public), _public_axes(prepared))
     if isinstance(selection.staged, StagedDesign):
         return _release_staged(session, prepared, selection.staged, histogram)
+    if isinstance(selection.measured, MeasuredDesign):
+        return _release_measured(session, prepared, selection.measured, histogram)
     if prepared.batch.distinct is not None:
         histogram = keys.distinct_units(histogram)
     if selection.thresholded is not None:
@@ -504,8 +529,6 @@ def _release_staged(session: Session, prepared: Prepared, staged: StagedDesign, 
     the column whose released keys hold the fewest rows selected again over the others' released keys (public
     now, and cached), by the one-column thresholded design for its keys' number of cells — the queries summing over
     it measured over the public keys. Total: no key at all releases nothing and answers over nothing."""
-    if staged.measured is not None:
-        return _release_measured_stages(session, prepared, staged, histogram)
     columns, stages = prepared.key_columns, staged.stages
     first, selected = _first_stage(stages, histogram.keys, _rows_per_key(histogram, 1))
     at = [i for i in range(len(columns)) if i != selected]
@@ -533,37 +556,47 @@ def _release_staged(session: Session, prepared: Prepared, staged: StagedDesign, 
     return _release_thresholded(session, stage, design, regrouped)
 
 
-def _release_measured_stages(session: Session, prepared: Prepared, staged: StagedDesign, histogram: KeyHistogram) -> Released:
-    """SUM/AVG/VARIANCE/STDDEV grouped by several columns without declared domain (``planner.split_staged_selection``):
-    the stages select keys from the rows each key holds (the moment cells summed back to rows) — each column's keys
-    from its noisy totals, then the column whose released keys hold the fewest rows from its keys' totals alone, or,
-    when a column to be public released no key and every query groups by all of them or by none, the key tuples from
-    theirs — and the statement is measured over the product of the released key sets (tuples not released hidden)
-    with the rest of the budget. Total: no key at all releases nothing and answers over nothing."""
-    measured, columns = staged.measured, prepared.key_columns
-    assert measured is not None
-    rng, noise = testing.random_source(), testing.noise_enabled()
+def _release_measured(session: Session, prepared: Prepared, design: MeasuredDesign, histogram: KeyHistogram) -> Released:
+    """SUM/AVG/VARIANCE/STDDEV beside columns without declared domain (:class:`MeasuredDesign`): keys selected from the
+    rows each key holds (the moment cells summed back to rows) — one column over others' released keys by its keys'
+    noisy totals (``histogram`` per its key); several in stages, each column's keys from its noisy totals, then the
+    column whose released keys hold the fewest rows from its keys' totals alone, or, when a column to be public
+    released no key and every query groups by all of them or by none, the key tuples from theirs — and the statement
+    measured over the product of the released key sets (tuples not released hidden) with the rest of the budget.
+    Total: no key at all releases nothing and answers over nothing."""
+    chosen, columns = design.split, prepared.key_columns
     rows = _rows_per_key(histogram, prepared.batch.scale)
-    first, selected = _first_stage(staged.stages, histogram.keys, rows)
-    at = [i for i in range(len(columns)) if i != selected]
     declared = _declared_cells(prepared)
-    if staged.fallback and any(not first[i][0] for i in at):  # a column to be public released no key: tuples
-        noisy, kept = measured.second.release(rows.reshape(-1, 1), rng=rng, noise=noise)
+    if chosen.stages is None:  # one column over others' released keys: its keys are the histogram's
+        released: tuple[KeySet, ...] = (_selected_again(session, prepared, columns[0], histogram.keys, rows, chosen.second, declared),)  # type: ignore[arg-type]
+        return _measured_over(session, prepared, recompiled(prepared, released), histogram, released, chosen.count_privacy, len(released[0]))
+    first, selected = _first_stage(chosen.stages, histogram.keys, rows)
+    at = [i for i in range(len(columns)) if i != selected]
+    if design.fallback and any(not first[i][0] for i in at):  # a column to be public released no key: tuples
+        noisy, kept = chosen.second.release(rows.reshape(-1, 1), rng=testing.random_source(), noise=testing.noise_enabled())
         kept = _within_product_limit(histogram.keys, noisy[:, 0], kept, declared)
         tuples = tuple(k for k, keep in zip(histogram.keys, kept) if keep)
         released = _remember(session, prepared, tuples)
-        return _measured_over(session, prepared, recompiled(prepared, released, tuples), histogram, released, measured.count_privacy, len(tuples))
+        return _measured_over(session, prepared, recompiled(prepared, released, tuples), histogram, released, chosen.count_privacy, len(tuples))
     public = dict(_public_keys(session, prepared, first, at, max(MAX_STAGED_CELLS, declared)))
     texts, totals = _column_totals(histogram.keys, rows, selected)
-    noisy, kept = measured.second.release(totals.reshape(-1, 1), rng=rng, noise=noise)
     cells = declared * math.prod(len(k) + 1 for k in public.values())
+    again = _selected_again(session, prepared, columns[selected], texts, totals, chosen.second, cells)
+    released = tuple(again if i == selected else public[c] for i, c in enumerate(columns))
+    count = math.prod(len(k) for k in released)
+    return _measured_over(session, prepared, recompiled(prepared, released, None), histogram, released, chosen.count_privacy, count)
+
+
+def _selected_again(
+    session: Session, prepared: Prepared, column: str, texts: tuple[str | None, ...], totals: np.ndarray, rule: KeyedRelease, cells: int
+) -> KeySet:
+    """The keys of ``column`` whose noisy totals reach ``rule``'s threshold (one cell each), those of largest noisy
+    totals when their cells (``cells`` each) would exceed :data:`MAX_JOINT_CELLS` (post-processing: total), cached."""
+    noisy, kept = rule.release(totals.reshape(-1, 1), rng=testing.random_source(), noise=testing.noise_enabled())
     kept = _within_product_limit(tuple((t,) for t in texts), noisy[:, 0], kept, cells)
-    column = columns[selected]
     chosen = KeySet.of([t for t, keep in zip(texts, kept) if keep], prepared.table.column_types[column])
     _cache(session, prepared, column, chosen)
-    released = tuple(chosen if c == column else public[c] for c in columns)
-    count = math.prod(len(k) for k in released)
-    return _measured_over(session, prepared, recompiled(prepared, released, None), histogram, released, measured.count_privacy, count)
+    return chosen
 
 
 def _first_stage(stages: StagedSelection, tuples: tuple[Key, ...], rows: np.ndarray) -> tuple[list[tuple[tuple[str | None, ...], np.ndarray]], int]:

@@ -47,8 +47,10 @@ threshold than for ``|X|`` cells. ``f`` is chosen on the grid of :data:`planner.
 by the one-column split's objective (:mod:`planner.selection_split`), ``max_n π_f(n)·V_f + (1 − π_f(n))·n²``, with
 ``π_f`` the second stage's probability of releasing a key of ``n`` rows and ``V_f`` the noise variance of one count
 at ``1 − f``: the second stage decides most keys, and the first stage's share within ``f`` stays ``FIRST_SHARE``
-(which column has few large keys is private). Privacy: the stages are ``(fε, δ)`` as above, the measurement
-``(1 − f)ε`` over public key sets (a function of the stages' release), composed sequentially: ``(ε, δ)``.
+(which column has few large keys is private). One column whose keys are selected over others' released keys has
+no first stage: its keys are released by that one threshold at the whole of ``f`` and δ. Privacy: the stages are
+``(fε, δ)`` as above, the measurement ``(1 − f)ε`` over public key sets (a function of the stages' release),
+composed sequentially: ``(ε, δ)``.
 """
 
 from __future__ import annotations
@@ -132,24 +134,32 @@ def design(privacy: Privacy, delta: float, columns: int, max_groups: int, sensit
 
 @dataclass(frozen=True)
 class StagedSplit:
-    """Stages that select keys only, at ``fraction`` of a statement's budget, and the measurement over the released
-    keys at the rest (module doc, "Stages that select only")."""
+    """Keys selected only, at ``fraction`` of a statement's budget — several columns in stages, or one column over
+    others' released keys by one threshold on its keys' totals — and the measurement over the released keys at the
+    rest (module doc, "Stages that select only")."""
 
-    privacy: Privacy  # the statement's budget: what it is charged, with the stages' δ
-    stages: StagedSelection  # at ``fraction`` of it; its second stage thresholds each key's total (:attr:`second`)
+    privacy: Privacy  # the statement's budget: what it is charged, with :attr:`delta`
+    stages: StagedSelection | None  # several columns: the stages at ``fraction`` of it; None: one column, ``second`` alone
+    second: KeyedRelease  # the release that decides most keys: a key released when its noisy total (one cell) reaches the threshold
     fraction: float
     count_privacy: Privacy  # the rest: the measurement over the released keys
     count_variance: float  # noise variance of one count measured alone at ``count_privacy`` (V in the objective)
     objective: float  # max_n π(n)·V + (1 − π(n))·n² of this split
 
     @property
-    def second(self) -> KeyedRelease:
-        """The second stage: a key released when its noisy total (one cell) reaches the threshold."""
-        return self.stages.second(1)
+    def selection_privacy(self) -> Privacy:
+        """What selecting the keys spends (``fraction`` of the budget)."""
+        return self.stages.privacy if self.stages is not None else self.second.privacy
+
+    @property
+    def delta(self) -> float:
+        """The δ the statement is charged: the stages' (the second stage's reserved δ in full), or the one threshold's."""
+        return self.stages.delta if self.stages is not None else self.second.delta
 
     def describe(self) -> str:
+        how = "selecting keys in stages" if self.stages is not None else "selecting keys by their noisy totals"
         return (
-            f"{self.fraction:.0%} of the statement's budget to selecting keys in stages, the cells measured over the released keys "
+            f"{self.fraction:.0%} of the statement's budget to {how}, the cells measured over the released keys "
             f"under {self.count_privacy}; per-count noise variance {self.count_variance:.4g}; worst expected squared error of one key "
             f"(dropped keys count as 0) {self.objective:.4g}, the least over the candidate splits"
         )
@@ -168,16 +178,25 @@ def worst_key_error(release: KeyedRelease, variance: float) -> float:
 
 @lru_cache(maxsize=64)
 def split(privacy: Privacy, delta: float, columns: int, max_groups: int, sensitivity: int, contributions: int) -> StagedSplit:
-    """The share of ``privacy`` the stages spend with the least :func:`worst_key_error` (module doc), the rest measuring
-    counts of L1 sensitivity ``contributions`` (in count units). ValueError when δ is too small for the stages."""
+    """The share of ``privacy`` that selecting keys spends with the least :func:`worst_key_error` (module doc), the rest
+    measuring counts of L1 sensitivity ``contributions`` (in count units). ``columns``: how many columns' keys are
+    selected — several: in stages; one (the others' keys released earlier, public): by one threshold on its keys'
+    totals, at most ``sensitivity`` rows of a unit under one key and ``max_groups`` new keys, within ``delta``.
+    ValueError when δ is too small."""
+    require_selection_possible(delta)
     budget = float(privacy.epsilon if privacy.is_laplace else privacy.rho)
     best: StagedSplit | None = None
     for fraction in SELECTION_FRACTIONS:
-        stages = design(privacy.scaled(fraction), delta, columns, max_groups, sensitivity, 1)
-        spent = float(stages.privacy.epsilon if privacy.is_laplace else stages.privacy.rho)
+        share = privacy.scaled(fraction)
+        if columns > 1:
+            stages: StagedSelection | None = design(share, delta, columns, max_groups, sensitivity, 1)
+            second = stages.second(1)  # type: ignore[union-attr]
+        else:
+            stages, second = None, _thresholded(share, delta, 1, max_groups, sensitivity, sensitivity)
+        spent = float(share.epsilon if privacy.is_laplace else share.rho)
         rest = Privacy.laplace(budget - spent) if privacy.is_laplace else Privacy.zcdp(budget - spent)
         variance = count_variance(rest, contributions)
-        candidate = StagedSplit(privacy, stages, fraction, rest, variance, worst_key_error(stages.second(1), variance))
+        candidate = StagedSplit(privacy, stages, second, fraction, rest, variance, worst_key_error(second, variance))
         if best is None or candidate.objective < best.objective:
             best = candidate
     assert best is not None

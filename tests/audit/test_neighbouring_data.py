@@ -567,6 +567,7 @@ RELEASE_BROWSERS = "SELECT browser, COUNT(*) FROM adult GROUP BY browser"
 SEQUENCES = {
     "sum over released keys": (RELEASE_BROWSERS, "SELECT browser, SUM(age), AVG(age) FROM adult GROUP BY browser"),
     "selected over released keys": (RELEASE_BROWSERS, "SELECT browser, person_id, COUNT(*) FROM adult GROUP BY CUBE (browser, person_id)"),
+    "sums selected over released keys": (RELEASE_BROWSERS, "SELECT browser, person_id, SUM(age), AVG(age) FROM adult GROUP BY CUBE (browser, person_id)"),
 }
 #: statements at a large ε, so that a selection's first stage releases keys of the worlds' few rows: GROUP BY two
 #: columns without declared domain, selected in stages (``planner.staged_selection``) — browser's keys first, then

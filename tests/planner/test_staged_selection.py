@@ -46,7 +46,8 @@ def test_a_delta_too_small_to_split_is_refused() -> None:
 @pytest.mark.parametrize("budget", [Privacy.laplace(0.7), Privacy.zcdp(0.3)])
 def test_stages_that_select_only_take_the_grids_best_share_and_the_measurement_exactly_the_rest(budget: Privacy) -> None:
     """``split_staged_selection``: the stages at the fraction of least objective on the grid, the measurement at exactly
-    the rest of the budget, the stages' δ within the statement's, the second stage thresholding one cell per key."""
+    the rest of the budget, the stages' δ within the statement's, the second stage thresholding one cell per key; one
+    column (the others' keys public): one threshold at the whole share and δ."""
     from planner import split_staged_selection
     from planner.selection_split import SELECTION_FRACTIONS, count_variance
     from planner.staged_selection import worst_key_error
@@ -62,3 +63,7 @@ def test_stages_that_select_only_take_the_grids_best_share_and_the_measurement_e
         rest = budget.scaled(1 - fraction)
         objectives.append(worst_key_error(stages.second(1), count_variance(rest, 1)))
     assert 0.05 < chosen.fraction < 0.95 and chosen.objective == pytest.approx(min(objectives), rel=1e-9)
+    alone = split_staged_selection(budget, 1e-5, 1, 2, 3, 3)
+    assert alone.stages is None and alone.delta == alone.second.delta <= 1e-5 and alone.second.privacy == alone.selection_privacy
+    assert total(alone.selection_privacy) + total(alone.count_privacy) == pytest.approx(total(budget), rel=1e-12)
+    assert (alone.second.max_groups, alone.second.sensitivity, alone.second.rows_per_key, alone.second.cells) == (2, 3, 3, 1)
