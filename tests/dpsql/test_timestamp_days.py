@@ -216,3 +216,37 @@ def test_a_wide_range_of_days_filters_by_runs_of_day_numbers() -> None:
     assert count == pytest.approx(exact, abs=1e-6)
     sql = recording.statements[-1].upper()
     assert sql.count("C0 BETWEEN") == 1 and len(sql) < 2000  # the mask is one run of day numbers
+
+
+def test_postgresql_answers_like_duckdb(frame: pd.DataFrame, reference: duckdb.DuckDBPyConnection) -> None:
+    """The same statements on a PostgreSQL ``timestamp`` column (its day by a cast, its day number transpiled)."""
+    import os
+    import urllib.parse
+
+    import psycopg
+
+    import engines
+
+    dsn = engines.postgres_dsn()
+    schema = f"dpsql_days_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}_{os.getpid()}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+        admin.execute(f"CREATE TABLE {schema}.events (user_id bigint, ts timestamp, kind text)")
+        with admin.cursor().copy(f"COPY {schema}.events FROM STDIN") as copy:
+            for user, stamp, kind in frame.itertuples(index=False):
+                copy.write_row((int(user), None if pd.isna(stamp) else stamp.to_pydatetime(), kind))
+        admin.execute(f"INSERT INTO {schema}.events VALUES (0, 'infinity', 'a'), (1, '-infinity', 'b')")  # outside every range
+    try:
+        separator = "&" if "?" in dsn else "?"
+        connection = dpsql.connect(backend=f"{dsn}{separator}options={urllib.parse.quote(f'-csearch_path={schema}')}", budget=dpsql.Budget(epsilon=1e6))
+        connection.register("events", schema=SCHEMA)
+        for sql in (
+            "SELECT kind, date_trunc('month', ts) AS m, COUNT(*) FROM events WHERE ts >= '2024-03-01' AND ts < DATE '2024-10-01' GROUP BY kind, m",
+            "SELECT CAST(ts AS DATE) AS d, COUNT(*) FROM events WHERE ts < '2024-01-08' OR ts IS NULL GROUP BY d",
+            "SELECT extract(dow FROM ts) AS w, COUNT(*) FROM events GROUP BY w",
+        ):
+            assert_equal_to_duckdb(connection, reference, sql)
+        connection.close()
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
