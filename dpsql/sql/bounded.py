@@ -18,10 +18,12 @@ applies the domain tests itself.
 
 Each mentioned column enters as its raw value when that suffices (categories and integer ranges:
 the few distinct values of the result are mapped to cell numbers in numpy afterwards), or as its
-cell number computed by a ``CASE`` (bins, and columns coupled with others in one WHERE mask). The
+cell number computed by a ``CASE`` (bins, a range of days on a TIMESTAMP column — its value's day,
+``CAST(ts AS DATE)`` — and columns coupled with others in one WHERE mask). The
 domain test drops rows whose value is NULL (in a column not declared nullable) or outside the declared
 domain. The WHERE clause arrives as masks over public domains (:class:`~dpsql.sql.compile.CellFilter`):
-a one-column mask becomes ``IN`` / ``BETWEEN`` / bin-edge tests on the raw value, a mask coupling
+a one-column mask becomes ``IN`` / ``BETWEEN`` / bin-edge tests on the raw value (``BETWEEN`` of cell
+numbers for an ordered column read as cell numbers), a mask coupling
 several columns an ``IN`` over the flat cell number. Both rules look at one row at a time (public,
 data-independent). The WHERE clause applies to the bounded rows — after bounding, like a WHERE compiled
 into the workload as a mask — so a unit's kept rows do not depend on the statement; a unit over the

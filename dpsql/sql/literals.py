@@ -16,6 +16,10 @@ reads no table — so that:
   declare instead: data computed in floating point rarely equals a decimal exactly (``0.1 + 0.2`` is not
   the double ``0.3``), so its rows would be dropped from every answer without a word.
 
+A ``range`` of days takes a DATE column (its ends dates) or a TIMESTAMP column without time zone (its ends
+midnights: each value counts in its day); on a TIMESTAMPTZ it is refused, since the day an instant falls on
+depends on the session's time zone.
+
 The other values a statement's SQL holds — a ``range``'s ends, ``bins`` edges, ``bounds`` — are
 rendered as literals and run through the engine at ``register()`` too (:func:`check_literals`), each
 compared with a NULL of its column's type, and refused if the engine rejects one or reads it as another
@@ -242,8 +246,8 @@ def _range_of_days(column: ColumnDomain, column_type: ColumnType, where: str) ->
     if column_type.is_zoned_timestamp:
         raise ProgrammingError(
             f"{where}, whose values are instants: the day one falls on depends on the session's time zone, so a range of days "
-            f"cannot count them; register a view of their local time in a fixed zone ({column.name} AT TIME ZONE 'UTC', a "
-            "TIMESTAMP without time zone) and declare the range on it"
+            f"cannot count them; register a view of their local time in a fixed zone as a TIMESTAMP without time zone ({column.name} "
+            "AT TIME ZONE 'UTC' in DuckDB and PostgreSQL) and declare the range on it"
         )
     raise ProgrammingError(f"{where}, but a range of dates needs a DATE or TIMESTAMP column")
 
