@@ -250,3 +250,26 @@ def test_postgresql_answers_like_duckdb(frame: pd.DataFrame, reference: duckdb.D
     finally:
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_a_batch_a_join_and_the_sqlalchemy_type(frame: pd.DataFrame, reference: duckdb.DuckDBPyConnection) -> None:
+    """Statements with different WHERE clauses on the days share one batch (their masks in the workload); the column
+    works through a join with a public table; the SQLAlchemy dialect reflects it as a DATETIME."""
+    from sqlalchemy import types
+
+    from dpsql.sqlalchemy import column_type
+
+    connection = dpsql.connect(budget=dpsql.Budget(epsilon=1e6))
+    connection.register("kinds", pd.DataFrame({"kind": ["a", "b"], "label": ["first", "second"]}), schema={"public": True})
+    connection.register("events", frame, schema={**SCHEMA, "foreign_keys": {"kind": "kinds.kind"}})
+    batch = ["SELECT COUNT(*) FROM events WHERE ts >= '2024-06-01'", "SELECT year(ts) AS y, COUNT(*) FROM events WHERE ts < '2024-03-01' GROUP BY y"]
+    with dpsql.testing.noise_disabled():
+        results = connection.workload(batch, epsilon=1.0)
+    for sql, result in zip(batch, results):
+        exact = reference.execute(sql).fetchall()
+        assert [row[:-1] for row in result.rows] == [row[:-1] for row in exact]
+        assert [row[-1] for row in result.rows] == pytest.approx([row[-1] for row in exact], rel=1e-6)
+    joined = "SELECT k.label, date_trunc('quarter', e.ts) AS q, COUNT(*) FROM events e JOIN kinds k ON e.kind = k.kind WHERE e.ts >= '2024-04-01' GROUP BY k.label, q"
+    reference.register("kinds", pd.DataFrame({"kind": ["a", "b"], "label": ["first", "second"]}))
+    assert_equal_to_duckdb(connection, reference, joined)
+    assert isinstance(column_type(connection._session.table("events").schema.column("ts"), "TIMESTAMP"), types.DateTime)
