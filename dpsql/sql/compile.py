@@ -787,12 +787,12 @@ def _checked_literal(value: object, column: ColumnDomain, clause: str, must_be_i
         if isinstance(value, str) and declared and isinstance(declared[0], (int, float)) and not isinstance(declared[0], bool):
             hint = "; write the number unquoted (a quoted number is read only when it casts exactly: '8' for 8, not '8.0' on an integer column)"
         raise DataError(
-            f"{clause} {shown(value)}: the literal's type does not match the domain of {column.name!r} ({column.describe()}){hint}"
+            f"{clause} {_shown(value)}: the literal's type does not match the domain of {column.name!r} ({column.describe()}){hint}"
         )
     if must_be_in_domain and coerced not in (column.cell_of_value if column.kind != "bins" else declared):
         released = "is not among the released keys" if column.kind == "keys" else "is outside the declared domain"
         raise DataError(
-            f"{clause} {shown(value)}: the value {released} of {column.name!r} ({column.describe()}); "
+            f"{clause} {_shown(value)}: the value {released} of {column.name!r} ({column.describe()}); "
             f"rows with such values are not counted under it, so the condition could never match"
         )
     return coerced
@@ -887,13 +887,13 @@ def _day_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
     (before anything is read) when it splits one: comparisons with midnights by ``>=`` and ``<`` never do."""
     name = column.name
     if isinstance(atom, Comparison) and atom.operator in ("<", "<=", ">", ">="):
-        bounds = [(atom.operator, atom.value, f"WHERE {name} {atom.operator} {shown(atom.value)}")]
+        bounds = [(atom.operator, atom.value, f"WHERE {name} {atom.operator} {_shown(atom.value)}")]
     elif isinstance(atom, Between):
-        written = f"WHERE {name} BETWEEN {shown(atom.low)} AND {shown(atom.high)}"
+        written = f"WHERE {name} BETWEEN {_shown(atom.low)} AND {_shown(atom.high)}"
         bounds = [(">=", atom.low, written), ("<=", atom.high, written)]
     else:
         literal = atom.values[0] if isinstance(atom, InList) else atom.value  # type: ignore[union-attr]
-        written = f"IN ({shown(literal)}, ...)" if isinstance(atom, InList) else f"{atom.operator} {shown(literal)}"  # type: ignore[union-attr]
+        written = f"IN ({_shown(literal)}, ...)" if isinstance(atom, InList) else f"{atom.operator} {_shown(literal)}"  # type: ignore[union-attr]
         day = _instant(literal, column, f"WHERE {name}").date()
         raise NotSupportedError(
             f"WHERE {name} {written}: {name!r} is a TIMESTAMP column declared as a range of days, and =, <> and IN select single "
@@ -916,7 +916,7 @@ def _instant(value: object, column: ColumnDomain, clause: str) -> datetime.datet
     instant = _checked_literal(value, column, clause, False)
     assert isinstance(instant, datetime.datetime)
     if instant.tzinfo is not None:
-        raise NotSupportedError(f"{clause} {shown(value)}: the column's timestamps have no time zone; write the literal's local time without an offset")
+        raise NotSupportedError(f"{clause} {_shown(value)}: the column's timestamps have no time zone; write the literal's local time without an offset")
     return instant
 
 
@@ -938,7 +938,7 @@ def _next_day(day: datetime.date) -> str:
     return str(np.datetime64(day, "D") + np.timedelta64(1, "D"))
 
 
-def shown(value: object) -> str:
+def _shown(value: object) -> str:
     """A WHERE literal as a message shows it: as written (``DATE '2024-06-01'`` for a typed literal)."""
     if isinstance(value, datetime.datetime):
         return f"TIMESTAMP '{value.isoformat(sep=' ')}'"

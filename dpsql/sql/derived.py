@@ -233,9 +233,9 @@ def _part(node: exp.Expression | None, key: str) -> str:
 
 def _finer_than_a_day(part: str, key: str) -> NotSupportedError:
     return NotSupportedError(
-        f"GROUP BY {key[:60]!r}: the date part {part!r} is finer than a day, and a date column, or a TIMESTAMP column declared as a "
-        "range of days, counts days only; group by the day, CAST(<column> AS DATE), or a coarser part (day, week, month, "
-        "quarter, year)"
+        f"GROUP BY {key[:60]!r}: the date part {part!r} is finer than a day, the cell of a date or of a TIMESTAMP declared as a "
+        "range of days; group by the day, CAST(<column> AS DATE), or a coarser part (day, week, month, quarter, year) — or, "
+        "on timestamp categories, group by the column and compute the part in the SELECT list"
     )
 
 
