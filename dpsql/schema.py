@@ -14,7 +14,7 @@ A schema is loaded from YAML, JSON or a dict of the same shape::
       sex:     {categories: [F, M]}
       race:    {categories: [0, 1, 2, 3, 4]}
       age:     {range: [17, 90]}                 # integers lo..hi inclusive, ordered
-      day:     {range: [2024-01-01, 2024-12-31]} # a DATE column: one cell per day, ordered
+      day:     {range: [2024-01-01, 2024-12-31]} # a DATE or TIMESTAMP column: one cell per day, ordered
       income:  {bins: [0, 10000, 50000]}         # ordered bins [e_i, e_i+1), left-closed, right-open
       paid:    {categories: [false, true]}       # BOOLEAN; dates and timestamps work as categories too
       browser: unknown                           # no public domain
@@ -195,7 +195,14 @@ class ColumnDomain:
 
     @property
     def is_date_range(self) -> bool:
+        """A range of days (on a DATE column, or a TIMESTAMP column: :attr:`is_timestamp_range`)."""
         return self.kind == "range" and isinstance(self.values[0], datetime.date)
+
+    @property
+    def is_timestamp_range(self) -> bool:
+        """A range of days on a TIMESTAMP column (its ends are midnights, set at ``register()``): a value is an
+        instant, counted in the cell of its day, and a cell's label is its day's midnight."""
+        return self.kind == "range" and isinstance(self.values[0], datetime.datetime)
 
     @property
     def value_cells(self) -> int:
@@ -255,6 +262,9 @@ class ColumnDomain:
         if self.kind == "categories":
             return f"categories {list(self.values)}{null}"
         if self.kind == "range":
+            if self.is_timestamp_range:
+                days = ", ".join(str(v.date()) for v in self.values)  # type: ignore[attr-defined]
+                return f"date range (days) [{days}] of timestamps, each counted in its day{null}"
             what = "date range (days)" if self.is_date_range else "integer range"
             return f"{what} [{self.values[0]}, {self.values[1]}]{null}"
         if self.kind == "bins":

@@ -103,6 +103,8 @@ def connect_arguments(database: str | None, query: Mapping[str, str | Sequence[s
 def column_type(domain: ColumnDomain, engine_type: str) -> types.TypeEngine:
     """The SQL type of a column: from its declared domain, else from the engine's column type."""
     if domain.kind == "range":
+        if domain.is_timestamp_range:
+            return types.DateTime()
         return types.Date() if domain.is_date_range else types.Integer()
     if domain.kind == "bins":
         return types.Float()

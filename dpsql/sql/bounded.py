@@ -18,10 +18,12 @@ applies the domain tests itself.
 
 Each mentioned column enters as its raw value when that suffices (categories and integer ranges:
 the few distinct values of the result are mapped to cell numbers in numpy afterwards), or as its
-cell number computed by a ``CASE`` (bins, and columns coupled with others in one WHERE mask). The
+cell number computed by a ``CASE`` (bins, a range of days on a TIMESTAMP column — its value's day,
+``CAST(ts AS DATE)`` — and columns coupled with others in one WHERE mask). The
 domain test drops rows whose value is NULL (in a column not declared nullable) or outside the declared
 domain. The WHERE clause arrives as masks over public domains (:class:`~dpsql.sql.compile.CellFilter`):
-a one-column mask becomes ``IN`` / ``BETWEEN`` / bin-edge tests on the raw value, a mask coupling
+a one-column mask becomes ``IN`` / ``BETWEEN`` / bin-edge tests on the raw value (``BETWEEN`` of cell
+numbers for an ordered column read as cell numbers), a mask coupling
 several columns an ``IN`` over the flat cell number. Both rules look at one row at a time (public,
 data-independent). The WHERE clause applies to the bounded rows — after bounding, like a WHERE compiled
 into the workload as a mask — so a unit's kept rows do not depend on the statement; a unit over the
@@ -60,8 +62,9 @@ moment cells reads those sums; any other marginal counts each row as its total w
 
 from __future__ import annotations
 
+import datetime
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -69,7 +72,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.schema import ColumnDomain, range_value
-from dpsql.sql.bounded_rows import bounded_rows, in_domain, in_range, relation_source, salted_order_key
+from dpsql.sql.bounded_rows import bounded_rows, day_of, in_domain, in_range, relation_source, salted_order_key
 from dpsql.sql.compile import CellFilter
 from dpsql.sql.distinct_units import DistinctUnits, pairs
 from dpsql.sql.literals import INT64_MAX, ColumnType, python_value, sql_literal
@@ -213,11 +216,12 @@ class BoundedAggregation:
         """Columns that enter the SQL as cell numbers (CASE); the others enter as raw values. A binned
         column that is neither counted nor filtered only needs its domain test (``e0 ≤ v < ek``), which
         raw values answer more cheaply than the CASE. A counted HUGEINT or DECIMAL column enters as cell
-        numbers too: its raw values read back as doubles, in which 2^127 - 1 and 2^127 are one value."""
+        numbers too: its raw values read back as doubles, in which 2^127 - 1 and 2^127 are one value; and so does
+        a range of days on a TIMESTAMP column, whose cell is its value's day."""
         coupled = {c for f in self.row_filters if len(f.scope) > 1 for c in f.scope}
         filtered = {c for f in self.row_filters for c in f.scope}
         counted = {c for marginal in self.marginals for c in marginal}
-        binned = {c for c, d in self.columns.items() if (d.kind == "bins" or _wide_range(d)) and c in counted | filtered}
+        binned = {c for c, d in self.columns.items() if (d.kind == "bins" or _wide_range(d) or d.is_timestamp_range) and c in counted | filtered}
         inexact = {c for c, d in self.columns.items() if c in counted and d.kind == "categories" and _inexact_number(self.column_types.get(c))}
         return frozenset(c for c in self.columns if c in binned | coupled | inexact)
 
@@ -305,8 +309,12 @@ class BoundedAggregation:
         return in_domain(reference, self.columns[name], self.column_types[name])
 
     def _filter(self, cell_filter: CellFilter) -> exp.Expression:
-        if len(cell_filter.scope) == 1 and cell_filter.scope[0] not in self.indexed_columns:
-            return self._value_filter(cell_filter.scope[0], cell_filter.mask)
+        if len(cell_filter.scope) == 1:
+            name = cell_filter.scope[0]
+            if name not in self.indexed_columns:
+                return self._value_filter(name, cell_filter.mask)
+            if self.columns[name].is_ordered:  # cell numbers in order: a mask's runs are BETWEENs of them
+                return _runs(exp.column(self.alias(name)), np.flatnonzero(cell_filter.mask), lambda cell: exp.Literal.number(cell))
         return self._cell_filter(cell_filter)
 
     def _value_filter(self, name: str, mask: np.ndarray) -> exp.Expression:
@@ -319,15 +327,8 @@ class BoundedAggregation:
         selected = np.flatnonzero(mask[: column.value_cells])
         if column.kind == "categories" and len(selected):
             tests.append(exp.In(this=reference.copy(), expressions=[sql_literal(column.values[i]) for i in selected]))
-        elif len(selected):  # runs of a range: BETWEEN, and the short ones' values in one IN list
-            low = column.values[0]
-            runs = np.split(selected, np.flatnonzero(np.diff(selected) > 1) + 1)
-            single = [sql_literal(range_value(low, int(i))) for run in runs if len(run) < MIN_BETWEEN_RUN for i in run]
-            if single:
-                tests.append(exp.In(this=reference.copy(), expressions=single))
-            for run in (r for r in runs if len(r) >= MIN_BETWEEN_RUN):
-                bounds = {"low": sql_literal(range_value(low, int(run[0]))), "high": sql_literal(range_value(low, int(run[-1])))}
-                tests.append(exp.Between(this=reference.copy(), **bounds))
+        elif len(selected):
+            tests.append(_runs(reference.copy(), selected, lambda cell: sql_literal(range_value(column.values[0], cell))))
         return exp.paren(exp.or_(*tests, copy=False)) if len(tests) > 1 else tests[0]
 
     def _cell_filter(self, cell_filter: CellFilter) -> exp.Expression:
@@ -672,9 +673,10 @@ class BoundedAggregation:
                 case = case.when(exp.EQ(this=reference.copy(), expression=sql_literal(value)), exp.Literal.number(index), copy=False)
         elif column.kind == "range":
             low = column.values[0]
-            inside = exp.Case().when(in_range(reference.copy(), column, self.column_types[name]), reference.copy())
+            inside = exp.Case().when(in_range(reference.copy(), column, self.column_types[name]), day_of(reference.copy(), column))
             if column.is_date_range:
-                offset: exp.Expression = exp.DateDiff(this=inside, expression=sql_literal(low), unit=exp.var("DAY"))
+                first_day = low.date() if isinstance(low, datetime.datetime) else low
+                offset: exp.Expression = exp.DateDiff(this=inside, expression=sql_literal(first_day), unit=exp.var("DAY"))
             else:
                 offset = exp.Sub(this=exp.cast(inside, "BIGINT"), expression=sql_literal(low))
             case = case.when(in_range(reference.copy(), column, self.column_types[name]), offset, copy=False)
@@ -696,6 +698,19 @@ class BoundedAggregation:
                     index = _bin_search(reference, edges, 0, len(edges) - 1)
                 case = case.when(below_last, index, copy=False)
         return case
+
+
+def _runs(reference: exp.Expression, cells: np.ndarray, literal: Callable[[int], exp.Expression]) -> exp.Expression:
+    """``reference`` among ordered ``cells`` (not empty, increasing; ``literal`` renders one): each run of at least
+    :data:`MIN_BETWEEN_RUN` cells a BETWEEN, the short runs' cells one IN list."""
+    runs = np.split(cells, np.flatnonzero(np.diff(cells) > 1) + 1)
+    tests: list[exp.Expression] = []
+    single = [literal(int(cell)) for run in runs if len(run) < MIN_BETWEEN_RUN for cell in run]
+    if single:
+        tests.append(exp.In(this=reference.copy(), expressions=single))
+    for run in (r for r in runs if len(r) >= MIN_BETWEEN_RUN):
+        tests.append(exp.Between(this=reference.copy(), low=literal(int(run[0])), high=literal(int(run[-1]))))
+    return exp.paren(exp.or_(*tests, copy=False)) if len(tests) > 1 else tests[0]
 
 
 def key_text(key: exp.Expression) -> exp.Expression:

@@ -73,10 +73,17 @@ def salted_order_key(values: list[exp.Expression], salt: int) -> exp.Expression:
     return exp.func("HASH", exp.func("HASH", *values, exp.Literal.number(salt)))
 
 
+def day_of(reference: exp.Expression, column: ColumnDomain) -> exp.Expression:
+    """What a range column's cells number: the value, or its day (``CAST(value AS DATE)``, total on every
+    timestamp) when the range is one of days on a TIMESTAMP column."""
+    return exp.cast(reference, "DATE") if column.is_timestamp_range else reference
+
+
 def in_range(reference: exp.Expression, column: ColumnDomain, column_type: ColumnType) -> exp.Expression:
-    """``lo <= value <= hi`` of a range column, and integral when the column's type is not."""
-    low, high = column.values
-    test: exp.Expression = exp.Between(this=reference, low=sql_literal(low), high=sql_literal(high))
+    """``lo <= value <= hi`` of a range column (its day's, for a range of days on a TIMESTAMP column), and integral
+    when the column's type is not."""
+    low, high = (v.date() for v in column.values) if column.is_timestamp_range else column.values  # type: ignore[attr-defined]
+    test: exp.Expression = exp.Between(this=day_of(reference, column), low=sql_literal(low), high=sql_literal(high))
     if not column.is_date_range and not column_type.is_integer:
         test = exp.and_(test, exp.EQ(this=reference.copy(), expression=exp.func("FLOOR", reference.copy())))
     return test

@@ -378,10 +378,22 @@ class _Resolver:
         q = self.query
         derived = tuple(self._derived(d) for d in q.derived)
         keys = {d.key for d in derived}
-        group = tuple(dict.fromkeys(c if c in keys else self.name(c, "GROUP BY") for c in q.group_by))
+        group = tuple(dict.fromkeys(c if c in keys else self._group_column(c) for c in q.group_by))
         select = tuple(self._item(item, keys) for item in q.select)
         where = self._predicate(q.where) if q.where is not None else None
         return Query(q.table, select, group, where, derived)
+
+    def _group_column(self, name: str) -> str:
+        """A plain GROUP BY column; refused when its values are instants counted by their days (a cell is a day, not a
+        value the column holds)."""
+        resolved = self.name(name, "GROUP BY")
+        if self.columns[resolved].is_timestamp_range:
+            raise NotSupportedError(
+                f"GROUP BY {name}: {resolved!r} is a TIMESTAMP column declared as a range of days, whose values are instants, "
+                f"not days; group by the day, CAST({name} AS DATE), or a coarser part (date_trunc('month', {name}), "
+                f"extract(year FROM {name}))"
+            )
+        return resolved
 
     def _derived(self, derived: Derived) -> Derived:
         source = self.name(derived.source, "GROUP BY")
@@ -640,7 +652,7 @@ def _junction_truth(predicate: And | Or, scope: tuple[str, ...], columns: dict[s
 
 def _lookup_merges(atom: Predicate, column: ColumnDomain, disjunction: bool) -> bool:
     """``=``/``IN`` under OR and ``<>`` under AND on a column of listed values: merged into one lookup."""
-    if column.kind == "bins":
+    if column.kind == "bins" or column.is_timestamp_range:
         return False
     if disjunction:
         return isinstance(atom, InList) or (isinstance(atom, Comparison) and atom.operator == "=")
@@ -687,6 +699,8 @@ def _atom_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
         return truth
     if column.kind == "bins":
         truth[: column.value_cells] = _bin_truth(atom, column)
+    elif column.is_timestamp_range:
+        truth[: column.value_cells] = _day_truth(atom, column)
     else:
         truth[: column.value_cells] = _value_truth(atom, column)
     return truth
@@ -773,12 +787,12 @@ def _checked_literal(value: object, column: ColumnDomain, clause: str, must_be_i
         if isinstance(value, str) and declared and isinstance(declared[0], (int, float)) and not isinstance(declared[0], bool):
             hint = "; write the number unquoted (a quoted number is read only when it casts exactly: '8' for 8, not '8.0' on an integer column)"
         raise DataError(
-            f"{clause} {value!r}: the literal's type does not match the domain of {column.name!r} ({column.describe()}){hint}"
+            f"{clause} {_shown(value)}: the literal's type does not match the domain of {column.name!r} ({column.describe()}){hint}"
         )
     if must_be_in_domain and coerced not in (column.cell_of_value if column.kind != "bins" else declared):
         released = "is not among the released keys" if column.kind == "keys" else "is outside the declared domain"
         raise DataError(
-            f"{clause} {value!r}: the value {released} of {column.name!r} ({column.describe()}); "
+            f"{clause} {_shown(value)}: the value {released} of {column.name!r} ({column.describe()}); "
             f"rows with such values are not counted under it, so the condition could never match"
         )
     return coerced
@@ -802,6 +816,8 @@ def _coerced(value: object, example: object) -> object:
             return decimal.Decimal(value) if isinstance(example, decimal.Decimal) and number is not _MISMATCH else number
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _MISMATCH
     if isinstance(example, (datetime.date, datetime.datetime)):
+        if isinstance(value, datetime.date):  # a typed literal, DATE '…' or TIMESTAMP '…'
+            return _typed_date(value, isinstance(example, datetime.datetime))
         if not isinstance(value, str):
             return _MISMATCH
         kind = datetime.datetime if isinstance(example, datetime.datetime) else datetime.date
@@ -814,6 +830,16 @@ def _coerced(value: object, example: object) -> object:
             return value
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else _MISMATCH
     return value if type(value) is type(example) else _MISMATCH
+
+
+def _typed_date(value: datetime.date, timestamps: bool) -> object:
+    """A DATE or TIMESTAMP literal compared with a column of timestamps (a date is its midnight, as the engine casts
+    it) or of dates (a timestamp at midnight is its date; another instant is refused: compare a date with a date)."""
+    if timestamps:
+        return value if isinstance(value, datetime.datetime) else datetime.datetime(value.year, value.month, value.day)
+    if not isinstance(value, datetime.datetime):
+        return value
+    return value.date() if value == datetime.datetime(value.year, value.month, value.day) else _MISMATCH
 
 
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
@@ -853,6 +879,81 @@ def _bin_truth(atom: Predicate, column: ColumnDomain) -> list[int]:
             )
         results.append(TRUE if all(states) else FALSE)
     return results
+
+
+def _day_truth(atom: Predicate, column: ColumnDomain) -> np.ndarray:
+    """A range of days on a TIMESTAMP column: each cell holds the instants of one day, ``[midnight, next midnight)``
+    — a bin of instants. A comparison is TRUE or FALSE on a day when it holds for all or none of them, and refused
+    (before anything is read) when it splits one: comparisons with midnights by ``>=`` and ``<`` never do."""
+    name = column.name
+    if isinstance(atom, Comparison) and atom.operator in ("<", "<=", ">", ">="):
+        bounds = [(atom.operator, atom.value, f"WHERE {name} {atom.operator} {_shown(atom.value)}")]
+    elif isinstance(atom, Between):
+        written = f"WHERE {name} BETWEEN {_shown(atom.low)} AND {_shown(atom.high)}"
+        bounds = [(">=", atom.low, written), ("<=", atom.high, written)]
+    else:
+        literal = atom.values[0] if isinstance(atom, InList) else atom.value  # type: ignore[union-attr]
+        written = f"IN ({_shown(literal)}, ...)" if isinstance(atom, InList) else f"{atom.operator} {_shown(literal)}"  # type: ignore[union-attr]
+        day = _instant(literal, column, f"WHERE {name}").date()
+        raise NotSupportedError(
+            f"WHERE {name} {written}: {name!r} is a TIMESTAMP column declared as a range of days, and =, <> and IN select single "
+            f"instants of a day; select whole days by midnights, e.g. {name} >= '{day}' AND {name} < '{_next_day(day)}'"
+        )
+    starts = np.datetime64(column.values[0], "us") + np.arange(column.value_cells) * np.timedelta64(1, "D")
+    truth = np.full(column.value_cells, True)
+    for operator, value, written in bounds:
+        instant = _instant(value, column, f"WHERE {name} {operator}")
+        every, none = _on_days(operator, np.datetime64(instant, "us"), starts)
+        if not (every | none).all():
+            raise NotSupportedError(f"{written}: {_day_split(name, operator, instant)}")
+        truth &= every
+    return np.where(truth, TRUE, FALSE).astype(np.int8)
+
+
+def _instant(value: object, column: ColumnDomain, clause: str) -> datetime.datetime:
+    """A literal compared with a range of days on a TIMESTAMP column, as the instant the engine compares (a date is its
+    midnight); one with a time zone is refused (the column's values have none)."""
+    instant = _checked_literal(value, column, clause, False)
+    assert isinstance(instant, datetime.datetime)
+    if instant.tzinfo is not None:
+        raise NotSupportedError(f"{clause} {_shown(value)}: the column's timestamps have no time zone; write the literal's local time without an offset")
+    return instant
+
+
+def _on_days(operator: str, bound: np.datetime64, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per day (its first instant in ``starts``; it lasts until the next day's): whether ``instant <operator> bound``
+    holds for every instant of the day, and whether it holds for none."""
+    ends = starts + np.timedelta64(1, "D")
+    if operator == "<":
+        return ends <= bound, starts >= bound
+    if operator == "<=":
+        return ends <= bound, starts > bound
+    if operator == ">=":
+        return starts >= bound, ends <= bound
+    return starts > bound, ends <= bound
+
+
+def _next_day(day: datetime.date) -> str:
+    """The ISO text of the day after ``day`` (10000-01-01 after the last day Python holds)."""
+    return str(np.datetime64(day, "D") + np.timedelta64(1, "D"))
+
+
+def _shown(value: object) -> str:
+    """A WHERE literal as a message shows it: as written (``DATE '2024-06-01'`` for a typed literal)."""
+    if isinstance(value, datetime.datetime):
+        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+    if isinstance(value, datetime.date):
+        return f"DATE '{value.isoformat()}'"
+    return repr(value)
+
+
+def _day_split(name: str, operator: str, bound: datetime.datetime) -> str:
+    """Why a comparison splits a day of a range of days on a TIMESTAMP column, and the comparison with a midnight to write."""
+    day = bound.date()
+    why = f"it splits the day {day} of {name!r}, a TIMESTAMP column declared as a range of days (each value counts in its day)"
+    if operator in ("<", "<="):
+        return f"{why}; compare with a midnight by <: {name} < '{_next_day(day)}' to count the day {day}, {name} < '{day}' to leave it out"
+    return f"{why}; compare with a midnight by >=: {name} >= '{day}' to count the day {day}, {name} >= '{_next_day(day)}' to leave it out"
 
 
 def _bin_bounds(operator: str, value: object, column: ColumnDomain, clause: str):  # noqa: ANN202

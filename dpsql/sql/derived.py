@@ -2,8 +2,9 @@
 
 ``CASE WHEN <conditions on one column> THEN <literal> … [ELSE <literal>] END``, integer arithmetic
 (``age / 10``, ``age // 10``, ``age - age % 10``, ``floor(age / 10)``, ``+ - *``, ``ceil``) and the date
-functions ``date_trunc`` / ``extract`` / ``date_part`` / ``year()``, ``month()``, … on a declared date
-column are accepted as group keys. Each is evaluated here on the *declared* cells of its source column —
+functions ``date_trunc`` / ``extract`` / ``date_part`` / ``year()``, ``month()``, … and ``CAST(c AS DATE)`` on a
+declared range of days (a DATE column, or a TIMESTAMP column whose cells are days) are accepted as group keys;
+parts finer than a day are refused. Each is evaluated here on the *declared* cells of its source column —
 from the schema only, never on the data — giving a :class:`DerivedMap`: the derived values (the cells
 a result row shows, in order of first appearance over the source's cells, NULL last) and the derived
 cell of every source cell. The derived column is then an attribute of the workload with its own few
@@ -14,6 +15,7 @@ declared column with those values.
 The values follow DuckDB's semantics exactly: ``/`` is floating-point division (``17 / 10 = 1.7``),
 ``//`` integer division truncating toward zero, ``%`` the remainder with the sign of the dividend,
 ``floor``/``ceil`` return doubles, ``date_trunc`` on a DATE returns a TIMESTAMP, ``extract`` an integer,
+``CAST(c AS DATE)`` the day (a DATE: on a TIMESTAMP column declared as a range of days, its cells' days),
 a NULL operand gives NULL and a CASE condition that is NULL (UNKNOWN) falls through to the next branch.
 Forms DuckDB would type differently from what can be reproduced exactly (decimal literals, mixed THEN
 types) are refused with :class:`~dpsql.errors.NotSupportedError` saying what is accepted.
@@ -68,7 +70,7 @@ class Binary:
 
 @dataclass(frozen=True)
 class Function:
-    name: str  # neg, floor, ceil, trunc:<part>, extract:<part>
+    name: str  # neg, floor, ceil, trunc:<part>, extract:<part>, day_of (CAST(… AS DATE))
     argument: Expression
 
 
@@ -112,8 +114,13 @@ _PART_NAMES = {
     "doy": "doy", "dayofyear": "doy",
 }  # fmt: skip
 _TRUNC_PARTS = ("year", "quarter", "month", "week", "day")
+_FINER_THAN_A_DAY = {
+    "hour", "hours", "minute", "minutes", "min", "second", "seconds", "sec", "millisecond", "milliseconds", "ms",
+    "microsecond", "microseconds", "us", "epoch", "timezone", "timezone_hour", "timezone_minute",
+}  # fmt: skip
+_FINER_FUNCTIONS: dict[type[exp.Expression], str] = {exp.Hour: "hour", exp.Minute: "minute", exp.Second: "second", exp.TimeToUnix: "epoch"}
 _DERIVED_NODES = (exp.Case, exp.Neg, exp.Floor, exp.Ceil, exp.TimestampTrunc, exp.DateTrunc, exp.Extract,
-                  *_BINARY, *_EXTRACT_FUNCTIONS)  # fmt: skip
+                  *_BINARY, *_EXTRACT_FUNCTIONS, *_FINER_FUNCTIONS)  # fmt: skip
 
 
 def is_derived(node: exp.Expression) -> bool:
@@ -125,7 +132,14 @@ def is_derived(node: exp.Expression) -> bool:
         return False
     if isinstance(node, exp.Anonymous):
         return str(node.this).lower() == "date_part"
-    return isinstance(node, _DERIVED_NODES)
+    return isinstance(node, _DERIVED_NODES) or _is_day_cast(node)
+
+
+def _is_day_cast(node: exp.Expression) -> bool:
+    """``CAST(c AS DATE)``, ``c::DATE`` or ``DATE(c)`` of a column: its day."""
+    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+        return node.to.is_type(exp.DataType.Type.DATE) and isinstance(node.this, (exp.Column, exp.Paren))
+    return isinstance(node, exp.Date) and len(node.expressions) == 0 and isinstance(node.this, (exp.Column, exp.Paren))
 
 
 def derived_key(node: exp.Expression) -> str:
@@ -184,10 +198,14 @@ def _expression(node: exp.Expression, checker: _Checker, columns_of: Callable, s
         if part not in _TRUNC_PARTS:
             raise NotSupportedError(f"GROUP BY {key[:60]!r}: date_trunc to {part!r} is not supported. {ACCEPTED}")
         return Function(f"trunc:{part}", _date_argument(node.this, checker, sources, key))
+    if _is_day_cast(node):
+        return Function("day_of", _date_argument(node.this, checker, sources, key))
     if isinstance(node, exp.Extract):
         return Function(f"extract:{_part(node.this, key)}", _date_argument(node.expression, checker, sources, key))
     if isinstance(node, exp.Anonymous) and str(node.this).lower() == "date_part" and len(node.expressions) == 2:
         return Function(f"extract:{_part(node.expressions[0], key)}", _date_argument(node.expressions[1], checker, sources, key))
+    if type(node) in _FINER_FUNCTIONS:
+        raise _finer_than_a_day(_FINER_FUNCTIONS[type(node)], key)
     if type(node) in _EXTRACT_FUNCTIONS:
         return Function(f"extract:{_EXTRACT_FUNCTIONS[type(node)]}", _date_argument(node.this, checker, sources, key))
     if isinstance(node, exp.Case):
@@ -206,9 +224,19 @@ def _date_argument(node: exp.Expression, checker: _Checker, sources: list[str], 
 
 def _part(node: exp.Expression | None, key: str) -> str:
     text = "" if node is None else str(node.name if isinstance(node, (exp.Var, exp.Literal)) else node.sql()).lower()
+    if text in _FINER_THAN_A_DAY:
+        raise _finer_than_a_day(text, key)
     if text not in _PART_NAMES:
         raise NotSupportedError(f"GROUP BY {key[:60]!r}: the date part {text!r} is not supported. {ACCEPTED}")
     return _PART_NAMES[text]
+
+
+def _finer_than_a_day(part: str, key: str) -> NotSupportedError:
+    return NotSupportedError(
+        f"GROUP BY {key[:60]!r}: the date part {part!r} is finer than a day, the cell of a date or of a TIMESTAMP declared as a "
+        "range of days; group by the day, CAST(<column> AS DATE), or a coarser part (day, week, month, quarter, year) — or, "
+        "on timestamp categories, group by the column and compute the part in the SELECT list"
+    )
 
 
 def _case(node: exp.Case, checker: _Checker, columns_of: Callable, sources: list[str], key: str) -> CaseWhen:
@@ -344,6 +372,8 @@ def _function(name: str, value: object, key: str, column: ColumnDomain) -> objec
         raise NotSupportedError(
             f"GROUP BY {key[:60]!r}: date functions need a date column; {column.name!r} is {column.describe()}. {ACCEPTED}"
         )
+    if name == "day_of":  # CAST(c AS DATE): DuckDB's DATE
+        return value.date() if isinstance(value, datetime.datetime) else value
     kind, part = name.split(":")
     return _truncated(value, part) if kind == "trunc" else _extracted(value, part)
 

@@ -16,6 +16,10 @@ reads no table — so that:
   declare instead: data computed in floating point rarely equals a decimal exactly (``0.1 + 0.2`` is not
   the double ``0.3``), so its rows would be dropped from every answer without a word.
 
+A ``range`` of days takes a DATE column (its ends dates) or a TIMESTAMP column without time zone (its ends
+midnights: each value counts in its day); on a TIMESTAMPTZ it is refused, since the day an instant falls on
+depends on the session's time zone.
+
 The other values a statement's SQL holds — a ``range``'s ends, ``bins`` edges, ``bounds`` — are
 rendered as literals and run through the engine at ``register()`` too (:func:`check_literals`), each
 compared with a NULL of its column's type, and refused if the engine rejects one or reads it as another
@@ -44,6 +48,11 @@ from dpsql.schema import ColumnDomain, Schema
 Run = Callable[[str], Mapping[str, np.ndarray]]
 
 
+_LOCAL_TIMESTAMPS = (
+    exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.TIMESTAMP_S, exp.DataType.Type.TIMESTAMP_MS,
+    exp.DataType.Type.TIMESTAMP_NS, exp.DataType.Type.DATETIME, exp.DataType.Type.DATETIME2, exp.DataType.Type.DATETIME64,
+    exp.DataType.Type.SMALLDATETIME,
+)  # fmt: skip
 WIDER_THAN_BIGINT = (exp.DataType.Type.UBIGINT, exp.DataType.Type.INT128, exp.DataType.Type.UINT128, exp.DataType.Type.INT256, exp.DataType.Type.UINT256)
 """Integer types whose values may lie beyond a 64-bit signed integer: shown as ``numeric`` (PostgreSQL's NUMERIC)."""
 
@@ -108,6 +117,16 @@ class ColumnType:
         return self._is(exp.DataType.TEMPORAL_TYPES)
 
     @property
+    def is_timestamp(self) -> bool:
+        """A timestamp without time zone (a wall-clock date and time): its day is the date it shows."""
+        return self._is(_LOCAL_TIMESTAMPS)
+
+    @property
+    def is_zoned_timestamp(self) -> bool:
+        """An instant (TIMESTAMPTZ, Spark's TIMESTAMP): the day it falls on depends on a session's time zone."""
+        return self._is((exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPLTZ))
+
+    @property
     def kind(self) -> str:
         """What its values are, as a result column or a parameter shows them: ``boolean``, ``integer`` (64
         bits), ``numeric`` (integers beyond: HUGEINT, UBIGINT), ``float``, ``date``, ``timestamp`` or ``text``."""
@@ -128,6 +147,7 @@ class ColumnType:
 
 
 _DOUBLE = ColumnType.of("DOUBLE", "duckdb")
+_DATE = ColumnType.of("DATE", "duckdb")
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -195,9 +215,9 @@ def canonical_column(column: ColumnDomain, column_type: ColumnType, table: str, 
             raise ProgrammingError(f"{where}, but its bins need numbers (a numeric column)")
         return column
     if column.kind == "range":
-        if column.is_date_range and not column_type.is_date:
-            raise ProgrammingError(f"{where}, but a range of dates needs a DATE column")
-        if not column.is_date_range and not column_type.is_numeric:
+        if column.is_date_range:
+            return _range_of_days(column, column_type, where)
+        if not column_type.is_numeric:
             raise ProgrammingError(f"{where}, but its integer range needs numbers (a numeric column)")
         return column
     if column.kind != "categories":
@@ -212,6 +232,24 @@ def canonical_column(column: ColumnDomain, column_type: ColumnType, table: str, 
     if len(set(values)) != len(values):
         raise ProgrammingError(f"{where}; its categories {list(column.values)} repeat a value in that type")
     return dataclasses.replace(column, values=values)
+
+
+def _range_of_days(column: ColumnDomain, column_type: ColumnType, where: str) -> ColumnDomain:
+    """A range of days on a DATE column (its ends dates) or on a TIMESTAMP column (its ends midnights: a value
+    counts in its day's cell, ``ColumnDomain.is_timestamp_range``); refused on any other column, and on a
+    timestamp with a time zone, whose day depends on the session's zone (neither public nor fixed)."""
+    days = tuple(v.date() if isinstance(v, datetime.datetime) else v for v in column.values)
+    if column_type.is_date:
+        return dataclasses.replace(column, values=days)
+    if column_type.is_timestamp:
+        return dataclasses.replace(column, values=tuple(datetime.datetime(d.year, d.month, d.day) for d in days))  # type: ignore[attr-defined]
+    if column_type.is_zoned_timestamp:
+        raise ProgrammingError(
+            f"{where}, whose values are instants: the day one falls on depends on the session's time zone, so a range of days "
+            f"cannot count them; register a view of their local time in a fixed zone as a TIMESTAMP without time zone ({column.name} "
+            "AT TIME ZONE 'UTC' in DuckDB and PostgreSQL) and declare the range on it"
+        )
+    raise ProgrammingError(f"{where}, but a range of dates needs a DATE or TIMESTAMP column")
 
 
 _IDENTITY_TEXT = (exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT)
@@ -284,7 +322,12 @@ def _compared(column: ColumnDomain, column_type: ColumnType) -> list[tuple[objec
     """The values a statement's SQL renders as literals for ``column``'s range ends, bin edges and bounds
     (and their width), each with the type it is compared with (bounds: DOUBLE, as the clamp compares them),
     but for those that compare as themselves (:func:`_compares_as_itself`)."""
-    compared = [(v, column_type) for v in column.values if not _compares_as_itself(v, column_type)] if column.kind in ("range", "bins") else []
+    if column.is_timestamp_range:  # its SQL compares the value's day with the ends' days (``bounded_rows.in_range``)
+        compared = [(v.date(), _DATE) for v in column.values]  # type: ignore[attr-defined]
+    elif column.kind in ("range", "bins"):
+        compared = [(v, column_type) for v in column.values if not _compares_as_itself(v, column_type)]
+    else:
+        compared = []
     if column.bounds is not None:
         low, high = (float(bound) for bound in column.bounds)
         compared += [(low, _DOUBLE), (high, _DOUBLE), (high - low, _DOUBLE)]  # the clamp's ends and the grid's width

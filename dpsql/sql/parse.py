@@ -30,7 +30,7 @@ from dpsql.sql.joins import MATCHED, JoinSpec, Source, column_qualifier, join_sp
 
 SUPPORTED = "(the SQL dpsql runs: docs/sql.md)"  # ends a refusal that names what to write instead
 
-Literal = str | int | float | bool
+Literal = str | int | float | bool | datetime.date  # a date or datetime: a typed literal, DATE '…' or TIMESTAMP '…'
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,6 +342,31 @@ def _literal_node(value: object) -> exp.Expression:
         f"unsupported parameter type {type(value).__name__}; use str, int, float, bool, None, a numpy scalar, "
         "Decimal, or a date/datetime/time (bound as ISO-8601 text)"
     )
+
+
+_LOCAL_TIMESTAMPS = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.DATETIME)
+
+
+def _typed_literal(node: exp.Cast, clause: str) -> datetime.date:
+    """``DATE '2024-06-01'`` as a date, ``TIMESTAMP '2024-06-01 12:00'`` as a datetime (``CAST('…' AS DATE)``, ``'…'::DATE``
+    alike); other typed literals are refused."""
+    text = str(node.this.this)
+    if node.to.is_type(exp.DataType.Type.DATE):
+        kind: type[datetime.date] = datetime.date
+    elif node.to.is_type(*_LOCAL_TIMESTAMPS):
+        kind = datetime.datetime
+    else:
+        raise NotSupportedError(
+            f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not supported; compare with a number, a string, DATE '…' or "
+            f"TIMESTAMP '…' (without time zone). {SUPPORTED}"
+        )
+    try:
+        value = kind.fromisoformat(text)
+    except ValueError:
+        raise ProgrammingError(f"{clause}: {node.sql(dialect='duckdb')[:60]!r} is not an ISO {'date' if kind is datetime.date else 'timestamp'} (YYYY-MM-DD[ HH:MM:SS])") from None
+    if isinstance(value, datetime.datetime) and value.tzinfo is not None:
+        raise NotSupportedError(f"{clause}: {node.sql(dialect='duckdb')[:60]!r} has a time zone offset, which a TIMESTAMP does not hold; write its local time")
+    return value
 
 
 def count_argument(node: exp.Count, column: Callable[[exp.Expression, str], str]) -> str | None:
@@ -675,6 +700,8 @@ class BranchChecker:
             return None
         if isinstance(node, exp.Boolean):
             return bool(node.this)
+        if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
+            return _typed_literal(node, clause)
         negative = isinstance(node, exp.Neg)
         inner = node.this if negative else node
         if isinstance(inner, exp.Literal):

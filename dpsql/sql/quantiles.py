@@ -26,7 +26,9 @@ PostgreSQL define them:
 
 With noise disabled this is the exact answer for a ``range`` column. A ``bins`` column answers to the
 resolution of its bins: DISC, MIN and MAX give the bin (its label), CONT interpolates linearly inside the
-bin that holds the rank (the grouped-data quantile). A group with no rows (``N = 0``) answers NULL.
+bin that holds the rank (the grouped-data quantile). A range of days on a TIMESTAMP column answers to its days:
+DISC, MIN and MAX give the midnight that starts the day holding the rank (a TIMESTAMP, never a time of the data).
+A group with no rows (``N = 0``) answers NULL.
 
 Error bars (docs/math.md §13): the *rank* standard error of a quantile at the answer's cell ``k`` is that of
 ``F(k) − q·N``, from the plan (``rank_block`` priced by ``Plan.variances_of``, covariance included) where
@@ -71,9 +73,10 @@ def check_column(item: Quantile, domain: ColumnDomain) -> None:
             f"{domain.describe()}; declare a range (integers or dates) or bins for it in the schema"
         )
     if item.function == "PERCENTILE_CONT" and domain.is_date_range:
+        returned = "the first instant of a day of the domain" if domain.is_timestamp_range else "a date of the domain"
         raise NotSupportedError(
             f"SELECT {item.function}({item.column}): interpolating between dates is not supported; use "
-            "PERCENTILE_DISC(q) WITHIN GROUP (ORDER BY ...) or QUANTILE_DISC, which return a date of the domain"
+            f"PERCENTILE_DISC(q) WITHIN GROUP (ORDER BY ...) or QUANTILE_DISC, which return {returned}"
         )
 
 

@@ -353,3 +353,47 @@ def test_integer_keys_beyond_bigint_are_numeric_on_the_wire(tmp_path: Path, fram
             return [int(row["k"]) for row in rows]
 
         assert asyncio.run(fetch()) == expected["k"]
+
+
+def test_a_timestamp_range_of_days_over_psql_and_psycopg(tmp_path: Path, frame: pd.DataFrame, adult_schema: dict[str, object]) -> None:
+    """A TIMESTAMP column declared as a range of days, served: WHERE at midnights and GROUP BY its day and month answer
+    DuckDB's counts, typed as DuckDB's (a date; date_trunc a timestamp) in psql's text and psycopg's binary format; a
+    comparison that splits a day is refused with SQLSTATE 0A000 before anything is charged."""
+    import duckdb
+    import yaml
+
+    events = pd.DataFrame({"user_id": range(600), "ts": pd.Timestamp("2024-01-01 09:30") + pd.to_timedelta([i * 13 % 366 for i in range(600)], unit="D")})
+    events.to_parquet(tmp_path / "events.parquet")
+    path = write_config(tmp_path, frame, adult_schema)
+    config = yaml.safe_load(path.read_text())
+    config["tables"]["events"] = {"source": "events.parquet", "schema": {"privacy_unit": "user_id", "columns": {"ts": {"range": ["2024-01-01", "2024-12-31"]}}}}
+    path.write_text(yaml.safe_dump(config))
+    by_month = "SELECT date_trunc('month', ts) AS m, COUNT(*) AS n FROM events WHERE ts >= '2024-03-01' AND ts < DATE '2024-06-01' GROUP BY m ORDER BY m"
+    by_day = "SELECT CAST(ts AS DATE) AS d, COUNT(*) AS n FROM events WHERE ts < TIMESTAMP '2024-01-04 00:00:00' GROUP BY d ORDER BY d"
+    reference = duckdb.connect()
+    reference.register("events", events)
+    months, days = reference.execute(by_month).fetchall(), reference.execute(by_day).fetchall()
+    assert len(months) == 3 and len(days) == 3
+    with running(path) as server, dpsql.testing.noise_disabled():
+        with psycopg.connect(dsn(server, "bob"), autocommit=True) as connection:
+            before = connection.execute("SHOW dpsql.budget").fetchone()
+            cursor = connection.cursor(binary=True)
+            cursor.execute(f"/* dpsql: epsilon=0.25 */ {by_month}")
+            assert cursor.description[0].type_code == 1114  # timestamp
+            assert [(m, round(n, 6)) for m, n in cursor.fetchall()] == [(m, float(n)) for m, n in months]
+            cursor.execute(f"/* dpsql: epsilon=0.25 */ {by_day}")
+            assert cursor.description[0].type_code == 1082  # date
+            assert [(d, round(n, 6)) for d, n in cursor.fetchall()] == [(d, float(n)) for d, n in days]
+            spent = connection.execute("SHOW dpsql.budget").fetchone()
+            with pytest.raises(psycopg.errors.FeatureNotSupported, match="splits the day 2024-06-01"):
+                connection.execute("SELECT COUNT(*) FROM events WHERE ts < '2024-06-01 12:00'")
+            assert connection.execute("SHOW dpsql.budget").fetchone() == spent and math.isclose(before[0] - spent[0], 0.5)  # type: ignore[index]
+        psql = psql_binary()
+        if psql is not None:
+            host, port = server.address  # type: ignore[misc]
+            done = subprocess.run(
+                [psql, "-X", "-A", "-t", "-F", "|", "-h", host, "-p", str(port), "-U", "bob", "-d", "dpsql", "-c", f"/* dpsql: epsilon=0.25 */ {by_day}"],
+                env={"PGPASSWORD": ANALYSTS["bob"][0], "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60,
+            )
+            assert done.returncode == 0 and done.stderr == "", done.stderr
+            assert [line.split("|") for line in done.stdout.strip().splitlines()] == [[str(d), str(float(n))] for d, n in days]

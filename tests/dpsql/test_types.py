@@ -108,7 +108,7 @@ def test_booleans_declared_as_zero_and_one_and_numbers_on_a_text_column(frame: p
         ({"stamp": {"categories": ["soon", "later"]}}, "'stamp' of 't' has type TIMESTAMP; its categories"),
         ({"flag": {"categories": [0, 1.5]}}, r"its category 1.5 becomes 2 in that type"),
         ({"code": {"range": [0, 3]}}, "'code' of 't' has type VARCHAR, but its integer range needs numbers"),
-        ({"stamp": {"range": ["2024-01-01", "2024-01-02"]}}, "a range of dates needs a DATE column"),
+        ({"code": {"range": ["2024-01-01", "2024-01-02"]}}, "a range of dates needs a DATE or TIMESTAMP column"),
         ({"day": {"bins": [0, 1]}}, "its bins need numbers"),
         ({"flag": {"range": [0, 2**63]}}, "within ±2\\^62"),
         ({"flag": {"range": [-(10**30), 10**30]}}, "within ±2\\^62"),
