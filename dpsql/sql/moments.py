@@ -423,6 +423,11 @@ def encoding_for(needs: Iterable[MomentNeed], schema: Schema, zero_nulls: bool =
     domain = schema.column(column)
     bounds = next(iter(given)) if given else domain.value_bounds
     auto_ends = (False, False) if given else domain.auto_ends
+    if bounds is None and domain.is_date_range:
+        raise NotSupportedError(
+            f"SELECT {sorted(functions)[0]}({column}): column {column!r} holds days, which have no sum or average here; ask for "
+            f"MIN, MAX or QUANTILE_DISC of it, or the aggregate of a number (e.g. of EXTRACT(day FROM {column}) in a view)"
+        )
     if bounds is None:
         raise NotSupportedError(
             f"SELECT {sorted(functions)[0]}({column}): column {column!r} has no bounds; declare them in the schema, e.g. "
