@@ -52,7 +52,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.schema import ColumnDomain, Schema
-from dpsql.sql.bounded import Key, KeyHistogram, key_order
+from dpsql.sql.bounded import Key, KeyHistogram, sorted_keys
 from dpsql.sql.literals import ColumnType
 from planner import Domain, PartitionSelection
 
@@ -212,9 +212,9 @@ def table_over_keys(histogram: KeyHistogram, key_sets: Sequence[KeySet]) -> np.n
     remainders = tuple(len(k) for k in key_sets)  # the cell after each column's released keys
     table = np.zeros((*(r + 1 for r in remainders), *histogram.remainder.shape), dtype=np.int64)
     table[remainders] += histogram.remainder
-    for position, key in enumerate(histogram.keys):
-        parts = key if isinstance(key, tuple) else (key,)
-        table[tuple(c.get(p, r) for c, p, r in zip(cells_of, parts, remainders))] += histogram.counts[position]
+    parts = [key if isinstance(key, tuple) else (key,) for key in histogram.keys]
+    at = tuple(np.fromiter((c.get(p[i], r) for p in parts), dtype=np.int64, count=len(parts)) for i, (c, r) in enumerate(zip(cells_of, remainders)))
+    np.add.at(table, at, histogram.counts)  # each key's counts in its cell (unreleased keys pile up in a remainder)
     return table
 
 
@@ -233,7 +233,7 @@ def per_selected_key(histogram: KeyHistogram, selected: int, public: Sequence[Ke
     def part(key: Key) -> Key:
         return key[0] if selected == 1 else key[:selected]  # type: ignore[index]
 
-    found = tuple(sorted({part(k) for k in histogram.keys}, key=key_order))
+    found = sorted_keys(part(k) for k in histogram.keys)
     index = {key: position for position, key in enumerate(found)}
     cells_of = [k.cells() for k in public]
     remainders = tuple(len(k) for k in public)

@@ -295,14 +295,11 @@ def _sort_value(value: object) -> tuple[int, object]:
 
 
 def _ordered(statement: Statement, rows: list[Row], errors: list[Row]) -> tuple[list[Row], list[Row]]:
-    """ORDER BY (NULLs last in both directions), then OFFSET / LIMIT."""
+    """ORDER BY (NULLs last in both directions, as in DuckDB, unless NULLS FIRST is written), then OFFSET / LIMIT."""
     order = list(range(len(rows)))
     for key in reversed(statement.order_by):
-        column = key.item
-        if key.descending:
-            order.sort(key=lambda r: (rows[r][column] is not None, _sort_value(rows[r][column])), reverse=True)
-        else:
-            order.sort(key=lambda r: (rows[r][column] is None, _sort_value(rows[r][column])))
+        column, nulls_high = key.item, key.nulls_first == key.descending  # NULL sorts as the highest value when true
+        order.sort(key=lambda r: ((rows[r][column] is None) == nulls_high, _sort_value(rows[r][column])), reverse=key.descending)
     end = None if statement.limit is None else statement.offset + statement.limit
     chosen = order[statement.offset : end]
     return [rows[i] for i in chosen], [errors[i] for i in chosen]

@@ -47,7 +47,7 @@ from dpsql.errors import Error, NotSupportedError, ProgrammingError
 from dpsql.keys import KeySet
 from dpsql.request import Prepared, Selection
 from dpsql.session import Session, Table
-from dpsql.sql.bounded import Key, KeyHistogram, key_order
+from dpsql.sql.bounded import Key, KeyHistogram, key_order, sorted_keys
 from dpsql.workloads import CompiledBatch, compile_batch
 from planner import (
     Answers,
@@ -520,7 +520,7 @@ def _column_totals(histogram: KeyHistogram, position: int) -> tuple[tuple[str | 
     for key, count in zip(histogram.keys, per_tuple):
         part = key[position]  # type: ignore[index]
         totals[part] = totals.get(part, 0) + int(count)
-    texts = tuple(sorted(totals, key=key_order))
+    texts = sorted_keys(totals)
     return texts, np.array([totals[t] for t in texts], dtype=np.int64)
 
 

@@ -49,6 +49,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from planner.convolution import fft_convolve
 from planner.noise import RandomLike, discrete_gaussian, discrete_gaussian_variance, discrete_laplace, discrete_laplace_variance
 from planner.partition import MIN_PARTITION_DELTA, require_selection_possible
 from planner.privacy import Privacy
@@ -117,13 +118,11 @@ def sum_tail(privacy: Privacy, parameter: float, count: int, excess: float) -> f
     law = draw_law(privacy, parameter) if count <= EXACT_MAX_CELLS else None
     if law is None:
         return laplace_sum_tail(parameter, count, excess) if privacy.is_laplace else gaussian_sum_tail(parameter, count, excess)
-    from scipy.signal import fftconvolve
-
     draw, beyond = law
     half = (len(draw) - 1) // 2
     total = draw
     for _ in range(count - 1):
-        total = np.clip(fftconvolve(total, draw), 0.0, None)
+        total = np.clip(fft_convolve(total, draw), 0.0, None)
     first = -half * count
     start = max(0, math.ceil(excess) - first)
     tail = float(total[start:].sum()) if start < len(total) else 0.0

@@ -41,6 +41,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
+from planner.convolution import fft_convolve
 from planner.noise import (
     RandomLike,
     RandomSource,
@@ -407,12 +408,6 @@ class _DiscreteLaplace(_SymmetricIntegerNoise):
 _DIRECT_CONVOLUTION_WORK = 2 * 10**8
 
 
-def _fftconvolve(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    from scipy import signal  # imported when first needed: scipy.signal costs ~0.4 s at import
-
-    return signal.fftconvolve(first, second)
-
-
 def _convolve_trimmed(first: tuple[int, np.ndarray], second: tuple[int, np.ndarray]) -> tuple[int, np.ndarray]:
     """Law of the sum of two independent integer variables given as ``(lowest value, pmf)``, with
     outer tails of mass below 1e-60 cut off (the sum concentrates on far fewer values than its range)."""
@@ -420,7 +415,7 @@ def _convolve_trimmed(first: tuple[int, np.ndarray], second: tuple[int, np.ndarr
     if first_pmf.size * second_pmf.size <= _DIRECT_CONVOLUTION_WORK:
         pmf = np.convolve(first_pmf, second_pmf)
     else:
-        pmf = np.clip(_fftconvolve(first_pmf, second_pmf), 0, None)
+        pmf = np.clip(fft_convolve(first_pmf, second_pmf), 0, None)
     start = int(np.searchsorted(np.cumsum(pmf), _NEGLIGIBLE_MASS, side="right"))
     stop = pmf.size - int(np.searchsorted(np.cumsum(pmf[::-1]), _NEGLIGIBLE_MASS, side="right"))
     return first_low + second_low + start, pmf[start:stop] / pmf[start:stop].sum()

@@ -28,6 +28,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from planner.convolution import fft_convolve
 from planner.domain import Domain
 from planner.keyed_release import EXACT_MAX_CELLS, KeyedRelease, draw_law
 from planner.workload import Product, marginal_for
@@ -99,10 +100,8 @@ def _sum_tails(release: KeyedRelease, counts: list[int]) -> Iterator[tuple[int, 
         if total is None:
             total, built = draw[0], 1
         if built < count:
-            from scipy.signal import fftconvolve
-
             for _ in range(count - built):
-                total = np.clip(fftconvolve(total, draw[0]), 0.0, None)
+                total = np.clip(fft_convolve(total, draw[0]), 0.0, None)
             built = count
         yield count, _exact_tail(total)
 

@@ -61,7 +61,7 @@ moment cells reads those sums; any other marginal counts each row as its total w
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -127,6 +127,15 @@ def key_order(key: Key) -> tuple[object, ...]:
     """The fixed order of keys (NULL last in each column): the order noise is drawn in, whatever the engine's."""
     parts = key if isinstance(key, tuple) else (key,)
     return tuple((t is None, t or "") for t in parts)
+
+
+def sorted_keys(keys: Iterable[Key]) -> tuple[Key, ...]:
+    """Distinct keys in :func:`key_order` (texts of one column sort as strings, NULL last: hundreds of thousands
+    of keys in a fraction of the time a sort key per key takes)."""
+    distinct = set(keys)
+    if all(type(k) is str or k is None for k in distinct):
+        return (*sorted(k for k in distinct if k is not None), *((None,) if None in distinct else ()))  # type: ignore[type-var]
+    return tuple(sorted(distinct, key=key_order))
 
 
 @dataclass(frozen=True)
@@ -550,24 +559,35 @@ class BoundedAggregation:
             full &= cells[column][1]
         # in a fixed order, not the backend's row order (which varies with its threads): the noise each key
         # draws is then the same for the same data and seed, on every machine
-        found = tuple(sorted({texts[i] for i in np.flatnonzero(kept & (per_key | full))}, key=key_order))
+        found = sorted_keys(texts[i] for i in np.flatnonzero(kept & (per_key | full)))
         index = {key: position for position, key in enumerate(found)}
+
+        def key_positions(rows: np.ndarray) -> np.ndarray:
+            return np.fromiter((index[texts[r]] for r in rows), dtype=np.int64, count=len(rows))
+
         units = np.zeros(len(found), dtype=np.int64)
         if self.keyed.count_units:
             distinct = np.asarray(np.ma.filled(result[UNITS_NAME], 0), dtype=np.int64).reshape(-1)
-            for row in np.flatnonzero(per_key & kept):
-                units[index[texts[row]]] = distinct[row]
+            rows = np.flatnonzero(per_key & kept)
+            units[key_positions(rows)] = distinct[rows]
         table = np.zeros((len(found), *shape), dtype=np.int64)
         remainder = np.zeros(shape, dtype=np.int64)
-        for row in np.flatnonzero(full):
-            position = tuple(int(cells[c][0][row]) for c in others)
-            target, prefix = (table, (index[texts[row]],)) if kept[row] else (remainder, ())
-            if moments is None or moments not in marginal:  # a row counts as its total weight (1 without moments)
-                target[(*prefix, *position)] += counts[row] * (1 if self.value is None else self.value.scale)
-                continue
+        rows = np.flatnonzero(full)
+        stored = kept[rows]  # a row under a kept key goes to its key's table, the others to the remainder
+        keys_of = key_positions(rows[stored])
+        positions = [cells[c][0][rows] for c in others]
+
+        def add(axes: list[np.ndarray], weight: np.ndarray) -> None:
+            flat = np.ravel_multi_index(axes, shape) if shape else np.zeros(len(rows), dtype=np.int64)
+            np.add.at(table.reshape(len(found), math.prod(shape)), (keys_of, flat[stored]), weight[rows][stored])
+            np.add.at(remainder.reshape(-1), flat[~stored], weight[rows][~stored])
+
+        if moments is None or moments not in marginal:  # a row counts as its total weight (1 without moments)
+            add(positions, counts * (1 if self.value is None else self.value.scale))
+        else:
             at = marginal.index(moments)
             for cell, weight in enumerate(weights):
-                target[(*prefix, *position[:at], cell, *position[at:])] += weight[row]
+                add([*positions[:at], np.full(len(rows), cell, dtype=np.int64), *positions[at:]], weight)
         return KeyHistogram(found, units, table, remainder)
 
     def _cells_of(self, name: str, returned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

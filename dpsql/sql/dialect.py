@@ -88,6 +88,8 @@ class Dpsql(DuckDB):
             **DuckDB.Parser.FUNCTIONS,
             "VAR": exp.Variance.from_arg_list,
             "STD": exp.Stddev.from_arg_list,
+            "PERCENTILE_APPROX": exp.ApproxQuantile.from_arg_list,  # Spark's spelling (column, fraction[, accuracy])
+            "APPROX_PERCENTILE": exp.ApproxQuantile.from_arg_list,  # Trino's and Databricks'
             **{name: _with_bounds(kind) for name, kind in _BOUNDED_AGGREGATES},
         }
 

@@ -163,8 +163,18 @@ def _items(select: exp.Select) -> list[_Item]:
             items.append(_Item(name or inner.sql(dialect="duckdb"), inner, "key", (derived_key(inner),)))
         else:
             refuse_select_item(inner)
-            items.append(_Item(name or inner.sql(dialect="duckdb"), inner, "count", ()))
+            items.append(_Item(name or _as_written(inner), inner, "count", ()))
     return items
+
+
+def _as_written(node: exp.Expression) -> str:
+    """An unaliased aggregate's output name: its DuckDB text, except ``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY c)``,
+    which keeps its own spelling (sqlglot writes it as a ``QUANTILE_CONT(c, q ORDER BY c)`` no one wrote)."""
+    if isinstance(node, exp.WithinGroup) and isinstance(node.this, (exp.PercentileCont, exp.PercentileDisc)) and isinstance(node.expression, exp.Order):
+        function = "PERCENTILE_CONT" if isinstance(node.this, exp.PercentileCont) else "PERCENTILE_DISC"
+        order = ", ".join(o.this.sql(dialect="duckdb") + (" DESC" if o.args.get("desc") else "") for o in node.expression.expressions)
+        return f"{function}({node.this.this.sql(dialect='duckdb')}) WITHIN GROUP (ORDER BY {order})"
+    return node.sql(dialect="duckdb")
 
 
 def split_select(select: exp.Select) -> tuple[tuple[str, ...], list[SelectBranch]]:

@@ -368,7 +368,7 @@ def refuse_select_item(node: exp.Expression) -> None:
         raise NotSupportedError(f"SELECT: a window function over private rows is not supported; apply it to aggregates, e.g. SUM(COUNT(*)) OVER (). {SUPPORTED}")
     if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Count) and type(node) not in AGGREGATES and type(node) not in QUANTILE_FUNCTIONS:
         name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__.upper()
-        raise NotSupportedError(f"SELECT: the aggregate {name}(...) is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, PERCENTILE_CONT, QUANTILE_CONT, MIN or MAX. {SUPPORTED}")
+        raise NotSupportedError(f"SELECT: the aggregate {name}(...) is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, PERCENTILE_CONT, QUANTILE_CONT, APPROX_QUANTILE, MIN or MAX. {SUPPORTED}")
 
 
 def aggregate_argument(node: exp.Expression, column: Callable[[exp.Expression, str], str]) -> tuple[str, bool]:
@@ -410,6 +410,7 @@ QUANTILE_FUNCTIONS: dict[type[exp.Expression], str] = {
     exp.PercentileCont: "PERCENTILE_CONT",
     exp.PercentileDisc: "PERCENTILE_DISC",
     exp.Quantile: "PERCENTILE_DISC",
+    exp.ApproxQuantile: "APPROX_QUANTILE",  # answered as PERCENTILE_DISC: a value of the column (a DP answer is an estimate anyway)
     exp.Min: "MIN",
     exp.Max: "MAX",
 }
@@ -445,6 +446,11 @@ def quantile_item(node: exp.Expression, name: str | None, column: Callable[[exp.
         return Quantile(shown, function, column(node.this, f"SELECT {function}"), 0.0 if function == "MIN" else 1.0)
     if isinstance(node, exp.Median):
         return Quantile(shown, function, column(node.this, "SELECT MEDIAN"), 0.5)
+    accuracy = node.args.get("accuracy")
+    if isinstance(node, exp.ApproxQuantile) and (
+        any(node.args.get(a) is not None for a in ("weight", "error_tolerance")) or not (accuracy is None or isinstance(accuracy, exp.Literal))
+    ):
+        raise NotSupportedError(f"SELECT {function}: give the column and the fraction only, e.g. APPROX_QUANTILE(age, 0.9) (an accuracy is ignored: ε sets it)")
     fraction = node.args.get("quantile") if isinstance(node, exp.Quantile) else node.expression
     if fraction is None:
         raise ProgrammingError(f"SELECT {function}: give the column and the fraction, e.g. QUANTILE_CONT(age, 0.9)")

@@ -50,6 +50,7 @@ class Branch:
 class OrderKey:
     item: int  # index of the statement's output column
     descending: bool
+    nulls_first: bool = False  # DuckDB's default in both directions; NULLS FIRST / NULLS LAST as written
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,8 @@ def _order_by(tree: exp.Expression, first: exp.Select, names: tuple[str, ...], b
     texts = [(e.this if isinstance(e, exp.Alias) else e).sql(dialect="duckdb").lower() for e in first.expressions]
     keys = [_key_columns(b, names) for b in branches]
     return tuple(
-        OrderKey(_order_target(ordered.this, names, texts, keys), bool(ordered.args.get("desc"))) for ordered in order.expressions
+        OrderKey(_order_target(ordered.this, names, texts, keys), bool(ordered.args.get("desc")), bool(ordered.args.get("nulls_first")))
+        for ordered in order.expressions
     )
 
 

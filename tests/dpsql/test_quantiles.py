@@ -77,6 +77,18 @@ def test_a_batch_with_the_where_as_masks_equals_duckdb(connection: dpsql.Connect
         assert _normalised([tuple(round(v) if isinstance(v, float) and abs(v - round(v)) < 1e-6 else v for v in r) for r in result.fetchall()]) == _normalised(_exact(sql, frame))
 
 
+def test_approximate_quantile_spellings_are_the_discrete_quantile(connection: dpsql.Connection, frame: pd.DataFrame) -> None:
+    """DuckDB's APPROX_QUANTILE, Spark's PERCENTILE_APPROX (an accuracy argument ignored: ε sets the accuracy) and
+    Trino's APPROX_PERCENTILE are answered as QUANTILE_DISC: with the noise off, DuckDB's exact discrete quantile."""
+    sql = "SELECT sex, APPROX_QUANTILE(age, 0.3), PERCENTILE_APPROX(age, 0.5, 1000), APPROX_PERCENTILE(age, 0.9) FROM adult GROUP BY sex"
+    with dpsql.testing.noise_disabled():
+        cursor = connection.cursor().execute(sql, epsilon=1.0)
+        released = cursor.fetchall()
+    exact = "SELECT sex, QUANTILE_DISC(age, 0.3), QUANTILE_DISC(age, 0.5), QUANTILE_DISC(age, 0.9) FROM adult GROUP BY sex"
+    assert _normalised(released) == _normalised(_exact(exact, frame))
+    assert cursor.description[1][0] == "APPROX_QUANTILE(age, 0.3)"
+
+
 def test_bins_answer_to_their_resolution(frame: pd.DataFrame) -> None:
     """DISC/MIN/MAX give the bin; CONT interpolates inside the bin that holds the rank (grouped-data quantile)."""
     edges = ADULT_SCHEMA["columns"]["income"]["bins"]  # type: ignore[index]
@@ -115,6 +127,7 @@ def test_dates_answer_discrete_quantiles_and_refuse_interpolation() -> None:
     exact.register("visits", frame)
     assert sorted(released) == sorted(exact.execute(sql).fetchall())
     assert isinstance(released[0][1], datetime.date) and cursor.description[1][1] == dpsql.DATETIME
+    assert [c[0] for c in cursor.description[1:3]] == ["QUANTILE_DISC(day, 0.5)", "PERCENTILE_DISC(0.1) WITHIN GROUP (ORDER BY day)"]  # as written
     for row, intervals in zip(released, cursor.confidence_interval(0.95)):  # in whole days, around each date
         assert all(low <= value <= high and (high - value).days == (value - low).days for value, (low, high) in zip(row[1:], intervals[1:]))
     with pytest.raises(dpsql.NotSupportedError, match="interpolating between dates"):
@@ -136,6 +149,7 @@ def test_dates_answer_discrete_quantiles_and_refuse_interpolation() -> None:
         ("SELECT MIN(age, 3) FROM adult", dpsql.NotSupportedError, "one column and nothing else"),
         ("SELECT QUANTILE(age) FROM adult", dpsql.ProgrammingError, "the column and the fraction"),
         ("SELECT MEDIAN(DISTINCT age) FROM adult", dpsql.NotSupportedError, "give one column"),
+        ("SELECT APPROX_QUANTILE(age, 0.5, weight => race) FROM adult", dpsql.NotSupportedError, "the column and the fraction only"),
         ("SELECT sex, MEDIAN(age) FROM adult WHERE age > 30 OR sex = 'F' GROUP BY sex", dpsql.NotSupportedError, "by OR"),
     ],
 )

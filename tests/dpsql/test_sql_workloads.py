@@ -375,3 +375,14 @@ def test_a_very_large_budget_releases_exact_counts_with_tiny_positive_errors(
     assert rows == [("F", pytest.approx(exact["F"])), ("M", pytest.approx(exact["M"])), (None, pytest.approx(exact.sum()))]
     assert all(0 < e[1] < 1e-50 for e in errors)
     assert "ratio to lower bound" in cursor.explanation  # the report divides by the expected error too
+
+
+@pytest.mark.parametrize("order", ["", " DESC", " NULLS FIRST", " DESC NULLS LAST", " ASC NULLS LAST", " DESC NULLS FIRST"])
+def test_order_by_puts_the_rolled_up_null_where_written(adult_connection: dpsql.Connection, adult_frame: pd.DataFrame, order: str) -> None:
+    """NULL sorts last in both directions (DuckDB's default) unless NULLS FIRST is written: a ROLLUP's total row
+    (its key NULL) follows the ORDER BY as DuckDB orders it."""
+    sql = f"SELECT sex, COUNT(*) AS n FROM adult GROUP BY ROLLUP (sex) ORDER BY 1{order}"
+    with dpsql.testing.noise_disabled():
+        keys = [row[0] for row in adult_connection.cursor().execute(sql, epsilon=1.0).fetchall()]
+    frame = adult_frame  # noqa: F841 - read by DuckDB below
+    assert keys == [row[0] for row in duckdb.sql(sql.replace("FROM adult", "FROM frame")).fetchall()]
