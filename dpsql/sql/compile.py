@@ -72,8 +72,9 @@ MAX_PREDICATE_CELLS = 1 << 20  # largest joint domain a coupled WHERE component 
 MAX_RELEASED_CELLS = 1 << 26  # answers (product rows: CDF cells included) one statement or batch may release
 MAX_RELEASED_ROWS = 1 << 25
 """Most GROUP BY cells one statement or batch may release, over all its grouping sets: every cell is a
-returned row, held in memory as columns (about 150 bytes per cell at the peak of a release: Adult's 364
-three-way marginals, 20.9 million cells, in 3 GB; an 11-column CUBE of Adult would be 6.4·10¹¹ rows)."""
+returned row, held in memory as columns (about 95 bytes per cell at the peak of a release, the answers' 19
+and the engine's aggregation included: Adult's 364 three-way marginals, 20.9 million cells, in 2.1 GB,
+``benchmarks/wide_batch.py``; an 11-column CUBE of Adult would be 6.4·10¹¹ rows)."""
 
 FALSE, UNKNOWN, TRUE = 0, 1, 2  # Kleene truth values (SQL three-valued logic)
 
