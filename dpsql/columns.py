@@ -39,6 +39,8 @@ def clean_number(value: T, error: object = None) -> T:
     as it is. Post-processing of released values: free."""
     if type(value) is not float or not math.isfinite(value) or value == 0.0:
         return 0.0 if type(value) is float and value == 0.0 else value  # type: ignore[return-value]
+    if value.is_integer() and abs(value) < 1e9:  # a tolerance below 1: no fewer digits are within, it is its own shortest
+        return value
     tolerance = SNAP * abs(value)
     if type(error) is float and error > 0:
         tolerance = min(tolerance, error / 100)
@@ -48,14 +50,16 @@ def clean_number(value: T, error: object = None) -> T:
         if abs(rounded - value) <= tolerance:
             best, most = rounded, digits
             break
-    fewest, probe = 1, most - 1  # k digits within ⇒ k + 1 within: the fewest by bisection, probing most − 1 first
+    # k digits within ⇒ k + 1 within (k + 1 digits round to the nearest of a superset of the k-digit decimals): the
+    # fewest by stepping down from the first within — a noisy value needs one or two steps — then by bisection
+    fewest, probe, steps = 1, most - 1, 0
     while fewest < most:
         rounded = float(f"{value:.{probe}g}")
         if abs(rounded - value) <= tolerance:
-            best, most = rounded, probe
+            best, most, steps = rounded, probe, steps + 1
         else:
             fewest = probe + 1
-        probe = (fewest + most) // 2
+        probe = most - 1 if steps < 2 else (fewest + most) // 2
     return best  # type: ignore[return-value]
 
 

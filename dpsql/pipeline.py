@@ -718,7 +718,7 @@ def _decision(
     covered = session.store.covered(rows, workload)
     candidates = tuple(i for i in everything if covered[i])
     answered = session.store.answer(rows, workload, candidates)
-    kept = _no_worse(candidates, answered, fresh.query_variances())
+    kept = _no_worse(candidates, answered, fresh.query_variances()) if candidates else ()  # nothing kept: no cell's variance needed
     variances = {i: answered[i][1] for i in kept}
     count = session.store.measurement_count(rows)
     kept_set = set(kept)
@@ -1074,13 +1074,16 @@ def _measured(
     paths = prepared.quantile_paths
     if paths is not None and paths.exponential and testing.noise_enabled():  # noise off: the exact CDF answers
         chosen = paths.release(batch, batch.folded(paths.marginals(), arrays), rng)
+    arrays.clear()  # the read's counts are consumed (measured): not held beside the answers while the results are built
     estimates = plan.kept_estimates(measurement) if session.settings.reuse and prepared.clip is None else None
+    keeps = estimates is not None
     earlier = session.store.measurement_count(prepared.rows)
     if estimates is not None:
         session.store.record(prepared.rows, estimates)
-    covered = session.store.covered(prepared.rows, batch.workload) if estimates is not None else ()
+    del estimates  # the store holds them in its own form; a batch's worth of arrays is freed before the answers are made
+    covered = session.store.covered(prepared.rows, batch.workload) if keeps else ()
     everything = range(len(batch.workload.products))
-    from_store = tuple(i for i in everything if i in kept or (estimates is not None and covered[i]))
+    from_store = tuple(i for i in everything if i in kept or (keeps and covered[i]))
     found = {}
     if len(from_store) < len(everything):  # the plan's own GLS, for what the store does not answer
         fresh = plan.answer(measurement)
@@ -1089,7 +1092,8 @@ def _measured(
         found.update(session.store.answer(prepared.rows, batch.workload, from_store))
     gls = Answers(tuple(found[i][0] for i in everything), tuple(found[i][1] for i in everything))
     answers, note = _finished(session, prepared, gls, plan, measurement, from_store=len(from_store) == len(everything), batch=batch)
-    combined = bool(kept) or (estimates is not None and earlier > 0 and bool(from_store))
+    del measurement, found, gls  # the answers are all the results need
+    combined = bool(kept) or (keeps and earlier > 0 and bool(from_store))
     released_clip = () if prepared.clip is None or clip is None else prepared.clip.released(clip)  # type: ignore[arg-type]
     outcome = Outcome("combined" if combined else "measured", note=note, clip=released_clip)
     variances_of = plan.variances_of if not from_store else None  # the plan's covariances hold for its own answers only

@@ -180,15 +180,17 @@ def _branch_columns(
     columns: list[Column] = []
     error_columns: list[Column] = []
     scale = compiled.scale
-    values = [np.asarray(v) / scale for v in values]
-    variances = [np.asarray(v) / scale**2 for v in variances]
+    if scale != 1:  # a count's answers are used as they are, not copied
+        values = [np.asarray(v) / scale for v in values]
+        variances = [np.asarray(v) / scale**2 for v in variances]
     released = Cells(compiled, values, variances, shown, {}, ranks, chosen)  # each kind releases its items from these
     for item, rows in zip(compiled.query.select, compiled.counts):
         kind = kinds.item_kind(item)
         if kind is None:  # a group key
             position = compiled.group_columns.index(item.column)
             labels = compiled.key_labels[position]
-            columns.append(Labels(key_cells[position][shown].astype(np.min_scalar_type(len(labels))), labels))
+            cells = key_cells[position] if count == len(shown) else key_cells[position][shown]  # every cell shown: the shared keys
+            columns.append(Labels(cells, labels))
             error_columns.append(Repeated(None, count))
             continue
         column, errors = kind.release(item, rows, released)

@@ -182,8 +182,10 @@ def sample_noise(privacy: Privacy, parameters: np.ndarray, rng: noise.RandomLike
         return sampler(values, rng=rng)
     source = noise.as_source(rng)  # one stream for every chunk
     flat = values.reshape(-1)
-    drawn = [sampler(flat[start : start + NOISE_CHUNK], rng=source) for start in range(0, flat.size, NOISE_CHUNK)]
-    return np.concatenate(drawn).reshape(values.shape)
+    drawn = np.empty(flat.size, dtype=np.int64)  # filled chunk by chunk: no list of chunks beside the whole
+    for start in range(0, flat.size, NOISE_CHUNK):
+        drawn[start : start + NOISE_CHUNK] = sampler(flat[start : start + NOISE_CHUNK], rng=source)
+    return drawn.reshape(values.shape)
 
 
 NOISE_CHUNK = 1 << 18

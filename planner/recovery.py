@@ -167,7 +167,8 @@ def _apply_along(tensor: np.ndarray, matrix: np.ndarray, axis: int) -> np.ndarra
 
 
 def integer_counts(table: np.ndarray, attributes: Subset) -> np.ndarray:
-    """A count marginal as int64, refusing non-integral values (noise must go on integer rows)."""
+    """A count marginal as a fresh int64 array (noise may be added in place), refusing non-integral values
+    (noise must go on integer rows)."""
     values = np.asarray(table)
     if np.issubdtype(values.dtype, np.integer):
         return values.astype(np.int64)

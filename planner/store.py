@@ -64,7 +64,7 @@ class _Coefficient:
     """Running sufficient statistic of the estimates of one ``φ_T`` (axes in sorted name order)."""
 
     weighted_sum: np.ndarray
-    precision: np.ndarray
+    precision: np.ndarray  # broadcastable to ``weighted_sum`` (length 1 along the axes every estimate was constant along)
 
     def add(self, estimate: np.ndarray, variance: np.ndarray) -> None:
         self.weighted_sum = self.weighted_sum + estimate / variance
@@ -94,6 +94,12 @@ class _Rows:
     def forget_answers(self) -> None:
         self.answered.clear()
         self.answered_cells = 0
+
+
+def _compact(variance: np.ndarray) -> np.ndarray:
+    """``variance`` with each axis it is constant along by construction (a broadcast: stride 0) kept at length 1:
+    one variance for a whole residual is kept as one number, not an array of copies of it."""
+    return variance[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in variance.strides)]
 
 
 def _canonical(subset: Subset) -> tuple[Subset, list[int]]:
@@ -140,7 +146,7 @@ class MeasurementStore:
         for item in estimates:
             key, order = _canonical(item.subset)
             estimate = np.transpose(np.asarray(item.estimate, dtype=float), order)
-            variance = np.transpose(np.broadcast_to(np.asarray(item.variance, dtype=float), item.estimate.shape), order)
+            variance = _compact(np.transpose(np.broadcast_to(np.asarray(item.variance, dtype=float), item.estimate.shape), order))
             if key in kept.coefficients:
                 kept.coefficients[key].add(estimate, variance)
             else:

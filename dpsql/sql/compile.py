@@ -72,8 +72,9 @@ MAX_PREDICATE_CELLS = 1 << 20  # largest joint domain a coupled WHERE component 
 MAX_RELEASED_CELLS = 1 << 26  # answers (product rows: CDF cells included) one statement or batch may release
 MAX_RELEASED_ROWS = 1 << 25
 """Most GROUP BY cells one statement or batch may release, over all its grouping sets: every cell is a
-returned row, held in memory as columns (about 150 bytes per cell at the peak of a release: Adult's 364
-three-way marginals, 20.9 million cells, in 3 GB; an 11-column CUBE of Adult would be 6.4·10¹¹ rows)."""
+returned row, held in memory as columns (about 95 bytes per cell at the peak of a release, the answers' 19
+and the engine's aggregation included: Adult's 364 three-way marginals, 20.9 million cells, in 2.1 GB,
+``benchmarks/wide_batch.py``; an 11-column CUBE of Adult would be 6.4·10¹¹ rows)."""
 
 FALSE, UNKNOWN, TRUE = 0, 1, 2  # Kleene truth values (SQL three-valued logic)
 
@@ -81,10 +82,13 @@ FALSE, UNKNOWN, TRUE = 0, 1, 2  # Kleene truth values (SQL three-valued logic)
 @dataclass(frozen=True)
 class ProductRows:
     """Workload product ``index`` answers the group cells ``keys[r]`` (one row of cell indices per
-    product row, columns in GROUP BY order); group cells it does not list are exact zeros."""
+    product row, columns in GROUP BY order); group cells it does not list are exact zeros.
+    ``in_cell_order``: its rows are every GROUP BY cell in C order (row r is cell r), so its answers need no
+    mapping onto the cells."""
 
     index: int
     keys: np.ndarray
+    in_cell_order: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,10 +148,15 @@ class CompiledQuery:
 
     @functools.cached_property
     def key_cells(self) -> tuple[np.ndarray, ...]:
-        """Each GROUP BY column's cell index of every GROUP BY cell (C order); read-only, computed once."""
-        cells = np.unravel_index(np.arange(self.group_cells), self.group_shape) if self.group_shape else ()
-        for axis in cells:
-            axis.setflags(write=False)
+        """Each GROUP BY column's cell index of every GROUP BY cell (C order), in the narrowest integer type that
+        holds it (a batch may show tens of millions of cells: a byte per key, not eight); read-only, computed once."""
+        shape = self.group_shape
+        cells = []
+        for axis, size in enumerate(shape):
+            along = np.arange(size, dtype=np.min_scalar_type(max(size - 1, 0))).reshape([size if a == axis else 1 for a in range(len(shape))])
+            column = np.broadcast_to(along, shape).ravel()  # a contiguous copy in the narrow type
+            column.setflags(write=False)
+            cells.append(column)
         return tuple(cells)
 
     @functools.cached_property
@@ -291,7 +300,7 @@ def _workload(
                 built[key] = None
             else:
                 product, keys = made
-                built[key] = ProductRows(len(products), keys)
+                built[key] = ProductRows(len(products), keys, _in_cell_order(product, query.group_by))
                 products.append(product)
         counts.append(built[key])
     return (Workload(domain, tuple(products)) if products else None), tuple(counts)
@@ -529,6 +538,14 @@ def _product(
     if product.rows > MAX_RELEASED_CELLS:
         raise NotSupportedError(too_many_cells("release", product.rows, MAX_RELEASED_CELLS))
     return product, _row_keys(product, factors, key_maps, group)
+
+
+def _in_cell_order(product: Product, group: tuple[str, ...]) -> bool:
+    """Whether the product's rows are the GROUP BY cells in C order: one whole (identity) factor per GROUP BY
+    column, in GROUP BY order (:func:`_row_keys` then gives row r the keys of cell r)."""
+    return tuple(f.attributes for f in product.factors) == tuple((name,) for name in group) and all(
+        isinstance(f.block, Identity) for f in product.factors
+    )
 
 
 def too_many_cells(what: str, cells: int, limit: int) -> str:

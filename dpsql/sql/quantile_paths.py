@@ -120,7 +120,7 @@ def candidates(batch: CompiledBatch, plan: planner.Plan) -> list[tuple[QuantileC
     for item in quantile_kind.items(b.query for s in batch.statements for b in s.branches):
         items.setdefault(item.column, []).append(item)
     found = []
-    variances = plan.query_variances()
+    variances = plan.query_variances() if items else ()  # a batch without quantiles never computes every cell's variance here
     for column, quantiles in items.items():
         domain = batch.columns[column]
         fractions = tuple(sorted({q.fraction for q in quantiles}))

@@ -125,7 +125,7 @@ class MarginalsCandidate(CoefficientCandidate):
         result = {}
         for subset, total in zip(self.needed, precision):
             variance = 1.0 / total if subset in self.relevant else 0.0  # irrelevant: estimated as 0
-            result[subset] = np.full(residual_shape(subset, self.bases), variance)
+            result[subset] = np.broadcast_to(np.float64(variance), residual_shape(subset, self.bases))  # one value, no array of it
         return result
 
     def measure(self, marginals: Mapping[Subset, np.ndarray], rng: object = None, noise: bool = True) -> Measurement:
@@ -133,12 +133,13 @@ class MarginalsCandidate(CoefficientCandidate):
         if noise:
             sizes = [t.size for t in tables]
             drawn = sample_noise(self.privacy, np.repeat([n.parameter for n in self.noises], sizes), rng)
-            pieces = np.split(drawn, np.cumsum(sizes)[:-1])
-            tables = [t + piece.reshape(t.shape) for t, piece in zip(tables, pieces)]
+            for table, piece in zip(tables, np.split(drawn, np.cumsum(sizes)[:-1])):
+                table += piece.reshape(table.shape)  # each table is a fresh int64 copy (integer_counts)
+            del drawn
         return Measurement(
             self.name,
             {marginal_name(m): t for m, t in zip(self.measured, tables)},
-            {marginal_name(m): np.full(t.shape, n.variance) for m, t, n in zip(self.measured, tables, self.noises)},
+            {marginal_name(m): np.broadcast_to(np.float64(n.variance), t.shape) for m, t, n in zip(self.measured, tables, self.noises)},
             self.privacy,
         )
 
@@ -163,7 +164,7 @@ class MarginalsCandidate(CoefficientCandidate):
             for subset in subsets(held):
                 spread = float(np.prod(domain.shape(a for a in held if a not in subset)))
                 estimate = residual_of_marginal(table, held, subset, self.bases)
-                kept.append(CoefficientEstimate(subset, domain.shape(subset), estimate, np.full(estimate.shape, noise.variance * spread)))
+                kept.append(CoefficientEstimate(subset, domain.shape(subset), estimate, np.broadcast_to(np.float64(noise.variance * spread), estimate.shape)))
         return tuple(kept)
 
     def residuals(self, measurement: Measurement) -> dict[Subset, np.ndarray]:

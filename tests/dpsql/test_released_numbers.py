@@ -46,6 +46,8 @@ def test_clean_numbers_snap_float_residue_to_short_decimals() -> None:
     assert math.copysign(1.0, clean_number(-0.0)) == 1.0  # -0.0 is 0
     assert clean_number(0.2849903673123) == 0.2849903673  # a noisy value keeps 10 significant digits
     assert clean_number(123456789012.7, 1.4) == 123456789012.7  # ... but never moves by more than error/100
+    assert [clean_number(v) for v in (999999999.0, 1000000001.0, 12345678901.0)] == [999999999.0, 1e9, 12345678900.0]  # whole below 10⁹
+    assert clean_number(37.123456789123, 31.6) == 37.1234568  # the fewest digits within 10⁻⁹: nine
     assert [clean_number(v) for v in ("a", 3, None, math.inf)] == ["a", 3, None, math.inf]
     assert type(clean_number(0)) is int and type(clean_number(False)) is bool  # keys 0 and FALSE stay what they are
 

@@ -110,17 +110,23 @@ def counted_unit(item: SelectItem) -> str | None:
 def release(item: SelectItem, rows: ProductRows | None, cells: Cells) -> tuple[Column, Column]:
     """Each shown GROUP BY cell's count and its standard error; a cell no row can reach (WHERE) is an exact 0."""
     compiled, shown = cells.compiled, cells.shown
-    value = np.zeros(compiled.group_cells)
-    variance = np.zeros(compiled.group_cells)
-    if rows is not None:
-        shape = compiled.group_shape
-        flat = np.ravel_multi_index(tuple(rows.keys.T), shape) if shape else np.zeros(len(rows.keys), dtype=int)
-        value[flat] = cells.values[rows.index]
-        variance[flat] = cells.variances[rows.index]
-        zeros = compiled.structural_zeros.ravel()
-        value[zeros], variance[zeros] = 0.0, 0.0
-    error = np.sqrt(np.maximum(variance[shown], 0.0))
-    return Floats(value[shown], error), Floats(error)
+    if rows is not None and rows.in_cell_order and shown.all() and not compiled.structural_zeros.any():
+        value = np.asarray(cells.values[rows.index], dtype=float).reshape(-1)  # each cell shown, in order: the answers as they are
+        variance = np.asarray(cells.variances[rows.index], dtype=float).reshape(-1)
+    else:
+        value = np.zeros(compiled.group_cells)
+        variance = np.zeros(compiled.group_cells)
+        if rows is not None:
+            shape = compiled.group_shape
+            flat = np.ravel_multi_index(tuple(rows.keys.T), shape) if shape else np.zeros(len(rows.keys), dtype=int)
+            value[flat] = cells.values[rows.index]
+            variance[flat] = cells.variances[rows.index]
+            zeros = compiled.structural_zeros.ravel()
+            value[zeros], variance[zeros] = 0.0, 0.0
+        value, variance = value[shown], variance[shown]
+    error = np.maximum(variance, 0.0)
+    np.sqrt(error, out=error)
+    return Floats(value, error), Floats(error)
 
 
 def output(item: SelectItem, compiled: CompiledQuery, values_kind: Callable[[str], str]) -> tuple[str, bool]:
