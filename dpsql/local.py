@@ -52,6 +52,7 @@ SETS / CUBE / ROLLUP / UNION ALL with NULL keys and ``GROUPING()``.
 from __future__ import annotations
 
 import bisect
+import datetime
 import json
 import math
 import random
@@ -223,6 +224,12 @@ def _cell_of_value(column: ColumnDomain, value: object) -> int | None:
     if _is_null(value):
         return column.null_cell
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if column.is_date_range:
+        day = _day_of(value)
+        low, high = column.values[0], column.values[1]
+        low_day = low.date() if isinstance(low, datetime.datetime) else low
+        high_day = high.date() if isinstance(high, datetime.datetime) else high
+        return (day - low_day).days if day is not None and low_day <= day <= high_day else None  # type: ignore[operator]
     if column.kind == "categories":
         for index, category in enumerate(column.values):
             if isinstance(category, bool) == isinstance(value, bool) and category == value:
@@ -236,6 +243,21 @@ def _cell_of_value(column: ColumnDomain, value: object) -> int | None:
             edges = column.values
             if edges[0] <= value < edges[-1]:  # type: ignore[operator]
                 return bisect.bisect_right(edges, value) - 1  # type: ignore[arg-type]
+    return None
+
+
+def _day_of(value: object) -> datetime.date | None:
+    """The day a value of a range of days stands for: a date, a naive instant's day (as the central engine counts
+    it), or an ISO date text (a record sent as JSON); None for anything else."""
+    if isinstance(value, datetime.datetime):  # an instant with a time zone has no day without a zone: none here, as centrally
+        return value.date() if value.utcoffset() is None else None
+    if isinstance(value, datetime.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            return None
     return None
 
 

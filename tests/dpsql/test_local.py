@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import random
@@ -398,3 +399,15 @@ def test_seeds_are_refused_on_real_records(survey: local.Survey) -> None:
         survey.randomize({"sex": "F", "age": 1}, random.Random(1))
     first, second = survey.simulate(population()), survey.simulate(population())
     assert first != second  # OS entropy: 310 reports never coincide by chance
+
+
+def test_a_range_of_days_maps_dates_instants_and_iso_texts_to_their_day() -> None:
+    """A record's date (a date, a naive instant, an ISO text from JSON) finds its day's cell; it found none before,
+    so every device reported the fallback's random cell."""
+    schema = {"columns": {"d": {"range": ["2024-01-01", "2024-01-07"]}}}
+    survey = local.design(schema, ["SELECT d, COUNT(*) FROM t GROUP BY d"], 1.0, seed=0, **FAST)
+    day = datetime.date(2024, 1, 3)
+    assert [survey.cell({"d": v}) for v in (day, datetime.datetime(2024, 1, 3, 23, 59), "2024-01-03", pd.Timestamp("2024-01-07"))] == [2, 2, 2, 6]
+    for outside in (datetime.date(2023, 12, 31), "2024-01-08", "Jan 3", 20240103, datetime.datetime(2024, 1, 3, tzinfo=datetime.timezone.utc)):
+        with pytest.raises(dpsql.DataError, match="outside its declared domain"):
+            survey.cell({"d": outside})
