@@ -45,7 +45,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
