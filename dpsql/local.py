@@ -73,7 +73,7 @@ from dpsql.backends.factory import open_backend
 from dpsql.connection import ResultCursor
 from dpsql.errors import DataError, InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.result import ResultSet
-from dpsql.schema import ColumnDomain, Schema
+from dpsql.schema import ColumnDomain, Schema, as_day
 from dpsql.sql.bounded import salted_order_key
 from dpsql.sql.literals import ColumnType, canonical_schema
 from dpsql.sql import kinds
@@ -251,14 +251,7 @@ def _day_of(value: object) -> datetime.date | None:
     it), or an ISO date text (a record sent as JSON); None for anything else."""
     if isinstance(value, datetime.datetime):  # an instant with a time zone has no day without a zone: none here, as centrally
         return value.date() if value.utcoffset() is None else None
-    if isinstance(value, datetime.date):
-        return value
-    if isinstance(value, str):
-        try:
-            return datetime.date.fromisoformat(value)
-        except ValueError:
-            return None
-    return None
+    return as_day(value)
 
 
 def _strict_cell_of_value(column: ColumnDomain, value: object) -> int:

@@ -696,9 +696,7 @@ def _check_spent(spent: planner.Privacy, requested: planner.Privacy, mechanisms:
 
 def _no_worse(candidates: tuple[int, ...], answered: Mapping[int, tuple[np.ndarray, np.ndarray]], fresh: Sequence[np.ndarray]) -> tuple[int, ...]:
     """The candidate products whose kept answers are, row by row, at least as accurate as a fresh plan's
-    (one vectorised comparison: a repeated batch asks it of thousands of products)."""
-    if not candidates:
-        return ()
+    (one vectorised comparison: a repeated batch asks it of thousands of products). At least one candidate."""
     kept_variances = [np.ravel(answered[i][1]) for i in candidates]
     sizes = np.array([v.size for v in kept_variances])
     limits = np.concatenate([np.resize(fresh[i], n) if np.size(fresh[i]) != n else np.ravel(fresh[i]) for i, n in zip(candidates, sizes)])

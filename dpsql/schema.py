@@ -604,7 +604,7 @@ def _check_categories(name: str, values: tuple[object, ...]) -> None:
 def _range_bounds(name: str, values: tuple[object, ...]) -> tuple[object, ...]:
     """``[lo, hi]``: two integers, or two dates (``date`` objects or ISO ``YYYY-MM-DD`` strings)."""
     integers = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
-    dates = tuple(_as_date(v) for v in values)
+    dates = tuple(as_day(v) for v in values)
     if len(values) != 2 or not (integers or all(d is not None for d in dates)):
         raise ProgrammingError(
             f"column {name!r}: range must be [lo, hi] with two integers or two dates (YYYY-MM-DD), got {_shown(values)}"
@@ -621,7 +621,8 @@ def _range_bounds(name: str, values: tuple[object, ...]) -> tuple[object, ...]:
     return bounds
 
 
-def _as_date(value: object) -> datetime.date | None:
+def as_day(value: object) -> datetime.date | None:
+    """A date, or the date an ISO text ``YYYY-MM-DD`` names; None for anything else (an instant included)."""
     if isinstance(value, datetime.datetime):
         return None  # a range of timestamps has no natural cells; use bins or categories
     if isinstance(value, datetime.date):
